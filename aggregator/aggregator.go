@@ -1,0 +1,118 @@
+// Package aggregator wires the aggregator component: the ClickHouse connection (with schema
+// migrations applied at start), the views consumer, and the admin HTTP server. On shutdown the
+// consumer stops, writes its last batch and commits before the ClickHouse connection closes.
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/aggregator/views"
+	"tally/platform/chclient"
+	"tally/platform/config"
+	"tally/platform/lifecycle"
+	"tally/schemas/migrate"
+)
+
+// Parts returns the aggregator's lifecycle parts; cfg is read when they start. withAdmin adds
+// the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
+func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
+	var conn driver.Conn
+	var src *views.Source
+	parts := []lifecycle.Part{
+		{
+			Name: "aggregator clickhouse",
+			Start: func(ctx context.Context) error {
+				var err error
+				if conn, err = OpenClickHouse(ctx, cfg, logger); err != nil {
+					return err
+				}
+				return nil
+			},
+			Stop: func(context.Context) error { return conn.Close() },
+		},
+		{
+			Name: "views consumer",
+			Start: func(context.Context) error {
+				agg := views.New(views.Config{
+					Window:        cfg.Aggregator.DedupeWindow,
+					Grace:         cfg.Aggregator.DedupeGrace,
+					FlushInterval: cfg.Aggregator.FlushInterval,
+					MaxBatch:      cfg.Aggregator.MaxBatch,
+					SketchIdle:    time.Minute,
+				}, conn, now, logger, reg)
+				var err error
+				if src, err = views.NewSource(cfg.Kafka.Brokers, cfg.Aggregator.Group, agg, cfg.Aggregator.FlushInterval, logger, reg); err != nil {
+					return err
+				}
+				src.Start()
+				go func() {
+					<-src.Done()
+					if err := src.Err(); err != nil && !errors.Is(err, context.Canceled) {
+						runner.Fail(fmt.Errorf("views consumer: %w", err))
+					}
+				}()
+				return nil
+			},
+			Stop: func(ctx context.Context) error { return src.Stop(ctx) },
+		},
+	}
+	if withAdmin {
+		mux := http.NewServeMux()
+		lifecycle.AdminRoutes(mux, runner, reg)
+		admin, _ := lifecycle.HTTPServer("aggregator admin http", cfg.Aggregator.Addr, mux)
+		parts = append(parts, admin)
+	}
+	return parts
+}
+
+// OpenClickHouse connects to the configured ClickHouse, applies the migrations and sets the
+// configured retention.
+func OpenClickHouse(ctx context.Context, cfg *config.Config, logger *slog.Logger) (driver.Conn, error) {
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := chclient.Open(octx, chclient.Options{Addr: cfg.ClickHouse.Addr, Database: cfg.ClickHouse.Database,
+		Username: cfg.ClickHouse.Username, Password: cfg.ClickHouse.Password})
+	if err != nil {
+		return nil, err
+	}
+	v, err := migrate.Apply(octx, conn, logger)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if err := setRetention(octx, conn, cfg.Aggregator); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	logger.Info("clickhouse schema ready", "addr", cfg.ClickHouse.Addr, "database", cfg.ClickHouse.Database, "version", v)
+	return conn, nil
+}
+
+// setRetention applies the configured TTLs. It changes table metadata only; existing parts are
+// trimmed by later merges rather than rewritten now.
+func setRetention(ctx context.Context, conn driver.Conn, c config.Aggregator) error {
+	days := func(d time.Duration) int { return int(d / (24 * time.Hour)) }
+	for _, t := range []struct {
+		table, column string
+		days          int
+	}{
+		{"view_deltas", "second", days(c.TTLSeconds)},
+		{"views_by_minute", "minute", days(c.TTLMinutes)},
+		{"views_by_hour", "hour", days(c.TTLDays)},
+		{"views_by_day", "day", days(c.TTLDays)},
+	} {
+		q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL %s + INTERVAL %d DAY SETTINGS materialize_ttl_after_modify = 0", t.table, t.column, t.days)
+		if err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("set retention of %s: %w", t.table, err)
+		}
+	}
+	return nil
+}

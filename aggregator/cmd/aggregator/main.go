@@ -1,0 +1,18 @@
+// Command aggregator consumes the event topics and writes exact, deduplicated totals to
+// ClickHouse.
+package main
+
+import (
+	"os"
+	"time"
+
+	"tally/aggregator"
+	"tally/platform/cli"
+	"tally/platform/lifecycle"
+)
+
+func main() {
+	os.Exit(cli.Run("aggregator", os.Args[1:], true, func(e cli.Env) ([]lifecycle.Part, error) {
+		return aggregator.Parts(e.Config, e.Runner, e.Logger, e.Registry, time.Now, true), nil
+	}))
+}

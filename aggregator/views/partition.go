@@ -1,0 +1,135 @@
+// Package views turns the views topic into exactly-once per-item per-second totals, rollups and
+// unique-viewer sketches in ClickHouse (design and proof: docs/EXACTLY_ONCE.md).
+//
+// Each assigned Kafka partition has its own state: the dedupe window, the batch of deltas built
+// since the last flush, and the sketches it touched. A flush writes, for every partition with
+// work: first the dedupe state and the sketches (both idempotent), then the deltas together with
+// the partition's checkpoint marker in one INSERT block, so totals and checkpoint change
+// atomically; only then are Kafka offsets committed (advisory, for lag metrics). On assignment
+// the checkpoint, the dedupe state and the watermark are loaded back from ClickHouse and
+// consumption resumes exactly at the checkpoint.
+//
+// Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
+// callbacks are the only callers. The Aggregator owns no goroutines; Source runs the loop.
+package views
+
+import (
+	"time"
+
+	"github.com/axiomhq/hyperloglog"
+
+	"tally/aggregator/dedupe"
+	"tally/schemas"
+)
+
+// allTime is the day number under which the all-time sketch of an item is stored (1970-01-01;
+// no accepted view is that old).
+const allTime = 0
+
+type deltaKey struct {
+	item   string
+	second int64 // Unix seconds
+}
+
+type sketchKey struct {
+	item string
+	day  int32 // days since the Unix epoch; allTime for the all-time sketch
+}
+
+type sketch struct {
+	hll     *hyperloglog.Sketch
+	loaded  bool // merged with the stored version, so writing it loses nothing
+	dirty   bool
+	touched time.Time
+}
+
+type stateRow struct {
+	pair uint64
+	last int64
+}
+
+// partition is the state of one assigned Kafka partition.
+type partition struct {
+	id      int32
+	win     *dedupe.Window
+	next    int64 // offset after the last processed record: end of the pending batch
+	flushed int64 // checkpoint: end offset of the last batch written
+	records int   // records in the pending batch
+	deltas  map[deltaKey]uint64
+	counted []stateRow
+	// sketches touched since assignment; clean ones idle for a while are dropped.
+	sketches  map[sketchKey]*sketch
+	lastEvict time.Time
+	poison    int // undecodable records skipped in this batch
+}
+
+func newPartition(id int32, window, grace time.Duration, resume int64) *partition {
+	return &partition{
+		id:       id,
+		win:      dedupe.New(window.Milliseconds(), grace.Milliseconds()),
+		next:     resume,
+		flushed:  resume,
+		deltas:   make(map[deltaKey]uint64),
+		sketches: make(map[sketchKey]*sketch),
+	}
+}
+
+// process applies one record at offset. Undecodable records cannot be counted; they are skipped
+// the same way on every replay, so they never make two runs disagree.
+func (p *partition) process(offset int64, value []byte, now time.Time) {
+	p.next = offset + 1
+	p.records++
+	v, err := schemas.DecodeView(value)
+	if err != nil {
+		p.poison++
+		return
+	}
+	if key := dedupe.Key(v.ViewerID, v.ItemID); p.win.Observe(key, v.TS) {
+		p.counted = append(p.counted, stateRow{key, v.TS})
+		p.deltas[deltaKey{v.ItemID, floorDiv(v.TS, 1000)}]++
+	}
+	day := int32(floorDiv(v.TS, 86_400_000))
+	p.touch(sketchKey{v.ItemID, day}, v.ViewerID, now)
+	p.touch(sketchKey{v.ItemID, allTime}, v.ViewerID, now)
+}
+
+func (p *partition) touch(k sketchKey, viewer string, now time.Time) {
+	s := p.sketches[k]
+	if s == nil {
+		s = &sketch{hll: hyperloglog.New14()}
+		p.sketches[k] = s
+	}
+	s.hll.Insert([]byte(viewer))
+	s.dirty = true
+	s.touched = now
+}
+
+// pending reports whether records were processed since the last flush.
+func (p *partition) pending() bool { return p.next > p.flushed }
+
+// markFlushed resets the batch after it was written up to end.
+func (p *partition) markFlushed(end int64, now time.Time, idle time.Duration) {
+	p.flushed = end
+	p.records = 0
+	p.poison = 0
+	clear(p.deltas)
+	p.counted = p.counted[:0]
+	for k, s := range p.sketches {
+		s.dirty = false
+		if now.Sub(s.touched) > idle {
+			delete(p.sketches, k)
+		}
+	}
+	if now.Sub(p.lastEvict) > 30*time.Second {
+		p.win.Evict()
+		p.lastEvict = now
+	}
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}

@@ -1,0 +1,209 @@
+package views
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/axiomhq/hyperloglog"
+
+	"tally/aggregator/dedupe"
+)
+
+// store reads and writes the views tables (schemas/migrations/001_views.sql).
+type store struct {
+	conn driver.Conn
+}
+
+// checkpoint is where a partition resumes: the end offset of its last written batch and the
+// watermark of its dedupe window at that point.
+type checkpoint struct {
+	end       int64
+	watermark int64
+	found     bool
+}
+
+func (s *store) loadCheckpoint(ctx context.Context, p int32) (checkpoint, error) {
+	var cp checkpoint
+	var n uint64
+	err := s.conn.QueryRow(ctx, `SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset)
+		FROM view_deltas WHERE item_id = '' AND partition = ?`, uint16(p)).Scan(&n, &cp.end, &cp.watermark)
+	if err != nil {
+		return cp, fmt.Errorf("load checkpoint of partition %d: %w", p, err)
+	}
+	cp.found = n > 0
+	return cp, nil
+}
+
+// loadDedupe restores into win the pairs counted in batches up to end that are still live.
+func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.Window) (int, error) {
+	rows, err := s.conn.Query(ctx, `SELECT pair, max(last_ms) FROM dedupe_state
+		WHERE partition = ? AND end_offset <= ? AND last_ms >= ? GROUP BY pair`, uint16(p), end, win.LiveSince())
+	if err != nil {
+		return 0, fmt.Errorf("load dedupe state of partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var pair uint64
+		var last int64
+		if err := rows.Scan(&pair, &last); err != nil {
+			return n, fmt.Errorf("scan dedupe state of partition %d: %w", p, err)
+		}
+		win.RestorePair(pair, last)
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("read dedupe state of partition %d: %w", p, err)
+	}
+	return n, nil
+}
+
+func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)")
+	if err != nil {
+		return fmt.Errorf("prepare dedupe state insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		for _, r := range p.counted {
+			if err := b.Append(uint16(p.id), p.next, r.pair, r.last); err != nil {
+				return fmt.Errorf("append dedupe state of partition %d: %w", p.id, err)
+			}
+		}
+	}
+	if b.Rows() == 0 {
+		return nil
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert dedupe state: %w", err)
+	}
+	return nil
+}
+
+// loadSketches merges the stored version of every dirty sketch not yet loaded into it, so that
+// what is written next is a superset of what is stored.
+func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
+	want := map[string][]*partition{}
+	for _, p := range parts {
+		for k, sk := range p.sketches {
+			if sk.dirty && !sk.loaded {
+				want[k.item] = append(want[k.item], p)
+			}
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	items := make([]string, 0, len(want))
+	for it := range want {
+		items = append(items, it)
+	}
+	rows, err := s.conn.Query(ctx, `SELECT item_id, toUInt32(day), argMax(sketch, updated_at) FROM unique_viewers
+		WHERE item_id IN (?) GROUP BY item_id, day`, items)
+	if err != nil {
+		return fmt.Errorf("load sketches of %d items: %w", len(items), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var item string
+		var day uint32
+		var blob string
+		if err := rows.Scan(&item, &day, &blob); err != nil {
+			return fmt.Errorf("scan sketch: %w", err)
+		}
+		for _, p := range want[item] {
+			sk := p.sketches[sketchKey{item, int32(day)}]
+			if sk == nil || sk.loaded {
+				continue
+			}
+			stored := hyperloglog.New14()
+			if err := stored.UnmarshalBinary([]byte(blob)); err != nil {
+				return fmt.Errorf("decode stored sketch of %s day %d: %w", item, day, err)
+			}
+			if err := sk.hll.Merge(stored); err != nil {
+				return fmt.Errorf("merge stored sketch of %s day %d: %w", item, day, err)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read sketches: %w", err)
+	}
+	for _, p := range parts {
+		for _, sk := range p.sketches {
+			if sk.dirty {
+				sk.loaded = true
+			}
+		}
+	}
+	return nil
+}
+
+func (s *store) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewers (item_id, day, sketch, viewers, updated_at)")
+	if err != nil {
+		return fmt.Errorf("prepare sketch insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		for k, sk := range p.sketches {
+			if !sk.dirty {
+				continue
+			}
+			blob, err := sk.hll.MarshalBinary()
+			if err != nil {
+				return fmt.Errorf("encode sketch of %s: %w", k.item, err)
+			}
+			day := time.Unix(int64(k.day)*86400, 0).UTC()
+			if err := b.Append(k.item, day, string(blob), sk.hll.Estimate(), now); err != nil {
+				return fmt.Errorf("append sketch of %s: %w", k.item, err)
+			}
+		}
+	}
+	if b.Rows() == 0 {
+		return nil
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert sketches: %w", err)
+	}
+	return nil
+}
+
+// writeDeltas writes the batches of parts and their checkpoint markers in one INSERT block,
+// which ClickHouse makes visible all at once.
+func (s *store) writeDeltas(ctx context.Context, parts []*partition, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views)")
+	if err != nil {
+		return fmt.Errorf("prepare deltas insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		wm := time.UnixMilli(p.win.Watermark()).UTC()
+		if err := b.Append(uint16(p.id), p.next, wm, "", now, uint64(0)); err != nil {
+			return fmt.Errorf("append checkpoint of partition %d: %w", p.id, err)
+		}
+		for k, n := range p.deltas {
+			if err := b.Append(uint16(p.id), p.next, wm, k.item, time.Unix(k.second, 0).UTC(), n); err != nil {
+				return fmt.Errorf("append deltas of partition %d: %w", p.id, err)
+			}
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert deltas: %w", err)
+	}
+	return nil
+}
+
+// batchWritten reports whether the batch of partition p ending at end is stored: after an
+// error whose outcome is unknown (a timeout after the server committed), retrying it blindly
+// would count it twice.
+func (s *store) batchWritten(ctx context.Context, p int32, end int64) (bool, error) {
+	var n uint64
+	err := s.conn.QueryRow(ctx, `SELECT count() FROM view_deltas WHERE item_id = '' AND partition = ? AND end_offset = ?`,
+		uint16(p), end).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("look up batch of partition %d ending at %d: %w", p, end, err)
+	}
+	return n > 0, nil
+}

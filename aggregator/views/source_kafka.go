@@ -1,0 +1,176 @@
+package views
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"tally/platform/kafka"
+	"tally/schemas"
+)
+
+// Source consumes the views topic as a member of a consumer group and feeds an Aggregator. It
+// owns its Kafka client and the goroutine started by Start; Stop ends both after a last flush.
+type Source struct {
+	cl     *kgo.Client
+	agg    *Aggregator
+	logger *slog.Logger
+	poll   time.Duration
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // why the loop ended; read after done is closed
+}
+
+// NewSource joins group on brokers. poll bounds how long one poll waits, so flushes stay on time
+// when the topic is idle.
+func NewSource(brokers []string, group string, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
+	s := &Source{agg: agg, logger: logger, poll: poll}
+	opts := append(kafka.ClientOptions(brokers, "tally-aggregator", logger, reg),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(schemas.TopicViews),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.AdjustFetchOffsetsFn(s.adjustOffsets),
+		kgo.OnPartitionsRevoked(s.revoked),
+		kgo.OnPartitionsLost(s.lost),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create views consumer: %w", err)
+	}
+	s.cl = cl
+	return s, nil
+}
+
+// Start begins consuming in a goroutine.
+func (s *Source) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.err = s.run(ctx)
+	}()
+}
+
+// Stop ends consumption, writes the last batch, commits and leaves the group, within ctx.
+func (s *Source) Stop(ctx context.Context) error {
+	s.cancel()
+	<-s.done
+	runErr := s.err
+	if errors.Is(runErr, context.Canceled) {
+		runErr = nil
+	}
+	done, err := s.agg.Flush(ctx)
+	s.commit(ctx, done)
+	s.cl.Close() // leaves the group; the revoke callback finds nothing pending
+	return errors.Join(runErr, err)
+}
+
+// Done is closed when the loop ends, on Stop or on its own (a write that could not finish).
+func (s *Source) Done() <-chan struct{} { return s.done }
+
+// Err is why the loop ended; valid once Done is closed.
+func (s *Source) Err() error { return s.err }
+
+func (s *Source) run(ctx context.Context) error {
+	var offsets []int64
+	var values [][]byte
+	for {
+		pctx, cancel := context.WithTimeout(ctx, s.poll)
+		fetches := s.cl.PollRecords(pctx, 50000)
+		cancel()
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			s.cl.AllowRebalance()
+			return ctx.Err()
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				s.logger.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			offsets, values = offsets[:0], values[:0]
+			for _, r := range ftp.Records {
+				offsets = append(offsets, r.Offset)
+				values = append(values, r.Value)
+			}
+			s.agg.Process(ftp.Partition, offsets, values)
+		})
+		if s.agg.FlushDue() {
+			done, err := s.agg.Flush(ctx)
+			if err != nil {
+				s.cl.AllowRebalance()
+				return err
+			}
+			s.commit(ctx, done)
+		}
+		s.cl.AllowRebalance()
+	}
+}
+
+// commit records the checkpoints in Kafka too. ClickHouse holds the authoritative checkpoint;
+// Kafka's copy serves lag monitoring and the fallback when ClickHouse has none, so an error here
+// is logged, not fatal.
+func (s *Source) commit(ctx context.Context, done map[int32]int64) {
+	if len(done) == 0 {
+		return
+	}
+	offs := make(map[int32]kgo.EpochOffset, len(done))
+	for p, o := range done {
+		offs[p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+	}
+	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{schemas.TopicViews: offs},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				s.logger.Warn("commit offsets to kafka", "err", err)
+			}
+		})
+}
+
+// adjustOffsets runs after the group assigned partitions and fetched Kafka's committed offsets:
+// it loads each partition's state from ClickHouse and resumes at the ClickHouse checkpoint.
+func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	parts := offsets[schemas.TopicViews]
+	ids := make([]int32, 0, len(parts))
+	for id := range parts {
+		ids = append(ids, id)
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		resume, err := s.agg.Assign(ctx, ids)
+		if err == nil {
+			for id, off := range resume {
+				parts[id] = kgo.NewOffset().At(off).WithEpoch(-1)
+			}
+			return offsets, nil
+		}
+		s.logger.Warn("load partition state; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("load partition state: %w", errors.Join(err, ctx.Err()))
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	done, err := s.agg.Revoke(ctx, revoked[schemas.TopicViews])
+	if err != nil {
+		s.logger.Error("write batches of revoked partitions; the next owner replays them", "err", err)
+	}
+	s.commit(ctx, done)
+}
+
+func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	s.agg.Lost(lost[schemas.TopicViews])
+}

@@ -1,0 +1,3 @@
+module tally/batchjob
+
+go 1.26.8

@@ -1,0 +1,238 @@
+// Package ingest is the collector's write path: it validates posted events and answers 202 only
+// once Kafka has acknowledged every accepted event (acks=all), so an acknowledged event is
+// durable. Buffering is bounded by the producer: when Kafka is slow or down, requests get 503
+// with Retry-After instead of queueing without limit. Handlers are safe for concurrent use; the
+// Kafka client is owned by the caller.
+package ingest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/schemas"
+)
+
+// Config bounds what one request may carry.
+type Config struct {
+	MaxBodyBytes int64
+	MaxLines     int
+	Bounds       schemas.TimeBounds
+}
+
+// Handler serves POST /v1/views and POST /v1/events.
+type Handler struct {
+	cfg     Config
+	cl      *kgo.Client
+	now     func() time.Time
+	logger  *slog.Logger
+	events  *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+}
+
+// New returns a handler producing to cl. now is the server clock used for absent or bounded ts.
+func New(cfg Config, cl *kgo.Client, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
+	h := &Handler{
+		cfg: cfg, cl: cl, now: now, logger: logger,
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_ingest_events_total", Help: "Events posted, by type and result (accepted, rejected, unavailable).",
+		}, []string{"type", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tally_ingest_request_seconds", Help: "Ingest request latency until Kafka acknowledged, by endpoint and status.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"endpoint", "code"}),
+	}
+	reg.MustRegister(h.events, h.latency)
+	return h
+}
+
+// Register adds the ingest routes to mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/views", h.postView)
+	mux.HandleFunc("POST /v1/events", h.postEvents)
+}
+
+// Rejection is one bad line of a batch.
+type Rejection struct {
+	Line  int    `json:"line"`
+	Field string `json:"field"`
+	Error string `json:"error"`
+}
+
+type batchResponse struct {
+	Accepted int         `json:"accepted"`
+	Rejected []Rejection `json:"rejected"`
+	Error    string      `json:"error,omitempty"`
+}
+
+func (h *Handler) postView(w http.ResponseWriter, r *http.Request) {
+	t0 := time.Now()
+	code := h.serveView(w, r)
+	h.latency.WithLabelValues("views", strconv.Itoa(code)).Observe(time.Since(t0).Seconds())
+}
+
+func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) int {
+	body, code, err := h.readBody(w, r)
+	if err != nil {
+		return WriteError(w, code, "body", err.Error())
+	}
+	v, err := schemas.ParseViewJSON(body, false, h.now(), h.cfg.Bounds)
+	if err != nil {
+		h.events.WithLabelValues("view", "rejected").Inc()
+		return writeFieldError(w, err)
+	}
+	if err := h.produce(r.Context(), []*kgo.Record{viewRecord(v)}); err != nil {
+		h.events.WithLabelValues("view", "unavailable").Inc()
+		return h.unavailable(w, err)
+	}
+	h.events.WithLabelValues("view", "accepted").Inc()
+	return writeJSON(w, http.StatusAccepted, batchResponse{Accepted: 1, Rejected: []Rejection{}})
+}
+
+func (h *Handler) postEvents(w http.ResponseWriter, r *http.Request) {
+	t0 := time.Now()
+	code := h.serveEvents(w, r)
+	h.latency.WithLabelValues("events", strconv.Itoa(code)).Observe(time.Since(t0).Seconds())
+}
+
+func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
+	body, code, err := h.readBody(w, r)
+	if err != nil {
+		return WriteError(w, code, "body", err.Error())
+	}
+	now := h.now()
+	resp := batchResponse{Rejected: []Rejection{}}
+	recs := make([]*kgo.Record, 0, bytes.Count(body, []byte{'\n'})+1)
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		if line > h.cfg.MaxLines {
+			return WriteError(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("has more than %d lines; split the batch", h.cfg.MaxLines))
+		}
+		v, err := schemas.ParseViewJSON(b, true, now, h.cfg.Bounds)
+		if err != nil {
+			resp.Rejected = append(resp.Rejected, rejection(line, err))
+			continue
+		}
+		recs = append(recs, viewRecord(v))
+	}
+	h.events.WithLabelValues("view", "rejected").Add(float64(len(resp.Rejected)))
+	if len(recs) == 0 {
+		if len(resp.Rejected) == 0 {
+			return WriteError(w, http.StatusBadRequest, "body", "holds no events; want one JSON object per line")
+		}
+		resp.Error = "every line was rejected"
+		return writeJSON(w, http.StatusBadRequest, resp)
+	}
+	if err := h.produce(r.Context(), recs); err != nil {
+		h.events.WithLabelValues("view", "unavailable").Add(float64(len(recs)))
+		return h.unavailable(w, err)
+	}
+	h.events.WithLabelValues("view", "accepted").Add(float64(len(recs)))
+	resp.Accepted = len(recs)
+	return writeJSON(w, http.StatusAccepted, resp)
+}
+
+// readBody reads at most MaxBodyBytes; beyond that the answer is 413.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("is larger than %d bytes", h.cfg.MaxBodyBytes)
+	case err != nil:
+		return nil, http.StatusBadRequest, fmt.Errorf("could not be read: %v", err)
+	}
+	return b, 0, nil
+}
+
+// produce hands every record to the producer and waits for Kafka's acknowledgement of each.
+// A full producer buffer fails at once (TryProduce) rather than blocking the request.
+func (h *Handler) produce(ctx context.Context, recs []*kgo.Record) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	wg.Add(len(recs))
+	for _, rec := range recs {
+		h.cl.TryProduce(ctx, rec, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func (h *Handler) unavailable(w http.ResponseWriter, err error) int {
+	h.logger.Warn("ingest: kafka did not acknowledge", "err", err)
+	w.Header().Set("Retry-After", "1")
+	msg := "kafka did not acknowledge the events; nothing in this request is guaranteed stored, retry with the same event ids"
+	if errors.Is(err, kgo.ErrMaxBuffered) {
+		msg = "ingest is over capacity (producer buffer full); retry later"
+	}
+	return WriteError(w, http.StatusServiceUnavailable, "", msg)
+}
+
+func viewRecord(v schemas.View) *kgo.Record {
+	return &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: schemas.AppendView(nil, v)}
+}
+
+func rejection(line int, err error) Rejection {
+	var fe *schemas.FieldError
+	if errors.As(err, &fe) {
+		return Rejection{Line: line, Field: fe.Field, Error: fe.Error()}
+	}
+	return Rejection{Line: line, Field: "", Error: err.Error()}
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+// WriteError writes a JSON error naming field (if any) and returns code.
+func WriteError(w http.ResponseWriter, code int, field, msg string) int {
+	if field != "" {
+		msg = field + " " + msg
+	}
+	return writeJSON(w, code, errorBody{Error: msg, Field: field})
+}
+
+func writeFieldError(w http.ResponseWriter, err error) int {
+	var fe *schemas.FieldError
+	if errors.As(err, &fe) {
+		return writeJSON(w, http.StatusBadRequest, errorBody{Error: fe.Error(), Field: fe.Field})
+	}
+	return WriteError(w, http.StatusBadRequest, "", err.Error())
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+	return code
+}

@@ -1,0 +1,76 @@
+// Package pipeline composes every tally component into one process on the embedded defaults
+// (the all-in-one), or runs only the embedded infrastructure (infra mode) so that component
+// processes can be started, killed and restarted against it.
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"tally/aggregator"
+	"tally/collector"
+	"tally/pipeline/demo"
+	"tally/platform/cli"
+	"tally/platform/embedded"
+	"tally/platform/lifecycle"
+)
+
+// AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not
+// configured, the aggregator, the collector, the demo workload if enabled, and a banner saying
+// where to look (written to out).
+func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
+	cfg := e.Config
+	parts := embedded.Parts(cfg, e.Logger)
+	parts = append(parts, aggregator.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
+	coll, apiAddr := collector.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now)
+	parts = append(parts, coll...)
+	if cfg.Demo.Enabled {
+		w := &demo.Workload{Rate: cfg.Demo.Rate, Items: cfg.Demo.Items, Logger: e.Logger}
+		parts = append(parts, lifecycle.Part{
+			Name:  "demo workload",
+			Start: func(context.Context) error { w.URL = "http://" + apiAddr(); w.Start(); return nil },
+			Stop:  func(context.Context) error { w.Stop(); return nil },
+		})
+	}
+	parts = append(parts, lifecycle.Part{
+		Name: "banner",
+		Start: func(context.Context) error {
+			api := "http://" + apiAddr()
+			fmt.Fprintf(out, `
+tally is running (data in %s).
+  API:         %s   (POST /v1/views, POST /v1/events)
+  Metrics:     %s/metrics   health: %s/healthz, %s/readyz
+  ClickHouse:  http://%s/   e.g. curl 'http://%s/?query=SELECT+item_id,sum(views)+FROM+%s.views_by_second+GROUP+BY+item_id+ORDER+BY+2+DESC+LIMIT+5'
+  Kafka:       %v   Redis: %s
+  Demo:        %s
+Stop with Ctrl-C.
+
+`, cfg.DataDir, api, api, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
+				cfg.Kafka.Brokers, cfg.Redis.Addr, demoLine(cfg.Demo.Enabled, cfg.Demo.Rate))
+			return nil
+		},
+	})
+	return parts
+}
+
+// Infra returns only the embedded infrastructure parts and a banner with their addresses.
+func Infra(e cli.Env, out io.Writer) []lifecycle.Part {
+	cfg := e.Config
+	return append(embedded.Parts(cfg, e.Logger), lifecycle.Part{
+		Name: "banner",
+		Start: func(context.Context) error {
+			fmt.Fprintf(out, "tally infra: kafka %v, clickhouse http://%s/, redis %s (data in %s)\n",
+				cfg.Kafka.Brokers, cfg.ClickHouse.Addr, cfg.Redis.Addr, cfg.DataDir)
+			return nil
+		},
+	})
+}
+
+func demoLine(on bool, rate int) string {
+	if !on {
+		return "off (--demo.enabled=false)"
+	}
+	return fmt.Sprintf("posting %d views/s through the API (--demo.enabled=false to switch off)", rate)
+}

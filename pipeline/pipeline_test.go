@@ -1,0 +1,219 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/platform/chclient"
+	"tally/platform/cli"
+	"tally/platform/config"
+	"tally/platform/lifecycle"
+	"tally/platform/testinfra"
+	"tally/schemas/migrate"
+)
+
+// TestAllInOne runs the whole pipeline in-process on the embedded defaults, as `pipeline run`
+// does, and checks the walking skeleton end to end.
+func TestAllInOne(t *testing.T) {
+	addrs := make([]string, 3)
+	for i := range addrs {
+		a, err := testinfra.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = a
+	}
+	cfg, err := config.Load("test", []string{
+		"--data_dir", t.TempDir(),
+		"--kafka.embedded_addr", addrs[0], "--clickhouse.embedded_addr", addrs[1], "--collector.addr", addrs[2],
+		"--aggregator.flush_interval", "100ms", "--demo.rate", "500", "--demo.items", "5",
+		"--collector.max_body_bytes", "65536", "--collector.max_lines", "100", "--kafka.partitions", "4",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runner := lifecycle.NewRunner(logger)
+	env := cli.Env{Config: &cfg, Logger: logger, Registry: prometheus.NewRegistry(), Runner: runner}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- runner.Run(ctx, 20*time.Second, AllInOne(env, io.Discard)...) }()
+
+	api := "http://" + addrs[2]
+	waitFor(t, 60*time.Second, "readiness", func() bool {
+		resp, err := http.Get(api + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	if code := post(t, api+"/v1/views", `{"item_id":"e2e-item","viewer_id":"v1"}`); code != 202 {
+		t.Fatalf("POST /v1/views: got %d; want 202", code)
+	}
+	batch := `{"type":"view","item_id":"e2e-item","viewer_id":"v2"}
+{"type":"view","item_id":"e2e-item","viewer_id":"v3","event_id":"e3"}
+{"type":"view","item_id":"e2e-item","viewer_id":"v1"}
+`
+	if code := post(t, api+"/v1/events", batch); code != 202 {
+		t.Fatalf("POST /v1/events: got %d; want 202", code)
+	}
+
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: cfg.ClickHouse.Addr, Database: "tally", Username: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var views uint64
+	waitFor(t, 30*time.Second, "e2e-item views in ClickHouse", func() bool {
+		err := conn.QueryRow(ctx, "SELECT sum(views) FROM views_by_second WHERE item_id = ?", "e2e-item").Scan(&views)
+		return err == nil && views == 3
+	})
+	t.Run("plain http client reads the row", func(t *testing.T) {
+		q := url.QueryEscape("SELECT item_id, sum(views) FROM tally.views_by_second WHERE item_id = 'e2e-item' GROUP BY item_id")
+		resp, err := http.Get("http://" + cfg.ClickHouse.Addr + "/?query=" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if got, want := string(b), "e2e-item\t3\n"; resp.StatusCode != 200 || got != want {
+			t.Errorf("got %d %q; want 200 %q", resp.StatusCode, got, want)
+		}
+	})
+	t.Run("bad inputs", func(t *testing.T) { checkBadInputs(t, api) })
+	t.Run("migrations re-applied change nothing", func(t *testing.T) { checkMigrationsIdempotent(t, ctx, conn) })
+	t.Run("demo workload rows", func(t *testing.T) {
+		var n uint64
+		waitFor(t, 30*time.Second, "demo rows", func() bool {
+			err := conn.QueryRow(ctx, "SELECT count() FROM views_by_second WHERE startsWith(item_id, 'item-')").Scan(&n)
+			return err == nil && n > 0
+		})
+	})
+
+	cancel()
+	select {
+	case err := <-runErr:
+		if err != nil {
+			t.Errorf("shutdown: got %v; want a clean stop", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("shutdown did not finish within 30s")
+	}
+}
+
+func checkBadInputs(t *testing.T, api string) {
+	tests := []struct {
+		name, path, body string
+		wantCode         int
+		wantInBody       string
+	}{
+		{"malformed json", "/v1/views", `{"item_id":`, 400, `"field":"body"`},
+		{"missing viewer", "/v1/views", `{"item_id":"i"}`, 400, `"field":"viewer_id"`},
+		{"overlong item", "/v1/views", `{"item_id":"` + strings.Repeat("x", 200) + `","viewer_id":"v"}`, 400, `"field":"item_id"`},
+		{"unknown field", "/v1/views", `{"item_id":"i","viewer_id":"v","colour":"red"}`, 400, `"field":"\"colour\""`},
+		{"future ts", "/v1/views", `{"item_id":"i","viewer_id":"v","ts":"2999-01-01T00:00:00Z"}`, 400, `"field":"ts"`},
+		{"body over limit", "/v1/views", strings.Repeat(" ", 70000), 413, `"field":"body"`},
+		{"too many lines", "/v1/events", strings.Repeat(`{"type":"view","item_id":"i","viewer_id":"v"}`+"\n", 101), 413, "lines"},
+		{"every line bad", "/v1/events", "{}\n{\"type\":\"view\"}\n", 400, `"line":2`},
+		{"some lines bad", "/v1/events", `{"type":"view","item_id":"ok","viewer_id":"v"}` + "\nnot json\n", 202, `"accepted":1,"rejected":[{"line":2,"field":"body"`},
+		{"empty batch", "/v1/events", "\n\n", 400, `"field":"body"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := http.Post(api+tt.path, "application/json", strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.wantCode || !strings.Contains(string(b), tt.wantInBody) {
+				t.Errorf("got %d %s; want %d containing %s", resp.StatusCode, b, tt.wantCode, tt.wantInBody)
+			}
+			if !json.Valid(b) {
+				t.Errorf("got body %q; want JSON", b)
+			}
+		})
+	}
+	resp, err := http.Get(api + "/v1/views")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /v1/views: got %d; want 405", resp.StatusCode)
+	}
+}
+
+func checkMigrationsIdempotent(t *testing.T, ctx context.Context, conn driver.Conn) {
+	snapshot := func() string {
+		rows, err := conn.Query(ctx, "SELECT name, create_table_query FROM system.tables WHERE database = 'tally' ORDER BY name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var b strings.Builder
+		for rows.Next() {
+			var n, q string
+			if err := rows.Scan(&n, &q); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(&b, n, q)
+		}
+		var recorded uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM schema_migrations").Scan(&recorded); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(&b, "recorded", recorded)
+		return b.String()
+	}
+	before := snapshot()
+	ms, err := migrate.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := migrate.Apply(ctx, conn, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ms[len(ms)-1].Version; v != want {
+		t.Errorf("got schema version %d; want %d", v, want)
+	}
+	if after := snapshot(); after != before {
+		t.Errorf("schema changed on re-apply:\nbefore %s\nafter %s", before, after)
+	}
+}
+
+func post(t *testing.T, u, body string) int {
+	t.Helper()
+	resp, err := http.Post(u, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,286 @@
+package chembed
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/chdb-io/chdb-go/chdb"
+)
+
+// engine owns the process's chDB session. chDB keeps per-session state
+// (current database, settings, query parameters) that a ClickHouse server
+// keeps per request, so every call runs with the slot held and puts that
+// state back before giving the slot up.
+type engine struct {
+	session  *chdb.Session
+	lockFile *os.File
+	slot     chan struct{} // one token: whoever holds it may use the session
+	closing  atomic.Bool   // set by close; waiting calls give up instead of running
+	logger   *slog.Logger
+	version  string
+	tz       *time.Location
+	tzName   string
+	baseline map[string]string // session-wide settings that resets return to
+
+	// Guarded by slot.
+	closed    bool
+	currentDB string // "" when unknown, e.g. after a USE statement
+}
+
+// lockName is held with flock for the life of a session. chDB locks its
+// own status file too, but it reports a conflict only as "could not create
+// a chdb connection" (the reason goes to stderr), and within one process it
+// silently hands back the session that is already open.
+const lockName = "chembed.lock"
+
+func openEngine(dataDir string, baseline map[string]string, logger *slog.Logger) (*engine, error) {
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("open chDB data dir %s: resolve path: %w", dataDir, err)
+	}
+	if strings.ContainsAny(dir, "?\x00") {
+		// chdb-go reads "?" as the start of connection options.
+		return nil, fmt.Errorf("open chDB data dir %s: the path must not contain '?'", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open chDB data dir %s: %w", dir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open chDB data dir %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("open chDB data dir %s: lock %s: %w; is another process using it?", dir, lockName, err)
+	}
+	session, err := chdb.NewSession(dir)
+	if err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("open chDB data dir %s: %w; is another process using it?", dir, err)
+	}
+	if session.Path() != dir {
+		// Not ours to close: it belongs to whoever opened it first.
+		_ = lock.Close()
+		return nil, fmt.Errorf("open chDB data dir %s: this process already has a chDB session on %s and chDB allows one per process", dir, session.Path())
+	}
+	e := &engine{
+		session:  session,
+		lockFile: lock,
+		slot:     make(chan struct{}, 1),
+		logger:   logger,
+		baseline: baseline,
+		tz:       time.UTC,
+		tzName:   "UTC",
+	}
+	if err := e.probe(); err != nil {
+		session.Close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("open chDB data dir %s: %w", dir, err)
+	}
+	return e, nil
+}
+
+// probe reads what the HTTP interface reports about the server and applies
+// the session-wide baseline settings.
+func (e *engine) probe() error {
+	res, err := e.session.Query("SELECT version(), timezone()", "TabSeparated")
+	if err != nil {
+		return fmt.Errorf("query engine version: %w", err)
+	}
+	line := strings.TrimSpace(string(res.Buf()))
+	res.Free()
+	version, tz, ok := strings.Cut(line, "\t")
+	if !ok {
+		return fmt.Errorf("query engine version: unexpected answer %q", line)
+	}
+	e.version = version
+	if loc, err := time.LoadLocation(tz); err == nil {
+		e.tz, e.tzName = loc, tz
+	} else {
+		e.logger.Warn("engine time zone unknown to Go; re-encoding Native results in UTC", "tz", tz, "err", err)
+	}
+	if len(e.baseline) > 0 {
+		settings := make([]setting, 0, len(e.baseline))
+		for name, value := range e.baseline {
+			settings = append(settings, setting{name, value})
+		}
+		if err := e.exec(setStatement(settings, nil)); err != nil {
+			return fmt.Errorf("apply baseline settings: %w", err)
+		}
+	}
+	return nil
+}
+
+// call is one request's work for the engine.
+type call struct {
+	database string    // "" means default
+	settings []setting // from the URL, in force for this call only
+	params   []setting // query parameters, in force for this call only
+	sql      string
+	format   string // output format when the SQL has no FORMAT clause
+	kind     string // statement kind, to undo what USE and SET leave behind
+	setNames []string
+}
+
+// output is a copy of a result: chDB's buffer is freed before the slot is
+// given up, so nothing the engine owns outlives the call.
+type output struct {
+	data      []byte
+	rowsRead  uint64
+	bytesRead uint64
+	elapsed   time.Duration
+}
+
+// run executes c with exclusive use of the session; it waits for its turn
+// no longer than ctx allows.
+func (e *engine) run(ctx context.Context, c call) (output, error) {
+	if e.closing.Load() {
+		return output{}, newError(http.StatusServiceUnavailable, codeAborted, "server is shutting down")
+	}
+	select {
+	case e.slot <- struct{}{}:
+	case <-ctx.Done():
+		return output{}, newError(http.StatusServiceUnavailable, codeTimeoutExceeded, "request timed out waiting for the engine: %v", ctx.Err())
+	}
+	defer func() { <-e.slot }()
+	if e.closed || e.closing.Load() {
+		return output{}, newError(http.StatusServiceUnavailable, codeAborted, "server is shutting down")
+	}
+	if err := ctx.Err(); err != nil {
+		return output{}, newError(http.StatusServiceUnavailable, codeTimeoutExceeded, "request timed out waiting for the engine: %v", err)
+	}
+	return e.runHeld(c)
+}
+
+func (e *engine) runHeld(c call) (output, error) {
+	db := c.database
+	if db == "" {
+		db = "default"
+	}
+	if e.currentDB != db {
+		if err := e.exec("USE " + quoteIdent(db)); err != nil {
+			e.currentDB = ""
+			return output{}, err
+		}
+		e.currentDB = db
+	}
+	if len(c.settings)+len(c.params) > 0 {
+		names := make([]string, len(c.settings))
+		for i, s := range c.settings {
+			names[i] = s.name
+		}
+		params := make([]string, len(c.params))
+		for i, p := range c.params {
+			params[i] = p.name
+		}
+		if err := e.exec(setStatement(c.settings, c.params)); err != nil {
+			e.reset(names, params)
+			return output{}, err
+		}
+		defer e.reset(names, params)
+	}
+	res, err := e.session.Query(c.sql, c.format)
+	if c.kind == "USE" {
+		e.currentDB = ""
+	}
+	if c.kind == "SET" && len(c.setNames) > 0 {
+		var names []string
+		for _, n := range c.setNames {
+			if !strings.HasPrefix(n, "param_") {
+				names = append(names, n)
+			}
+		}
+		defer e.reset(names, nil)
+	}
+	if err != nil {
+		e.drain()
+		return output{}, engineError(err)
+	}
+	out := output{
+		data:      bytes.Clone(res.Buf()),
+		rowsRead:  res.RowsRead(),
+		bytesRead: res.BytesRead(),
+		elapsed:   time.Duration(res.Elapsed() * float64(time.Second)),
+	}
+	res.Free()
+	return out, nil
+}
+
+// exec runs a statement whose output does not matter.
+func (e *engine) exec(sql string) error {
+	res, err := e.session.Query(sql, "TabSeparated")
+	if err != nil {
+		e.drain()
+		return engineError(err)
+	}
+	res.Free()
+	return nil
+}
+
+// reset puts settings and parameters back. One statement does it when all
+// names are known; if the engine refuses it (an unknown name from a failed
+// request), each name is reset on its own so the good ones still are.
+func (e *engine) reset(names, params []string) {
+	if len(names)+len(params) == 0 {
+		return
+	}
+	if err := e.exec(resetStatement(names, e.baseline, params)); err == nil {
+		return
+	}
+	for _, n := range names {
+		if err := e.exec(resetStatement([]string{n}, e.baseline, nil)); err != nil {
+			e.logger.Debug("reset setting", "name", n, "err", err)
+		}
+	}
+	for _, p := range params {
+		if err := e.exec(resetStatement(nil, nil, []string{p})); err != nil {
+			e.logger.Warn("reset query parameter", "name", p, "err", err)
+		}
+	}
+}
+
+// drain runs a trivial query after a failed one. chDB can hand the rows a
+// failed query had already produced to the next query on the session,
+// prepended to its own result; this query absorbs them.
+func (e *engine) drain() {
+	res, err := e.session.Query("SELECT 1", "TabSeparated")
+	if err != nil {
+		e.logger.Warn("drain engine output after an error", "err", err)
+		return
+	}
+	if n := res.Len(); n != 2 {
+		e.logger.Debug("discarded output left over by a failed query", "bytes", n-2)
+	}
+	res.Free()
+}
+
+// close waits for the running call, then closes the session and releases
+// the data directory. Calls still waiting for the slot give up.
+func (e *engine) close() error {
+	e.closing.Store(true)
+	e.slot <- struct{}{}
+	defer func() { <-e.slot }()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	e.session.Close()
+	var errs []error
+	if err := syscall.Flock(int(e.lockFile.Fd()), syscall.LOCK_UN); err != nil {
+		errs = append(errs, fmt.Errorf("unlock data dir: %w", err))
+	}
+	if err := e.lockFile.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close data dir lock: %w", err))
+	}
+	return errors.Join(errs...)
+}

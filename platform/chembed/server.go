@@ -1,0 +1,524 @@
+// Package chembed runs the real ClickHouse engine in-process (a chDB session
+// on a data directory) behind ClickHouse's HTTP interface, so the rest of
+// tally talks to it through clickhouse-go/v2 exactly as to a ClickHouse
+// server, and curl or a dashboard can query it too.
+//
+// It is the only package allowed to import chdb-go, whose init panics
+// unless libchdb.so is found (CHDB_LIB_PATH). A Server owns the process's
+// single chDB session, its listener and its serving goroutine from Start
+// until Close. Requests are served concurrently but reach the engine one at
+// a time, and the settings, query parameters and current database of one
+// request never carry over to the next.
+package chembed
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config configures Start.
+type Config struct {
+	// DataDir is the chDB session path; it is created if missing. One
+	// process at a time may use it.
+	DataDir string
+	// Addr is the listen address; default 127.0.0.1:8123. A zero port
+	// picks a free one (see Server.Addr).
+	Addr string
+	// Logger is required.
+	Logger *slog.Logger
+	// MaxBodyBytes bounds a request body after HTTP decoding; default 1 GiB.
+	MaxBodyBytes int64
+	// RequestTimeout bounds a request from its first byte to its last,
+	// including the wait for the engine; it also becomes the engine's
+	// max_execution_time. Default 5 minutes.
+	RequestTimeout time.Duration
+}
+
+const (
+	defaultAddr           = "127.0.0.1:8123"
+	defaultMaxBodyBytes   = 1 << 30
+	defaultRequestTimeout = 5 * time.Minute
+	readHeaderTimeout     = 30 * time.Second
+	idleTimeout           = 2 * time.Minute
+)
+
+// Server is a running chembed instance.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	eng      *engine
+	ln       net.Listener
+	http     *http.Server
+	served   chan struct{}
+	spoolDir string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start opens the chDB session on cfg.DataDir, listens on cfg.Addr and
+// serves in a goroutine that Close stops.
+func Start(cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("start chembed: Config.DataDir is required")
+	}
+	if cfg.Logger == nil {
+		return nil, errors.New("start chembed: Config.Logger is required")
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = defaultAddr
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = defaultRequestTimeout
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("start chembed: listen on %s: %w", cfg.Addr, err)
+	}
+	// A query the engine is running cannot be interrupted from outside, so
+	// the engine has to stop it itself when the request's time is up.
+	seconds := int64((cfg.RequestTimeout + time.Second - 1) / time.Second)
+	baseline := map[string]string{"max_execution_time": strconv.FormatInt(seconds, 10)}
+	eng, err := openEngine(cfg.DataDir, baseline, cfg.Logger)
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("start chembed: %w", err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		eng:      eng,
+		ln:       ln,
+		served:   make(chan struct{}),
+		spoolDir: pickSpoolDir(),
+	}
+	s.http = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		defer close(s.served)
+		if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("chembed stopped serving", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	s.log.Info("chembed serving ClickHouse HTTP", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "engine_version", eng.version)
+	return s, nil
+}
+
+// Addr is the host:port the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops accepting connections, waits for in-flight requests until
+// ctx is done (then cuts them off), and closes the chDB session. It is
+// safe to call more than once; later calls return the first result.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close chembed: wait for requests: %w", err))
+			_ = s.http.Close()
+		}
+		<-s.served
+		if err := s.eng.close(); err != nil {
+			errs = append(errs, fmt.Errorf("close chembed: %w", err))
+		}
+		s.closeErr = errors.Join(errs...)
+		s.log.Info("chembed closed", "addr", s.ln.Addr().String())
+	})
+	return s.closeErr
+}
+
+// pickSpoolDir prefers shared memory for INSERT data on its way to the
+// engine: the file is written once, read once and deleted.
+func pickSpoolDir() string {
+	if f, err := os.CreateTemp("/dev/shm", "chembed-probe-*"); err == nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
+// ServeHTTP routes ClickHouse's HTTP endpoints.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/", "":
+		s.serveQuery(w, r)
+	case "/ping", "/replicas_status":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeError(w, newError(http.StatusMethodNotAllowed, codeBadArguments, "%s %s is not allowed; use GET", r.Method, r.URL.Path))
+			return
+		}
+		writeOK(w)
+	default:
+		writeError(w, newError(http.StatusNotFound, codeBadArguments,
+			"there is no handler for %s; use / for queries and /ping for health checks", r.URL.Path))
+	}
+}
+
+func writeOK(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+	w.Header().Set("Content-Length", "4")
+	_, _ = io.WriteString(w, "Ok.\n")
+}
+
+func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request) {
+	started := time.Now()
+	deadline := started.Add(s.cfg.RequestTimeout)
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
+
+	if r.Method != http.MethodGet && r.Method != http.MethodPost && r.Method != http.MethodHead {
+		writeError(w, newError(http.StatusMethodNotAllowed, codeBadArguments, "method %s is not allowed; use GET or POST", r.Method))
+		return
+	}
+	opts, perr := parseOptions(r.URL.Query())
+	queryID := opts.queryID
+	if queryID == "" {
+		queryID = newQueryID()
+	}
+	h := w.Header()
+	h.Set("X-ClickHouse-Query-Id", queryID)
+	h.Set("X-ClickHouse-Timezone", s.eng.tzName)
+	if opts.cors {
+		h.Set("Access-Control-Allow-Origin", "*")
+	}
+	status, kind := http.StatusOK, ""
+	defer func() {
+		s.log.Debug("chembed query", "query_id", queryID, "kind", kind, "status", status, "duration", time.Since(started))
+	}()
+	fail := func(e *chError) {
+		status = e.status
+		writeError(w, e)
+	}
+	if perr != nil {
+		fail(perr)
+		return
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		fail(newError(http.StatusNotImplemented, codeNotImplemented, "external data (multipart/form-data) is not supported by the embedded server"))
+		return
+	}
+
+	body, closeBody, err := s.requestBody(w, r, opts)
+	if err != nil {
+		fail(asChError(err, http.StatusBadRequest, codeCannotDecompress))
+		return
+	}
+	defer closeBody()
+
+	p, err := s.plan(opts, body)
+	if p.spool != "" {
+		defer func() {
+			if err := os.Remove(p.spool); err != nil {
+				s.log.Warn("remove INSERT spool file", "path", p.spool, "err", err)
+			}
+		}()
+	}
+	if err != nil {
+		fail(asChError(err, http.StatusBadRequest, codeBadArguments))
+		return
+	}
+	kind = p.st.kind
+	if p.sql == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		writeOK(w) // what ClickHouse answers to GET / without a query
+		return
+	}
+	if e := validate(p, opts); e != nil {
+		fail(e)
+		return
+	}
+
+	format := opts.format
+	if format == "" {
+		format = "TabSeparated"
+	}
+	out, err := s.eng.run(ctx, call{
+		database: opts.database,
+		settings: opts.settings,
+		params:   opts.params,
+		sql:      p.sql,
+		format:   format,
+		kind:     p.st.kind,
+		setNames: p.st.setNames,
+	})
+	if err != nil {
+		fail(asChError(err, http.StatusInternalServerError, codeStdException))
+		return
+	}
+
+	outFormat := format
+	if p.st.insert == nil && p.st.format != "" {
+		outFormat = p.st.format
+	}
+	data := out.data
+	if len(data) > 0 && strings.EqualFold(outFormat, "Native") && opts.clientRevision > 0 {
+		if data, err = reencodeNative(data, opts.clientRevision, s.eng.tz); err != nil {
+			fail(newError(http.StatusInternalServerError, codeStdException, "re-encode Native result for protocol revision %d: %v", opts.clientRevision, err))
+			return
+		}
+	}
+	if opts.compress && len(data) > 0 {
+		if data, err = compressBlocks(data, opts.blockMethod); err != nil {
+			fail(newError(http.StatusInternalServerError, codeStdException, "%v", err))
+			return
+		}
+	}
+	h.Set("Content-Type", contentType(outFormat, opts.compress))
+	h.Set("X-ClickHouse-Format", outFormat)
+	h.Set("X-ClickHouse-Summary", fmt.Sprintf(`{"read_rows":"%d","read_bytes":"%d","elapsed_ns":"%d"}`,
+		out.rowsRead, out.bytesRead, out.elapsed.Nanoseconds()))
+	if enc := negotiateEncoding(r.Header.Get("Accept-Encoding")); opts.httpCompression && enc != "" && len(data) > 0 {
+		h.Set("Content-Encoding", enc)
+		h.Add("Vary", "Accept-Encoding")
+		w.WriteHeader(http.StatusOK)
+		if err := encodeBody(w, enc, data); err != nil {
+			s.log.Debug("write chembed response", "query_id", queryID, "err", err)
+		}
+		return
+	}
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(data); err != nil {
+		s.log.Debug("write chembed response", "query_id", queryID, "err", err)
+	}
+}
+
+// asChError keeps a *chError as it is and gives anything else the status
+// and code of the stage that failed.
+func asChError(err error, status, code int) *chError {
+	var ce *chError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return newError(http.StatusRequestEntityTooLarge, codeLimitExceeded, "request body exceeds %d bytes", tooBig.Limit)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return newError(http.StatusRequestTimeout, codeTimeoutExceeded, "%v", err)
+	}
+	return newError(status, code, "%v", err)
+}
+
+// requestBody returns the body with the size limit applied, HTTP
+// Content-Encoding undone and, with decompress=1, native blocks decoded.
+func (s *Server) requestBody(w http.ResponseWriter, r *http.Request, opts options) (io.Reader, func(), error) {
+	limited := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	body, closeDecoder, err := decodeBody(limited, r.Header.Get("Content-Encoding"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("decode request body: %w", err)
+	}
+	encoded := body != io.Reader(limited)
+	// A decoder can inflate past the wire limit; bound the decoded size too.
+	body = &limitedBody{r: body, left: s.cfg.MaxBodyBytes, limit: s.cfg.MaxBodyBytes}
+	closeAll := closeDecoder
+	if opts.decompress {
+		blocks := newBlockReader(body, int(min(s.cfg.MaxBodyBytes, 1<<30)))
+		body, closeAll = blocks, func() { blocks.Close(); closeDecoder() }
+		encoded = true
+	}
+	if encoded {
+		body = decodingReader{body}
+	}
+	return body, closeAll, nil
+}
+
+// decodingReader reports a failure to decode the body as ClickHouse's
+// CANNOT_DECOMPRESS, leaving size limits and timeouts as they are.
+type decodingReader struct{ r io.Reader }
+
+func (d decodingReader) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	if err == nil || errors.Is(err, io.EOF) {
+		return n, err
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, err
+	}
+	return n, newError(http.StatusBadRequest, codeCannotDecompress, "decompress request body: %v", err)
+}
+
+// limitedBody fails, rather than truncates, a body that exceeds its limit.
+type limitedBody struct {
+	r     io.Reader
+	left  int64
+	limit int64
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		var one [1]byte
+		if n, err := l.r.Read(one[:]); n > 0 || err != nil {
+			if n > 0 {
+				return 0, &http.MaxBytesError{Limit: l.limit}
+			}
+			return 0, err
+		}
+		return 0, nil
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+// plan is the SQL the engine will run for a request.
+type plan struct {
+	sql   string
+	st    statement
+	spool string // file holding INSERT data; removed after the request
+}
+
+// plan assembles the request's SQL as ClickHouse does: the query parameter,
+// a newline, then the body. When that makes an INSERT with inline data, the
+// data goes to a spool file (binary formats cannot travel inside the query,
+// which chDB receives as a C string) and the statement reads it with FROM
+// INFILE.
+func (s *Server) plan(opts options, body io.Reader) (plan, error) {
+	if opts.query != "" {
+		head := opts.query + "\n"
+		if st := scanStatement(head); st.insert != nil {
+			rest := io.MultiReader(strings.NewReader(head[st.insert.dataStart:]), body)
+			path, err := s.spool(rest)
+			if err != nil {
+				return plan{spool: path}, err
+			}
+			return plan{sql: st.insert.rewrite(head, path), st: st, spool: path}, nil
+		}
+		rest, err := io.ReadAll(body)
+		if err != nil {
+			return plan{}, fmt.Errorf("read request body: %w", err)
+		}
+		sql := opts.query
+		if len(rest) > 0 {
+			sql += "\n" + string(rest)
+		}
+		return plan{sql: sql, st: scanStatement(sql)}, nil
+	}
+	all, err := io.ReadAll(body)
+	if err != nil {
+		return plan{}, fmt.Errorf("read request body: %w", err)
+	}
+	sql := string(all)
+	st := scanStatement(sql)
+	if st.insert == nil {
+		return plan{sql: sql, st: st}, nil
+	}
+	path, err := s.spool(strings.NewReader(sql[st.insert.dataStart:]))
+	if err != nil {
+		return plan{spool: path}, err
+	}
+	return plan{sql: st.insert.rewrite(sql, path), st: st, spool: path}, nil
+}
+
+// spool copies INSERT data to a new file and returns its path; on error
+// the path (if any) still needs removing.
+func (s *Server) spool(data io.Reader) (string, error) {
+	f, err := os.CreateTemp(s.spoolDir, "chembed-insert-*.data")
+	if err != nil {
+		return "", newError(http.StatusInternalServerError, codeStdException, "create INSERT spool file: %v", err)
+	}
+	if _, err := io.CopyBuffer(f, data, make([]byte, 256<<10)); err != nil {
+		_ = f.Close()
+		return f.Name(), fmt.Errorf("read INSERT data: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return f.Name(), newError(http.StatusInternalServerError, codeStdException, "write INSERT spool file: %v", err)
+	}
+	return f.Name(), nil
+}
+
+// readonlyKinds are the statements allowed with readonly=1 or 2.
+const readonlyKinds = " SELECT WITH SHOW DESCRIBE DESC EXISTS EXPLAIN ( "
+
+// validate refuses what would run differently in the shared session than
+// in a ClickHouse server, before the engine sees it.
+func validate(p plan, opts options) *chError {
+	st := p.st
+	switch {
+	case st.kind == "" && !st.multi:
+		return newError(http.StatusBadRequest, codeSyntaxError, "Empty query")
+	case st.multi:
+		return newError(http.StatusBadRequest, codeSyntaxError, "Multi-statements are not allowed")
+	case strings.IndexByte(p.sql, 0) >= 0:
+		return newError(http.StatusBadRequest, codeSyntaxError, "query contains a zero byte")
+	case st.setUnsupported:
+		return newError(http.StatusNotImplemented, codeNotImplemented, "SET ROLE, SET DEFAULT ROLE and SET TRANSACTION are not supported by the embedded server")
+	case opts.readonly && !strings.Contains(readonlyKinds, " "+st.kind+" "):
+		return newError(http.StatusInternalServerError, codeReadonly, "Cannot execute query in readonly mode")
+	}
+	if st.kind != "CREATE" && st.kind != "ATTACH" {
+		for _, name := range st.placeholders {
+			if !hasParam(opts.params, name) {
+				// The engine would still hold a value from an earlier request.
+				return newError(http.StatusBadRequest, codeUnknownQueryParam, "Substitution `%s` is not set", name)
+			}
+		}
+	}
+	return nil
+}
+
+func hasParam(params []setting, name string) bool {
+	for _, p := range params {
+		if p.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// contentType is what ClickHouse sends for a format.
+func contentType(format string, compressed bool) string {
+	if compressed {
+		return "application/octet-stream"
+	}
+	f := strings.ToLower(format)
+	switch {
+	case strings.HasPrefix(f, "tabseparated") || strings.HasPrefix(f, "tsv"):
+		return "text/tab-separated-values; charset=UTF-8"
+	case strings.HasPrefix(f, "csv") && strings.Contains(f, "withnames"):
+		return "text/csv; charset=UTF-8; header=present"
+	case strings.HasPrefix(f, "csv"):
+		return "text/csv; charset=UTF-8; header=absent"
+	case strings.HasPrefix(f, "json"):
+		return "application/json; charset=UTF-8"
+	case f == "native" || strings.HasPrefix(f, "rowbinary") || f == "parquet" || strings.HasPrefix(f, "arrow") || f == "orc" || f == "avro" || f == "msgpack":
+		return "application/octet-stream"
+	}
+	return "text/plain; charset=UTF-8"
+}
+
+// newQueryID makes a random UUID, as ClickHouse does for requests without
+// a query_id.
+func newQueryID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

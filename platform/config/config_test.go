@@ -1,0 +1,108 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestLoadPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte("collector:\n  addr: 127.0.0.1:1001\n  max_lines: 7\naggregator:\n  flush_interval: 2s\nkafka:\n  brokers: [a:1, b:2]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		check func(Config) (got, want any)
+	}{
+		{"default", nil, nil, func(c Config) (any, any) { return c.Collector.Addr, "127.0.0.1:8080" }},
+		{"file beats default", nil, []string{"--config", file}, func(c Config) (any, any) { return c.Collector.MaxLines, 7 }},
+		{"file list", nil, []string{"--config", file}, func(c Config) (any, any) { return strings.Join(c.Kafka.Brokers, ","), "a:1,b:2" }},
+		{"file duration", nil, []string{"--config", file}, func(c Config) (any, any) { return c.Aggregator.FlushInterval, 2 * time.Second }},
+		{"env beats file", map[string]string{"TALLY_COLLECTOR_ADDR": "127.0.0.1:1002"}, []string{"--config", file}, func(c Config) (any, any) { return c.Collector.Addr, "127.0.0.1:1002" }},
+		{"flag beats env", map[string]string{"TALLY_COLLECTOR_ADDR": "127.0.0.1:1002"}, []string{"--config", file, "--collector.addr", "127.0.0.1:1003"}, func(c Config) (any, any) { return c.Collector.Addr, "127.0.0.1:1003" }},
+		{"env list", map[string]string{"TALLY_KAFKA_BROKERS": "x:1,y:2"}, nil, func(c Config) (any, any) { return strings.Join(c.Kafka.Brokers, ","), "x:1,y:2" }},
+		{"env config file", map[string]string{"TALLY_CONFIG": file}, nil, func(c Config) (any, any) { return c.Collector.MaxLines, 7 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			c, err := Load("test", tt.args)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got, want := tt.check(c); got != want {
+				t.Errorf("got %v; want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestLoadErrorsNameTheKey(t *testing.T) {
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("collector:\n  adr: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"bad duration flag", nil, []string{"--aggregator.flush_interval", "soon"}, "aggregator.flush_interval"},
+		{"bad addr", nil, []string{"--collector.addr", "nohostport"}, "collector.addr"},
+		{"bad env int", map[string]string{"TALLY_KAFKA_PARTITIONS": "many"}, nil, "partitions"},
+		{"out of range", nil, []string{"--kafka.partitions", "0"}, "kafka.partitions"},
+		{"unknown file key", nil, []string{"--config", typo}, `"collector.adr"`},
+		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
+		{"ttl not days", nil, []string{"--aggregator.ttl_seconds", "36h"}, "aggregator.ttl_seconds"},
+		{"unknown flag", nil, []string{"--nope"}, "nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			_, err := Load("test", tt.args)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got error %v; want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestHelpListsEverySetting(t *testing.T) {
+	_, err := Load("test", []string{"--help"})
+	if !errors.Is(err, pflag.ErrHelp) {
+		t.Fatalf("got %v; want pflag.ErrHelp", err)
+	}
+}
+
+// TestExampleFileMatchesSettings keeps config.example.yaml, which users copy, complete and loadable.
+func TestExampleFileMatchesSettings(t *testing.T) {
+	example := filepath.Join("..", "..", "config.example.yaml")
+	b, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings() {
+		leaf := s.key[strings.LastIndex(s.key, ".")+1:]
+		if !strings.Contains(string(b), leaf+":") {
+			t.Errorf("got no %s in config.example.yaml; want every setting documented", s.key)
+		}
+	}
+	if _, err := Load("test", []string{"--config", example}); err != nil {
+		t.Errorf("load example: %v", err)
+	}
+}

@@ -1,0 +1,240 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// Config is every setting of every tally binary; each binary reads the sections it uses.
+type Config struct {
+	DataDir    string     `mapstructure:"data_dir"`
+	Log        Log        `mapstructure:"log"`
+	Kafka      Kafka      `mapstructure:"kafka"`
+	ClickHouse ClickHouse `mapstructure:"clickhouse"`
+	Redis      Redis      `mapstructure:"redis"`
+	Collector  Collector  `mapstructure:"collector"`
+	Aggregator Aggregator `mapstructure:"aggregator"`
+	Demo       Demo       `mapstructure:"demo"`
+	Shutdown   Shutdown   `mapstructure:"shutdown"`
+}
+
+type Log struct {
+	Level  string `mapstructure:"level"`
+	Format string `mapstructure:"format"`
+}
+
+type Kafka struct {
+	Brokers        []string      `mapstructure:"brokers"`
+	EmbeddedAddr   string        `mapstructure:"embedded_addr"`
+	SyncWrites     bool          `mapstructure:"sync_writes"`
+	Partitions     int           `mapstructure:"partitions"`
+	ProduceTimeout time.Duration `mapstructure:"produce_timeout"`
+	MaxBuffered    int           `mapstructure:"max_buffered_records"`
+}
+
+type ClickHouse struct {
+	Addr         string `mapstructure:"addr"`
+	EmbeddedAddr string `mapstructure:"embedded_addr"`
+	Database     string `mapstructure:"database"`
+	Username     string `mapstructure:"username"`
+	Password     string `mapstructure:"password"`
+}
+
+type Redis struct {
+	Addr         string `mapstructure:"addr"`
+	EmbeddedPort int    `mapstructure:"embedded_port"`
+}
+
+type Collector struct {
+	Addr         string        `mapstructure:"addr"`
+	MaxBodyBytes int           `mapstructure:"max_body_bytes"`
+	MaxLines     int           `mapstructure:"max_lines"`
+	FutureBound  time.Duration `mapstructure:"future_bound"`
+	LateBound    time.Duration `mapstructure:"late_bound"`
+	CacheTTL     time.Duration `mapstructure:"cache_ttl"`
+}
+
+type Aggregator struct {
+	Addr          string        `mapstructure:"addr"`
+	Group         string        `mapstructure:"group"`
+	FlushInterval time.Duration `mapstructure:"flush_interval"`
+	MaxBatch      int           `mapstructure:"max_batch"`
+	DedupeWindow  time.Duration `mapstructure:"dedupe_window"`
+	DedupeGrace   time.Duration `mapstructure:"dedupe_grace"`
+	TTLSeconds    time.Duration `mapstructure:"ttl_seconds"`
+	TTLMinutes    time.Duration `mapstructure:"ttl_minutes"`
+	TTLDays       time.Duration `mapstructure:"ttl_days"`
+}
+
+type Demo struct {
+	Enabled bool `mapstructure:"enabled"`
+	Rate    int  `mapstructure:"rate"`
+	Items   int  `mapstructure:"items"`
+}
+
+type Shutdown struct {
+	Timeout time.Duration `mapstructure:"timeout"`
+}
+
+type setting struct {
+	key  string
+	def  any
+	help string
+}
+
+const day = 24 * time.Hour
+
+// settings declares every key once: its default and its one-line help.
+func settings() []setting {
+	return []setting{
+		{"data_dir", "./data", "directory for embedded Kafka, ClickHouse and Redis data"},
+		{"log.level", "info", "log level: debug, info, warn, error"},
+		{"log.format", "text", "log format: text or json"},
+
+		{"kafka.brokers", []string{}, "Kafka seed brokers (host:port,...); empty runs the embedded broker (all-in-one only)"},
+		{"kafka.embedded_addr", "127.0.0.1:9092", "listen address of the embedded Kafka broker"},
+		{"kafka.sync_writes", false, "embedded broker fsyncs every batch (survives power loss, slower)"},
+		{"kafka.partitions", 8, "partitions per topic when tally creates its topics"},
+		{"kafka.produce_timeout", 10 * time.Second, "how long an ingest request waits for Kafka before answering 503"},
+		{"kafka.max_buffered_records", 200000, "producer buffer bound; beyond it ingest answers 503 instead of queueing"},
+
+		{"clickhouse.addr", "", "ClickHouse HTTP endpoint host:port; empty runs the embedded engine (all-in-one only)"},
+		{"clickhouse.embedded_addr", "127.0.0.1:8123", "listen address of the embedded ClickHouse HTTP interface"},
+		{"clickhouse.database", "tally", "ClickHouse database holding tally's tables"},
+		{"clickhouse.username", "default", "ClickHouse user"},
+		{"clickhouse.password", "", "ClickHouse password"},
+
+		{"redis.addr", "", "Redis host:port; empty starts a local redis-server under data_dir (all-in-one only)"},
+		{"redis.embedded_port", 0, "port of the embedded redis-server; 0 picks a free one"},
+
+		{"collector.addr", "127.0.0.1:8080", "collector HTTP listen address (API, /healthz, /readyz, /metrics)"},
+		{"collector.max_body_bytes", 4 << 20, "largest accepted request body in bytes (413 beyond)"},
+		{"collector.max_lines", 10000, "most events in one POST /v1/events body"},
+		{"collector.future_bound", 5 * time.Minute, "events stamped further in the future are rejected"},
+		{"collector.late_bound", 24 * time.Hour, "events older than this are rejected"},
+		{"collector.cache_ttl", time.Second, "how long a count stays in the Redis read cache"},
+
+		{"aggregator.addr", "127.0.0.1:8081", "aggregator admin listen address (/healthz, /readyz, /metrics)"},
+		{"aggregator.group", "tally-aggregator", "Kafka consumer group of the aggregators"},
+		{"aggregator.flush_interval", 500 * time.Millisecond, "how often aggregated batches are written to ClickHouse"},
+		{"aggregator.max_batch", 200000, "records per partition batch before an early flush"},
+		{"aggregator.dedupe_window", 30 * time.Minute, "a view counts once per viewer and item within this much event time"},
+		{"aggregator.dedupe_grace", 10 * time.Minute, "how far behind the partition's newest event a late view is still deduplicated"},
+		{"aggregator.ttl_seconds", 7 * day, "retention of per-second totals"},
+		{"aggregator.ttl_minutes", 90 * day, "retention of per-minute totals"},
+		{"aggregator.ttl_days", 730 * day, "retention of per-hour and per-day totals"},
+
+		{"demo.enabled", true, "all-in-one: run the built-in demo workload"},
+		{"demo.rate", 200, "demo workload: view events per second"},
+		{"demo.items", 50, "demo workload: number of items"},
+
+		{"shutdown.timeout", 20 * time.Second, "bound on graceful shutdown"},
+	}
+}
+
+// Validate checks every setting and names the first bad key.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if c.DataDir == "" {
+		bad("data_dir", "must not be empty")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "got %q; want debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", "got %q; want text or json", c.Log.Format)
+	}
+	for _, b := range c.Kafka.Brokers {
+		checkHostPort(bad, "kafka.brokers", b)
+	}
+	checkHostPort(bad, "kafka.embedded_addr", c.Kafka.EmbeddedAddr)
+	if c.Kafka.Partitions < 1 || c.Kafka.Partitions > 1024 {
+		bad("kafka.partitions", "got %d; want 1..1024", c.Kafka.Partitions)
+	}
+	positive(bad, "kafka.produce_timeout", c.Kafka.ProduceTimeout)
+	if c.Kafka.MaxBuffered < 1 {
+		bad("kafka.max_buffered_records", "got %d; want at least 1", c.Kafka.MaxBuffered)
+	}
+	if c.ClickHouse.Addr != "" {
+		checkHostPort(bad, "clickhouse.addr", c.ClickHouse.Addr)
+	}
+	checkHostPort(bad, "clickhouse.embedded_addr", c.ClickHouse.EmbeddedAddr)
+	if !identifier(c.ClickHouse.Database) {
+		bad("clickhouse.database", "got %q; want letters, digits and underscores", c.ClickHouse.Database)
+	}
+	if c.Redis.Addr != "" {
+		checkHostPort(bad, "redis.addr", c.Redis.Addr)
+	}
+	if c.Redis.EmbeddedPort < 0 || c.Redis.EmbeddedPort > 65535 {
+		bad("redis.embedded_port", "got %d; want 0..65535", c.Redis.EmbeddedPort)
+	}
+	checkHostPort(bad, "collector.addr", c.Collector.Addr)
+	if c.Collector.MaxBodyBytes < 1024 {
+		bad("collector.max_body_bytes", "got %d; want at least 1024", c.Collector.MaxBodyBytes)
+	}
+	if c.Collector.MaxLines < 1 {
+		bad("collector.max_lines", "got %d; want at least 1", c.Collector.MaxLines)
+	}
+	positive(bad, "collector.future_bound", c.Collector.FutureBound)
+	positive(bad, "collector.late_bound", c.Collector.LateBound)
+	positive(bad, "collector.cache_ttl", c.Collector.CacheTTL)
+	checkHostPort(bad, "aggregator.addr", c.Aggregator.Addr)
+	if c.Aggregator.Group == "" {
+		bad("aggregator.group", "must not be empty")
+	}
+	positive(bad, "aggregator.flush_interval", c.Aggregator.FlushInterval)
+	if c.Aggregator.MaxBatch < 1 || c.Aggregator.MaxBatch > 500000 {
+		bad("aggregator.max_batch", "got %d; want 1..500000 (one batch must stay one ClickHouse insert block)", c.Aggregator.MaxBatch)
+	}
+	positive(bad, "aggregator.dedupe_window", c.Aggregator.DedupeWindow)
+	if c.Aggregator.DedupeGrace < 0 {
+		bad("aggregator.dedupe_grace", "got %s; want zero or more", c.Aggregator.DedupeGrace)
+	}
+	for _, t := range []struct {
+		key string
+		d   time.Duration
+	}{{"aggregator.ttl_seconds", c.Aggregator.TTLSeconds}, {"aggregator.ttl_minutes", c.Aggregator.TTLMinutes}, {"aggregator.ttl_days", c.Aggregator.TTLDays}} {
+		if t.d < day || t.d%day != 0 {
+			bad(t.key, "got %s; want a whole number of days (e.g. 168h)", t.d)
+		}
+	}
+	if c.Demo.Rate < 1 {
+		bad("demo.rate", "got %d; want at least 1", c.Demo.Rate)
+	}
+	if c.Demo.Items < 1 {
+		bad("demo.items", "got %d; want at least 1", c.Demo.Items)
+	}
+	positive(bad, "shutdown.timeout", c.Shutdown.Timeout)
+	return errors.Join(errs...)
+}
+
+func positive(bad func(string, string, ...any), key string, d time.Duration) {
+	if d <= 0 {
+		bad(key, "got %s; want a positive duration such as 500ms or 10s", d)
+	}
+}
+
+func checkHostPort(bad func(string, string, ...any), key, v string) {
+	if _, _, err := net.SplitHostPort(v); err != nil {
+		bad(key, "got %q; want host:port", v)
+	}
+}
+
+func identifier(s string) bool {
+	if s == "" {
+		return false
+	}
+	return strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) < 0
+}

@@ -1,0 +1,96 @@
+// Package embedded runs tally's infrastructure in-process for a laptop, a demo and the tests:
+// the kfake Kafka broker, the chDB ClickHouse engine behind the ClickHouse HTTP interface, and a
+// redis-server child. Each runs only where its address is not configured, under the data
+// directory, and writes the address it got back into the config, so the parts started after it
+// connect exactly as they would to real servers.
+//
+// This package links chDB (through chembed): only the all-in-one binary and tests import it.
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"tally/platform/chembed"
+	"tally/platform/config"
+	"tally/platform/kafka"
+	"tally/platform/lifecycle"
+	"tally/platform/redisproc"
+)
+
+// Parts returns the lifecycle parts that start what cfg leaves unconfigured. They must run
+// before any part that reads the addresses from cfg.
+func Parts(cfg *config.Config, logger *slog.Logger) []lifecycle.Part {
+	var parts []lifecycle.Part
+	if len(cfg.Kafka.Brokers) == 0 {
+		var k *kafka.Embedded
+		parts = append(parts, lifecycle.Part{
+			Name: "embedded kafka",
+			Start: func(context.Context) error {
+				dir, err := subdir(cfg, "kafka")
+				if err != nil {
+					return err
+				}
+				if k, err = kafka.StartEmbedded(dir, cfg.Kafka.EmbeddedAddr, cfg.Kafka.SyncWrites); err != nil {
+					return err
+				}
+				cfg.Kafka.Brokers = []string{k.Addr()}
+				return nil
+			},
+			Stop: func(context.Context) error { k.Close(); return nil },
+		})
+	}
+	if cfg.ClickHouse.Addr == "" {
+		var s *chembed.Server
+		parts = append(parts, lifecycle.Part{
+			Name: "embedded clickhouse",
+			Start: func(context.Context) error {
+				dir, err := subdir(cfg, "clickhouse")
+				if err != nil {
+					return err
+				}
+				s, err = chembed.Start(chembed.Config{DataDir: dir, Addr: cfg.ClickHouse.EmbeddedAddr, Logger: logger.With("part", "clickhouse")})
+				if err != nil {
+					return err
+				}
+				cfg.ClickHouse.Addr = s.Addr()
+				return nil
+			},
+			Stop: func(ctx context.Context) error { return s.Close(ctx) },
+		})
+	}
+	if cfg.Redis.Addr == "" {
+		var p *redisproc.Proc
+		parts = append(parts, lifecycle.Part{
+			Name: "embedded redis",
+			Start: func(ctx context.Context) error {
+				dir, err := subdir(cfg, "redis")
+				if err != nil {
+					return err
+				}
+				if p, err = redisproc.Start(ctx, dir, cfg.Redis.EmbeddedPort, logger); err != nil {
+					return err
+				}
+				cfg.Redis.Addr = p.Addr()
+				// Standalone components on the same data directory find Redis here.
+				if err := os.WriteFile(filepath.Join(cfg.DataDir, config.RedisAddrFile), []byte(p.Addr()+"\n"), 0o644); err != nil {
+					return fmt.Errorf("record redis address: %w", err)
+				}
+				return nil
+			},
+			Stop: func(ctx context.Context) error { return p.Stop(ctx) },
+		})
+	}
+	return parts
+}
+
+func subdir(cfg *config.Config, name string) (string, error) {
+	dir := filepath.Join(cfg.DataDir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create data directory %s: %w", dir, err)
+	}
+	return dir, nil
+}

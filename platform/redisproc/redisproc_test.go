@@ -1,0 +1,38 @@
+package redisproc
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestStartServesAndStops(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := Start(ctx, t.TempDir(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("set: %v", err)
+	}
+	if got, err := rdb.Get(ctx, "k").Result(); got != "v" || err != nil {
+		t.Errorf("got %q, %v; want \"v\", nil", got, err)
+	}
+	rdb.Close()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	rdb = redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err == nil {
+		t.Error("got a ping answer after Stop; want the server gone")
+	}
+}

@@ -1,0 +1,140 @@
+// Package migrate applies the ClickHouse migrations of package migrations in version order and
+// records each in schema_migrations with its checksum. Applying twice changes nothing; a file
+// changed after it was applied is an error, because the database no longer matches the code.
+// Two processes applying at once is safe: every statement is idempotent.
+package migrate
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"tally/schemas/migrations"
+)
+
+// Migration is one numbered DDL file.
+type Migration struct {
+	Version    uint32
+	Name       string
+	Statements []string
+	Checksum   string
+}
+
+// Load reads and parses the embedded migration files.
+func Load() ([]Migration, error) {
+	return load(migrations.FS)
+}
+
+func load(fsys fs.FS) ([]Migration, error) {
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("list migrations: %w", err)
+	}
+	sort.Strings(names)
+	var out []Migration
+	for _, n := range names {
+		num, rest, ok := strings.Cut(n, "_")
+		v, err := strconv.ParseUint(num, 10, 32)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration file %s: want NNN_name.sql", n)
+		}
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", n, err)
+		}
+		if len(out) > 0 && out[len(out)-1].Version >= uint32(v) {
+			return nil, fmt.Errorf("migration %s: version %d is not above %d", n, v, out[len(out)-1].Version)
+		}
+		sum := sha256.Sum256(b)
+		out = append(out, Migration{
+			Version:    uint32(v),
+			Name:       strings.TrimSuffix(rest, ".sql"),
+			Statements: splitStatements(string(b)),
+			Checksum:   hex.EncodeToString(sum[:]),
+		})
+	}
+	return out, nil
+}
+
+// splitStatements drops -- comment lines and splits on semicolons ending a line.
+func splitStatements(sql string) []string {
+	var stmts []string
+	var cur strings.Builder
+	for _, line := range strings.Split(sql, "\n") {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+		if strings.HasSuffix(t, ";") {
+			if s := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(cur.String()), ";")); s != "" {
+				stmts = append(stmts, s)
+			}
+			cur.Reset()
+		}
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		stmts = append(stmts, s)
+	}
+	return stmts
+}
+
+// Apply brings the connection's database up to the newest migration and returns that version.
+func Apply(ctx context.Context, conn driver.Conn, logger *slog.Logger) (uint32, error) {
+	ms, err := Load()
+	if err != nil {
+		return 0, err
+	}
+	if err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations
+		(version UInt32, name String, checksum String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3))
+		ENGINE = ReplacingMergeTree ORDER BY version`); err != nil {
+		return 0, fmt.Errorf("create schema_migrations: %w", err)
+	}
+	applied := map[uint32]string{}
+	rows, err := conn.Query(ctx, "SELECT version, any(checksum) FROM schema_migrations GROUP BY version")
+	if err != nil {
+		return 0, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	for rows.Next() {
+		var v uint32
+		var sum string
+		if err := rows.Scan(&v, &sum); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("scan schema_migrations: %w", err)
+		}
+		applied[v] = sum
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	var version uint32
+	for _, m := range ms {
+		version = m.Version
+		if sum, ok := applied[m.Version]; ok {
+			if sum != m.Checksum {
+				return 0, fmt.Errorf("migration %03d_%s changed after it was applied (recorded checksum %.12s, file %.12s); add a new migration instead", m.Version, m.Name, sum, m.Checksum)
+			}
+			continue
+		}
+		for i, s := range m.Statements {
+			if err := conn.Exec(ctx, s); err != nil {
+				return 0, fmt.Errorf("apply migration %03d_%s statement %d: %w", m.Version, m.Name, i+1, err)
+			}
+		}
+		if err := conn.Exec(ctx, "INSERT INTO schema_migrations (version, name, checksum) VALUES (?, ?, ?)", m.Version, m.Name, m.Checksum); err != nil {
+			return 0, fmt.Errorf("record migration %03d_%s: %w", m.Version, m.Name, err)
+		}
+		logger.Info("migration applied", "version", m.Version, "name", m.Name)
+	}
+	return version, nil
+}
