@@ -14,10 +14,12 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tally/aggregator/likes"
 	"tally/aggregator/views"
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
+	"tally/schemas"
 	"tally/schemas/migrate"
 )
 
@@ -49,7 +51,9 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					SketchIdle:    time.Minute,
 				}, conn, now, logger, reg)
 				var err error
-				if src, err = views.NewSource(cfg.Kafka.Brokers, cfg.Aggregator.Group, agg, cfg.Aggregator.FlushInterval, logger, reg); err != nil {
+				group := views.Group{Brokers: cfg.Kafka.Brokers, Name: cfg.Aggregator.Group,
+					InstanceID: cfg.Aggregator.InstanceID, SessionTimeout: cfg.Aggregator.SessionTimeout}
+				if src, err = views.NewSource(group, agg, cfg.Aggregator.FlushInterval, logger, reg); err != nil {
 					return err
 				}
 				src.Start()
@@ -64,6 +68,21 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			Stop: func(ctx context.Context) error { return src.Stop(ctx) },
 		},
 	}
+	var loader *likes.Loader
+	parts = append(parts, lifecycle.Part{
+		Name: "likes loader",
+		Start: func(context.Context) error {
+			var err error
+			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
+				FlushInterval: cfg.Aggregator.FlushInterval, MaxBatch: cfg.Aggregator.MaxBatch}, conn, logger, reg)
+			if err != nil {
+				return err
+			}
+			loader.Start()
+			return nil
+		},
+		Stop: func(ctx context.Context) error { return loader.Stop(ctx) },
+	})
 	if withAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, runner, reg)

@@ -1,24 +1,31 @@
-// Package collector wires the collector component: a Kafka producer and the HTTP API (ingest,
-// /healthz, /readyz, /metrics). Parts start the producer before the listener and stop them in
-// reverse: the listener stops taking requests and drains them, then the producer flushes
-// what is buffered and closes.
+// Package collector wires the collector component: a Kafka producer, the ClickHouse and Redis
+// clients of the read API, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics). Parts
+// start the clients before the listener and stop in reverse: the listener stops taking requests
+// and drains them, then the producer flushes what is buffered and the clients close.
 package collector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/ingest"
+	"tally/collector/likes"
+	"tally/collector/read"
+	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/kafka"
 	"tally/platform/lifecycle"
 	"tally/schemas"
+	"tally/schemas/migrate"
 )
 
 // Parts returns the collector's lifecycle parts. cfg is read when the parts start, so embedded
@@ -26,7 +33,39 @@ import (
 // address once started.
 func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (parts []lifecycle.Part, addr func() string) {
 	var cl *kgo.Client
+	var likeStore *likes.Store
+	var conn driver.Conn
+	var rdb *redis.Client
+	var reads *read.Handler
 	mux := http.NewServeMux()
+	stores := lifecycle.Part{
+		Name: "collector clickhouse and redis",
+		Start: func(ctx context.Context) error {
+			octx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			var err error
+			conn, err = chclient.Open(octx, chclient.Options{Addr: cfg.ClickHouse.Addr, Database: cfg.ClickHouse.Database,
+				Username: cfg.ClickHouse.Username, Password: cfg.ClickHouse.Password})
+			if err != nil {
+				return err
+			}
+			if _, err := migrate.Apply(octx, conn, logger); err != nil {
+				conn.Close()
+				return err
+			}
+			rdb = redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, PoolSize: 64})
+			// The likes part opens likeStore before the HTTP server starts taking requests.
+			likeTotals := func(ctx context.Context, items []string) (map[string]int64, error) { return likeStore.Totals(ctx, items) }
+			reads = read.New(conn, rdb, cfg.Collector.CacheTTL, likeTotals, now, logger, reg)
+			reads.Register(mux)
+			reads.Start()
+			return nil
+		},
+		Stop: func(context.Context) error {
+			reads.Stop()
+			return errors.Join(rdb.Close(), conn.Close())
+		},
+	}
 	producer := lifecycle.Part{
 		Name: "collector kafka producer",
 		Start: func(ctx context.Context) error {
@@ -60,6 +99,27 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			return nil
 		},
 	}
+	// Likes: changes go to the log through the producer above, then to Redis; the applier
+	// repairs a change that reached only the log and rebuilds Redis when it comes back empty.
+	var applier *likes.Applier
+	likesPart := lifecycle.Part{
+		Name: "likes store and applier",
+		Start: func(context.Context) error {
+			likeStore = likes.OpenStore(cfg.Redis.Addr)
+			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger, reg).Register(mux)
+			var err error
+			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes,
+				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(cfg.Collector.Addr), CheckEvery: time.Second},
+				likeStore, logger, reg)
+			if err != nil {
+				likeStore.Close()
+				return err
+			}
+			applier.Start()
+			return nil
+		},
+		Stop: func(ctx context.Context) error { return errors.Join(applier.Stop(ctx), likeStore.Close()) },
+	}
 	server, addrFn := lifecycle.HTTPServer("collector http", cfg.Collector.Addr, mux)
-	return []lifecycle.Part{producer, server}, addrFn
+	return []lifecycle.Part{stores, producer, likesPart, server}, addrFn
 }

@@ -71,11 +71,17 @@ func TestRestoreGivesSameDecisions(t *testing.T) {
 			events := randomEvents(rng, 5000)
 			cut := rng.IntN(len(events))
 			whole := New(win, grac)
-			var counted []struct{ k uint64; t int64 }
+			var counted []struct {
+				k uint64
+				t int64
+			}
 			for _, e := range events[:cut] {
 				k := Key(e.viewer, e.item)
 				if whole.Observe(k, e.t) {
-					counted = append(counted, struct{ k uint64; t int64 }{k, e.t})
+					counted = append(counted, struct {
+						k uint64
+						t int64
+					}{k, e.t})
 				}
 			}
 			whole.Evict()

@@ -27,12 +27,22 @@ type Source struct {
 	err    error // why the loop ended; read after done is closed
 }
 
-// NewSource joins group on brokers. poll bounds how long one poll waits, so flushes stay on time
-// when the topic is idle.
-func NewSource(brokers []string, group string, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
+// Group says which consumer group to join and how.
+type Group struct {
+	Brokers        []string
+	Name           string
+	InstanceID     string // static membership when set
+	SessionTimeout time.Duration
+}
+
+// NewSource joins the group. poll bounds how long one poll waits, so flushes stay on time when
+// the topic is idle.
+func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
 	s := &Source{agg: agg, logger: logger, poll: poll}
-	opts := append(kafka.ClientOptions(brokers, "tally-aggregator", logger, reg),
-		kgo.ConsumerGroup(group),
+	opts := append(kafka.ClientOptions(g.Brokers, "tally-aggregator", logger, reg),
+		kgo.ConsumerGroup(g.Name),
+		kgo.SessionTimeout(g.SessionTimeout),
+		kgo.HeartbeatInterval(g.SessionTimeout/5),
 		kgo.ConsumeTopics(schemas.TopicViews),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
@@ -42,6 +52,9 @@ func NewSource(brokers []string, group string, agg *Aggregator, poll time.Durati
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.lost),
 	)
+	if g.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(g.InstanceID))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create views consumer: %w", err)

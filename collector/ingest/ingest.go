@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,27 +163,20 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int,
 	return b, 0, nil
 }
 
-// produce hands every record to the producer and waits for Kafka's acknowledgement of each.
-// A full producer buffer fails at once (TryProduce) rather than blocking the request.
+// produce hands every record to the producer and waits for Kafka's acknowledgement of each. It
+// returns at the first failure: a full producer buffer fails at once (TryProduce) instead of
+// blocking, and the records still in flight are cancelled with the request's context.
 func (h *Handler) produce(ctx context.Context, recs []*kgo.Record) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	wg.Add(len(recs))
+	results := make(chan error, len(recs))
 	for _, rec := range recs {
-		h.cl.TryProduce(ctx, rec, func(_ *kgo.Record, err error) {
-			if err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-			wg.Done()
-		})
+		h.cl.TryProduce(ctx, rec, func(_ *kgo.Record, err error) { results <- err })
 	}
-	wg.Wait()
-	return first
+	for range recs {
+		if err := <-results; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (h *Handler) unavailable(w http.ResponseWriter, err error) int {

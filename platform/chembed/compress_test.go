@@ -166,7 +166,7 @@ func FuzzBlockReader(f *testing.F) {
 		}
 		got, err := io.ReadAll(newBlockReader(bytes.NewReader(framed), 1<<21))
 		if err != nil || !bytes.Equal(got, payload) {
-			t.Fatalf("round trip of %x: got %x, %v", payload, got, err)
+			t.Fatalf("round trip: got %x, %v; want %x, nil", got, err, payload)
 		}
 	})
 }

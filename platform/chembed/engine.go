@@ -63,6 +63,9 @@ func openEngine(dataDir string, baseline map[string]string, logger *slog.Logger)
 		_ = lock.Close()
 		return nil, fmt.Errorf("open chDB data dir %s: lock %s: %w; is another process using it?", dir, lockName, err)
 	}
+	if err := disableEngineSignalHandlers(); err != nil {
+		logger.Warn("chDB keeps its signal handlers: a Go nil-pointer dereference will hang this process instead of panicking", "err", err)
+	}
 	session, err := chdb.NewSession(dir)
 	if err != nil {
 		_ = lock.Close()
@@ -237,10 +240,20 @@ func (e *engine) reset(names, params []string) {
 	if err := e.exec(resetStatement(names, e.baseline, params)); err == nil {
 		return
 	}
-	for _, n := range names {
-		if err := e.exec(resetStatement([]string{n}, e.baseline, nil)); err != nil {
-			e.logger.Debug("reset setting", "name", n, "err", err)
+	// Resetting one name can unblock another (readonly forbids changing
+	// the rest), so retry until a round makes no progress.
+	for pending := names; len(pending) > 0; {
+		var failed []string
+		for _, n := range pending {
+			if err := e.exec(resetStatement([]string{n}, e.baseline, nil)); err != nil {
+				failed = append(failed, n)
+			}
 		}
+		if len(failed) == len(pending) {
+			e.logger.Debug("settings left as they are; the engine refused to reset them", "names", failed)
+			break
+		}
+		pending = failed
 	}
 	for _, p := range params {
 		if err := e.exec(resetStatement(nil, nil, []string{p})); err != nil {

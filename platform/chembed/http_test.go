@@ -3,6 +3,7 @@ package chembed
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -44,7 +45,7 @@ func TestHTTPQueries(t *testing.T) {
 		{name: "insert VALUES body", method: "POST", body: "INSERT INTO " + db + ".t (id, s) VALUES (5, 'fi''ve'), (6, 'six')", want: ""},
 		{name: "insert with SETTINGS", method: "POST", params: vals("query", "INSERT INTO "+db+".t SETTINGS max_insert_threads = 1 FORMAT CSV"), body: "7,seven\n", want: ""},
 		{name: "default TabSeparated", method: "POST", body: "SELECT id, s FROM " + db + ".t ORDER BY id",
-			want: "1\tone\n2\ttwo\n3\tthree\n4\tfour;\\\\\n5\tfi\\'ve\n6\tsix\n7\tseven\n",
+			want:     "1\tone\n2\ttwo\n3\tthree\n4\tfour;\\\\\n5\tfi\\'ve\n6\tsix\n7\tseven\n",
 			wantType: "text/tab-separated-values; charset=UTF-8"},
 		{name: "default_format JSONEachRow", method: "POST", params: vals("default_format", "JSONEachRow"), body: "SELECT id, s FROM " + db + ".t WHERE id <= 2 ORDER BY id",
 			want: "{\"id\":1,\"s\":\"one\"}\n{\"id\":2,\"s\":\"two\"}\n", wantType: "application/json; charset=UTF-8"},
@@ -63,6 +64,8 @@ func TestHTTPQueries(t *testing.T) {
 		{name: "settings not kept", method: "POST", body: "SELECT getSetting('max_threads') = (SELECT getSetting('max_threads') SETTINGS max_threads = DEFAULT)", want: "1\n"},
 		{name: "SET in body not kept", method: "POST", body: "SET max_block_size = 77", want: ""},
 		{name: "after SET", method: "POST", body: "SELECT getSetting('max_block_size') != 77", want: "1\n"},
+		{name: "SET readonly last", method: "POST", body: "SET max_threads = 3, readonly = 1", want: ""},
+		{name: "after SET readonly", method: "POST", body: "SELECT getSetting('readonly'), getSetting('max_threads') != 3", want: "0\t1\n"},
 		{name: "USE not kept", method: "POST", body: "USE " + db, want: ""},
 		{name: "after USE", method: "POST", body: "SELECT currentDatabase()", want: "default\n"},
 		{name: "trailing semicolon", method: "POST", body: "SELECT 5; -- done", want: "5\n"},
@@ -148,6 +151,12 @@ func TestHTTPHeadersAndCompression(t *testing.T) {
 			t.Fatalf("got %d %q; want 200 %q", resp.StatusCode, body, "from blocks\n")
 		}
 	})
+	t.Run("cors preflight", func(t *testing.T) {
+		resp, _ := httpDo(t, "OPTIONS", nil, "", nil)
+		if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+			t.Fatalf("OPTIONS /: got %d with origin %q; want 204 with *", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+		}
+	})
 	t.Run("cors", func(t *testing.T) {
 		resp, _ := httpDo(t, "GET", vals("query", "SELECT 1", "add_http_cors_header", "1"), "", nil)
 		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "*" {
@@ -173,6 +182,7 @@ func TestHTTPErrors(t *testing.T) {
 		contains string
 	}{
 		{name: "unknown table", method: "POST", body: "SELECT * FROM nowhere_at_all", status: 500, code: "60", contains: "Code: 60. DB::Exception: "},
+		{name: "failure after rows were produced", method: "POST", body: "SELECT throwIf(number = 3), number FROM numbers(10) SETTINGS max_block_size = 1", status: 500, code: "395"},
 		{name: "unknown setting", method: "POST", params: vals("no_such_setting", "1"), body: "SELECT 1", status: 500, code: "115", contains: "(UNKNOWN_SETTING)"},
 		{name: "bad setting value", method: "POST", params: vals("max_threads", "many"), body: "SELECT 1", status: 500, code: "27", contains: "Code: 27."},
 		{name: "unknown database", method: "POST", params: vals("database", "no_such_db"), body: "SELECT 1", status: 500, code: "81", contains: "no_such_db"},
@@ -231,4 +241,42 @@ func httpDoPath(t testing.TB, method, path string, params url.Values, body strin
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
+}
+
+// TestFailedQueryLeavesNoOutput guards against a chDB quirk: rows a failed
+// query already produced are handed to the next query on the session,
+// prepended to its own result.
+func TestFailedQueryLeavesNoOutput(t *testing.T) {
+	tests := []struct {
+		name, format, query string
+	}{
+		{"tsv", "", "SELECT throwIf(number = 3), number FROM numbers(10) SETTINGS max_block_size = 1"},
+		{"native", "Native", "SELECT throwIf(number = 50000), number FROM numbers(100000) SETTINGS max_block_size = 1000"},
+		{"json", "JSONEachRow", "SELECT throwIf(number = 7), number FROM numbers(10) SETTINGS max_block_size = 1, max_threads = 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			params := url.Values{}
+			if tc.format != "" {
+				params.Set("default_format", tc.format)
+			}
+			// Only the statement itself may reach the engine: no settings
+			// or database, whose SET or USE would swallow the leftovers.
+			resp, body := httpDo(t, "POST", params, tc.query, nil)
+			if resp.StatusCode != 500 || resp.Header.Get("X-ClickHouse-Exception-Code") != "395" {
+				t.Fatalf("failing query: got %d %q; want 500 with code 395", resp.StatusCode, clip(body))
+			}
+			if resp, body = httpDo(t, "POST", nil, "SELECT 42", nil); resp.StatusCode != 200 || body != "42\n" {
+				t.Fatalf("next query: got %d %q; want 200 %q", resp.StatusCode, clip(body), "42\n")
+			}
+		})
+	}
+}
+
+// clip keeps failure messages readable when a body is large or binary.
+func clip(s string) string {
+	if len(s) > 300 {
+		return s[:150] + fmt.Sprintf("...(%d bytes)...", len(s)-300) + s[len(s)-150:]
+	}
+	return s
 }

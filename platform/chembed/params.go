@@ -37,6 +37,12 @@ type options struct {
 // always buffered, and quotas do not exist.
 const ignoredParams = " user password quota_key buffer_size wait_end_of_query stacktrace role session_timeout session_check "
 
+// transportSettings are settings that only shape the HTTP exchange, which
+// this server does itself; passing them to the engine would cost two
+// statements per request (clickhouse-go sends network_compression_method
+// with every compressed request) for no effect.
+const transportSettings = " network_compression_method network_zstd_compression_level enable_http_compression http_zlib_compression_level add_http_cors_header send_progress_in_http_headers http_headers_progress_interval_ms http_wait_end_of_query http_response_buffer_size "
+
 // unsupportedParams would change semantics the handler cannot provide.
 const unsupportedParams = " session_id close_session profile "
 
@@ -98,6 +104,9 @@ func parseOptions(values url.Values) (options, *chError) {
 				o.httpCompression = truthy(value)
 			case "add_http_cors_header":
 				o.cors = truthy(value)
+			}
+			if strings.Contains(transportSettings, " "+name+" ") {
+				continue
 			}
 			o.settings = append(o.settings, setting{name, value})
 		}

@@ -9,6 +9,11 @@
 // until Close. Requests are served concurrently but reach the engine one at
 // a time, and the settings, query parameters and current database of one
 // request never carry over to the next.
+//
+// Unlike a ClickHouse server it has no users, sessions (session_id) or
+// external data, and buffers each result before sending it. It must only
+// listen where the data is meant to be readable and writable by anyone
+// who can connect: queries can also read local files.
 package chembed
 
 import (
@@ -159,9 +164,28 @@ func pickSpoolDir() string {
 
 // ServeHTTP routes ClickHouse's HTTP endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// net/http keeps a connection's deadlines across keep-alive requests;
+	// every request sets its own so none inherits an expired one.
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
+	// The engine may use all of RequestTimeout (max_execution_time) and
+	// still needs to send its answer, even if that answer is the timeout.
+	_ = rc.SetWriteDeadline(deadline.Add(max(10*time.Second, s.cfg.RequestTimeout/2)))
 	switch r.URL.Path {
 	case "/", "":
-		s.serveQuery(w, r)
+		if r.Method == http.MethodOptions {
+			// A browser dashboard's CORS preflight before a query with
+			// add_http_cors_header=1.
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", "*")
+			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Content-Encoding, Accept-Encoding, X-ClickHouse-User, X-ClickHouse-Key, X-ClickHouse-Format, X-ClickHouse-Database")
+			h.Set("Access-Control-Max-Age", "86400")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		s.serveQuery(w, r, deadline)
 	case "/ping", "/replicas_status":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			writeError(w, newError(http.StatusMethodNotAllowed, codeBadArguments, "%s %s is not allowed; use GET", r.Method, r.URL.Path))
@@ -180,14 +204,10 @@ func writeOK(w http.ResponseWriter) {
 	_, _ = io.WriteString(w, "Ok.\n")
 }
 
-func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, deadline time.Time) {
 	started := time.Now()
-	deadline := started.Add(s.cfg.RequestTimeout)
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(deadline)
-	_ = rc.SetWriteDeadline(deadline)
 
 	if r.Method != http.MethodGet && r.Method != http.MethodPost && r.Method != http.MethodHead {
 		writeError(w, newError(http.StatusMethodNotAllowed, codeBadArguments, "method %s is not allowed; use GET or POST", r.Method))
@@ -210,6 +230,9 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request) {
 	}()
 	fail := func(e *chError) {
 		status = e.status
+		if e.code == codeStdException {
+			s.log.Warn("chembed request failed", "query_id", queryID, "err", e.text)
+		}
 		writeError(w, e)
 	}
 	if perr != nil {

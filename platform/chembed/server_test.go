@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -87,6 +88,21 @@ func runHelper(mode, dir string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		sess.Close()
 		return 0
+	case "nilpanic":
+		// With a session open, a nil-pointer dereference must crash the
+		// process as Go does, not hang it inside the engine's handler.
+		s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger})
+		if err != nil {
+			fmt.Println("start error:", err)
+			return 1
+		}
+		if status, body := rawQuery(s, "SELECT 1"); status != 200 {
+			fmt.Println("query error:", status, body)
+			return 1
+		}
+		var p *eventRow
+		fmt.Println(p.ID)
+		return 0
 	case "lifecycle":
 		if err := lifecycle(dir, logger); err != nil {
 			fmt.Println("lifecycle error:", err)
@@ -102,9 +118,18 @@ func runHelper(mode, dir string) int {
 // lifecycle checks, in a fresh process, that Close waits for a request in
 // flight, is idempotent, and releases the data directory for a new Start.
 func lifecycle(dir string, logger *slog.Logger) error {
-	s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger})
+	s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, RequestTimeout: 2 * time.Second, MaxBodyBytes: 1 << 10})
 	if err != nil {
 		return fmt.Errorf("first start: %w", err)
+	}
+	started := time.Now()
+	status, body := rawQuery(s, "SELECT sleepEachRow(0.5) FROM numbers(20) SETTINGS max_block_size = 1")
+	if status != 500 || !strings.Contains(body, "Code: 159.") || time.Since(started) > 5*time.Second {
+		return fmt.Errorf("query past RequestTimeout: got %d %q after %v; want 500 with code 159 within 5s", status, body, time.Since(started))
+	}
+	status, body = rawQuery(s, "SELECT '"+strings.Repeat("x", 2<<10)+"'")
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "LIMIT_EXCEEDED") {
+		return fmt.Errorf("body over MaxBodyBytes: got %d %q; want 413 LIMIT_EXCEEDED", status, body)
 	}
 	if _, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger}); err == nil || !strings.Contains(err.Error(), "is another process using it?") {
 		return fmt.Errorf("second start on the same dir: got %v; want an 'is another process using it?' error", err)
@@ -143,7 +168,7 @@ func lifecycle(dir string, logger *slog.Logger) error {
 		return fmt.Errorf("start after close: %w", err)
 	}
 	defer func() { _ = s2.Close(ctx) }()
-	status, body := rawQuery(s2, "SELECT 41 + 1")
+	status, body = rawQuery(s2, "SELECT 41 + 1")
 	if status != 200 || body != "42\n" {
 		return fmt.Errorf("query after restart: got %d %q; want 200 \"42\\n\"", status, body)
 	}
@@ -238,6 +263,18 @@ func TestStartInSameProcess(t *testing.T) {
 	// The shared session must be untouched by the refused starts.
 	if status, body := rawQuery(shared, "SELECT 1"); status != 200 || body != "1\n" {
 		t.Fatalf("shared server after refused starts: got %d %q; want 200 \"1\\n\"", status, body)
+	}
+}
+
+func TestNilDereferencePanicsWithSessionOpen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=nilpanic", "CHEMBED_TEST_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "nil pointer dereference") {
+		t.Fatalf("helper dereferencing nil: got %v, output %q; want exit status 2 with a nil pointer dereference panic", err, clip(string(out)))
 	}
 }
 
@@ -467,6 +504,92 @@ func TestClickhouseGoParameters(t *testing.T) {
 	var n uint64
 	if err := conn.QueryRow(ctx, "SELECT count() FROM kv").Scan(&n); err != nil || n != 3 {
 		t.Fatalf("kv after parameter tests: got %d rows, err %v; want 3 rows", n, err)
+	}
+}
+
+// TestClickhouseGoTypes reads back types whose Native encoding differs
+// most between columns, through the revision re-encoding.
+func TestClickhouseGoTypes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn := openConn(t, "", &clickhouse.Compression{Method: clickhouse.CompressionLZ4})
+	var (
+		id     string
+		m      map[string]uint64
+		enum   string
+		ip     net.IP
+		fixed  string
+		tuple  []any
+		nested [][]int32
+		lcNull *string
+		empty  []string
+		when   time.Time
+	)
+	err := conn.QueryRow(ctx, `SELECT
+		toUUID('61f0c404-5cb3-11e7-907b-a6006ad3dba0'),
+		map('a', 1, 'b', 2)::Map(String, UInt64),
+		CAST('two' AS Enum8('one' = 1, 'two' = 2)),
+		toIPv4('10.1.2.3'),
+		toFixedString('ab', 4),
+		tuple(1::UInt8, 'x'),
+		[[1, -2], [], [3]]::Array(Array(Int32)),
+		NULL::LowCardinality(Nullable(String)),
+		[]::Array(String),
+		toDateTime64('2024-03-01 12:00:00.123456', 6, 'Asia/Tokyo')`).Scan(&id, &m, &enum, &ip, &fixed, &tuple, &nested, &lcNull, &empty, &when)
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want string
+	}{
+		{"uuid", id, "61f0c404-5cb3-11e7-907b-a6006ad3dba0"},
+		{"map", fmt.Sprint(m), "map[a:1 b:2]"},
+		{"enum", enum, "two"},
+		{"ipv4", ip.String(), "10.1.2.3"},
+		{"fixed string", fixed, "ab\x00\x00"},
+		{"tuple", fmt.Sprint(tuple), "[1 x]"},
+		{"nested array", fmt.Sprint(nested), "[[1 -2] [] [3]]"},
+		{"low cardinality nullable", fmt.Sprint(lcNull), "<nil>"},
+		{"empty array", fmt.Sprint(len(empty)), "0"},
+		{"datetime64 with zone", when.UTC().Format(time.RFC3339Nano), "2024-03-01T03:00:00.123456Z"},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			if c.got != c.want {
+				t.Fatalf("got %q; want %q", c.got, c.want)
+			}
+		})
+	}
+}
+
+func TestClickhouseGoAsyncInsert(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn := openConn(t, newDatabase(t), &clickhouse.Compression{Method: clickhouse.CompressionLZ4})
+	if err := conn.Exec(ctx, "CREATE TABLE a (x UInt32, s String) ENGINE = MergeTree ORDER BY x"); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	tests := []struct {
+		name  string
+		wait  bool
+		query string
+	}{
+		{"wait", true, "INSERT INTO a VALUES (1, 'one')"},
+		{"no wait", false, "INSERT INTO a VALUES (2, 'two')"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := conn.AsyncInsert(ctx, tc.query, tc.wait); err != nil {
+				t.Fatalf("AsyncInsert: %v", err)
+			}
+			// The engine reads FROM INFILE synchronously, so even an
+			// unawaited async insert is visible when the call returns.
+			var n uint64
+			if err := conn.QueryRow(ctx, "SELECT count() FROM a").Scan(&n); err != nil || n != uint64(i+1) {
+				t.Fatalf("count after AsyncInsert: got %d, %v; want %d", n, err, i+1)
+			}
+		})
 	}
 }
 

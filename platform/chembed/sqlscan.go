@@ -15,12 +15,12 @@ import "strings"
 type tokKind uint8
 
 const (
-	tokEOF    tokKind = iota
-	tokWord           // keyword, bare identifier or number
-	tokString         // '...' or ‘...’ literal
-	tokQuoted         // "..." `...` or “...” identifier
-	tokHeredoc        // $tag$...$tag$
-	tokPunct          // any other single byte
+	tokEOF     tokKind = iota
+	tokWord            // keyword, bare identifier or number
+	tokString          // '...' or ‘...’ literal
+	tokQuoted          // "..." `...` or “...” identifier
+	tokHeredoc         // $tag$...$tag$
+	tokPunct           // any other single byte
 )
 
 type token struct {

@@ -58,15 +58,17 @@ type Collector struct {
 }
 
 type Aggregator struct {
-	Addr          string        `mapstructure:"addr"`
-	Group         string        `mapstructure:"group"`
-	FlushInterval time.Duration `mapstructure:"flush_interval"`
-	MaxBatch      int           `mapstructure:"max_batch"`
-	DedupeWindow  time.Duration `mapstructure:"dedupe_window"`
-	DedupeGrace   time.Duration `mapstructure:"dedupe_grace"`
-	TTLSeconds    time.Duration `mapstructure:"ttl_seconds"`
-	TTLMinutes    time.Duration `mapstructure:"ttl_minutes"`
-	TTLDays       time.Duration `mapstructure:"ttl_days"`
+	Addr           string        `mapstructure:"addr"`
+	Group          string        `mapstructure:"group"`
+	InstanceID     string        `mapstructure:"instance_id"`
+	SessionTimeout time.Duration `mapstructure:"session_timeout"`
+	FlushInterval  time.Duration `mapstructure:"flush_interval"`
+	MaxBatch       int           `mapstructure:"max_batch"`
+	DedupeWindow   time.Duration `mapstructure:"dedupe_window"`
+	DedupeGrace    time.Duration `mapstructure:"dedupe_grace"`
+	TTLSeconds     time.Duration `mapstructure:"ttl_seconds"`
+	TTLMinutes     time.Duration `mapstructure:"ttl_minutes"`
+	TTLDays        time.Duration `mapstructure:"ttl_days"`
 }
 
 type Demo struct {
@@ -119,6 +121,8 @@ func settings() []setting {
 
 		{"aggregator.addr", "127.0.0.1:8081", "aggregator admin listen address (/healthz, /readyz, /metrics)"},
 		{"aggregator.group", "tally-aggregator", "Kafka consumer group of the aggregators"},
+		{"aggregator.instance_id", "", "static group membership id (e.g. the pod name): a restarted aggregator takes back its partitions at once"},
+		{"aggregator.session_timeout", 10 * time.Second, "how long the group waits for a silent aggregator before moving its partitions"},
 		{"aggregator.flush_interval", 500 * time.Millisecond, "how often aggregated batches are written to ClickHouse"},
 		{"aggregator.max_batch", 200000, "records per partition batch before an early flush"},
 		{"aggregator.dedupe_window", 30 * time.Minute, "a view counts once per viewer and item within this much event time"},
@@ -161,7 +165,9 @@ func (c Config) Validate() error {
 	if c.Kafka.Partitions < 1 || c.Kafka.Partitions > 1024 {
 		bad("kafka.partitions", "got %d; want 1..1024", c.Kafka.Partitions)
 	}
-	positive(bad, "kafka.produce_timeout", c.Kafka.ProduceTimeout)
+	if c.Kafka.ProduceTimeout < time.Second {
+		bad("kafka.produce_timeout", "got %s; want at least 1s (the Kafka client's smallest delivery timeout)", c.Kafka.ProduceTimeout)
+	}
 	if c.Kafka.MaxBuffered < 1 {
 		bad("kafka.max_buffered_records", "got %d; want at least 1", c.Kafka.MaxBuffered)
 	}
@@ -193,6 +199,9 @@ func (c Config) Validate() error {
 		bad("aggregator.group", "must not be empty")
 	}
 	positive(bad, "aggregator.flush_interval", c.Aggregator.FlushInterval)
+	if c.Aggregator.SessionTimeout < time.Second {
+		bad("aggregator.session_timeout", "got %s; want at least 1s", c.Aggregator.SessionTimeout)
+	}
 	if c.Aggregator.MaxBatch < 1 || c.Aggregator.MaxBatch > 500000 {
 		bad("aggregator.max_batch", "got %d; want 1..500000 (one batch must stay one ClickHouse insert block)", c.Aggregator.MaxBatch)
 	}

@@ -44,6 +44,8 @@ func StartEmbedded(dir, addr string, syncWrites bool) (*Embedded, error) {
 		kfake.NumBrokers(1),
 		kfake.Ports(port),
 		kfake.DataDir(dir),
+		// Real brokers default to a 6 s minimum; one machine can afford faster failover.
+		kfake.GroupMinSessionTimeout(time.Second),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
 		}),

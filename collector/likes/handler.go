@@ -1,0 +1,216 @@
+package likes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/collector/ingest"
+	"tally/schemas"
+)
+
+// MaxIDs bounds the ids of one GET /v1/users/{user_id}/likes.
+const MaxIDs = 100
+
+// applyTimeout bounds the Redis write after the log write; it does not follow the request's
+// context, so a client that hangs up after the log write still gets its change applied now
+// rather than by the applier a moment later.
+const applyTimeout = 2 * time.Second
+
+// Handler serves the likes API. Its Kafka client is the collector's producer, owned by the
+// caller.
+type Handler struct {
+	store          *Store
+	cl             *kgo.Client
+	topic          string
+	produceTimeout time.Duration
+	now            func() time.Time
+	logger         *slog.Logger
+	latency        *prometheus.HistogramVec
+}
+
+// NewHandler returns a handler writing changes to topic through cl before applying them to
+// store. produceTimeout bounds the wait for Kafka's acknowledgement.
+func NewHandler(store *Store, cl *kgo.Client, topic string, produceTimeout time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
+	h := &Handler{
+		store: store, cl: cl, topic: topic, produceTimeout: produceTimeout, now: now, logger: logger,
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tally_likes_request_seconds", Help: "Likes API request latency, by endpoint and status.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"endpoint", "code"}),
+	}
+	reg.MustRegister(h.latency)
+	return h
+}
+
+// Register adds the likes routes to mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.HandleFunc("PUT /v1/items/{item_id}/likes/{user_id}", h.timed("like", func(w http.ResponseWriter, r *http.Request) int {
+		return h.change(w, r, true)
+	}))
+	mux.HandleFunc("DELETE /v1/items/{item_id}/likes/{user_id}", h.timed("unlike", func(w http.ResponseWriter, r *http.Request) int {
+		return h.change(w, r, false)
+	}))
+	mux.HandleFunc("GET /v1/users/{user_id}/likes", h.timed("liked_by", h.likedBy))
+}
+
+func (h *Handler) timed(endpoint string, serve func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		code := serve(w, r)
+		h.latency.WithLabelValues(endpoint, strconv.Itoa(code)).Observe(time.Since(t0).Seconds())
+	}
+}
+
+// ChangeResponse is the answer to a like or unlike: the user's state and the item's exact
+// total right after the change was applied.
+type ChangeResponse struct {
+	ItemID string `json:"item_id"`
+	UserID string `json:"user_id"`
+	Liked  bool   `json:"liked"`
+	Likes  int64  `json:"likes"`
+}
+
+// LikedByResponse is the answer to GET /v1/users/{user_id}/likes.
+type LikedByResponse struct {
+	UserID string          `json:"user_id"`
+	Liked  map[string]bool `json:"liked"`
+}
+
+func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int {
+	item, user := r.PathValue("item_id"), r.PathValue("user_id")
+	if err := schemas.CheckID("item_id", item, true); err != nil {
+		return writeFieldError(w, err)
+	}
+	if err := schemas.CheckID("user_id", user, true); err != nil {
+		return writeFieldError(w, err)
+	}
+	// Nothing goes to the log while Redis cannot take it: the change would be acknowledged
+	// nowhere yet land later, surprising a client that was told to retry.
+	ready, err := h.store.Ready(r.Context())
+	if err != nil {
+		return h.redisDown(w, err, false)
+	}
+	if !ready {
+		return rebuilding(w, false)
+	}
+	l := schemas.Like{ItemID: item, UserID: user, Liked: liked, TS: h.now().UnixMilli(), RequestID: requestID(r)}
+	pctx, cancel := context.WithTimeout(r.Context(), h.produceTimeout)
+	rec, err := h.cl.ProduceSync(pctx, &kgo.Record{Topic: h.topic, Key: []byte(item), Value: schemas.AppendLike(nil, l)}).First()
+	cancel()
+	if err != nil {
+		h.logger.Warn("likes: kafka did not acknowledge", "item_id", item, "user_id", user, "err", err)
+		w.Header().Set("Retry-After", "1")
+		return ingest.WriteError(w, http.StatusServiceUnavailable, "",
+			"kafka did not acknowledge the change; retry (repeating a like or unlike is safe)")
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), applyTimeout)
+	res, err := h.store.Apply(actx, l, rec.Offset)
+	cancel()
+	switch {
+	case errors.Is(err, ErrNotReady):
+		return rebuilding(w, true)
+	case err != nil:
+		return h.redisDown(w, err, true)
+	}
+	return writeJSON(w, http.StatusOK, ChangeResponse{ItemID: item, UserID: user, Liked: res.Liked, Likes: res.Total})
+}
+
+func (h *Handler) likedBy(w http.ResponseWriter, r *http.Request) int {
+	user := r.PathValue("user_id")
+	if err := schemas.CheckID("user_id", user, true); err != nil {
+		return writeFieldError(w, err)
+	}
+	ids, err := ParseIDs(strings.Join(r.URL.Query()["ids"], ","))
+	if err != nil {
+		return writeFieldError(w, err)
+	}
+	liked, err := h.store.LikedBy(r.Context(), user, ids)
+	switch {
+	case errors.Is(err, ErrNotReady):
+		return rebuilding(w, false)
+	case err != nil:
+		return h.redisDown(w, err, false)
+	}
+	return writeJSON(w, http.StatusOK, LikedByResponse{UserID: user, Liked: liked})
+}
+
+// ParseIDs reads the comma-separated item ids of the ids query parameter: 1..MaxIDs ids, each
+// valid for schemas.CheckID; repeated ids are answered once.
+func ParseIDs(raw string) ([]string, error) {
+	if raw == "" {
+		return nil, &schemas.FieldError{Field: "ids", Reason: "is required: give up to 100 comma-separated item ids"}
+	}
+	parts := strings.Split(raw, ",")
+	if len(parts) > MaxIDs {
+		return nil, &schemas.FieldError{Field: "ids", Reason: fmt.Sprintf("has %d ids; at most %d allowed", len(parts), MaxIDs)}
+	}
+	ids := make([]string, 0, len(parts))
+	seen := make(map[string]bool, len(parts))
+	for i, id := range parts {
+		if err := schemas.CheckID("ids", id, true); err != nil {
+			var fe *schemas.FieldError
+			errors.As(err, &fe)
+			return nil, &schemas.FieldError{Field: "ids", Reason: fmt.Sprintf("element %d %s", i+1, fe.Reason)}
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// rebuilding answers 503 while the serving state is rebuilt; logged says whether this
+// request's change is already in the log.
+func rebuilding(w http.ResponseWriter, logged bool) int {
+	w.Header().Set("Retry-After", "1")
+	msg := "like state is being rebuilt from the log; retry shortly"
+	if logged {
+		msg = "like state is being rebuilt from the log; this change is recorded and will be applied, retry shortly to read the new state"
+	}
+	return ingest.WriteError(w, http.StatusServiceUnavailable, "", msg)
+}
+
+func (h *Handler) redisDown(w http.ResponseWriter, err error, logged bool) int {
+	h.logger.Warn("likes: redis unavailable", "err", err)
+	w.Header().Set("Retry-After", "1")
+	msg := "like store (redis) is unavailable; nothing was changed, retry later"
+	if logged {
+		msg = "like store (redis) is unavailable; this change is recorded in the log and will be applied when it is back, retry to read the new state"
+	}
+	return ingest.WriteError(w, http.StatusServiceUnavailable, "", msg)
+}
+
+// requestID ties the log record to the request: the client's X-Request-ID if it is a valid id,
+// else a fresh random one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-ID"); id != "" && schemas.CheckID("request_id", id, true) == nil {
+		return id
+	}
+	return newToken()
+}
+
+func writeFieldError(w http.ResponseWriter, err error) int {
+	var fe *schemas.FieldError
+	if errors.As(err, &fe) {
+		return ingest.WriteError(w, http.StatusBadRequest, fe.Field, fe.Reason)
+	}
+	return ingest.WriteError(w, http.StatusBadRequest, "", err.Error())
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+	return code
+}

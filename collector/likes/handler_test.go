@@ -1,0 +1,334 @@
+package likes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/testinfra"
+	"tally/schemas"
+)
+
+func TestParseIDs(t *testing.T) {
+	hundred := strings.TrimSuffix(strings.Repeat("x,", 99), ",") + ",y"
+	tests := []struct {
+		name    string
+		raw     string
+		want    []string
+		wantErr string
+	}{
+		{"one", "a", []string{"a"}, ""},
+		{"several in order", "b,a,c", []string{"b", "a", "c"}, ""},
+		{"repeats answered once", "a,b,a", []string{"a", "b"}, ""},
+		{"hundred allowed", hundred, []string{"x", "y"}, ""},
+		{"empty", "", nil, "ids: is required"},
+		{"empty element", "a,,b", nil, "ids: element 2 is required"},
+		{"trailing comma", "a,", nil, "ids: element 2 is required"},
+		{"bad character", "a,b/c", nil, "ids: element 2 has character '/'"},
+		{"too many", hundred + ",z", nil, "ids: has 101 ids; at most 100 allowed"},
+		{"too long", strings.Repeat("a", 129), nil, "ids: element 1 is 129 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseIDs(tt.raw)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got error %v; want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Fatalf("got %q, %v; want %q, nil", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseIDs(f *testing.F) {
+	for _, s := range []string{"", "a", "a,b", "a,,b", ",", "a,a", "x@y.z:1-2_3", "a\x00b", "é", strings.Repeat("a,", 101)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		ids, err := ParseIDs(raw)
+		if err != nil {
+			var fe *schemas.FieldError
+			if !errors.As(err, &fe) || fe.Field != "ids" {
+				t.Fatalf("got error %v; want a FieldError naming ids", err)
+			}
+			return
+		}
+		if len(ids) == 0 || len(ids) > MaxIDs {
+			t.Fatalf("got %d ids from %q; want 1..%d", len(ids), raw, MaxIDs)
+		}
+		parts := strings.Split(raw, ",")
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if err := schemas.CheckID("ids", id, true); err != nil {
+				t.Fatalf("got invalid id %q from %q: %v", id, raw, err)
+			}
+			if seen[id] || !slices.Contains(parts, id) {
+				t.Fatalf("got id %q from %q; want each input id once", id, raw)
+			}
+			seen[id] = true
+		}
+		if len(seen) != len(uniq(parts)) {
+			t.Fatalf("got %d ids from %q; want %d", len(seen), raw, len(uniq(parts)))
+		}
+	})
+}
+
+func uniq(s []string) map[string]bool {
+	m := map[string]bool{}
+	for _, v := range s {
+		m[v] = true
+	}
+	return m
+}
+
+func TestRejectsBadIDs(t *testing.T) {
+	verifyNoLeaks(t)
+	e := newEnv(t, "badids")
+	tests := []struct {
+		name, method, path string
+		wantField          string
+	}{
+		{"like bad item", http.MethodPut, "/v1/items/a%2Fb/likes/u1", "item_id"},
+		{"unlike bad user", http.MethodDelete, "/v1/items/i1/likes/u%20x", "user_id"},
+		{"user too long", http.MethodPut, "/v1/items/i1/likes/" + strings.Repeat("u", 129), "user_id"},
+		{"liked-by bad user", http.MethodGet, "/v1/users/u%21/likes?ids=a", "user_id"},
+		{"liked-by no ids", http.MethodGet, "/v1/users/u1/likes", "ids"},
+		{"liked-by bad id", http.MethodGet, "/v1/users/u1/likes?ids=a,b%24", "ids"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body, err := do(e.client, tt.method, e.srv.URL+tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct{ Error, Field string }
+			_ = json.Unmarshal(body, &got)
+			if code != http.StatusBadRequest || got.Field != tt.wantField || !strings.HasPrefix(got.Error, tt.wantField) {
+				t.Fatalf("got %d %s; want 400 naming field %s", code, body, tt.wantField)
+			}
+		})
+	}
+	if n := len(logState(t, e.topic)); n != 0 {
+		t.Errorf("got %d items in the log after rejected requests; want 0", n)
+	}
+}
+
+func TestLikeUnlikeAreIdempotent(t *testing.T) {
+	verifyNoLeaks(t)
+	e := newEnv(t, "idem")
+	deadline := time.Now().Add(10 * time.Second)
+	steps := []struct {
+		name      string
+		user      string
+		liked     bool
+		wantLiked bool
+		wantTotal int64
+	}{
+		{"first like", "u1", true, true, 1},
+		{"double tap changes nothing", "u1", true, true, 1},
+		{"second user", "u2", true, true, 2},
+		{"unlike", "u1", false, false, 1},
+		{"unlike retried", "u1", false, false, 1},
+		{"unlike of a user who never liked stays at zero", "u3", false, false, 1},
+		{"last unlike", "u2", false, false, 0},
+		{"below zero impossible", "u2", false, false, 0},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			got, err := change(e.client, e.srv.URL, "item-1", s.user, s.liked, deadline)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ChangeResponse{ItemID: "item-1", UserID: s.user, Liked: s.wantLiked, Likes: s.wantTotal}
+			if got != want {
+				t.Fatalf("got %+v; want %+v", got, want)
+			}
+		})
+	}
+	if _, err := change(e.client, e.srv.URL, "item-2", "u1", true, deadline); err != nil {
+		t.Fatal(err)
+	}
+	code, body, err := do(e.client, http.MethodGet, e.srv.URL+"/v1/users/u1/likes?ids=item-1,item-2,item-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got LikedByResponse
+	if err := json.Unmarshal(body, &got); err != nil || code != http.StatusOK {
+		t.Fatalf("got %d %s; want 200", code, body)
+	}
+	want := map[string]bool{"item-1": false, "item-2": true, "item-3": false}
+	if got.UserID != "u1" || len(got.Liked) != len(want) {
+		t.Fatalf("got %+v; want user u1 with %v", got, want)
+	}
+	for it, w := range want {
+		if got.Liked[it] != w {
+			t.Errorf("liked[%s]: got %v; want %v", it, got.Liked[it], w)
+		}
+	}
+	totals, err := e.store.Totals(context.Background(), []string{"item-1", "item-2", "item-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if totals["item-1"] != 0 || totals["item-2"] != 1 || totals["item-3"] != 0 {
+		t.Errorf("got totals %v; want item-1 0, item-2 1, item-3 0", totals)
+	}
+}
+
+// A change that reached the log but not Redis (the process died in between) is applied by the
+// applier without any request.
+func TestApplierRepairsChangeOnlyInLog(t *testing.T) {
+	verifyNoLeaks(t)
+	e := newEnv(t, "repair")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, l := range []schemas.Like{
+		{ItemID: "it", UserID: "a", Liked: true, TS: time.Now().UnixMilli()},
+		{ItemID: "it", UserID: "b", Liked: true, TS: time.Now().UnixMilli()},
+		{ItemID: "it", UserID: "a", Liked: false, TS: time.Now().UnixMilli()},
+	} {
+		if err := e.prod.ProduceSync(ctx, &kgo.Record{Topic: e.topic, Key: []byte(l.ItemID), Value: schemas.AppendLike(nil, l)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "applier applied the log", func() (bool, string) {
+		d, err := diffState(ctx, e.store, map[string]map[string]bool{"it": {"a": false, "b": true}})
+		return err == nil && d == "", d + " " + errString(err)
+	})
+}
+
+// Redis down: 503 with a clear message, and nothing reaches the log.
+func TestRedisDownAnswers503(t *testing.T) {
+	verifyNoLeaks(t)
+	e := newEnv(t, "redisdown")
+	dead, err := testinfra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := OpenStore(dead)
+	defer down.Close()
+	mux := http.NewServeMux()
+	NewHandler(down, e.prod, e.topic, 5*time.Second, time.Now, testLogger(), prometheus.NewRegistry()).Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer e.client.CloseIdleConnections()
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodPut, "/v1/items/i/likes/u"},
+		{http.MethodDelete, "/v1/items/i/likes/u"},
+		{http.MethodGet, "/v1/users/u/likes?ids=i"},
+	} {
+		t.Run(tt.method, func(t *testing.T) {
+			code, body, err := do(e.client, tt.method, srv.URL+tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "redis) is unavailable") {
+				t.Fatalf("got %d %s; want 503 saying redis is unavailable", code, body)
+			}
+		})
+	}
+	if n := len(logState(t, e.topic)); n != 0 {
+		t.Errorf("got %d items in the log; want none while redis is down", n)
+	}
+}
+
+// Redis comes back empty (FLUSHALL, and its script cache gone too): likes answer 503 until the
+// appliers rebuilt the state from the log, and then every state and total is exact. Two
+// appliers (two collectors) see the loss at once; one rebuilds, the other waits for it.
+func TestRebuildAfterFlushAll(t *testing.T) {
+	verifyNoLeaks(t)
+	e := newEnv(t, "flush")
+	second, err := NewApplier(ApplierConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-flush-2",
+		CheckEvery: 200 * time.Millisecond}, e.store, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Start()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := second.Stop(sctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(20 * time.Second)
+	items := []string{"p", "q", "r"}
+	for i := range 60 {
+		if _, err := change(e.client, e.srv.URL, items[i%3], "user-"+string(rune('a'+i%17)), i%4 != 3, deadline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := logState(t, e.topic)
+
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	defer rdb.Close()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodPut, "/v1/items/p/likes/late"},
+		{http.MethodGet, "/v1/users/user-a/likes?ids=p,q,r"},
+	} {
+		code, body, err := do(e.client, tt.method, e.srv.URL+tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "being rebuilt from the log") {
+			t.Fatalf("%s %s right after FLUSHALL: got %d %s; want 503 saying the state is being rebuilt", tt.method, tt.path, code, body)
+		}
+	}
+	if _, err := e.store.Totals(ctx, items); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("Totals right after FLUSHALL: got %v; want ErrNotReady", err)
+	}
+	// Poll with reads only: the first answer that is not a 503 must already be exact.
+	waitFor(t, 20*time.Second, "likes served again", func() (bool, string) {
+		code, body, err := do(e.client, http.MethodGet, e.srv.URL+"/v1/users/user-a/likes?ids=p")
+		return err == nil && code == http.StatusOK, string(body)
+	})
+	if d, err := diffState(ctx, e.store, want); err != nil || d != "" {
+		t.Fatalf("state after the rebuild differs from the log:\n%s %v", d, err)
+	}
+	// Changes are applied again, on top of the rebuilt state.
+	got, err := change(e.client, e.srv.URL, "p", "late", true, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantTotal := countLiked(want["p"]) + 1; !got.Liked || got.Likes != wantTotal {
+		t.Fatalf("like after the rebuild: got %+v; want liked with %d likes", got, wantTotal)
+	}
+}
+
+func countLiked(m map[string]bool) int64 {
+	var n int64
+	for _, l := range m {
+		if l {
+			n++
+		}
+	}
+	return n
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

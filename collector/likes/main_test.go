@@ -1,0 +1,258 @@
+package likes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"tally/platform/kafka"
+	"tally/platform/testinfra"
+)
+
+// The test binary shares one infrastructure (chDB allows one engine per process). Tests run
+// one at a time: the like state's Redis keys are global (likes:ready), so each test starts
+// from FLUSHALL and uses its own topic and consumer group.
+var (
+	infra        *testinfra.Infra
+	collectorBin string // the collector binary, for the crash test
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	var err error
+	if infra, err = testinfra.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "start test infrastructure:", err)
+		return 1
+	}
+	defer infra.Stop()
+	collectorBin = filepath.Join(infra.Dir, "collector")
+	build := exec.Command("go", "build", "-o", collectorBin, "tally/collector/cmd/collector")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build collector: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// verifyNoLeaks checks, after the test and all its cleanups, that every goroutine the test
+// started has ended. Call it first so its cleanup runs last.
+func verifyNoLeaks(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+func testLogger() *slog.Logger { return infra.Logger }
+
+// env is one test's likes stack in this process: producer, store, handler behind an HTTP
+// server, and applier, on its own topic and group.
+type env struct {
+	t       testing.TB
+	topic   string
+	prod    *kgo.Client
+	store   *Store
+	applier *Applier
+	srv     *httptest.Server
+	client  *http.Client
+}
+
+func newEnv(t testing.TB, name string) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	flushRedis(t)
+	e := &env{t: t, topic: "likes-" + name}
+	var err error
+	e.prod, err = kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "likes-test", testLogger(), nil),
+		kafka.ProducerOptions(100000, 10*time.Second)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kafka.EnsureTopics(ctx, e.prod, 4, e.topic); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	e.store = OpenStore(infra.Redis.Addr())
+	mux := http.NewServeMux()
+	NewHandler(e.store, e.prod, e.topic, 10*time.Second, time.Now, testLogger(), reg).Register(mux)
+	e.srv = httptest.NewServer(mux)
+	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}, Timeout: 15 * time.Second}
+	e.applier, err = NewApplier(ApplierConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-" + name,
+		CheckEvery: 200 * time.Millisecond}, e.store, testLogger(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.applier.Start()
+	t.Cleanup(e.close)
+	waitFor(t, 20*time.Second, "like state ready", func() (bool, string) {
+		ok, err := e.store.Ready(ctx)
+		return ok, fmt.Sprint(err)
+	})
+	return e
+}
+
+func (e *env) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.applier.Stop(ctx); err != nil {
+		e.t.Errorf("stop applier: %v", err)
+	}
+	e.srv.Close()
+	e.client.CloseIdleConnections()
+	e.prod.Close()
+	e.store.Close()
+}
+
+// do sends one request and returns the status and body; err is a transport error.
+func do(c *http.Client, method, url string) (int, []byte, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// change likes (or unlikes) until it gets a 200, retrying 503s and transport errors until
+// deadline, and returns the answer.
+func change(c *http.Client, base, item, user string, liked bool, deadline time.Time) (ChangeResponse, error) {
+	method := http.MethodPut
+	if !liked {
+		method = http.MethodDelete
+	}
+	url := base + "/v1/items/" + item + "/likes/" + user
+	for {
+		code, body, err := do(c, method, url)
+		if err == nil && code == http.StatusOK {
+			var r ChangeResponse
+			if err := json.Unmarshal(body, &r); err != nil {
+				return r, fmt.Errorf("decode %s: %w", body, err)
+			}
+			return r, nil
+		}
+		if err == nil && code != http.StatusServiceUnavailable {
+			return ChangeResponse{}, fmt.Errorf("%s %s: got %d %s; want 200 or 503", method, url, code, body)
+		}
+		if time.Now().After(deadline) {
+			return ChangeResponse{}, fmt.Errorf("%s %s: no 200 before the deadline (last: %d %s %v)", method, url, code, body, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logState is the oracle: the last state of every (item, user) pair in log order.
+func logState(t testing.TB, topic string) map[string]map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := map[string]map[string]bool{}
+	last := map[[2]string]int64{}
+	_, _, err := Replay(ctx, []string{infra.Kafka.Addr()}, topic, testLogger(), func(recs []Record) error {
+		for _, r := range recs {
+			k := [2]string{r.Like.ItemID, r.Like.UserID}
+			if off, ok := last[k]; ok && off >= r.Offset {
+				return fmt.Errorf("offsets of %v not increasing: %d after %d", k, r.Offset, off)
+			}
+			last[k] = r.Offset
+			if out[r.Like.ItemID] == nil {
+				out[r.Like.ItemID] = map[string]bool{}
+			}
+			out[r.Like.ItemID][r.Like.UserID] = r.Like.Liked
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the like log: %v", err)
+	}
+	return out
+}
+
+// diffState compares Redis with the oracle: every pair's membership and every item's total.
+// It returns a description of the first differences, or "" when they agree.
+func diffState(ctx context.Context, store *Store, want map[string]map[string]bool) (string, error) {
+	items := make([]string, 0, len(want))
+	for it := range want {
+		items = append(items, it)
+	}
+	sort.Strings(items)
+	got, err := store.ItemStates(ctx, items)
+	if err != nil {
+		return "", err
+	}
+	totals, err := store.Totals(ctx, items)
+	if err != nil {
+		return "", err
+	}
+	var diffs []string
+	for _, it := range items {
+		wantTotal := int64(0)
+		for user, liked := range want[it] {
+			if liked {
+				wantTotal++
+			}
+			if got[it][user].Liked != liked {
+				diffs = append(diffs, fmt.Sprintf("%s/%s: got liked=%v; want %v", it, user, got[it][user].Liked, liked))
+			}
+		}
+		for user, st := range got[it] {
+			if _, ok := want[it][user]; !ok && st.Liked {
+				diffs = append(diffs, fmt.Sprintf("%s/%s: got liked=true; want no state (not in the log)", it, user))
+			}
+		}
+		if totals[it] != wantTotal {
+			diffs = append(diffs, fmt.Sprintf("%s total: got %d; want %d", it, totals[it], wantTotal))
+		}
+	}
+	if len(diffs) > 10 {
+		diffs = append(diffs[:10], fmt.Sprintf("... %d more", len(diffs)-10))
+	}
+	return strings.Join(diffs, "\n"), nil
+}
+
+func flushRedis(t testing.TB) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	defer rdb.Close()
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatalf("flushall: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or timeout passes; cond's string says why not yet.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s: %s", what, timeout, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

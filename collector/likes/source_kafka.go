@@ -1,0 +1,264 @@
+package likes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/kafka"
+	"tally/schemas"
+)
+
+// DefaultApplierGroup is the consumer group of the appliers.
+const DefaultApplierGroup = "tally-likes-applier"
+
+// ApplierConfig says where the applier reads.
+type ApplierConfig struct {
+	Brokers []string
+	Topic   string // schemas.TopicLikes in production; tests use their own
+	Group   string
+	// InstanceID, if set, makes the applier a static group member: a process restarted with
+	// the same id takes its partitions back at once instead of after the session timeout.
+	InstanceID string
+	// CheckEvery is how often the applier checks that Redis still holds the serving state.
+	CheckEvery time.Duration
+}
+
+// InstanceID is a static group member id for the applier of the collector listening on
+// listenAddr on this host: stable across restarts, distinct between collectors.
+func InstanceID(listenAddr string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	// Kafka allows only [a-zA-Z0-9._-] in an instance id.
+	return strings.Map(func(r rune) rune {
+		if r == '.' || r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, "tally-likes-applier-"+host+"-"+listenAddr)
+}
+
+// Applier keeps Redis equal to the log. As a consumer-group member it applies every record of
+// the topic (idempotent by offset) and commits offsets only after applying, so a record that a
+// request wrote to the log but could not apply (a crash, Redis down) is applied within about a
+// second. Every CheckEvery, and at start, it checks ReadyKey; when Redis lost the state it
+// rebuilds it from the whole log before likes are served again.
+type Applier struct {
+	cfg    ApplierConfig
+	store  *Store
+	cl     *kgo.Client
+	logger *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	applied, undecodable, rebuilds prometheus.Counter
+	failures                       prometheus.Counter
+}
+
+// NewApplier joins cfg.Group; Start begins applying.
+func NewApplier(cfg ApplierConfig, store *Store, logger *slog.Logger, reg prometheus.Registerer) (*Applier, error) {
+	a := &Applier{
+		cfg: cfg, store: store, logger: logger,
+		applied:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_records_total", Help: "Like records applied to Redis by the applier (rebuilds included)."}),
+		undecodable: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_undecodable_total", Help: "Like records skipped because they could not be decoded."}),
+		rebuilds:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_rebuilds_total", Help: "Rebuilds of the like serving state from the log that completed."}),
+		failures:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_errors_total", Help: "Applier attempts that failed (Redis or Kafka unavailable) and were retried."}),
+	}
+	reg.MustRegister(a.applied, a.undecodable, a.rebuilds, a.failures)
+	opts := append(kafka.ClientOptions(cfg.Brokers, "tally-likes-applier", logger, nil),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(time.Second),
+		kgo.FetchMaxWait(250*time.Millisecond),
+		kgo.SessionTimeout(10*time.Second),
+		kgo.RebalanceTimeout(10*time.Second),
+	)
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create likes applier consumer: %w", err)
+	}
+	a.cl = cl
+	return a, nil
+}
+
+// Start begins applying in a goroutine that runs until Stop.
+func (a *Applier) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.done = make(chan struct{})
+	go func() {
+		defer close(a.done)
+		a.run(ctx)
+	}()
+}
+
+// Stop ends the loop, commits what was applied and leaves the group, within ctx.
+func (a *Applier) Stop(ctx context.Context) error {
+	a.cancel()
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return fmt.Errorf("stop likes applier: %w", ctx.Err())
+	}
+	err := a.cl.CommitMarkedOffsets(ctx)
+	a.cl.Close()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("commit applied like offsets: %w", err)
+	}
+	return nil
+}
+
+func (a *Applier) run(ctx context.Context) {
+	var nextCheck time.Time
+	for ctx.Err() == nil {
+		if time.Now().After(nextCheck) {
+			a.ensureReady(ctx)
+			nextCheck = time.Now().Add(a.cfg.CheckEvery)
+		}
+		pctx, cancel := context.WithTimeout(ctx, a.cfg.CheckEvery)
+		fetches := a.cl.PollRecords(pctx, 5000)
+		cancel()
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				a.logger.Warn("likes applier fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		recs := fetches.Records()
+		if len(recs) == 0 {
+			continue
+		}
+		batch := make([]Record, 0, len(recs))
+		for _, r := range recs {
+			l, err := schemas.DecodeLike(r.Value)
+			if err != nil {
+				a.undecodable.Inc()
+				continue
+			}
+			batch = append(batch, Record{Partition: r.Partition, Offset: r.Offset, Like: l})
+		}
+		if err := a.retry(ctx, "apply like records", func() error { return a.store.ApplyRecords(ctx, batch) }); err != nil {
+			return // only ctx ends a retry
+		}
+		a.applied.Add(float64(len(batch)))
+		a.cl.MarkCommitRecords(recs...)
+	}
+}
+
+// ensureReady rebuilds the serving state if Redis lost it. A Redis that is down is left to
+// the next check: requests answer 503 meanwhile anyway.
+func (a *Applier) ensureReady(ctx context.Context) {
+	ready, err := a.store.Ready(ctx)
+	if err != nil {
+		a.failures.Inc()
+		a.logger.Warn("likes applier cannot reach redis", "err", err)
+		return
+	}
+	if ready {
+		return
+	}
+	_ = a.retry(ctx, "rebuild like state", func() error { return a.rebuild(ctx) })
+}
+
+// errLeaseLost restarts a rebuild whose lease was lost.
+var errLeaseLost = errors.New("like state rebuild lease lost")
+
+// rebuild applies the whole log to Redis, then marks the state ready, holding the rebuild lease
+// throughout. If the lease is lost meanwhile (Redis emptied again mid-rebuild) it starts over;
+// if another applier holds it, it leaves the rebuild to that one and checks again later.
+// Records written after the snapshot are applied by the group loop, which resumes from its
+// committed offsets, all of them at or below the snapshot (the loop was not consuming during
+// the rebuild).
+func (a *Applier) rebuild(ctx context.Context) error {
+	for {
+		t0 := time.Now()
+		token := newToken()
+		mine, err := a.store.beginRebuild(ctx, token)
+		if err != nil {
+			return err
+		}
+		if !mine {
+			a.logger.Info("another applier is rebuilding the like state; waiting for it")
+			return nil
+		}
+		a.logger.Warn("like serving state missing in redis; rebuilding it from the log", "topic", a.cfg.Topic)
+		snap, stats, err := Replay(ctx, a.cfg.Brokers, a.cfg.Topic, a.logger, func(recs []Record) error {
+			for i := 0; i < len(recs); i += 2000 {
+				chunk := recs[i:min(i+2000, len(recs))]
+				if err := a.store.ApplyRecords(ctx, chunk); err != nil {
+					return err
+				}
+				a.applied.Add(float64(len(chunk)))
+			}
+			held, err := a.store.extendRebuild(ctx, token)
+			if err == nil && !held {
+				err = errLeaseLost
+			}
+			return err
+		})
+		if errors.Is(err, errLeaseLost) {
+			a.logger.Warn("like serving state lost again during the rebuild; starting over")
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("rebuild like state from %s: %w", a.cfg.Topic, err)
+		}
+		a.undecodable.Add(float64(stats.Undecodable))
+		done, err := a.store.finishRebuild(ctx, token)
+		if err != nil {
+			return err
+		}
+		if done {
+			a.rebuilds.Inc()
+			a.logger.Info("like serving state rebuilt from the log", "records", stats.Records,
+				"partitions", len(snap), "took", time.Since(t0).Round(time.Millisecond))
+			return nil
+		}
+		a.logger.Warn("like serving state lost again during the rebuild; starting over")
+	}
+}
+
+func (a *Applier) retry(ctx context.Context, what string, fn func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+		a.failures.Inc()
+		a.logger.Warn("likes applier step failed; retrying", "step", what, "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func newToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,418 @@
+// Package likes serves like state: PUT/DELETE /v1/items/{item_id}/likes/{user_id} and
+// GET /v1/users/{user_id}/likes, with exact totals.
+//
+// The Kafka topic likes is the source of truth: a change is written there (acks=all) before it
+// is applied to Redis, and Redis is only a view of the log that can always be rebuilt from it.
+// Each item's likers are spread over Shards Redis sets, chosen by a hash of the user id, so a
+// viral item's writes spread over Shards keys (and cluster slots) instead of one; an item's
+// total is the sum of the sets' sizes, so it cannot drift from the per-user states because it
+// is those states. Every change is applied by one Lua script that keeps, per (item, user), the
+// log offset of the last applied record and ignores older ones: applying the same record
+// twice, or two records in any order, ends in the state of the later record in the log.
+//
+// Concurrency and lifecycle: Store and Handler are safe for concurrent use and own no
+// goroutines; the Store owns its Redis client (Close). The Applier owns a consumer-group
+// client and one goroutine from Start to Stop: it applies every record of the log (repairing a
+// crash between a request's log write and its Redis write) and rebuilds the whole serving
+// state from the log when Redis lost it, while requests answer 503.
+package likes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
+
+	"tally/schemas"
+)
+
+// Shards is the number of Redis sets an item's likers are spread over.
+const Shards = 16
+
+// Redis keys outside the per-item shards.
+const (
+	// ReadyKey is set once the serving state holds the whole log; without it (a Redis that
+	// came back empty) likes are not served until a rebuild sets it again.
+	ReadyKey = "likes:ready"
+	// rebuildingKey is the lease of the rebuild in progress (its token, with a TTL the rebuild
+	// keeps extending): one applier rebuilds at a time, and a FLUSHALL during a rebuild removes
+	// it, so that rebuild cannot mark an incomplete state ready.
+	rebuildingKey = "likes:rebuilding"
+)
+
+// ErrNotReady means the serving state is being rebuilt from the log.
+var ErrNotReady = errors.New("like state is being rebuilt from the log")
+
+// applyScript applies one log record to its pair. KEYS: the shard's users set, its offsets
+// hash, and (on the request path) ReadyKey. ARGV: user, offset, '1' like / '0' unlike, '1' to
+// skip the ready check (the applier, which writes while rebuilding). A record at or below the
+// stored offset changes nothing: a newer record of the pair already won. Returns {is member,
+// shard size}.
+const applyScript = `
+if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
+  return redis.error_reply('NOTREADY like state is being rebuilt from the log')
+end
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if (not cur) or tonumber(cur) < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  if ARGV[3] == '1' then
+    redis.call('SADD', KEYS[1], ARGV[1])
+  else
+    redis.call('SREM', KEYS[1], ARGV[1])
+  end
+end
+return {redis.call('SISMEMBER', KEYS[1], ARGV[1]), redis.call('SCARD', KEYS[1])}
+`
+
+// repairScript sets a pair to the state the log had at a snapshot. KEYS: users set, offsets
+// hash. ARGV: user, '1'/'0' liked at the snapshot, offset of the pair's last record below the
+// snapshot (” if none), the snapshot's end offset of the item's partition. A stored offset at
+// or above the snapshot end means a newer record already won: nothing changes (returns 0).
+const repairScript = `
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if cur and tonumber(cur) >= tonumber(ARGV[4]) then
+  return 0
+end
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+else
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+end
+if ARGV[2] == '1' then
+  redis.call('SADD', KEYS[1], ARGV[1])
+else
+  redis.call('SREM', KEYS[1], ARGV[1])
+end
+return 1
+`
+
+// extendScript renews the rebuild lease if it still holds the token.
+const extendScript = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`
+
+// finishScript marks the state ready if the rebuild holding token is still the current one.
+const finishScript = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[2], '1')
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`
+
+// Shard is the shard of an item's likers that holds user.
+func Shard(user string) int { return int(xxhash.Sum64String(user) % Shards) }
+
+// UsersKey is the set of users liking item in shard. The hash tag {item:shard} keeps a pair's
+// set and offsets in one cluster slot while an item's shards spread over slots.
+func UsersKey(item string, shard int) string {
+	return "likes:{" + item + ":" + strconv.Itoa(shard) + "}:users"
+}
+
+// OffsetsKey is the hash user -> offset of the last applied log record, for item's shard.
+func OffsetsKey(item string, shard int) string {
+	return "likes:{" + item + ":" + strconv.Itoa(shard) + "}:off"
+}
+
+// Store reads and writes the like serving state in Redis.
+type Store struct {
+	rdb                           *redis.Client
+	apply, repair, extend, finish *redis.Script
+}
+
+// OpenStore returns a store on the Redis at addr. It does not connect: a Redis that is down
+// makes calls fail (and requests answer 503) until it is back.
+func OpenStore(addr string) *Store {
+	return &Store{
+		rdb: redis.NewClient(&redis.Options{
+			Addr:         addr,
+			DialTimeout:  2 * time.Second,
+			ReadTimeout:  2 * time.Second,
+			WriteTimeout: 2 * time.Second,
+			PoolSize:     64,
+			// One retry: a command replayed after a lost reply is harmless (applies are
+			// idempotent by offset), but a Redis that is down must turn into a quick 503.
+			MaxRetries:         1,
+			DialerRetries:      1,
+			DialerRetryTimeout: 50 * time.Millisecond,
+		}),
+		apply:  redis.NewScript(applyScript),
+		repair: redis.NewScript(repairScript),
+		extend: redis.NewScript(extendScript),
+		finish: redis.NewScript(finishScript),
+	}
+}
+
+// Close closes the Redis client.
+func (s *Store) Close() error { return s.rdb.Close() }
+
+// Ready reports whether the serving state is complete (ReadyKey present).
+func (s *Store) Ready(ctx context.Context) (bool, error) {
+	n, err := s.rdb.Exists(ctx, ReadyKey).Result()
+	if err != nil {
+		return false, fmt.Errorf("check like state ready: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Result is a pair's state after a change and its item's total.
+type Result struct {
+	Liked bool
+	Total int64
+}
+
+// Apply applies the request's own log record l at offset and returns the pair's state and the
+// item's total: the script's shard size plus the other shards' sizes, read in the same
+// pipeline right after it. It fails with ErrNotReady while the state is being rebuilt.
+func (s *Store) Apply(ctx context.Context, l schemas.Like, offset int64) (Result, error) {
+	shard := Shard(l.UserID)
+	keys := []string{UsersKey(l.ItemID, shard), OffsetsKey(l.ItemID, shard), ReadyKey}
+	args := []any{l.UserID, offset, flag(l.Liked), "0"}
+	var res Result
+	err := s.withScripts(ctx, func() error {
+		pipe := s.rdb.Pipeline()
+		ev := s.apply.EvalSha(ctx, pipe, keys, args...)
+		others := make([]*redis.IntCmd, 0, Shards-1)
+		for k := range Shards {
+			if k != shard {
+				others = append(others, pipe.SCard(ctx, UsersKey(l.ItemID, k)))
+			}
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		vals, err := ev.Int64Slice()
+		if err != nil {
+			return err
+		}
+		if len(vals) != 2 {
+			return fmt.Errorf("apply script returned %d values; want 2", len(vals))
+		}
+		res = Result{Liked: vals[0] == 1, Total: vals[1]}
+		for _, c := range others {
+			n, err := c.Result()
+			if err != nil {
+				return err
+			}
+			res.Total += n
+		}
+		return nil
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("apply like %s/%s at offset %d: %w", l.ItemID, l.UserID, offset, err)
+	}
+	return res, nil
+}
+
+// Record is one like record of the log at its position.
+type Record struct {
+	Partition int32
+	Offset    int64
+	Like      schemas.Like
+}
+
+// ApplyRecords applies recs in one pipeline without the ready check: the applier writes while
+// it rebuilds. Applying a record again changes nothing, so a failed batch is retried whole.
+func (s *Store) ApplyRecords(ctx context.Context, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	err := s.withScripts(ctx, func() error {
+		pipe := s.rdb.Pipeline()
+		for _, r := range recs {
+			shard := Shard(r.Like.UserID)
+			s.apply.EvalSha(ctx, pipe, []string{UsersKey(r.Like.ItemID, shard), OffsetsKey(r.Like.ItemID, shard)},
+				r.Like.UserID, r.Offset, flag(r.Like.Liked), "1")
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("apply %d like records from partition %d offset %d: %w", len(recs), recs[0].Partition, recs[0].Offset, err)
+	}
+	return nil
+}
+
+// Totals returns the exact like total of each item, all read in one pipeline. It fails with
+// ErrNotReady while the state is being rebuilt.
+func (s *Store) Totals(ctx context.Context, items []string) (map[string]int64, error) {
+	pipe := s.rdb.Pipeline()
+	ready := pipe.Exists(ctx, ReadyKey)
+	cards := make([]*redis.IntCmd, 0, len(items)*Shards)
+	for _, it := range items {
+		for k := range Shards {
+			cards = append(cards, pipe.SCard(ctx, UsersKey(it, k)))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read like totals of %d items: %w", len(items), err)
+	}
+	if ready.Val() != 1 {
+		return nil, ErrNotReady
+	}
+	out := make(map[string]int64, len(items))
+	for i, it := range items {
+		var n int64
+		for _, c := range cards[i*Shards : (i+1)*Shards] {
+			n += c.Val()
+		}
+		out[it] = n
+	}
+	return out, nil
+}
+
+// LikedBy returns whether user likes each of items, read in one pipeline. It fails with
+// ErrNotReady while the state is being rebuilt.
+func (s *Store) LikedBy(ctx context.Context, user string, items []string) (map[string]bool, error) {
+	shard := Shard(user)
+	pipe := s.rdb.Pipeline()
+	ready := pipe.Exists(ctx, ReadyKey)
+	member := make([]*redis.BoolCmd, len(items))
+	for i, it := range items {
+		member[i] = pipe.SIsMember(ctx, UsersKey(it, shard), user)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read likes of user %s on %d items: %w", user, len(items), err)
+	}
+	if ready.Val() != 1 {
+		return nil, ErrNotReady
+	}
+	out := make(map[string]bool, len(items))
+	for i, it := range items {
+		out[it] = member[i].Val()
+	}
+	return out, nil
+}
+
+// PairState is a pair's serving state: whether the user is in the item's set, and the offset of
+// the last record applied to it (HasOffset false when none was).
+type PairState struct {
+	Liked     bool
+	Offset    int64
+	HasOffset bool
+}
+
+// ItemStates reads every pair Redis knows of each item: the members and offsets of all its
+// shards, in one MULTI/EXEC so that a shard's members and offsets are read together.
+func (s *Store) ItemStates(ctx context.Context, items []string) (map[string]map[string]PairState, error) {
+	type shardCmds struct {
+		members *redis.StringSliceCmd
+		offsets *redis.MapStringStringCmd
+	}
+	cmds := make([]shardCmds, 0, len(items)*Shards)
+	_, err := s.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, it := range items {
+			for k := range Shards {
+				cmds = append(cmds, shardCmds{pipe.SMembers(ctx, UsersKey(it, k)), pipe.HGetAll(ctx, OffsetsKey(it, k))})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read like state of %d items: %w", len(items), err)
+	}
+	out := make(map[string]map[string]PairState, len(items))
+	for i, it := range items {
+		pairs := map[string]PairState{}
+		for _, c := range cmds[i*Shards : (i+1)*Shards] {
+			for user, v := range c.offsets.Val() {
+				off, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("read like state of %s: offset %q of user %s: %w", it, v, user, err)
+				}
+				pairs[user] = PairState{Offset: off, HasOffset: true}
+			}
+			for _, user := range c.members.Val() {
+				p := pairs[user]
+				p.Liked = true
+				pairs[user] = p
+			}
+		}
+		out[it] = pairs
+	}
+	return out, nil
+}
+
+// Repair sets (item, user) to the log's state at a snapshot: liked, and offset of the pair's
+// last record below the snapshot (hasOffset false when the log has none). snapshotEnd is the
+// snapshot's end offset of the item's partition: a pair whose stored offset is at or above it
+// got a newer record since, which wins; Repair then reports false and changes nothing.
+func (s *Store) Repair(ctx context.Context, item, user string, liked bool, offset int64, hasOffset bool, snapshotEnd int64) (bool, error) {
+	shard := Shard(user)
+	off := ""
+	if hasOffset {
+		off = strconv.FormatInt(offset, 10)
+	}
+	n, err := s.repair.Run(ctx, s.rdb, []string{UsersKey(item, shard), OffsetsKey(item, shard)},
+		user, flag(liked), off, snapshotEnd).Int()
+	if err != nil {
+		return false, fmt.Errorf("repair like state of %s/%s: %w", item, user, err)
+	}
+	return n == 1, nil
+}
+
+// rebuildLease is how long a rebuild holds rebuildingKey without extending it: an applier that
+// died mid-rebuild leaves the rebuild to another one after this long.
+const rebuildLease = 30 * time.Second
+
+// beginRebuild takes the rebuild lease for token; false means another applier is rebuilding.
+func (s *Store) beginRebuild(ctx context.Context, token string) (bool, error) {
+	ok, err := s.rdb.SetNX(ctx, rebuildingKey, token, rebuildLease).Result()
+	if err != nil {
+		return false, fmt.Errorf("begin like state rebuild: %w", err)
+	}
+	return ok, nil
+}
+
+// extendRebuild renews token's lease; false means it is lost (Redis was emptied again, or the
+// lease expired and another applier took over): the rebuild must start over.
+func (s *Store) extendRebuild(ctx context.Context, token string) (bool, error) {
+	n, err := s.extend.Run(ctx, s.rdb, []string{rebuildingKey}, token, rebuildLease.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("extend like state rebuild: %w", err)
+	}
+	return n == 1, nil
+}
+
+// finishRebuild sets ReadyKey if token's rebuild is still current; false means the state was
+// lost again (or another rebuild took over) while rebuilding.
+func (s *Store) finishRebuild(ctx context.Context, token string) (bool, error) {
+	n, err := s.finish.Run(ctx, s.rdb, []string{rebuildingKey, ReadyKey}, token).Int()
+	if err != nil {
+		return false, fmt.Errorf("finish like state rebuild: %w", err)
+	}
+	return n == 1, nil
+}
+
+// withScripts runs fn, loading the apply script and running fn once more if Redis lost its script
+// cache (a restart): pipelined EVALSHA cannot fall back to EVAL by itself.
+func (s *Store) withScripts(ctx context.Context, fn func() error) error {
+	err := fn()
+	if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return mapNotReady(err)
+	}
+	if lerr := s.apply.Load(ctx, s.rdb).Err(); lerr != nil {
+		return fmt.Errorf("load like scripts: %w", lerr)
+	}
+	return mapNotReady(fn())
+}
+
+func mapNotReady(err error) error {
+	if redis.HasErrorPrefix(err, "NOTREADY") {
+		return ErrNotReady
+	}
+	return err
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

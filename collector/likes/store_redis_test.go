@@ -1,0 +1,141 @@
+package likes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"tally/schemas"
+)
+
+// readyStore is a store on the test Redis, flushed and marked ready (no applier).
+func readyStore(t *testing.T) (*Store, *redis.Client) {
+	t.Helper()
+	flushRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Set(context.Background(), ReadyKey, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := OpenStore(infra.Redis.Addr())
+	t.Cleanup(func() { s.Close() })
+	return s, rdb
+}
+
+// Records of one pair may be applied in any order (the request path and the applier race):
+// the state is always that of the highest offset, and the total counts states, not changes.
+func TestApplyOrdersByOffset(t *testing.T) {
+	verifyNoLeaks(t)
+	s, _ := readyStore(t)
+	ctx := context.Background()
+	type step struct {
+		offset  int64
+		liked   bool
+		request bool // through Apply (the request path) rather than ApplyRecords (the applier)
+	}
+	tests := []struct {
+		name      string
+		steps     []step
+		wantLiked bool
+	}{
+		{"like then unlike", []step{{10, true, true}, {11, false, true}}, false},
+		{"unlike applied before the older like", []step{{11, false, true}, {10, true, false}}, false},
+		{"two devices: like at 10, unlike at 11, applier first", []step{{11, false, false}, {10, true, true}}, false},
+		{"double tap", []step{{10, true, true}, {10, true, false}, {12, true, true}}, true},
+		{"old records replayed after the newest", []step{{12, true, true}, {11, false, false}, {10, false, false}}, true},
+		{"unlike of a pair never liked", []step{{5, false, true}}, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			item := fmt.Sprintf("order-%d", i)
+			// A second user keeps a like on the item, so a wrong total shows as 0 or 2.
+			if err := s.ApplyRecords(ctx, []Record{{Offset: 1, Like: schemas.Like{ItemID: item, UserID: "other", Liked: true}}}); err != nil {
+				t.Fatal(err)
+			}
+			for _, st := range tt.steps {
+				l := schemas.Like{ItemID: item, UserID: "u", Liked: st.liked}
+				if st.request {
+					if _, err := s.Apply(ctx, l, st.offset); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := s.ApplyRecords(ctx, []Record{{Offset: st.offset, Like: l}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			liked, err := s.LikedBy(ctx, "u", []string{item})
+			if err != nil {
+				t.Fatal(err)
+			}
+			totals, err := s.Totals(ctx, []string{item})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantTotal := int64(1)
+			if tt.wantLiked {
+				wantTotal = 2
+			}
+			if liked[item] != tt.wantLiked || totals[item] != wantTotal {
+				t.Fatalf("got liked=%v total=%d; want liked=%v total=%d", liked[item], totals[item], tt.wantLiked, wantTotal)
+			}
+		})
+	}
+}
+
+// Without the ready marker (Redis came back empty) the request path changes nothing and says
+// so; the applier still writes, because it is the one rebuilding.
+func TestApplyRefusesWhileRebuilding(t *testing.T) {
+	verifyNoLeaks(t)
+	s, rdb := readyStore(t)
+	ctx := context.Background()
+	if err := rdb.Del(ctx, ReadyKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := schemas.Like{ItemID: "rb", UserID: "u", Liked: true}
+	if _, err := s.Apply(ctx, l, 3); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("Apply while rebuilding: got %v; want ErrNotReady", err)
+	}
+	if n, err := rdb.SCard(ctx, UsersKey("rb", Shard("u"))).Result(); err != nil || n != 0 {
+		t.Fatalf("got %d members, %v after a refused apply; want 0", n, err)
+	}
+	if err := s.ApplyRecords(ctx, []Record{{Offset: 3, Like: l}}); err != nil {
+		t.Fatalf("ApplyRecords while rebuilding: got %v; want nil", err)
+	}
+	if _, err := s.Totals(ctx, []string{"rb"}); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("Totals while rebuilding: got %v; want ErrNotReady", err)
+	}
+}
+
+// A hot item's likers spread over the shards' keys, and the total is their exact sum.
+func TestLikersSpreadOverShards(t *testing.T) {
+	verifyNoLeaks(t)
+	s, rdb := readyStore(t)
+	ctx := context.Background()
+	recs := make([]Record, 400)
+	for i := range recs {
+		recs[i] = Record{Offset: int64(i), Like: schemas.Like{ItemID: "hot", UserID: fmt.Sprintf("user-%d", i), Liked: true}}
+	}
+	if err := s.ApplyRecords(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for k := range Shards {
+		n, err := rdb.SCard(ctx, UsersKey("hot", k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < 400/Shards/3 || n > 400/Shards*3 {
+			t.Errorf("shard %d: got %d likers; want about %d", k, n, 400/Shards)
+		}
+		sum += n
+	}
+	totals, err := s.Totals(ctx, []string{"hot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != 400 || totals["hot"] != 400 {
+		t.Fatalf("got shard sum %d and total %d; want 400", sum, totals["hot"])
+	}
+}

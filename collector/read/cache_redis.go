@@ -1,0 +1,173 @@
+package read
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// cache keeps items' counts in Redis. An entry is fresh for ttl after it was read from
+// ClickHouse; a stale entry is still served, and a background refresh replaces it, so a hot feed
+// page never waits on ClickHouse and a total is at most about ttl plus one refresh behind what
+// ClickHouse holds. Entries expire from Redis after hardTTL of not being refreshed.
+type cache struct {
+	rdb     *redis.Client
+	src     source
+	ttl     time.Duration
+	hardTTL time.Duration
+	now     func() time.Time
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]struct{} // stale items queued for refresh
+	wake    chan struct{}
+
+	hits, stale, misses prometheus.Counter
+}
+
+const keyPrefix = "tally:counts:"
+
+func newCache(rdb *redis.Client, src source, ttl time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *cache {
+	c := &cache{
+		rdb: rdb, src: src, ttl: ttl, hardTTL: 10 * time.Minute, now: now, logger: logger,
+		pending: map[string]struct{}{}, wake: make(chan struct{}, 1),
+		hits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_read_cache_hits_total", Help: "Counts served fresh from the Redis cache."}),
+		stale:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_read_cache_stale_total", Help: "Counts served stale from the cache while a refresh runs."}),
+		misses: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_read_cache_misses_total", Help: "Counts read from ClickHouse because the cache had none."}),
+	}
+	reg.MustRegister(c.hits, c.stale, c.misses)
+	return c
+}
+
+// get returns the counts of items (zeros for unknown ones), reading ClickHouse only for items
+// the cache has never seen.
+func (c *cache) get(ctx context.Context, items []string) (map[string]Counts, error) {
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = keyPrefix + it
+	}
+	vals, err := c.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read count cache: %w", err)
+	}
+	now := c.now()
+	out := make(map[string]Counts, len(items))
+	var missing, stale []string
+	for i, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			missing = append(missing, items[i])
+			continue
+		}
+		cnt, fetched, err := decodeEntry(s)
+		if err != nil {
+			missing = append(missing, items[i])
+			continue
+		}
+		out[items[i]] = cnt
+		if now.Sub(fetched) > c.ttl {
+			stale = append(stale, items[i])
+		}
+	}
+	c.misses.Add(float64(len(missing)))
+	c.stale.Add(float64(len(stale)))
+	c.hits.Add(float64(len(items) - len(missing) - len(stale)))
+	if len(stale) > 0 {
+		c.enqueue(stale)
+	}
+	if len(missing) > 0 {
+		fresh, err := c.fill(ctx, missing)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range fresh {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// fill reads items from ClickHouse and stores them in the cache, zeros included, so an unknown
+// item costs one ClickHouse read per ttl rather than one per request.
+func (c *cache) fill(ctx context.Context, items []string) (map[string]Counts, error) {
+	got, err := c.src.counts(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	now := c.now()
+	pipe := c.rdb.Pipeline()
+	out := make(map[string]Counts, len(items))
+	for _, it := range items {
+		cnt := got[it]
+		out[it] = cnt
+		pipe.Set(ctx, keyPrefix+it, encodeEntry(cnt, now), c.hardTTL)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("write count cache: %w", err)
+	}
+	return out, nil
+}
+
+func (c *cache) enqueue(items []string) {
+	c.mu.Lock()
+	for _, it := range items {
+		c.pending[it] = struct{}{}
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// refreshLoop refreshes queued stale items in batches until ctx ends.
+func (c *cache) refreshLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		}
+		c.mu.Lock()
+		items := make([]string, 0, len(c.pending))
+		for it := range c.pending {
+			items = append(items, it)
+		}
+		clear(c.pending)
+		c.mu.Unlock()
+		for len(items) > 0 {
+			n := min(len(items), 1000)
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if _, err := c.fill(rctx, items[:n]); err != nil && ctx.Err() == nil {
+				c.logger.Warn("refresh count cache", "items", n, "err", err)
+			}
+			cancel()
+			items = items[n:]
+		}
+	}
+}
+
+func encodeEntry(c Counts, fetched time.Time) string {
+	return strconv.FormatUint(c.Views, 10) + "|" + strconv.FormatUint(c.UniqueViewers, 10) + "|" + strconv.FormatInt(fetched.UnixMilli(), 10)
+}
+
+func decodeEntry(s string) (Counts, time.Time, error) {
+	parts := strings.Split(s, "|")
+	if len(parts) != 3 {
+		return Counts{}, time.Time{}, fmt.Errorf("cache entry %q: want views|unique|fetched_ms", s)
+	}
+	v, err1 := strconv.ParseUint(parts[0], 10, 64)
+	u, err2 := strconv.ParseUint(parts[1], 10, 64)
+	f, err3 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return Counts{}, time.Time{}, fmt.Errorf("cache entry %q: want views|unique|fetched_ms", s)
+	}
+	return Counts{Views: v, UniqueViewers: u}, time.UnixMilli(f), nil
+}

@@ -1,0 +1,270 @@
+// Package read is the collector's read API for counts: one item, a feed page of up to 100 items
+// in one call, and an item's views as a time series. Totals come from a Redis cache filled from
+// ClickHouse (see cache_redis.go for freshness); series come from ClickHouse's rollup tables.
+// Like totals, when a likes source is set, are exact and read at request time.
+//
+// The Handler owns one background goroutine (the cache refresher) between Start and Stop.
+package read
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"tally/schemas"
+)
+
+// MaxIDs bounds the ids of one batch read.
+const MaxIDs = 100
+
+// maxPoints bounds a series, so one request cannot ask for years of seconds.
+const maxPoints = 10000
+
+// LikeTotals returns exact like totals of items (absent = 0).
+type LikeTotals func(ctx context.Context, items []string) (map[string]int64, error)
+
+// Handler serves the count routes.
+type Handler struct {
+	cache  *cache
+	src    source
+	likes  LikeTotals
+	now    func() time.Time
+	logger *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a handler reading ClickHouse through conn and caching in rdb for ttl. likes may
+// be nil until likes are served.
+func New(conn driver.Conn, rdb *redis.Client, ttl time.Duration, likes LikeTotals, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
+	src := source{conn}
+	return &Handler{cache: newCache(rdb, src, ttl, now, logger, reg), src: src, likes: likes, now: now, logger: logger}
+}
+
+// Start runs the cache refresher.
+func (h *Handler) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() {
+		defer close(h.done)
+		h.cache.refreshLoop(ctx)
+	}()
+}
+
+// Stop ends the refresher.
+func (h *Handler) Stop() {
+	h.cancel()
+	<-h.done
+}
+
+// Register adds the read routes to mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/items/{item_id}/counts", h.itemCounts)
+	mux.HandleFunc("GET /v1/counts", h.batchCounts)
+	mux.HandleFunc("GET /v1/items/{item_id}/views", h.series)
+}
+
+// ItemCounts is one item's counts as the API returns them.
+type ItemCounts struct {
+	ItemID        string `json:"item_id"`
+	Views         uint64 `json:"views"`
+	UniqueViewers uint64 `json:"unique_viewers"`
+	Likes         *int64 `json:"likes,omitempty"`
+}
+
+func (h *Handler) itemCounts(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("item_id")
+	if err := schemas.CheckID("item_id", id, true); err != nil {
+		writeError(w, http.StatusBadRequest, err.(*schemas.FieldError).Field, err.Error())
+		return
+	}
+	items, err := h.counts(r.Context(), []string{id})
+	if err != nil {
+		h.unavailable(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, items[0])
+}
+
+func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) {
+	ids, err := ParseIDs(r.URL.Query()["ids"], "ids", MaxIDs)
+	if err != nil {
+		fe := err.(*schemas.FieldError)
+		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
+		return
+	}
+	items, err := h.counts(r.Context(), ids)
+	if err != nil {
+		h.unavailable(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Items []ItemCounts `json:"items"`
+	}{items})
+}
+
+func (h *Handler) counts(ctx context.Context, ids []string) ([]ItemCounts, error) {
+	got, err := h.cache.get(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var likes map[string]int64
+	if h.likes != nil {
+		if likes, err = h.likes(ctx, ids); err != nil {
+			return nil, fmt.Errorf("read like totals: %w", err)
+		}
+	}
+	out := make([]ItemCounts, len(ids))
+	for i, id := range ids {
+		c := got[id]
+		out[i] = ItemCounts{ItemID: id, Views: c.Views, UniqueViewers: c.UniqueViewers}
+		if likes != nil {
+			n := likes[id]
+			out[i].Likes = &n
+		}
+	}
+	return out, nil
+}
+
+// Point is one bucket of a series.
+type Point struct {
+	T     time.Time `json:"t"`
+	Views uint64    `json:"views"`
+}
+
+func (h *Handler) series(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("item_id")
+	if err := schemas.CheckID("item_id", id, true); err != nil {
+		writeError(w, http.StatusBadRequest, "item_id", err.Error())
+		return
+	}
+	q, err := ParseSeriesQuery(r.URL.Query(), h.now())
+	if err != nil {
+		fe := err.(*schemas.FieldError)
+		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
+		return
+	}
+	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
+	if err != nil {
+		h.unavailable(w, err)
+		return
+	}
+	points := make([]Point, 0, q.points())
+	step := q.Granularity.step()
+	for t := q.From; t.Before(q.To); t = t.Add(step) {
+		points = append(points, Point{T: t, Views: got[t.Unix()]})
+	}
+	writeJSON(w, http.StatusOK, struct {
+		ItemID      string      `json:"item_id"`
+		Granularity Granularity `json:"granularity"`
+		From        time.Time   `json:"from"`
+		To          time.Time   `json:"to"`
+		Points      []Point     `json:"points"`
+	}{id, q.Granularity, q.From, q.To, points})
+}
+
+// SeriesQuery is a validated series request: [From, To) aligned to Granularity.
+type SeriesQuery struct {
+	Granularity Granularity
+	From, To    time.Time
+}
+
+func (q SeriesQuery) points() int { return int(q.To.Sub(q.From) / q.Granularity.step()) }
+
+// ParseSeriesQuery reads granularity (default minute), to (default now) and from (default 60
+// buckets before to), each time as RFC 3339 or Unix milliseconds. Both ends are aligned down to
+// the granularity; the range must be non-empty and at most maxPoints buckets.
+func ParseSeriesQuery(v map[string][]string, now time.Time) (SeriesQuery, error) {
+	get := func(k string) string {
+		if s := v[k]; len(s) > 0 {
+			return s[0]
+		}
+		return ""
+	}
+	q := SeriesQuery{Granularity: Granularity(get("granularity"))}
+	switch q.Granularity {
+	case "":
+		q.Granularity = Minute
+	case Second, Minute, Hour, Day:
+	default:
+		return q, &schemas.FieldError{Field: "granularity", Reason: fmt.Sprintf("got %q; want second, minute, hour or day", q.Granularity)}
+	}
+	step := q.Granularity.step()
+	q.To = now
+	if s := get("to"); s != "" {
+		ms, err := schemas.ParseTS(s)
+		if err != nil {
+			return q, &schemas.FieldError{Field: "to", Reason: err.Error()}
+		}
+		q.To = time.UnixMilli(ms)
+	}
+	q.To = q.To.UTC().Truncate(step).Add(step) // include the bucket holding `to`
+	q.From = q.To.Add(-60 * step)
+	if s := get("from"); s != "" {
+		ms, err := schemas.ParseTS(s)
+		if err != nil {
+			return q, &schemas.FieldError{Field: "from", Reason: err.Error()}
+		}
+		q.From = time.UnixMilli(ms).UTC().Truncate(step)
+	}
+	if !q.From.Before(q.To) {
+		return q, &schemas.FieldError{Field: "from", Reason: "must be before to"}
+	}
+	if n := q.To.Sub(q.From) / step; n > maxPoints {
+		return q, &schemas.FieldError{Field: "from", Reason: fmt.Sprintf("range has %d %s buckets; at most %d allowed (use a coarser granularity)", n, q.Granularity, maxPoints)}
+	}
+	return q, nil
+}
+
+// ParseIDs reads a comma-separated id list from the values of query parameter field (ids=a,b
+// and ids=a&ids=b both work): 1..max valid ids, duplicates kept in request order.
+func ParseIDs(values []string, field string, max int) ([]string, error) {
+	var ids []string
+	for _, v := range values {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, &schemas.FieldError{Field: field, Reason: "is required: a comma-separated list of item ids"}
+	}
+	if len(ids) > max {
+		return nil, &schemas.FieldError{Field: field, Reason: "has " + strconv.Itoa(len(ids)) + " ids; at most " + strconv.Itoa(max) + " allowed"}
+	}
+	for _, id := range ids {
+		if err := schemas.CheckID(field, id, true); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+func (h *Handler) unavailable(w http.ResponseWriter, err error) {
+	h.logger.Warn("read counts", "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "", "counts are unavailable right now: "+err.Error())
+}
+
+func writeError(w http.ResponseWriter, code int, field, msg string) {
+	writeJSON(w, code, struct {
+		Error string `json:"error"`
+		Field string `json:"field,omitempty"`
+	}{msg, field})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,117 @@
+package read
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Counts are an item's view numbers.
+type Counts struct {
+	Views         uint64
+	UniqueViewers uint64
+}
+
+// source reads totals and series from ClickHouse.
+type source struct {
+	conn driver.Conn
+}
+
+// counts returns the all-time views and unique viewers of items in one query; items with no
+// views are absent from the map.
+func (s source) counts(ctx context.Context, items []string) (map[string]Counts, error) {
+	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
+		SELECT item_id, views AS v, toUInt64(0) AS u FROM views_total WHERE item_id IN (?)
+		UNION ALL
+		SELECT item_id, toUInt64(0), argMax(viewers, updated_at) FROM unique_viewers
+		WHERE item_id IN (?) AND day = toDate(0) GROUP BY item_id
+	) GROUP BY item_id`, items, items)
+	if err != nil {
+		return nil, fmt.Errorf("query counts of %d items: %w", len(items), err)
+	}
+	defer rows.Close()
+	out := make(map[string]Counts, len(items))
+	for rows.Next() {
+		var id string
+		var c Counts
+		if err := rows.Scan(&id, &c.Views, &c.UniqueViewers); err != nil {
+			return nil, fmt.Errorf("scan counts: %w", err)
+		}
+		out[id] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read counts: %w", err)
+	}
+	return out, nil
+}
+
+// Granularity is a series' bucket width.
+type Granularity string
+
+const (
+	Second Granularity = "second"
+	Minute Granularity = "minute"
+	Hour   Granularity = "hour"
+	Day    Granularity = "day"
+)
+
+// step is the bucket width; table and column say where the buckets are stored.
+func (g Granularity) step() time.Duration {
+	switch g {
+	case Second:
+		return time.Second
+	case Minute:
+		return time.Minute
+	case Hour:
+		return time.Hour
+	default:
+		return 24 * time.Hour
+	}
+}
+
+func (g Granularity) table() (table, column string) {
+	switch g {
+	case Second:
+		return "views_by_second", "second"
+	case Minute:
+		return "views_by_minute", "minute"
+	case Hour:
+		return "views_by_hour", "hour"
+	default:
+		return "views_by_day", "day"
+	}
+}
+
+// series returns the views per bucket of item in [from, to), bucket starts as Unix seconds.
+func (s source) series(ctx context.Context, item string, g Granularity, from, to time.Time) (map[int64]uint64, error) {
+	table, col := g.table()
+	q := fmt.Sprintf(`SELECT toInt64(toUnixTimestamp(%[2]s)) AS t, sum(views) FROM %[1]s
+		WHERE item_id = ? AND %[2]s >= ? AND %[2]s < ? GROUP BY t`, table, col)
+	lo, hi := from.UTC(), to.UTC()
+	var rows driver.Rows
+	var err error
+	if g == Day {
+		rows, err = s.conn.Query(ctx, q, item, lo.Format(time.DateOnly), hi.Format(time.DateOnly))
+	} else {
+		rows, err = s.conn.Query(ctx, q, item, lo, hi)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("query %s series of %s: %w", g, item, err)
+	}
+	defer rows.Close()
+	out := map[int64]uint64{}
+	for rows.Next() {
+		var t int64
+		var v uint64
+		if err := rows.Scan(&t, &v); err != nil {
+			return nil, fmt.Errorf("scan series: %w", err)
+		}
+		out[t] = v
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read series: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,136 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binaries builds the pipeline, collector and aggregator commands once per test binary, without
+// the race detector, so crash tests run real processes at production speed.
+type binaries struct{ pipeline, collector, aggregator string }
+
+var buildOnce = sync.OnceValues(func() (binaries, error) {
+	dir, err := os.MkdirTemp("", "tally-bin-")
+	if err != nil {
+		return binaries{}, err
+	}
+	b := binaries{filepath.Join(dir, "pipeline"), filepath.Join(dir, "collector"), filepath.Join(dir, "aggregator")}
+	for out, pkg := range map[string]string{b.pipeline: "tally/pipeline/cmd/pipeline", b.collector: "tally/collector/cmd/collector", b.aggregator: "tally/aggregator/cmd/aggregator"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build %s: %v\n%s", pkg, err, msg)
+		}
+	}
+	return b, nil
+})
+
+// proc is a child process whose output goes to a log file the test prints on failure.
+type proc struct {
+	name string
+	bin  string
+	args []string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProc(t *testing.T, name, bin, logDir string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, bin: bin, args: args, log: filepath.Join(logDir, name+".log")}
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// SIGTERM lets `pipeline infra` stop its redis-server child before the directory goes.
+		_ = p.stop(syscall.SIGTERM, 20*time.Second)
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("--- tail of %s log:\n%s", p.name, b)
+		}
+	})
+	return p
+}
+
+func (p *proc) start() error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "=== start %s %v at %s\n", p.name, p.args, time.Now().Format(time.RFC3339Nano))
+	p.cmd = exec.Command(p.bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.Env = append(os.Environ(), "TALLY_LOG_LEVEL=info")
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.done = make(chan struct{})
+	go func() { p.cmd.Wait(); f.Close(); close(p.done) }()
+	return nil
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// stop sends sig and waits for the exit.
+func (p *proc) stop(sig syscall.Signal, within time.Duration) error {
+	p.signal(sig)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(within):
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("%s did not exit within %s of %v", p.name, within, sig)
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitHTTP waits until url answers 200.
+func waitHTTP(ctx context.Context, url string) error {
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w (last error %v)", url, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(bytes.TrimSpace(b))
+}
