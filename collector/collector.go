@@ -55,7 +55,9 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			}
 			rdb = redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, PoolSize: 64})
 			// The likes part opens likeStore before the HTTP server starts taking requests.
-			likeTotals := func(ctx context.Context, items []string) (map[string]int64, error) { return likeStore.Totals(ctx, items) }
+			likeTotals := func(ctx context.Context, items []string) (map[string]int64, error) {
+				return likeStore.Totals(ctx, items)
+			}
 			reads = read.New(conn, rdb, cfg.Collector.CacheTTL, likeTotals, now, logger, reg)
 			reads.Register(mux)
 			reads.Start()

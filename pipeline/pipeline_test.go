@@ -93,6 +93,7 @@ func TestAllInOne(t *testing.T) {
 			t.Errorf("got %d %q; want 200 %q", resp.StatusCode, got, want)
 		}
 	})
+	t.Run("counts API", func(t *testing.T) { checkCounts(t, api) })
 	t.Run("bad inputs", func(t *testing.T) { checkBadInputs(t, api) })
 	t.Run("migrations re-applied change nothing", func(t *testing.T) { checkMigrationsIdempotent(t, ctx, conn) })
 	t.Run("demo workload rows", func(t *testing.T) {
@@ -111,6 +112,51 @@ func TestAllInOne(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("shutdown did not finish within 30s")
+	}
+}
+
+// checkCounts reads e2e-item through the API: its views and unique viewers, then a like, which
+// must show in the very next read.
+func checkCounts(t *testing.T, api string) {
+	type counts struct {
+		ItemID        string `json:"item_id"`
+		Views         uint64 `json:"views"`
+		UniqueViewers uint64 `json:"unique_viewers"`
+		Likes         int64  `json:"likes"`
+	}
+	var got counts
+	waitFor(t, 10*time.Second, "e2e-item counts through the API", func() bool {
+		resp, err := http.Get(api + "/v1/items/e2e-item/counts")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&got) == nil && got.Views == 3
+	})
+	if got != (counts{ItemID: "e2e-item", Views: 3, UniqueViewers: 3}) {
+		t.Errorf("got %+v; want 3 views, 3 unique viewers, 0 likes", got)
+	}
+	waitFor(t, 10*time.Second, "like accepted", func() bool {
+		req, _ := http.NewRequest(http.MethodPut, api+"/v1/items/e2e-item/likes/u1", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	var batch struct{ Items []counts }
+	resp, err := http.Get(api + "/v1/counts?ids=e2e-item,never-seen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&batch); err != nil {
+		t.Fatal(err)
+	}
+	want := []counts{{ItemID: "e2e-item", Views: 3, UniqueViewers: 3, Likes: 1}, {ItemID: "never-seen"}}
+	if fmt.Sprint(batch.Items) != fmt.Sprint(want) {
+		t.Errorf("got %+v; want %+v", batch.Items, want)
 	}
 }
 

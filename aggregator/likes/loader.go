@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/kafka"
+	"tally/platform/retry"
 	"tally/schemas"
 )
 
@@ -129,26 +130,17 @@ func (l *Loader) run(ctx context.Context) {
 }
 
 func (l *Loader) insertRetrying(ctx context.Context, recs []*kgo.Record) error {
-	backoff := 100 * time.Millisecond
-	for {
+	return retry.Do(ctx, 5*time.Second, func() error {
 		t0 := time.Now()
-		err := l.insert(ctx, recs)
-		if err == nil {
-			l.insertSeconds.Observe(time.Since(t0).Seconds())
-			return nil
-		}
-		if ctx.Err() != nil {
+		if err := l.insert(ctx, recs); err != nil {
 			return err
 		}
+		l.insertSeconds.Observe(time.Since(t0).Seconds())
+		return nil
+	}, func(err error, wait time.Duration) {
 		l.insertErrors.Inc()
-		l.logger.Warn("insert like records into clickhouse; retrying", "records", len(recs), "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+		l.logger.Warn("insert like records into clickhouse; retrying", "records", len(recs), "err", err, "backoff", wait)
+	})
 }
 
 // insert writes recs as one INSERT block. Undecodable records are skipped the same way on

@@ -2,7 +2,6 @@ package views
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/platform/retry"
 )
 
 // Config tunes aggregation.
@@ -226,22 +227,12 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool) (map[
 }
 
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, errors.Join(err, ctx.Err()))
-		}
+	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
 		a.m.flushErrors.Inc()
-		a.logger.Warn("clickhouse write failed; retrying", "step", what, "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, errors.Join(err, ctx.Err()))
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
+		a.logger.Warn("clickhouse write failed; retrying", "step", what, "err", err, "backoff", wait)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"tally/platform/kafka"
+	"tally/platform/retry"
 	"tally/schemas"
 )
 
@@ -157,23 +158,21 @@ func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 	for id := range parts {
 		ids = append(ids, id)
 	}
-	backoff := 100 * time.Millisecond
-	for {
-		resume, err := s.agg.Assign(ctx, ids)
-		if err == nil {
-			for id, off := range resume {
-				parts[id] = kgo.NewOffset().At(off).WithEpoch(-1)
-			}
-			return offsets, nil
-		}
-		s.logger.Warn("load partition state; retrying", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("load partition state: %w", errors.Join(err, ctx.Err()))
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
+	var resume map[int32]int64
+	err := retry.Do(ctx, 5*time.Second, func() error {
+		var err error
+		resume, err = s.agg.Assign(ctx, ids)
+		return err
+	}, func(err error, wait time.Duration) {
+		s.logger.Warn("load partition state; retrying", "err", err, "backoff", wait)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load partition state: %w", err)
 	}
+	for id, off := range resume {
+		parts[id] = kgo.NewOffset().At(off).WithEpoch(-1)
+	}
+	return offsets, nil
 }
 
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {

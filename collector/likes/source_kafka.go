@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/kafka"
+	"tally/platform/retry"
 	"tally/schemas"
 )
 
@@ -237,24 +238,14 @@ func (a *Applier) rebuild(ctx context.Context) error {
 }
 
 func (a *Applier) retry(ctx context.Context, what string, fn func() error) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		}
+	err := retry.Do(ctx, 2*time.Second, fn, func(err error, wait time.Duration) {
 		a.failures.Inc()
-		a.logger.Warn("likes applier step failed; retrying", "step", what, "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 2*time.Second)
+		a.logger.Warn("likes applier step failed; retrying", "step", what, "err", err, "backoff", wait)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	return nil
 }
 
 func newToken() string {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"tally/platform/retry"
 )
 
 // Options says where ClickHouse is and which database tally uses.
@@ -50,16 +52,9 @@ func dial(ctx context.Context, opts Options, database string) (driver.Conn, erro
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse %s: %w", opts.Addr, err)
 	}
-	for {
-		err = conn.Ping(ctx)
-		if err == nil {
-			return conn, nil
-		}
-		select {
-		case <-ctx.Done():
-			conn.Close()
-			return nil, fmt.Errorf("connect to clickhouse %s: %w (last error: %v)", opts.Addr, ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := retry.Do(ctx, time.Second, func() error { return conn.Ping(ctx) }, nil); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connect to clickhouse %s: %w", opts.Addr, err)
 	}
+	return conn, nil
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
+
+	"tally/platform/retry"
 )
 
 // Embedded is an in-process Kafka broker speaking the real protocol, persisted under a directory.
@@ -98,25 +100,22 @@ func ProducerOptions(maxBuffered int, deliveryTimeout time.Duration) []kgo.Opt {
 // they are. It retries until ctx ends so a component can start before its broker.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics ...string) error {
 	adm := kadm.NewClient(cl)
-	for {
+	err := retry.Do(ctx, time.Second, func() error {
 		resp, err := adm.CreateTopics(ctx, partitions, 1, nil, topics...)
-		if err == nil {
-			for _, t := range resp.Sorted() {
-				if t.Err != nil && !errors.Is(t.Err, kerr.TopicAlreadyExists) {
-					err = fmt.Errorf("create topic %s: %w", t.Topic, t.Err)
-					break
-				}
+		if err != nil {
+			return err
+		}
+		for _, t := range resp.Sorted() {
+			if t.Err != nil && !errors.Is(t.Err, kerr.TopicAlreadyExists) {
+				return fmt.Errorf("create topic %s: %w", t.Topic, t.Err)
 			}
 		}
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("ensure topics %v: %w (last error: %v)", topics, ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		return nil
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("ensure topics %v: %w", topics, err)
 	}
+	return nil
 }
 
 // slogAdapter lets franz-go log through the component's slog logger; franz-go's debug chatter

@@ -1,0 +1,125 @@
+package views
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/schemas"
+)
+
+func view(item, viewer string, ts int64) []byte {
+	return schemas.AppendView(nil, schemas.View{ItemID: item, ViewerID: viewer, TS: ts})
+}
+
+func TestPartitionBucketsBySecondOfEventTime(t *testing.T) {
+	t0 := int64(1_800_000_000_000) // a whole second
+	now := time.UnixMilli(t0)
+	tests := []struct {
+		name    string
+		records [][]byte
+		want    map[deltaKey]uint64
+		poison  int
+	}{
+		{"same second", [][]byte{view("i", "a", t0), view("i", "b", t0+999)}, map[deltaKey]uint64{{"i", t0 / 1000}: 2}, 0},
+		{"next second", [][]byte{view("i", "a", t0+999), view("i", "b", t0+1000)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1, {"i", t0/1000 + 1}: 1}, 0},
+		{"duplicate not counted", [][]byte{view("i", "a", t0), view("i", "a", t0+5000)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1}, 0},
+		{"late view in its own second", [][]byte{view("i", "a", t0), view("i", "b", t0-3_600_000)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1, {"i", t0/1000 - 3600}: 1}, 0},
+		{"before the epoch floors down", [][]byte{view("i", "a", -1)}, map[deltaKey]uint64{{"i", -1}: 1}, 0},
+		{"undecodable skipped", [][]byte{[]byte("junk"), view("i", "a", t0)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPartition(3, 30*time.Minute, 10*time.Minute, 100)
+			for i, r := range tt.records {
+				p.process(100+int64(i), r, now)
+			}
+			if len(p.deltas) != len(tt.want) {
+				t.Errorf("got deltas %v; want %v", p.deltas, tt.want)
+			}
+			for k, w := range tt.want {
+				if g := p.deltas[k]; g != w {
+					t.Errorf("delta %v: got %d; want %d", k, g, w)
+				}
+			}
+			if p.poison != tt.poison {
+				t.Errorf("got %d undecodable; want %d", p.poison, tt.poison)
+			}
+			if want := 100 + int64(len(tt.records)); p.next != want || !p.pending() {
+				t.Errorf("got next %d pending %v; want %d true", p.next, p.pending(), want)
+			}
+		})
+	}
+}
+
+func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0)
+	p.process(0, view("old", "a", t0.UnixMilli()), t0)
+	p.process(1, view("new", "b", t0.UnixMilli()), t0.Add(50*time.Second))
+	if got := len(p.sketches); got != 4 { // day + all-time for each item
+		t.Fatalf("got %d sketches; want 4", got)
+	}
+	p.markFlushed(p.next, t0.Add(90*time.Second), time.Minute)
+	if p.pending() || len(p.deltas) != 0 || len(p.counted) != 0 || p.records != 0 {
+		t.Errorf("got pending=%v deltas=%d counted=%d records=%d after flush; want an empty batch", p.pending(), len(p.deltas), len(p.counted), p.records)
+	}
+	for k, s := range p.sketches {
+		if k.item != "new" {
+			t.Errorf("got sketch %v kept after a minute idle; want it dropped", k)
+		}
+		if s.dirty {
+			t.Errorf("got sketch %v dirty after flush; want clean", k)
+		}
+	}
+	if len(p.sketches) != 2 {
+		t.Errorf("got %d sketches; want the 2 of the recently touched item", len(p.sketches))
+	}
+}
+
+func TestFlushDue(t *testing.T) {
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 3, SketchIdle: time.Minute},
+		nil, now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 0)
+	tests := []struct {
+		name    string
+		advance time.Duration
+		records int
+		want    bool
+	}{
+		{"fresh", 0, 0, false},
+		{"before the interval", 999 * time.Millisecond, 0, false},
+		{"batch full", 0, 3, true},
+		{"interval passed", 2 * time.Second, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock = clock.Add(tt.advance)
+			for i := range tt.records {
+				a.Process(0, []int64{a.parts[0].next}, [][]byte{view("i", string(rune('a'+i)), clock.UnixMilli())})
+			}
+			if got := a.FlushDue(); got != tt.want {
+				t.Errorf("got FlushDue %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestProcessIgnoresOffsetsAlreadyApplied(t *testing.T) {
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 100, SketchIdle: time.Minute},
+		nil, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 10)
+	ts := time.Now().UnixMilli()
+	a.Process(0, []int64{8, 9, 10, 11}, [][]byte{view("i", "a", ts), view("i", "b", ts), view("i", "c", ts), view("i", "d", ts)})
+	if got := a.parts[0].deltas[deltaKey{"i", ts / 1000}]; got != 2 {
+		t.Errorf("got %d views counted; want 2 (offsets below the checkpoint ignored)", got)
+	}
+	if a.parts[0].next != 12 {
+		t.Errorf("got next offset %d; want 12", a.parts[0].next)
+	}
+}

@@ -1,0 +1,257 @@
+package read
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"tally/platform/chclient"
+	"tally/platform/testinfra"
+	"tally/schemas/migrate"
+)
+
+var (
+	infra *testinfra.Infra
+	conn  driver.Conn
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if infra, err = testinfra.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	conn, err = chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "readtest", Username: "default"})
+	if err == nil {
+		_, err = migrate.Apply(ctx, conn, infra.Logger)
+	}
+	cancel()
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+		conn.Close()
+	}
+	infra.Stop()
+	os.Exit(code)
+}
+
+// clock is an injected, settable clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// addViews writes what the aggregator would: deltas (which feed the rollups) for item at ts.
+func addViews(t *testing.T, item string, ts time.Time, n uint64) {
+	t.Helper()
+	err := conn.Exec(context.Background(), "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views) VALUES (0, 1, now64(), ?, ?, ?)", item, ts.UTC(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newTestHandler(t *testing.T, c *clock) (*Handler, *httptest.Server) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	h := New(conn, rdb, time.Second, nil, c.now, infra.Logger, prometheus.NewRegistry())
+	h.Start()
+	t.Cleanup(h.Stop)
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return h, srv
+}
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("decode %s: %v", url, err)
+	}
+	return resp.StatusCode
+}
+
+func TestCounts(t *testing.T) {
+	c := &clock{t: time.Now()}
+	_, srv := newTestHandler(t, c)
+	ts := time.Now().Add(-time.Hour)
+	addViews(t, "c-a", ts, 5)
+	addViews(t, "c-a", ts.Add(time.Minute), 2)
+	addViews(t, "c-b", ts, 1)
+	if err := conn.Exec(context.Background(), "INSERT INTO unique_viewers (item_id, day, sketch, viewers, updated_at) VALUES ('c-a', toDate(0), '', 6, now64())"); err != nil {
+		t.Fatal(err)
+	}
+	var one ItemCounts
+	if code := getJSON(t, srv.URL+"/v1/items/c-a/counts", &one); code != 200 || one != (ItemCounts{ItemID: "c-a", Views: 7, UniqueViewers: 6}) {
+		t.Errorf("got %d %+v; want 200 c-a 7 views 6 unique", code, one)
+	}
+	var batch struct{ Items []ItemCounts }
+	if code := getJSON(t, srv.URL+"/v1/counts?ids=c-b,unknown,c-a,c-b", &batch); code != 200 {
+		t.Fatalf("got %d; want 200", code)
+	}
+	want := []ItemCounts{{ItemID: "c-b", Views: 1}, {ItemID: "unknown"}, {ItemID: "c-a", Views: 7, UniqueViewers: 6}, {ItemID: "c-b", Views: 1}}
+	if fmt.Sprint(batch.Items) != fmt.Sprint(want) {
+		t.Errorf("got %+v; want %+v (request order, unknown as zeros)", batch.Items, want)
+	}
+}
+
+// TestCacheFreshness checks that a cached total is served until it is stale, then refreshed in
+// the background, never leaving a reader waiting on ClickHouse.
+func TestCacheFreshness(t *testing.T) {
+	c := &clock{t: time.Now()}
+	_, srv := newTestHandler(t, c)
+	ts := time.Now().Add(-time.Hour)
+	addViews(t, "f-a", ts, 1)
+	views := func() uint64 {
+		var got ItemCounts
+		getJSON(t, srv.URL+"/v1/items/f-a/counts", &got)
+		return got.Views
+	}
+	if got := views(); got != 1 {
+		t.Fatalf("got %d views; want 1", got)
+	}
+	addViews(t, "f-a", ts, 1)
+	c.add(500 * time.Millisecond)
+	if got := views(); got != 1 {
+		t.Errorf("got %d views while the entry is fresh; want the cached 1", got)
+	}
+	c.add(time.Second) // now stale: served once more, refreshed behind
+	if got := views(); got != 1 && got != 2 {
+		t.Errorf("got %d views from a stale entry; want 1 or 2", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for views() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("got no refresh to 2 views within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSeries(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 30, 10, 0, time.UTC)
+	if time.Since(now) > 6*24*time.Hour {
+		now = time.Now().UTC().Truncate(time.Minute).Add(10 * time.Second)
+	}
+	c := &clock{t: now}
+	_, srv := newTestHandler(t, c)
+	minute := now.Truncate(time.Minute)
+	addViews(t, "s-a", minute.Add(-2*time.Minute+5*time.Second), 3)
+	addViews(t, "s-a", minute.Add(-2*time.Minute+50*time.Second), 1)
+	addViews(t, "s-a", minute.Add(3*time.Second), 4)
+	var got struct {
+		Granularity string
+		Points      []Point
+	}
+	url := fmt.Sprintf("%s/v1/items/s-a/views?granularity=minute&from=%d", srv.URL, minute.Add(-3*time.Minute).UnixMilli())
+	if code := getJSON(t, url, &got); code != 200 {
+		t.Fatalf("got %d; want 200", code)
+	}
+	want := []uint64{0, 4, 0, 4}
+	if len(got.Points) != len(want) {
+		t.Fatalf("got %d points %+v; want %d", len(got.Points), got.Points, len(want))
+	}
+	for i, p := range got.Points {
+		if p.Views != want[i] || !p.T.Equal(minute.Add(time.Duration(i-3)*time.Minute)) {
+			t.Errorf("point %d: got %v %d; want %v %d", i, p.T, p.Views, minute.Add(time.Duration(i-3)*time.Minute), want[i])
+		}
+	}
+	var sec struct{ Points []Point }
+	url = fmt.Sprintf("%s/v1/items/s-a/views?granularity=second&from=%d&to=%d", srv.URL, minute.Add(-2*time.Minute).UnixMilli(), minute.Add(-time.Minute-time.Second).UnixMilli())
+	if code := getJSON(t, url, &sec); code != 200 || len(sec.Points) != 60 || sec.Points[5].Views != 3 || sec.Points[50].Views != 1 {
+		t.Errorf("got %d with %d points; want 200, 60 points with 3 at :05 and 1 at :50", code, len(sec.Points))
+	}
+}
+
+func TestBadParameters(t *testing.T) {
+	c := &clock{t: time.Now()}
+	_, srv := newTestHandler(t, c)
+	tests := []struct {
+		path, field string
+	}{
+		{"/v1/counts", "ids"},
+		{"/v1/counts?ids=" + strings.Repeat("a,", 101), "ids"},
+		{"/v1/counts?ids=ok,b%20ad", "ids"},
+		{"/v1/items/" + strings.Repeat("x", 129) + "/counts", "item_id"},
+		{"/v1/items/a/views?granularity=week", "granularity"},
+		{"/v1/items/a/views?from=yesterday", "from"},
+		{"/v1/items/a/views?to=later", "to"},
+		{"/v1/items/a/views?from=2026-11-30T12:00:00Z&to=2026-11-30T11:00:00Z", "from"},
+		{"/v1/items/a/views?granularity=second&from=2026-01-01T00:00:00Z&to=2026-11-30T11:00:00Z", "from"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			var e struct{ Error, Field string }
+			if code := getJSON(t, srv.URL+tt.path, &e); code != 400 || e.Field != tt.field {
+				t.Errorf("got %d field %q (%s); want 400 naming %s", code, e.Field, e.Error, tt.field)
+			}
+		})
+	}
+}
+
+func TestRedisDownIs503(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	h := New(conn, rdb, time.Second, nil, time.Now, infra.Logger, prometheus.NewRegistry())
+	mux := http.NewServeMux()
+	h.Register(mux)
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest("GET", "/v1/counts?ids=a,b", nil))
+	if w.Code != 503 || w.Header().Get("Retry-After") == "" {
+		t.Errorf("got %d (Retry-After %q); want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+}
+
+func FuzzParseIDs(f *testing.F) {
+	for _, s := range []string{"a,b,c", "", ",,,", "a b", strings.Repeat("x,", 200)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := ParseIDs([]string{s}, "ids", MaxIDs)
+		if err != nil {
+			return
+		}
+		if len(ids) == 0 || len(ids) > MaxIDs {
+			t.Fatalf("got %d ids accepted; want 1..%d", len(ids), MaxIDs)
+		}
+	})
+}
+
+func FuzzParseSeriesQuery(f *testing.F) {
+	f.Add("minute", "", "")
+	f.Add("second", "2026-11-30T12:00:00Z", "1796039940000")
+	f.Add("day", "-1", "9999999999999")
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, g, from, to string) {
+		q, err := ParseSeriesQuery(map[string][]string{"granularity": {g}, "from": {from}, "to": {to}}, now)
+		if err != nil {
+			return
+		}
+		if n := q.points(); n < 1 || n > maxPoints {
+			t.Fatalf("got %d points accepted; want 1..%d", n, maxPoints)
+		}
+	})
+}
