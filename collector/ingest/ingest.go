@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/collector/api"
 	"tally/schemas"
 )
 
@@ -85,19 +85,19 @@ func (h *Handler) postView(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) int {
 	body, code, err := h.readBody(w, r)
 	if err != nil {
-		return WriteError(w, code, "body", err.Error())
+		return api.Error(w, code, "body", err.Error())
 	}
 	v, err := schemas.ParseViewJSON(body, false, h.now(), h.cfg.Bounds)
 	if err != nil {
 		h.events.WithLabelValues("view", "rejected").Inc()
-		return writeFieldError(w, err)
+		return api.BadRequest(w, err)
 	}
 	if err := h.produce(r.Context(), []*kgo.Record{viewRecord(v)}); err != nil {
 		h.events.WithLabelValues("view", "unavailable").Inc()
 		return h.unavailable(w, err)
 	}
 	h.events.WithLabelValues("view", "accepted").Inc()
-	return writeJSON(w, http.StatusAccepted, batchResponse{Accepted: 1, Rejected: []Rejection{}})
+	return api.JSON(w, http.StatusAccepted, batchResponse{Accepted: 1, Rejected: []Rejection{}})
 }
 
 func (h *Handler) postEvents(w http.ResponseWriter, r *http.Request) {
@@ -109,7 +109,7 @@ func (h *Handler) postEvents(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	body, code, err := h.readBody(w, r)
 	if err != nil {
-		return WriteError(w, code, "body", err.Error())
+		return api.Error(w, code, "body", err.Error())
 	}
 	now := h.now()
 	resp := batchResponse{Rejected: []Rejection{}}
@@ -124,7 +124,7 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 			continue
 		}
 		if line > h.cfg.MaxLines {
-			return WriteError(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("has more than %d lines; split the batch", h.cfg.MaxLines))
+			return api.Error(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("has more than %d lines; split the batch", h.cfg.MaxLines))
 		}
 		v, err := schemas.ParseViewJSON(b, true, now, h.cfg.Bounds)
 		if err != nil {
@@ -136,10 +136,10 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	h.events.WithLabelValues("view", "rejected").Add(float64(len(resp.Rejected)))
 	if len(recs) == 0 {
 		if len(resp.Rejected) == 0 {
-			return WriteError(w, http.StatusBadRequest, "body", "holds no events; want one JSON object per line")
+			return api.Error(w, http.StatusBadRequest, "body", "holds no events; want one JSON object per line")
 		}
 		resp.Error = "every line was rejected"
-		return writeJSON(w, http.StatusBadRequest, resp)
+		return api.JSON(w, http.StatusBadRequest, resp)
 	}
 	if err := h.produce(r.Context(), recs); err != nil {
 		h.events.WithLabelValues("view", "unavailable").Add(float64(len(recs)))
@@ -147,7 +147,7 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	}
 	h.events.WithLabelValues("view", "accepted").Add(float64(len(recs)))
 	resp.Accepted = len(recs)
-	return writeJSON(w, http.StatusAccepted, resp)
+	return api.JSON(w, http.StatusAccepted, resp)
 }
 
 // readBody reads at most MaxBodyBytes; beyond that the answer is 413.
@@ -181,12 +181,11 @@ func (h *Handler) produce(ctx context.Context, recs []*kgo.Record) error {
 
 func (h *Handler) unavailable(w http.ResponseWriter, err error) int {
 	h.logger.Warn("ingest: kafka did not acknowledge", "err", err)
-	w.Header().Set("Retry-After", "1")
 	msg := "kafka did not acknowledge the events; nothing in this request is guaranteed stored, retry with the same event ids"
 	if errors.Is(err, kgo.ErrMaxBuffered) {
 		msg = "ingest is over capacity (producer buffer full); retry later"
 	}
-	return WriteError(w, http.StatusServiceUnavailable, "", msg)
+	return api.Unavailable(w, msg)
 }
 
 func viewRecord(v schemas.View) *kgo.Record {
@@ -199,32 +198,4 @@ func rejection(line int, err error) Rejection {
 		return Rejection{Line: line, Field: fe.Field, Error: fe.Error()}
 	}
 	return Rejection{Line: line, Field: "", Error: err.Error()}
-}
-
-type errorBody struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
-
-// WriteError writes a JSON error naming field (if any) and returns code.
-func WriteError(w http.ResponseWriter, code int, field, msg string) int {
-	if field != "" {
-		msg = field + " " + msg
-	}
-	return writeJSON(w, code, errorBody{Error: msg, Field: field})
-}
-
-func writeFieldError(w http.ResponseWriter, err error) int {
-	var fe *schemas.FieldError
-	if errors.As(err, &fe) {
-		return writeJSON(w, http.StatusBadRequest, errorBody{Error: fe.Error(), Field: fe.Field})
-	}
-	return WriteError(w, http.StatusBadRequest, "", err.Error())
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) int {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-	return code
 }

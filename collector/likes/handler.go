@@ -2,24 +2,18 @@ package likes
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/ingest"
+	"tally/collector/api"
 	"tally/schemas"
 )
-
-// MaxIDs bounds the ids of one GET /v1/users/{user_id}/likes.
-const MaxIDs = 100
 
 // applyTimeout bounds the Redis write after the log write; it does not follow the request's
 // context, so a client that hangs up after the log write still gets its change applied now
@@ -89,10 +83,10 @@ type LikedByResponse struct {
 func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int {
 	item, user := r.PathValue("item_id"), r.PathValue("user_id")
 	if err := schemas.CheckID("item_id", item, true); err != nil {
-		return writeFieldError(w, err)
+		return api.BadRequest(w, err)
 	}
 	if err := schemas.CheckID("user_id", user, true); err != nil {
-		return writeFieldError(w, err)
+		return api.BadRequest(w, err)
 	}
 	// Nothing goes to the log while Redis cannot take it: the change would be acknowledged
 	// nowhere yet land later, surprising a client that was told to retry.
@@ -109,8 +103,7 @@ func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int
 	cancel()
 	if err != nil {
 		h.logger.Warn("likes: kafka did not acknowledge", "item_id", item, "user_id", user, "err", err)
-		w.Header().Set("Retry-After", "1")
-		return ingest.WriteError(w, http.StatusServiceUnavailable, "",
+		return api.Unavailable(w,
 			"kafka did not acknowledge the change; retry (repeating a like or unlike is safe)")
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), applyTimeout)
@@ -122,17 +115,17 @@ func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int
 	case err != nil:
 		return h.redisDown(w, err, true)
 	}
-	return writeJSON(w, http.StatusOK, ChangeResponse{ItemID: item, UserID: user, Liked: res.Liked, Likes: res.Total})
+	return api.JSON(w, http.StatusOK, ChangeResponse{ItemID: item, UserID: user, Liked: res.Liked, Likes: res.Total})
 }
 
 func (h *Handler) likedBy(w http.ResponseWriter, r *http.Request) int {
 	user := r.PathValue("user_id")
 	if err := schemas.CheckID("user_id", user, true); err != nil {
-		return writeFieldError(w, err)
+		return api.BadRequest(w, err)
 	}
-	ids, err := ParseIDs(strings.Join(r.URL.Query()["ids"], ","))
+	ids, err := api.IDs(r.URL.Query()["ids"])
 	if err != nil {
-		return writeFieldError(w, err)
+		return api.BadRequest(w, err)
 	}
 	liked, err := h.store.LikedBy(r.Context(), user, ids)
 	switch {
@@ -141,54 +134,26 @@ func (h *Handler) likedBy(w http.ResponseWriter, r *http.Request) int {
 	case err != nil:
 		return h.redisDown(w, err, false)
 	}
-	return writeJSON(w, http.StatusOK, LikedByResponse{UserID: user, Liked: liked})
-}
-
-// ParseIDs reads the comma-separated item ids of the ids query parameter: 1..MaxIDs ids, each
-// valid for schemas.CheckID; repeated ids are answered once.
-func ParseIDs(raw string) ([]string, error) {
-	if raw == "" {
-		return nil, &schemas.FieldError{Field: "ids", Reason: "is required: give up to 100 comma-separated item ids"}
-	}
-	parts := strings.Split(raw, ",")
-	if len(parts) > MaxIDs {
-		return nil, &schemas.FieldError{Field: "ids", Reason: fmt.Sprintf("has %d ids; at most %d allowed", len(parts), MaxIDs)}
-	}
-	ids := make([]string, 0, len(parts))
-	seen := make(map[string]bool, len(parts))
-	for i, id := range parts {
-		if err := schemas.CheckID("ids", id, true); err != nil {
-			var fe *schemas.FieldError
-			errors.As(err, &fe)
-			return nil, &schemas.FieldError{Field: "ids", Reason: fmt.Sprintf("element %d %s", i+1, fe.Reason)}
-		}
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
+	return api.JSON(w, http.StatusOK, LikedByResponse{UserID: user, Liked: liked})
 }
 
 // rebuilding answers 503 while the serving state is rebuilt; logged says whether this
 // request's change is already in the log.
 func rebuilding(w http.ResponseWriter, logged bool) int {
-	w.Header().Set("Retry-After", "1")
 	msg := "like state is being rebuilt from the log; retry shortly"
 	if logged {
 		msg = "like state is being rebuilt from the log; this change is recorded and will be applied, retry shortly to read the new state"
 	}
-	return ingest.WriteError(w, http.StatusServiceUnavailable, "", msg)
+	return api.Unavailable(w, msg)
 }
 
 func (h *Handler) redisDown(w http.ResponseWriter, err error, logged bool) int {
 	h.logger.Warn("likes: redis unavailable", "err", err)
-	w.Header().Set("Retry-After", "1")
 	msg := "like store (redis) is unavailable; nothing was changed, retry later"
 	if logged {
 		msg = "like store (redis) is unavailable; this change is recorded in the log and will be applied when it is back, retry to read the new state"
 	}
-	return ingest.WriteError(w, http.StatusServiceUnavailable, "", msg)
+	return api.Unavailable(w, msg)
 }
 
 // requestID ties the log record to the request: the client's X-Request-ID if it is a valid id,
@@ -198,19 +163,4 @@ func requestID(r *http.Request) string {
 		return id
 	}
 	return newToken()
-}
-
-func writeFieldError(w http.ResponseWriter, err error) int {
-	var fe *schemas.FieldError
-	if errors.As(err, &fe) {
-		return ingest.WriteError(w, http.StatusBadRequest, fe.Field, fe.Reason)
-	}
-	return ingest.WriteError(w, http.StatusBadRequest, "", err.Error())
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) int {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-	return code
 }

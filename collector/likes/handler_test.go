@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,82 +17,6 @@ import (
 	"tally/platform/testinfra"
 	"tally/schemas"
 )
-
-func TestParseIDs(t *testing.T) {
-	hundred := strings.TrimSuffix(strings.Repeat("x,", 99), ",") + ",y"
-	tests := []struct {
-		name    string
-		raw     string
-		want    []string
-		wantErr string
-	}{
-		{"one", "a", []string{"a"}, ""},
-		{"several in order", "b,a,c", []string{"b", "a", "c"}, ""},
-		{"repeats answered once", "a,b,a", []string{"a", "b"}, ""},
-		{"hundred allowed", hundred, []string{"x", "y"}, ""},
-		{"empty", "", nil, "ids: is required"},
-		{"empty element", "a,,b", nil, "ids: element 2 is required"},
-		{"trailing comma", "a,", nil, "ids: element 2 is required"},
-		{"bad character", "a,b/c", nil, "ids: element 2 has character '/'"},
-		{"too many", hundred + ",z", nil, "ids: has 101 ids; at most 100 allowed"},
-		{"too long", strings.Repeat("a", 129), nil, "ids: element 1 is 129 bytes"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseIDs(tt.raw)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("got error %v; want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || !slices.Equal(got, tt.want) {
-				t.Fatalf("got %q, %v; want %q, nil", got, err, tt.want)
-			}
-		})
-	}
-}
-
-func FuzzParseIDs(f *testing.F) {
-	for _, s := range []string{"", "a", "a,b", "a,,b", ",", "a,a", "x@y.z:1-2_3", "a\x00b", "é", strings.Repeat("a,", 101)} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, raw string) {
-		ids, err := ParseIDs(raw)
-		if err != nil {
-			var fe *schemas.FieldError
-			if !errors.As(err, &fe) || fe.Field != "ids" {
-				t.Fatalf("got error %v; want a FieldError naming ids", err)
-			}
-			return
-		}
-		if len(ids) == 0 || len(ids) > MaxIDs {
-			t.Fatalf("got %d ids from %q; want 1..%d", len(ids), raw, MaxIDs)
-		}
-		parts := strings.Split(raw, ",")
-		seen := map[string]bool{}
-		for _, id := range ids {
-			if err := schemas.CheckID("ids", id, true); err != nil {
-				t.Fatalf("got invalid id %q from %q: %v", id, raw, err)
-			}
-			if seen[id] || !slices.Contains(parts, id) {
-				t.Fatalf("got id %q from %q; want each input id once", id, raw)
-			}
-			seen[id] = true
-		}
-		if len(seen) != len(uniq(parts)) {
-			t.Fatalf("got %d ids from %q; want %d", len(seen), raw, len(uniq(parts)))
-		}
-	})
-}
-
-func uniq(s []string) map[string]bool {
-	m := map[string]bool{}
-	for _, v := range s {
-		m[v] = true
-	}
-	return m
-}
 
 func TestRejectsBadIDs(t *testing.T) {
 	verifyNoLeaks(t)

@@ -8,23 +8,18 @@ package read
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"tally/collector/api"
 	"tally/schemas"
 )
-
-// MaxIDs bounds the ids of one batch read.
-const MaxIDs = 100
 
 // maxPoints bounds a series, so one request cannot ask for years of seconds.
 const maxPoints = 10000
@@ -84,7 +79,7 @@ type ItemCounts struct {
 func (h *Handler) itemCounts(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("item_id")
 	if err := schemas.CheckID("item_id", id, true); err != nil {
-		writeError(w, http.StatusBadRequest, err.(*schemas.FieldError).Field, err.Error())
+		api.BadRequest(w, err)
 		return
 	}
 	items, err := h.counts(r.Context(), []string{id})
@@ -92,14 +87,13 @@ func (h *Handler) itemCounts(w http.ResponseWriter, r *http.Request) {
 		h.unavailable(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, items[0])
+	api.JSON(w, http.StatusOK, items[0])
 }
 
 func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) {
-	ids, err := ParseIDs(r.URL.Query()["ids"], "ids", MaxIDs)
+	ids, err := api.IDs(r.URL.Query()["ids"])
 	if err != nil {
-		fe := err.(*schemas.FieldError)
-		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
+		api.BadRequest(w, err)
 		return
 	}
 	items, err := h.counts(r.Context(), ids)
@@ -107,7 +101,7 @@ func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) {
 		h.unavailable(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	api.JSON(w, http.StatusOK, struct {
 		Items []ItemCounts `json:"items"`
 	}{items})
 }
@@ -144,13 +138,12 @@ type Point struct {
 func (h *Handler) series(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("item_id")
 	if err := schemas.CheckID("item_id", id, true); err != nil {
-		writeError(w, http.StatusBadRequest, "item_id", err.Error())
+		api.BadRequest(w, err)
 		return
 	}
 	q, err := ParseSeriesQuery(r.URL.Query(), h.now())
 	if err != nil {
-		fe := err.(*schemas.FieldError)
-		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
+		api.BadRequest(w, err)
 		return
 	}
 	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
@@ -163,7 +156,7 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) {
 	for t := q.From; t.Before(q.To); t = t.Add(step) {
 		points = append(points, Point{T: t, Views: got[t.Unix()]})
 	}
-	writeJSON(w, http.StatusOK, struct {
+	api.JSON(w, http.StatusOK, struct {
 		ItemID      string      `json:"item_id"`
 		Granularity Granularity `json:"granularity"`
 		From        time.Time   `json:"from"`
@@ -225,46 +218,7 @@ func ParseSeriesQuery(v map[string][]string, now time.Time) (SeriesQuery, error)
 	return q, nil
 }
 
-// ParseIDs reads a comma-separated id list from the values of query parameter field (ids=a,b
-// and ids=a&ids=b both work): 1..max valid ids, duplicates kept in request order.
-func ParseIDs(values []string, field string, max int) ([]string, error) {
-	var ids []string
-	for _, v := range values {
-		for _, id := range strings.Split(v, ",") {
-			if id = strings.TrimSpace(id); id != "" {
-				ids = append(ids, id)
-			}
-		}
-	}
-	if len(ids) == 0 {
-		return nil, &schemas.FieldError{Field: field, Reason: "is required: a comma-separated list of item ids"}
-	}
-	if len(ids) > max {
-		return nil, &schemas.FieldError{Field: field, Reason: "has " + strconv.Itoa(len(ids)) + " ids; at most " + strconv.Itoa(max) + " allowed"}
-	}
-	for _, id := range ids {
-		if err := schemas.CheckID(field, id, true); err != nil {
-			return nil, err
-		}
-	}
-	return ids, nil
-}
-
 func (h *Handler) unavailable(w http.ResponseWriter, err error) {
 	h.logger.Warn("read counts", "err", err)
-	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "", "counts are unavailable right now: "+err.Error())
-}
-
-func writeError(w http.ResponseWriter, code int, field, msg string) {
-	writeJSON(w, code, struct {
-		Error string `json:"error"`
-		Field string `json:"field,omitempty"`
-	}{msg, field})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	api.Unavailable(w, "counts are unavailable right now: "+err.Error())
 }

@@ -225,21 +225,6 @@ func TestRedisDownIs503(t *testing.T) {
 	}
 }
 
-func FuzzParseIDs(f *testing.F) {
-	for _, s := range []string{"a,b,c", "", ",,,", "a b", strings.Repeat("x,", 200)} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		ids, err := ParseIDs([]string{s}, "ids", MaxIDs)
-		if err != nil {
-			return
-		}
-		if len(ids) == 0 || len(ids) > MaxIDs {
-			t.Fatalf("got %d ids accepted; want 1..%d", len(ids), MaxIDs)
-		}
-	})
-}
-
 func FuzzParseSeriesQuery(f *testing.F) {
 	f.Add("minute", "", "")
 	f.Add("second", "2026-11-30T12:00:00Z", "1796039940000")

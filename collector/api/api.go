@@ -1,0 +1,76 @@
+// Package api holds what every collector endpoint shares, so they answer alike: JSON responses,
+// the error shape {"error", "field"} with the field naming the rejected input, 503 with
+// Retry-After, and the parsing of the ids query parameter. It has no state.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"tally/schemas"
+)
+
+// MaxIDs bounds the ids of one batch request (a feed page asks for about 20).
+const MaxIDs = 100
+
+type errorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+// JSON writes v with status code and returns code (handlers report it to their metrics).
+func JSON(w http.ResponseWriter, code int, v any) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+	return code
+}
+
+// Error writes an error whose message is field followed by reason (or reason alone without a
+// field).
+func Error(w http.ResponseWriter, code int, field, reason string) int {
+	msg := reason
+	if field != "" {
+		msg = field + " " + reason
+	}
+	return JSON(w, code, errorBody{Error: msg, Field: field})
+}
+
+// BadRequest answers 400 for err, naming the field when err is a *schemas.FieldError.
+func BadRequest(w http.ResponseWriter, err error) int {
+	var fe *schemas.FieldError
+	if errors.As(err, &fe) {
+		return JSON(w, http.StatusBadRequest, errorBody{Error: fe.Error(), Field: fe.Field})
+	}
+	return Error(w, http.StatusBadRequest, "", err.Error())
+}
+
+// Unavailable answers 503 with Retry-After: 1 and msg.
+func Unavailable(w http.ResponseWriter, msg string) int {
+	w.Header().Set("Retry-After", "1")
+	return Error(w, http.StatusServiceUnavailable, "", msg)
+}
+
+// IDs reads the ids query parameter (ids=a,b,c, or repeated ids=): 1..MaxIDs ids in request
+// order, repeats kept, each valid for schemas.CheckID.
+func IDs(values []string) ([]string, error) {
+	raw := strings.Join(values, ",")
+	if raw == "" {
+		return nil, &schemas.FieldError{Field: "ids", Reason: fmt.Sprintf("is required: give up to %d comma-separated item ids", MaxIDs)}
+	}
+	ids := strings.Split(raw, ",")
+	if len(ids) > MaxIDs {
+		return nil, &schemas.FieldError{Field: "ids", Reason: fmt.Sprintf("has %d ids; at most %d allowed", len(ids), MaxIDs)}
+	}
+	for i, id := range ids {
+		if err := schemas.CheckID("ids", id, true); err != nil {
+			var fe *schemas.FieldError
+			errors.As(err, &fe)
+			return nil, &schemas.FieldError{Field: "ids", Reason: fmt.Sprintf("element %d %s", i+1, fe.Reason)}
+		}
+	}
+	return ids, nil
+}
