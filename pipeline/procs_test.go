@@ -71,6 +71,8 @@ func (p *proc) start() error {
 	fmt.Fprintf(f, "=== start %s %v at %s\n", p.name, p.args, time.Now().Format(time.RFC3339Nano))
 	p.cmd = exec.Command(p.bin, p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
+	// If the test binary dies (a timeout), its children die too instead of outliving the run.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p.cmd.Env = append(os.Environ(), "TALLY_LOG_LEVEL=info")
 	if err := p.cmd.Start(); err != nil {
 		f.Close()
