@@ -101,10 +101,17 @@ func (l *Loader) Stop(ctx context.Context) error {
 	return nil
 }
 
+// run accumulates records for up to FlushInterval (or MaxBatch records) per insert: the engine
+// runs one statement at a time with a fixed cost each, so a busy topic must not turn into an
+// insert per poll. Records still pending when partitions move are simply loaded again by the
+// next owner, which changes nothing (same rows, same versions).
 func (l *Loader) run(ctx context.Context) {
+	var pending []*kgo.Record
+	last := time.Now()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, l.cfg.FlushInterval)
-		fetches := l.cl.PollRecords(pctx, l.cfg.MaxBatch)
+		wait := max(l.cfg.FlushInterval-time.Since(last), time.Millisecond)
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		fetches := l.cl.PollRecords(pctx, l.cfg.MaxBatch-len(pending))
 		cancel()
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			l.cl.AllowRebalance()
@@ -115,15 +122,20 @@ func (l *Loader) run(ctx context.Context) {
 				l.logger.Warn("likes loader fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
-		if recs := fetches.Records(); len(recs) > 0 {
-			if err := l.insertRetrying(ctx, recs); err != nil {
+		pending = append(pending, fetches.Records()...)
+		if len(pending) > 0 && (len(pending) >= l.cfg.MaxBatch || time.Since(last) >= l.cfg.FlushInterval) {
+			if err := l.insertRetrying(ctx, pending); err != nil {
 				l.cl.AllowRebalance()
 				return // only ctx ends the retries
 			}
 			// A commit that fails is harmless: the records are loaded again later, identically.
-			if err := l.cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
+			if err := l.cl.CommitRecords(ctx, pending...); err != nil && ctx.Err() == nil {
 				l.logger.Warn("commit like loader offsets", "err", err)
 			}
+			pending = pending[:0]
+		}
+		if len(pending) == 0 {
+			last = time.Now() // the interval runs from the first record waiting
 		}
 		l.cl.AllowRebalance()
 	}

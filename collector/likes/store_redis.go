@@ -90,6 +90,25 @@ end
 return 1
 `
 
+// totalsScript sums the shard sizes of several items in one call, so a feed page's totals cost
+// Redis one command instead of Shards per item. KEYS: ReadyKey, then the Shards users sets of
+// each item in order. ARGV: Shards. Returns one total per item.
+const totalsScript = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('NOTREADY like state is being rebuilt from the log')
+end
+local shards = tonumber(ARGV[1])
+local out = {}
+for i = 0, (#KEYS - 1) / shards - 1 do
+  local sum = 0
+  for k = 1, shards do
+    sum = sum + redis.call('SCARD', KEYS[1 + i * shards + k])
+  end
+  out[i + 1] = sum
+end
+return out
+`
+
 // extendScript renews the rebuild lease if it still holds the token.
 const extendScript = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -124,8 +143,8 @@ func OffsetsKey(item string, shard int) string {
 
 // Store reads and writes the like serving state in Redis.
 type Store struct {
-	rdb                           *redis.Client
-	apply, repair, extend, finish *redis.Script
+	rdb                                   *redis.Client
+	apply, repair, extend, finish, totals *redis.Script
 }
 
 // OpenStore returns a store on the Redis at addr. It does not connect: a Redis that is down
@@ -148,6 +167,7 @@ func OpenStore(addr string) *Store {
 		repair: redis.NewScript(repairScript),
 		extend: redis.NewScript(extendScript),
 		finish: redis.NewScript(finishScript),
+		totals: redis.NewScript(totalsScript),
 	}
 }
 
@@ -239,30 +259,26 @@ func (s *Store) ApplyRecords(ctx context.Context, recs []Record) error {
 	return nil
 }
 
-// Totals returns the exact like total of each item, all read in one pipeline. It fails with
+// Totals returns the exact like total of each item, in one Redis call. It fails with
 // ErrNotReady while the state is being rebuilt.
 func (s *Store) Totals(ctx context.Context, items []string) (map[string]int64, error) {
-	pipe := s.rdb.Pipeline()
-	ready := pipe.Exists(ctx, ReadyKey)
-	cards := make([]*redis.IntCmd, 0, len(items)*Shards)
+	keys := make([]string, 0, 1+len(items)*Shards)
+	keys = append(keys, ReadyKey)
 	for _, it := range items {
 		for k := range Shards {
-			cards = append(cards, pipe.SCard(ctx, UsersKey(it, k)))
+			keys = append(keys, UsersKey(it, k))
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	sums, err := s.totals.Run(ctx, s.rdb, keys, Shards).Int64Slice()
+	if err != nil {
+		if err = mapNotReady(err); errors.Is(err, ErrNotReady) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("read like totals of %d items: %w", len(items), err)
-	}
-	if ready.Val() != 1 {
-		return nil, ErrNotReady
 	}
 	out := make(map[string]int64, len(items))
 	for i, it := range items {
-		var n int64
-		for _, c := range cards[i*Shards : (i+1)*Shards] {
-			n += c.Val()
-		}
-		out[it] = n
+		out[it] = sums[i]
 	}
 	return out, nil
 }

@@ -28,6 +28,7 @@ type cache struct {
 	mu      sync.Mutex
 	pending map[string]struct{} // stale items queued for refresh
 	wake    chan struct{}
+	fills   chan fillRequest // items never cached, waiting for the filler
 
 	hits, stale, misses prometheus.Counter
 }
@@ -37,7 +38,7 @@ const keyPrefix = "tally:counts:"
 func newCache(rdb *redis.Client, src source, ttl time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *cache {
 	c := &cache{
 		rdb: rdb, src: src, ttl: ttl, hardTTL: 10 * time.Minute, now: now, logger: logger,
-		pending: map[string]struct{}{}, wake: make(chan struct{}, 1),
+		pending: map[string]struct{}{}, wake: make(chan struct{}, 1), fills: make(chan fillRequest, 4096),
 		hits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_read_cache_hits_total", Help: "Counts served fresh from the Redis cache."}),
 		stale:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_read_cache_stale_total", Help: "Counts served stale from the cache while a refresh runs."}),
 		misses: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_read_cache_misses_total", Help: "Counts read from ClickHouse because the cache had none."}),
@@ -83,7 +84,7 @@ func (c *cache) get(ctx context.Context, items []string) (map[string]Counts, err
 		c.enqueue(stale)
 	}
 	if len(missing) > 0 {
-		fresh, err := c.fill(ctx, missing)
+		fresh, err := c.fillCoalesced(ctx, missing)
 		if err != nil {
 			return nil, err
 		}
@@ -92,6 +93,83 @@ func (c *cache) get(ctx context.Context, items []string) (map[string]Counts, err
 		}
 	}
 	return out, nil
+}
+
+type fillRequest struct {
+	items []string
+	reply chan fillResult
+}
+
+type fillResult struct {
+	counts map[string]Counts
+	err    error
+}
+
+// fillCoalesced hands never-cached items to the filler and waits for them. Concurrent misses
+// are answered by one ClickHouse query round instead of one query each: at start, or when a feed
+// brings many new items, a query per request would queue behind ingest in the engine.
+func (c *cache) fillCoalesced(ctx context.Context, items []string) (map[string]Counts, error) {
+	req := fillRequest{items: items, reply: make(chan fillResult, 1)}
+	select {
+	case c.fills <- req:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("queue cache fill: %w", ctx.Err())
+	}
+	select {
+	case r := <-req.reply:
+		return r.counts, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for cache fill: %w", ctx.Err())
+	}
+}
+
+// fillLoop answers fill requests until ctx ends: it takes every request waiting, reads the union
+// of their items in rounds of at most 1000, and answers each request with its items.
+func (c *cache) fillLoop(ctx context.Context) {
+	for {
+		var batch []fillRequest
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-c.fills:
+			batch = append(batch, r)
+		}
+	drain:
+		for {
+			select {
+			case r := <-c.fills:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		seen := map[string]struct{}{}
+		var items []string
+		for _, r := range batch {
+			for _, it := range r.items {
+				if _, ok := seen[it]; !ok {
+					seen[it] = struct{}{}
+					items = append(items, it)
+				}
+			}
+		}
+		got := make(map[string]Counts, len(items))
+		var err error
+		for len(items) > 0 && err == nil {
+			n := min(len(items), 1000)
+			var part map[string]Counts
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			part, err = c.fill(rctx, items[:n])
+			cancel()
+			for k, v := range part {
+				got[k] = v
+			}
+			items = items[n:]
+		}
+		for _, r := range batch {
+			r.reply <- fillResult{counts: got, err: err}
+		}
+	}
 }
 
 // fill reads items from ClickHouse and stores them in the cache, zeros included, so an unknown
@@ -127,8 +205,12 @@ func (c *cache) enqueue(items []string) {
 	}
 }
 
-// refreshLoop refreshes queued stale items in batches until ctx ends.
+// refreshLoop refreshes queued stale items in batches until ctx ends. Rounds are at least half a
+// ttl apart: each item is refreshed at most about once per ttl whatever the read rate, so the
+// load on ClickHouse follows the working set, not the traffic, and leaves the engine to ingest.
 func (c *cache) refreshLoop(ctx context.Context) {
+	pace := time.NewTicker(c.ttl / 2)
+	defer pace.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -150,6 +232,11 @@ func (c *cache) refreshLoop(ctx context.Context) {
 			}
 			cancel()
 			items = items[n:]
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-pace.C:
 		}
 	}
 }

@@ -3,7 +3,8 @@
 // ClickHouse (see cache_redis.go for freshness); series come from ClickHouse's rollup tables.
 // Like totals, when a likes source is set, are exact and read at request time.
 //
-// The Handler owns one background goroutine (the cache refresher) between Start and Stop.
+// The Handler owns two background goroutines (the cache's filler of misses and refresher of
+// stale entries) between Start and Stop; reads need Start to have run.
 package read
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -45,17 +47,18 @@ func New(conn driver.Conn, rdb *redis.Client, ttl time.Duration, likes LikeTotal
 	return &Handler{cache: newCache(rdb, src, ttl, now, logger, reg), src: src, likes: likes, now: now, logger: logger}
 }
 
-// Start runs the cache refresher.
+// Start runs the cache's filler and refresher.
 func (h *Handler) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
-	go func() {
-		defer close(h.done)
-		h.cache.refreshLoop(ctx)
-	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); h.cache.fillLoop(ctx) }()
+	go func() { defer wg.Done(); h.cache.refreshLoop(ctx) }()
+	go func() { wg.Wait(); close(h.done) }()
 }
 
-// Stop ends the refresher.
+// Stop ends the filler and the refresher.
 func (h *Handler) Stop() {
 	h.cancel()
 	<-h.done

@@ -1,0 +1,87 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+)
+
+// Kinds of the likes change stream.
+const (
+	kindLike   = 0
+	kindUnlike = 1
+)
+
+// likesStreams are the likes scenario: PUT or DELETE (even odds) /v1/items/<hot>/likes/<user>
+// for a random user at LikeRate, checking that every answer's total is at least zero, and
+// GET /v1/users/<user>/likes?ids=<LikedByIDs items, the hot one included> at LikedByRate.
+type likesStreams struct {
+	changes, likedBy *openLoop
+	negative         atomic.Int64 // answers with "likes" < 0
+}
+
+func userID(prefix string, i int) string { return prefix + "-u" + strconv.Itoa(i) }
+
+func newLikesStreams(c Config, cl *http.Client, prefix string, rng *rand.Rand, changeErrs, likedByErrs *errorLog) *likesStreams {
+	hot := prefix + "-hot"
+	changeURLs := make([]string, c.Users)
+	for i := range changeURLs {
+		changeURLs[i] = c.URL + "/v1/items/" + hot + "/likes/" + userID(prefix, i)
+	}
+	s := &likesStreams{}
+	s.changes = &openLoop{
+		rate: float64(c.LikeRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{"PUT like", "DELETE unlike"},
+		fire: func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
+			kind, method := kindLike, http.MethodPut
+			if rng.IntN(2) == 1 {
+				kind, method = kindUnlike, http.MethodDelete
+			}
+			code, err := do(ctx, cl, method, changeURLs[rng.IntN(len(changeURLs))], nil, buf)
+			switch {
+			case err != nil:
+				changeErrs.add(ctx, method+" like", err)
+				return kind, false
+			case code != http.StatusOK:
+				changeErrs.status(ctx, method+" like", code, buf.Bytes())
+				return kind, false
+			}
+			n, ok := jsonInt(buf.Bytes(), "likes")
+			if !ok || n < 0 {
+				s.negative.Add(1)
+				changeErrs.add(ctx, method+" like", fmt.Errorf("answer %q: want \"likes\" >= 0", buf.Bytes()))
+				return kind, false
+			}
+			return kind, true
+		},
+	}
+	if c.LikedByRate > 0 {
+		urls := make([]string, urlRing)
+		for i := range urls {
+			ids := hot
+			if c.LikedByIDs > 1 {
+				ids += "," + idsParam(prefix, pickIDs(rng, c.LikedByIDs-1, c.Items+1))
+			}
+			urls[i] = c.URL + "/v1/users/" + userID(prefix, rng.IntN(c.Users)) + "/likes?ids=" + ids
+		}
+		s.likedBy = &openLoop{
+			rate: float64(c.LikedByRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{"GET /v1/users/{id}/likes"},
+			fire: func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
+				code, err := do(ctx, cl, http.MethodGet, urls[rng.IntN(len(urls))], nil, buf)
+				switch {
+				case err != nil:
+					likedByErrs.add(ctx, "GET liked-by", err)
+					return 0, false
+				case code != http.StatusOK:
+					likedByErrs.status(ctx, "GET liked-by", code, buf.Bytes())
+					return 0, false
+				}
+				return 0, true
+			},
+		}
+	}
+	return s
+}
