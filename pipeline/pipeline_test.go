@@ -1,4 +1,4 @@
-package pipeline
+package pipeline_test
 
 import (
 	"context"
@@ -13,12 +13,9 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"tally/pipeline/pipelinetest"
 	"tally/platform/chclient"
-	"tally/platform/cli"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
 	"tally/platform/testinfra"
 	"tally/schemas/migrate"
 )
@@ -26,40 +23,10 @@ import (
 // TestAllInOne runs the whole pipeline in-process on the embedded defaults, as `pipeline run`
 // does, and checks the walking skeleton end to end.
 func TestAllInOne(t *testing.T) {
-	addrs := make([]string, 3)
-	for i := range addrs {
-		a, err := testinfra.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = a
-	}
-	cfg, err := config.Load("test", []string{
-		"--data_dir", t.TempDir(),
-		"--kafka.embedded_addr", addrs[0], "--clickhouse.embedded_addr", addrs[1], "--collector.addr", addrs[2],
-		"--aggregator.flush_interval", "100ms", "--demo.rate", "500", "--demo.items", "5",
-		"--collector.max_body_bytes", "65536", "--collector.max_lines", "100", "--kafka.partitions", "4",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	runner := lifecycle.NewRunner(logger)
-	env := cli.Env{Config: &cfg, Logger: logger, Registry: prometheus.NewRegistry(), Runner: runner}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- runner.Run(ctx, 20*time.Second, AllInOne(env, io.Discard)...) }()
-
-	api := "http://" + addrs[2]
-	waitFor(t, 60*time.Second, "readiness", func() bool {
-		resp, err := http.Get(api + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	r := pipelinetest.Start(t, "--demo.enabled=true", "--demo.rate", "500", "--demo.items", "5",
+		"--collector.max_body_bytes", "65536", "--collector.max_lines", "100")
+	cfg, api := r.Config, r.API
+	ctx := context.Background()
 	if code := post(t, api+"/v1/views", `{"item_id":"e2e-item","viewer_id":"v1"}`); code != 202 {
 		t.Fatalf("POST /v1/views: got %d; want 202", code)
 	}
@@ -104,14 +71,8 @@ func TestAllInOne(t *testing.T) {
 		})
 	})
 
-	cancel()
-	select {
-	case err := <-runErr:
-		if err != nil {
-			t.Errorf("shutdown: got %v; want a clean stop", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("shutdown did not finish within 30s")
+	if err := r.Stop(); err != nil {
+		t.Errorf("shutdown: got %v; want a clean stop", err)
 	}
 }
 
@@ -253,13 +214,8 @@ func post(t *testing.T, u, body string) int {
 	return resp.StatusCode
 }
 
+// waitFor is testinfra.WaitFor for conditions with nothing to explain.
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testinfra.WaitFor(t, d, what, func() (bool, string) { return ok(), "" })
 }

@@ -122,21 +122,6 @@ func sameState(got, want map[[2]string]bool) string {
 	return ""
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s: %s", what, timeout, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func startLoader(t *testing.T, conn driver.Conn, topic, group string, reg prometheus.Registerer) *Loader {
 	t.Helper()
 	l, err := New(Config{Brokers: []string{infra.Kafka.Addr()}, Topic: topic, Group: group, FlushInterval: 100 * time.Millisecond, MaxBatch: 50},
@@ -176,7 +161,7 @@ func TestLoaderKeepsLastStatePerPairAcrossReplays(t *testing.T) {
 			l := startLoader(t, conn, "likes-replay", tt.group, prometheus.NewRegistry())
 			defer stopLoader(t, l)
 			// Every record is inserted (merges may already have folded older rows)...
-			waitFor(t, 20*time.Second, "every record inserted", func() (bool, string) {
+			testinfra.WaitFor(t, 20*time.Second, "every record inserted", func() (bool, string) {
 				n := testutil.ToFloat64(l.rows)
 				return n == float64(len(likes)), fmt.Sprintf("%v rows inserted", n)
 			})
@@ -215,7 +200,7 @@ func TestLoaderCommitsOnlyAfterInsert(t *testing.T) {
 	conn := openDB(t, ctx, "loader_retry", false)
 	want := produce(t, ctx, "likes-retry", genLikes(120))
 	l := startLoader(t, conn, "likes-retry", "loader-retry", prometheus.NewRegistry())
-	waitFor(t, 20*time.Second, "insert errors retried", func() (bool, string) {
+	testinfra.WaitFor(t, 20*time.Second, "insert errors retried", func() (bool, string) {
 		n := testutil.ToFloat64(l.insertErrors)
 		return n >= 2, fmt.Sprintf("%v insert errors", n)
 	})
@@ -225,7 +210,7 @@ func TestLoaderCommitsOnlyAfterInsert(t *testing.T) {
 	}
 	l = startLoader(t, conn, "likes-retry", "loader-retry", prometheus.NewRegistry())
 	defer stopLoader(t, l)
-	waitFor(t, 20*time.Second, "rows loaded after the table appeared", func() (bool, string) {
+	testinfra.WaitFor(t, 20*time.Second, "rows loaded after the table appeared", func() (bool, string) {
 		got, err := tableState(ctx, conn)
 		if err != nil {
 			return false, err.Error()

@@ -145,7 +145,7 @@ func (f *fixture) derive(t *testing.T, ctx context.Context, want map[[2]string]r
 		t.Fatal(err)
 	}
 	ld.Start()
-	waitFor(t, 30*time.Second, "redis and clickhouse derived from the log", func() (bool, string) {
+	testinfra.WaitFor(t, 30*time.Second, "redis and clickhouse derived from the log", func() (bool, string) {
 		if d := f.redisDiff(ctx, want); d != "" {
 			return false, "redis: " + d
 		}
@@ -224,21 +224,6 @@ func (f *fixture) clickhouseDiff(ctx context.Context, want map[[2]string]record)
 		}
 	}
 	return ""
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s: %s", what, timeout, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // genLikes makes n changes over 6 items and 15 users: items 0-2 change on day, 3-5 the day

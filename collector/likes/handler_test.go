@@ -127,7 +127,7 @@ func TestApplierRepairsChangeOnlyInLog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "applier applied the log", func() (bool, string) {
+	testinfra.WaitFor(t, 10*time.Second, "applier applied the log", func() (bool, string) {
 		d, err := diffState(ctx, e.store, map[string]map[string]bool{"it": {"a": false, "b": true}})
 		return err == nil && d == "", d + " " + errString(err)
 	})
@@ -222,7 +222,7 @@ func TestRebuildAfterFlushAll(t *testing.T) {
 		t.Fatalf("Totals right after FLUSHALL: got %v; want ErrNotReady", err)
 	}
 	// Poll with reads only: the first answer that is not a 503 must already be exact.
-	waitFor(t, 20*time.Second, "likes served again", func() (bool, string) {
+	testinfra.WaitFor(t, 20*time.Second, "likes served again", func() (bool, string) {
 		code, body, err := do(e.client, http.MethodGet, e.srv.URL+"/v1/users/user-a/likes?ids=p")
 		return err == nil && code == http.StatusOK, string(body)
 	})

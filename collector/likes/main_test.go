@@ -102,7 +102,7 @@ func newEnv(t testing.TB, name string) *env {
 	}
 	e.applier.Start()
 	t.Cleanup(e.close)
-	waitFor(t, 20*time.Second, "like state ready", func() (bool, string) {
+	testinfra.WaitFor(t, 20*time.Second, "like state ready", func() (bool, string) {
 		ok, err := e.store.Ready(ctx)
 		return ok, fmt.Sprint(err)
 	})
@@ -238,21 +238,5 @@ func flushRedis(t testing.TB) {
 	defer rdb.Close()
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatalf("flushall: %v", err)
-	}
-}
-
-// waitFor polls cond until it holds or timeout passes; cond's string says why not yet.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s: %s", what, timeout, why)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

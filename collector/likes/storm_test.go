@@ -228,7 +228,7 @@ func TestKillCollectorMidStorm(t *testing.T) {
 	base := "http://" + addr
 	waitServing := func() {
 		t.Helper()
-		waitFor(t, 60*time.Second, "collector serving likes", func() (bool, string) {
+		testinfra.WaitFor(t, 60*time.Second, "collector serving likes", func() (bool, string) {
 			code, body, err := do(client, http.MethodGet, base+"/v1/users/u0/likes?ids=a")
 			return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
 		})
@@ -295,7 +295,7 @@ func TestKillCollectorMidStorm(t *testing.T) {
 		t.Fatal("got no request answered by the restarted collector")
 	}
 	t0 := time.Now()
-	waitFor(t, 40*time.Second, "state converged to the log", func() (bool, string) {
+	testinfra.WaitFor(t, 40*time.Second, "state converged to the log", func() (bool, string) {
 		d, err := diffState(ctx, store, logState(t, schemas.TopicLikes))
 		return err == nil && d == "", d + " " + errString(err)
 	})

@@ -5,56 +5,28 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"tally/pipeline"
 	"tally/pipeline/load"
-	"tally/platform/cli"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/platform/testinfra"
+	"tally/pipeline/pipelinetest"
 )
 
 // TestLoadAgainstAllInOne runs short views+reads and likes scenarios against the whole pipeline
 // started in this process (its own test binary: chDB allows one engine per process) and checks
 // that the reports measured what they claim with no errors.
 func TestLoadAgainstAllInOne(t *testing.T) {
-	addrs := make([]string, 3)
-	for i := range addrs {
-		a, err := testinfra.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = a
-	}
-	cfg, err := config.Load("test", []string{
-		"--data_dir", t.TempDir(), "--demo.enabled=false",
-		"--kafka.embedded_addr", addrs[0], "--clickhouse.embedded_addr", addrs[1], "--collector.addr", addrs[2],
-		"--aggregator.flush_interval", "100ms", "--collector.cache_ttl", "200ms", "--kafka.partitions", "4",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	runner := lifecycle.NewRunner(logger)
-	env := cli.Env{Config: &cfg, Logger: logger, Registry: prometheus.NewRegistry(), Runner: runner}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- runner.Run(ctx, 20*time.Second, pipeline.AllInOne(env, io.Discard)...) }()
-	api := "http://" + addrs[2]
-	waitOK(t, 60*time.Second, api+"/readyz")
+	r := pipelinetest.Start(t, "--collector.cache_ttl", "200ms")
+	api := r.API
+	brokers := r.Config.Kafka.Brokers[0]
+	ctx := context.Background()
 	// Likes answer 503 until the applier has marked Redis as built from the log.
 	waitOK(t, 30*time.Second, api+"/v1/users/u1/likes?ids=a")
 
 	t.Run("views+reads", func(t *testing.T) {
-		rep := runLoad(t, ctx, "--url", api, "--brokers", addrs[0], "--scenario", "views+reads",
+		rep := runLoad(t, ctx, "--url", api, "--brokers", brokers, "--scenario", "views+reads",
 			"--duration", "3s", "--rate", "2000", "--batch", "100", "--concurrency", "2", "--items", "50",
 			"--read-rate", "50", "--warmup", "1s", "--probe-every", "300ms", "--probe-poll", "50ms",
 			"--probe-timeout", "20s", "--drain", "20s")
@@ -96,14 +68,8 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 		}
 	})
 
-	cancel()
-	select {
-	case err := <-runErr:
-		if err != nil {
-			t.Errorf("shutdown: got %v; want a clean stop", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("shutdown did not finish within 30s")
+	if err := r.Stop(); err != nil {
+		t.Errorf("shutdown: got %v; want a clean stop", err)
 	}
 }
 
