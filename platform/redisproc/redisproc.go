@@ -33,6 +33,11 @@ func Start(ctx context.Context, dir string, port int, logger *slog.Logger) (*Pro
 	if err != nil {
 		return nil, fmt.Errorf("start redis: redis-server not found on PATH (run scripts/setup.sh): %w", err)
 	}
+	// redis-server changes into --dir before opening --logfile, so a relative path would be
+	// resolved twice; hand it absolute paths.
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, fmt.Errorf("start redis: resolve %s: %w", dir, err)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start redis: create %s: %w", dir, err)
 	}

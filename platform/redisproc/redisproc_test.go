@@ -12,10 +12,23 @@ import (
 )
 
 func TestStartServesAndStops(t *testing.T) {
+	tests := []struct {
+		name string
+		dir  func(t *testing.T) string
+	}{
+		{"absolute dir", func(t *testing.T) string { return t.TempDir() }},
+		{"relative dir", func(t *testing.T) string { t.Chdir(t.TempDir()); return "data/redis" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { checkServesAndStops(t, tt.dir(t)) })
+	}
+}
+
+func checkServesAndStops(t *testing.T, dir string) {
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p, err := Start(ctx, t.TempDir(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := Start(ctx, dir, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
