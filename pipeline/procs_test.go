@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"tally/platform/testinfra"
 	"testing"
 	"time"
 )
@@ -23,11 +24,10 @@ var buildOnce = sync.OnceValues(func() (binaries, error) {
 	if err != nil {
 		return binaries{}, err
 	}
-	b := binaries{filepath.Join(dir, "pipeline"), filepath.Join(dir, "collector"), filepath.Join(dir, "aggregator")}
-	for out, pkg := range map[string]string{b.pipeline: "tally/pipeline/cmd/pipeline", b.collector: "tally/collector/cmd/collector", b.aggregator: "tally/aggregator/cmd/aggregator"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return b, fmt.Errorf("go build %s: %v\n%s", pkg, err, msg)
+	var b binaries
+	for bin, pkg := range map[*string]string{&b.pipeline: "tally/pipeline/cmd/pipeline", &b.collector: "tally/collector/cmd/collector", &b.aggregator: "tally/aggregator/cmd/aggregator"} {
+		if *bin, err = testinfra.Build(dir, pkg); err != nil {
+			return b, err
 		}
 	}
 	return b, nil

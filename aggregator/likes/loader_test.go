@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/goleak"
 
 	"tally/platform/chclient"
 	"tally/platform/kafka"
@@ -25,22 +24,7 @@ import (
 var infra *testinfra.Infra
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	var err error
-	if infra, err = testinfra.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "start test infrastructure:", err)
-		return 1
-	}
-	defer infra.Stop()
-	return m.Run()
-}
-
-func verifyNoLeaks(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
 }
 
 func openDB(t *testing.T, ctx context.Context, db string, migrated bool) driver.Conn {
@@ -145,7 +129,7 @@ func stopLoader(t *testing.T, l *Loader) {
 // The table's FINAL view is the last state per pair in log order, and loading the whole log
 // again (a new group replays from the start) changes no answer.
 func TestLoaderKeepsLastStatePerPairAcrossReplays(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conn := openDB(t, ctx, "loader_replay", true)
@@ -194,7 +178,7 @@ func TestLoaderKeepsLastStatePerPairAcrossReplays(t *testing.T) {
 // not skip, and commit nothing: a loader of the same group started after the table exists
 // loads every record.
 func TestLoaderCommitsOnlyAfterInsert(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conn := openDB(t, ctx, "loader_retry", false)

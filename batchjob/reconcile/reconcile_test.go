@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/goleak"
 
 	aggload "tally/aggregator/likes"
 	"tally/collector/likes"
@@ -36,27 +34,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	var err error
-	if infra, err = testinfra.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "start test infrastructure:", err)
-		return 1
-	}
-	defer infra.Stop()
-	bin = filepath.Join(infra.Dir, "batchjob")
-	if out, err := exec.Command("go", "build", "-o", bin, "tally/batchjob/cmd/batchjob").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build batchjob: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
-}
-
-func verifyNoLeaks(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
+		infra = in
+		var err error
+		bin, err = testinfra.Build(in.Dir, "tally/batchjob/cmd/batchjob")
+		return err
+	}))
 }
 
 type fixture struct {
@@ -291,7 +274,7 @@ func (f *fixture) diffs(t *testing.T, ctx context.Context, version uint64) []dif
 }
 
 func TestReconcileFindsAndRepairsDrift(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	f := newFixture(t, ctx, "drift")
@@ -388,7 +371,7 @@ func pairWith(want map[[2]string]record, item string, liked bool) string {
 // A second copy started while one holds the lock exits 3 without touching anything; once the
 // lock is free the command runs and exits 0.
 func TestSecondCopyExitsLocked(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	f := newFixture(t, ctx, "lock")

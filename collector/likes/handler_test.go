@@ -19,7 +19,7 @@ import (
 )
 
 func TestRejectsBadIDs(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "badids")
 	tests := []struct {
 		name, method, path string
@@ -51,7 +51,7 @@ func TestRejectsBadIDs(t *testing.T) {
 }
 
 func TestLikeUnlikeAreIdempotent(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "idem")
 	deadline := time.Now().Add(10 * time.Second)
 	steps := []struct {
@@ -114,7 +114,7 @@ func TestLikeUnlikeAreIdempotent(t *testing.T) {
 // A change that reached the log but not Redis (the process died in between) is applied by the
 // applier without any request.
 func TestApplierRepairsChangeOnlyInLog(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "repair")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -135,7 +135,7 @@ func TestApplierRepairsChangeOnlyInLog(t *testing.T) {
 
 // Redis down: 503 with a clear message, and nothing reaches the log.
 func TestRedisDownAnswers503(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "redisdown")
 	dead, err := testinfra.FreeAddr()
 	if err != nil {
@@ -172,7 +172,7 @@ func TestRedisDownAnswers503(t *testing.T) {
 // appliers rebuilt the state from the log, and then every state and total is exact. Two
 // appliers (two collectors) see the loss at once; one rebuilds, the other waits for it.
 func TestRebuildAfterFlushAll(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "flush")
 	second, err := NewApplier(ApplierConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-flush-2",
 		CheckEvery: 200 * time.Millisecond}, e.store, testLogger(), prometheus.NewRegistry())

@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -19,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/goleak"
 
 	"tally/platform/kafka"
 	"tally/platform/testinfra"
@@ -34,30 +31,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	var err error
-	if infra, err = testinfra.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "start test infrastructure:", err)
-		return 1
-	}
-	defer infra.Stop()
-	collectorBin = filepath.Join(infra.Dir, "collector")
-	build := exec.Command("go", "build", "-o", collectorBin, "tally/collector/cmd/collector")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build collector: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
-}
-
-// verifyNoLeaks checks, after the test and all its cleanups, that every goroutine the test
-// started has ended. Call it first so its cleanup runs last.
-func verifyNoLeaks(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
+		infra = in
+		var err error
+		collectorBin, err = testinfra.Build(in.Dir, "tally/collector/cmd/collector")
+		return err
+	}))
 }
 
 func testLogger() *slog.Logger { return infra.Logger }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tally/platform/testinfra"
 	"tally/schemas"
 )
 
@@ -28,7 +29,7 @@ func readyStore(t *testing.T) (*Store, *redis.Client) {
 // Records of one pair may be applied in any order (the request path and the applier race):
 // the state is always that of the highest offset, and the total counts states, not changes.
 func TestApplyOrdersByOffset(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	s, _ := readyStore(t)
 	ctx := context.Background()
 	type step struct {
@@ -87,7 +88,7 @@ func TestApplyOrdersByOffset(t *testing.T) {
 // Without the ready marker (Redis came back empty) the request path changes nothing and says
 // so; the applier still writes, because it is the one rebuilding.
 func TestApplyRefusesWhileRebuilding(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	s, rdb := readyStore(t)
 	ctx := context.Background()
 	if err := rdb.Del(ctx, ReadyKey).Err(); err != nil {
@@ -110,7 +111,7 @@ func TestApplyRefusesWhileRebuilding(t *testing.T) {
 
 // A hot item's likers spread over the shards' keys, and the total is their exact sum.
 func TestLikersSpreadOverShards(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	s, rdb := readyStore(t)
 	ctx := context.Background()
 	recs := make([]Record, 400)

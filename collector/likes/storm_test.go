@@ -126,7 +126,7 @@ func (s *storm) err() error {
 }
 
 func TestConcurrencyStorm(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "storm")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -199,7 +199,7 @@ func TestConcurrencyStorm(t *testing.T) {
 // record: only the restarted applier can repair it. The kill is repeated until it left such a
 // gap (checked before the restart), so the test always exercises the repair.
 func TestKillCollectorMidStorm(t *testing.T) {
-	verifyNoLeaks(t)
+	testinfra.VerifyNoLeaks(t)
 	flushRedis(t)
 	addr, err := testinfra.FreeAddr()
 	if err != nil {

@@ -27,26 +27,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	if infra, err = testinfra.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	conn, err = chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "readtest", Username: "default"})
-	if err == nil {
-		_, err = migrate.Apply(ctx, conn, infra.Logger)
-	}
-	cancel()
-	code := 1
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-		conn.Close()
-	}
-	infra.Stop()
-	os.Exit(code)
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
+		infra = in
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var err error
+		if conn, err = chclient.Open(ctx, chclient.Options{Addr: in.ClickHouse.Addr(), Database: "readtest", Username: "default"}); err != nil {
+			return err
+		}
+		_, err = migrate.Apply(ctx, conn, in.Logger)
+		return err
+	}))
 }
 
 // clock is an injected, settable clock.

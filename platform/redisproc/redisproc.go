@@ -87,9 +87,6 @@ func Start(ctx context.Context, dir string, port int, logger *slog.Logger) (*Pro
 // Addr is the server's host:port.
 func (p *Proc) Addr() string { return p.addr }
 
-// Pid is the child's process id, for tests that kill it.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
-
 // Stop asks the server to exit (SIGTERM) and waits for it, killing it if ctx ends first.
 func (p *Proc) Stop(ctx context.Context) error {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -57,21 +57,6 @@ func Start() (*Infra, error) {
 	return in, nil
 }
 
-// RestartKafka stops the broker and starts it again on the same data directory and port, as a
-// broker crash and restart would.
-func (in *Infra) RestartKafka() error {
-	addr := in.Kafka.Addr()
-	in.Kafka.Close()
-	var err error
-	for range 50 { // the port can take a moment to be free again
-		if in.Kafka, err = kafka.StartEmbedded(filepath.Join(in.Dir, "kafka"), addr, false); err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
-}
-
 // FreeAddr returns a loopback host:port nothing listens on now.
 func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
