@@ -64,17 +64,9 @@ func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64, e
 				if time.Now().After(end.Add(lateGrace)) {
 					return
 				}
-				_, due, ok := p.claim()
+				due, ok := p.wait(ctx, timer)
 				if !ok || !due.Before(end) {
 					return
-				}
-				if wait := time.Until(due); wait > 0 {
-					timer.Reset(wait)
-					select {
-					case <-ctx.Done():
-						return
-					case <-timer.C:
-					}
 				}
 				sent := time.Now()
 				kind, ok := o.fire(ctx, rng, &buf)

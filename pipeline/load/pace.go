@@ -1,6 +1,7 @@
 package load
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 )
@@ -38,6 +39,25 @@ func (p *pacer) claim() (i int64, due time.Time, ok bool) {
 		return i, time.Time{}, false
 	}
 	return i, p.at(i), true
+}
+
+// wait claims the next slot and sleeps until it is due, using timer (owned by the caller, one
+// per goroutine, so nothing is allocated per slot). ok is false once every slot is taken or ctx
+// ends.
+func (p *pacer) wait(ctx context.Context, timer *time.Timer) (due time.Time, ok bool) {
+	_, due, ok = p.claim()
+	if !ok {
+		return due, false
+	}
+	if d := time.Until(due); d > 0 {
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			return due, false
+		case <-timer.C:
+		}
+	}
+	return due, true
 }
 
 // dueBy is how many slots are due at or before elapsed time since start (bounded by n): the

@@ -63,17 +63,8 @@ func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) 
 			timer := time.NewTimer(time.Hour)
 			defer timer.Stop()
 			for time.Now().Before(end) {
-				_, due, ok := p.claim()
-				if !ok {
+				if _, ok := p.wait(ctx, timer); !ok {
 					return
-				}
-				if wait := time.Until(due); wait > 0 {
-					timer.Reset(wait)
-					select {
-					case <-ctx.Done():
-						return
-					case <-timer.C:
-					}
 				}
 				batch.fill(rng, c.HotShare, c.Items, c.Viewers)
 				t0 := time.Now()
