@@ -44,11 +44,12 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			Name: "views consumer",
 			Start: func(context.Context) error {
 				agg := views.New(views.Config{
-					Window:        cfg.Aggregator.DedupeWindow,
-					Grace:         cfg.Aggregator.DedupeGrace,
-					FlushInterval: cfg.Aggregator.FlushInterval,
-					MaxBatch:      cfg.Aggregator.MaxBatch,
-					SketchIdle:    time.Minute,
+					Window:         cfg.Aggregator.DedupeWindow,
+					Grace:          cfg.Aggregator.DedupeGrace,
+					FlushInterval:  cfg.Aggregator.FlushInterval,
+					SketchInterval: cfg.Aggregator.SketchInterval,
+					MaxBatch:       cfg.Aggregator.MaxBatch,
+					SketchIdle:     time.Minute,
 				}, conn, now, logger, reg)
 				var err error
 				group := views.Group{Brokers: cfg.Kafka.Brokers, Name: cfg.Aggregator.Group,
@@ -85,7 +86,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	})
 	if withAdmin {
 		mux := http.NewServeMux()
-		lifecycle.AdminRoutes(mux, runner, reg)
+		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 		admin, _ := lifecycle.HTTPServer("aggregator admin http", cfg.Aggregator.Addr, mux)
 		parts = append(parts, admin)
 	}

@@ -89,7 +89,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				Bounds:       schemas.TimeBounds{Future: cfg.Collector.FutureBound, Late: cfg.Collector.LateBound},
 			}, cl, now, logger, reg)
 			ing.Register(mux)
-			lifecycle.AdminRoutes(mux, runner, reg)
+			lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 			return nil
 		},
 		Stop: func(ctx context.Context) error {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -167,30 +168,30 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 	}
 	defer conn.Close()
 	catchUp := time.Now().Add(4 * time.Minute)
+	// Caught up: both checkpoints of every partition (deltas, and the sketches written every
+	// aggregator.sketch_interval) reach its end.
+	checkpoints := []string{
+		"SELECT partition, max(end_offset) FROM view_deltas WHERE item_id = '' GROUP BY partition",
+		"SELECT partition, max(end_offset) FROM sketch_checkpoints GROUP BY partition",
+	}
 	for caughtUp := false; !caughtUp; {
 		if time.Now().After(catchUp) {
 			t.Fatalf("aggregators did not catch up within 4 minutes")
 		}
 		time.Sleep(200 * time.Millisecond)
-		rows, err := conn.Query(ctx, "SELECT partition, max(end_offset) FROM view_deltas WHERE item_id = '' GROUP BY partition")
-		if err != nil {
-			continue
-		}
-		got := map[int32]int64{}
-		for rows.Next() {
-			var p uint16
-			var e int64
-			if rows.Scan(&p, &e) == nil {
-				got[int32(p)] = e
-			}
-		}
-		rows.Close()
 		caughtUp = true
-		ends.Each(func(o kadm.ListedOffset) {
-			if got[o.Partition] < o.Offset {
+		for _, q := range checkpoints {
+			got, err := partitionOffsets(ctx, conn, q)
+			if err != nil {
 				caughtUp = false
+				break
 			}
-		})
+			ends.Each(func(o kadm.ListedOffset) {
+				if got[o.Partition] < o.Offset {
+					caughtUp = false
+				}
+			})
+		}
 	}
 	t.Logf("caught up %s after the last post", time.Since(t0).Round(time.Millisecond))
 
@@ -460,4 +461,23 @@ func compareMaps[K comparable](t *testing.T, what string, got, want map[K]uint64
 	if bad > 0 {
 		t.Errorf("%d of %d %s totals differ", bad, len(want), what)
 	}
+}
+
+// partitionOffsets reads (partition, offset) rows of q.
+func partitionOffsets(ctx context.Context, conn driver.Conn, q string) (map[int32]int64, error) {
+	rows, err := conn.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	got := map[int32]int64{}
+	for rows.Next() {
+		var p uint16
+		var e int64
+		if err := rows.Scan(&p, &e); err != nil {
+			return nil, err
+		}
+		got[int32(p)] = e
+	}
+	return got, rows.Err()
 }

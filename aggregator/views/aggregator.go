@@ -19,8 +19,12 @@ type Config struct {
 	Window        time.Duration // dedupe window
 	Grace         time.Duration // how late a view is still deduplicated against full state
 	FlushInterval time.Duration
-	MaxBatch      int           // records of one partition before an early flush
-	SketchIdle    time.Duration // clean sketches untouched this long leave memory
+	// SketchInterval is how often dirty sketches are written. A sketch write costs far more
+	// than a delta write (every touched item's whole sketch) and dashboards read unique viewers
+	// less eagerly than views, so it is a multiple of FlushInterval.
+	SketchInterval time.Duration
+	MaxBatch       int           // records of one partition before an early flush
+	SketchIdle     time.Duration // clean sketches untouched this long leave memory
 }
 
 // Aggregator holds the state of the assigned partitions and writes their batches.
@@ -30,9 +34,10 @@ type Aggregator struct {
 	now    func() time.Time
 	logger *slog.Logger
 
-	mu        sync.Mutex
-	parts     map[int32]*partition
-	lastFlush time.Time
+	mu         sync.Mutex
+	parts      map[int32]*partition
+	lastFlush  time.Time
+	lastSketch time.Time
 
 	m metrics
 }
@@ -40,6 +45,7 @@ type Aggregator struct {
 type metrics struct {
 	records, counted, poison prometheus.Counter
 	flushSeconds             prometheus.Histogram
+	sketchSeconds            prometheus.Histogram
 	flushErrors              prometheus.Counter
 	pairs                    prometheus.GaugeFunc
 	lagSeconds               prometheus.Gauge
@@ -47,12 +53,14 @@ type metrics struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now()}
+	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window)."}),
 		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records skipped because they could not be decoded."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_flush_seconds", Help: "Time to write one flush to ClickHouse.",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
+		sketchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_write_seconds", Help: "Time to write the dirty unique-viewer sketches and their checkpoints.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_flush_errors_total", Help: "ClickHouse write attempts that failed and were retried."}),
 		lagSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_views_flush_lag_seconds", Help: "Age of the oldest unflushed batch at the last flush."}),
@@ -66,13 +74,13 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		}
 		return float64(n)
 	})
-	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds)
+	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.sketchSeconds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds)
 	return a
 }
 
 // Assign loads the state of newly assigned partitions and returns, for each partition that has a
-// checkpoint in ClickHouse, the offset to resume at. Partitions without one resume where Kafka's
-// committed offset says.
+// checkpoint in ClickHouse, the offset to resume at: the lower of its deltas and sketch
+// checkpoints. Partitions without one resume where Kafka's committed offset says.
 func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -83,18 +91,22 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		if err != nil {
 			return nil, err
 		}
-		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end)
+		sketched, err := a.store.loadSketchCheckpoint(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, sketched)
 		pairs := 0
 		if cp.found {
 			p.win.Restore(cp.watermark)
 			if pairs, err = a.store.loadDedupe(ctx, id, cp.end, p.win); err != nil {
 				return nil, err
 			}
-			resume[id] = cp.end
+			resume[id] = p.next
 		}
 		p.lastEvict = a.now()
 		a.parts[id] = p
-		a.logger.Info("partition assigned", "partition", id, "checkpoint", cp.end, "found", cp.found,
+		a.logger.Info("partition assigned", "partition", id, "checkpoint", cp.end, "sketch_checkpoint", sketched, "found", cp.found,
 			"dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	return resume, nil
@@ -140,13 +152,22 @@ func (a *Aggregator) FlushDue() bool {
 	return false
 }
 
-// Flush writes every pending batch and returns the new checkpoint of each partition written.
-// It retries ClickHouse errors with backoff until it succeeds or ctx ends; consumption waits
-// meanwhile, so an outage turns into lag, not loss.
+// Flush writes every pending batch, and the sketches when the sketch interval has passed, and
+// returns the new checkpoint of each partition whose deltas were written. It retries ClickHouse
+// errors with backoff until it succeeds or ctx ends; consumption waits meanwhile, so an outage
+// turns into lag, not loss.
 func (a *Aggregator) Flush(ctx context.Context) (map[int32]int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.flushLocked(ctx, nil)
+	return a.flushLocked(ctx, nil, a.now().Sub(a.lastSketch) >= a.cfg.SketchInterval)
+}
+
+// FlushAll is Flush with the sketches written whatever the interval, for a clean stop: the next
+// start then replays nothing into them.
+func (a *Aggregator) FlushAll(ctx context.Context) (map[int32]int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.flushLocked(ctx, nil, true)
 }
 
 // Revoke writes the pending batches of ids and forgets them: the next owner resumes from the
@@ -158,7 +179,7 @@ func (a *Aggregator) Revoke(ctx context.Context, ids []int32) (map[int32]int64, 
 	for _, id := range ids {
 		only[id] = true
 	}
-	done, err := a.flushLocked(ctx, only)
+	done, err := a.flushLocked(ctx, only, true)
 	for _, id := range ids {
 		delete(a.parts, id)
 	}
@@ -176,33 +197,42 @@ func (a *Aggregator) Lost(ids []int32) {
 	a.logger.Warn("partitions lost; pending batches dropped, the new owner replays them", "partitions", ids)
 }
 
-func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool) (map[int32]int64, error) {
+func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withSketches bool) (map[int32]int64, error) {
 	now := a.now()
 	a.m.lagSeconds.Set(now.Sub(a.lastFlush).Seconds())
 	a.lastFlush = now
-	var parts []*partition
+	var parts, sketchParts []*partition
 	for id, p := range a.parts {
-		if p.pending() && (only == nil || only[id]) {
+		if only != nil && !only[id] {
+			continue
+		}
+		if p.pending() {
 			parts = append(parts, p)
+		}
+		if withSketches && p.sketchesPending() {
+			sketchParts = append(sketchParts, p)
+		}
+	}
+	byID := func(ps []*partition) {
+		sort.Slice(ps, func(i, j int) bool { return ps[i].id < ps[j].id })
+	}
+	byID(parts)
+	byID(sketchParts)
+	t0 := time.Now()
+	// Dedupe state and sketches first: both are idempotent, so a crash before the deltas only
+	// means they are written again on replay. The deltas carry the checkpoint and go last.
+	if len(parts) > 0 {
+		if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
+			return nil, err
+		}
+	}
+	if withSketches {
+		if err := a.writeSketches(ctx, sketchParts, now); err != nil {
+			return nil, err
 		}
 	}
 	if len(parts) == 0 {
 		return nil, nil
-	}
-	sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
-	t0 := time.Now()
-	// Dedupe state and sketches first: both are idempotent, so a crash before the deltas only
-	// means they are written again on replay. The deltas carry the checkpoint and go last.
-	if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
-		return nil, err
-	}
-	if err := a.retry(ctx, "write sketches", func() error {
-		if err := a.store.loadSketches(ctx, parts); err != nil {
-			return err
-		}
-		return a.store.writeSketches(ctx, parts, now)
-	}); err != nil {
-		return nil, err
 	}
 	attempted := false
 	if err := a.retry(ctx, "write deltas", func() error {
@@ -220,10 +250,36 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool) (map[
 	done := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.next
-		p.markFlushed(p.next, now, a.cfg.SketchIdle)
+		p.markFlushed(p.next, now)
 	}
 	a.m.flushSeconds.Observe(time.Since(t0).Seconds())
 	return done, nil
+}
+
+// writeSketches stores the dirty sketches of parts, then their sketch checkpoints. The order
+// matters: a checkpoint only ever vouches for sketches already stored.
+func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
+	a.lastSketch = now
+	if len(parts) == 0 {
+		return nil
+	}
+	t0 := time.Now()
+	if err := a.retry(ctx, "write sketches", func() error {
+		if err := a.store.loadSketches(ctx, parts); err != nil {
+			return err
+		}
+		if err := a.store.writeSketches(ctx, parts, now); err != nil {
+			return err
+		}
+		return a.store.writeSketchCheckpoints(ctx, parts, now)
+	}); err != nil {
+		return err
+	}
+	for _, p := range parts {
+		p.markSketched(p.next, now, a.cfg.SketchIdle)
+	}
+	a.m.sketchSeconds.Observe(time.Since(t0).Seconds())
+	return nil
 }
 
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {

@@ -3,11 +3,13 @@
 //
 // Each assigned Kafka partition has its own state: the dedupe window, the batch of deltas built
 // since the last flush, and the sketches it touched. A flush writes, for every partition with
-// work: first the dedupe state and the sketches (both idempotent), then the deltas together with
-// the partition's checkpoint marker in one INSERT block, so totals and checkpoint change
-// atomically; only then are Kafka offsets committed (advisory, for lag metrics). On assignment
-// the checkpoint, the dedupe state and the watermark are loaded back from ClickHouse and
-// consumption resumes exactly at the checkpoint.
+// work: first the dedupe state, then (every sketch interval, which is longer than the flush
+// interval because a sketch is large and changes little) the dirty sketches and after them the
+// partition's sketch checkpoint, then the deltas together with the partition's checkpoint marker
+// in one INSERT block, so totals and checkpoint change atomically; only then are Kafka offsets
+// committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
+// the watermark are loaded back from ClickHouse; consumption resumes at the lower checkpoint,
+// and records below the deltas checkpoint only go into the sketches again.
 //
 // Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
 // callbacks are the only callers. The Aggregator owns no goroutines; Source runs the loop.
@@ -50,47 +52,61 @@ type stateRow struct {
 
 // partition is the state of one assigned Kafka partition.
 type partition struct {
-	id      int32
-	win     *dedupe.Window
-	next    int64 // offset after the last processed record: end of the pending batch
-	flushed int64 // checkpoint: end offset of the last batch written
-	records int   // records in the pending batch
-	deltas  map[deltaKey]uint64
-	counted []stateRow
+	id       int32
+	win      *dedupe.Window
+	next     int64 // offset after the last processed record: end of the pending batch
+	flushed  int64 // deltas checkpoint: end offset of the last batch written
+	sketched int64 // sketch checkpoint: records below it are in the stored sketches
+	records  int   // records in the pending batch
+	deltas   map[deltaKey]uint64
+	counted  []stateRow
 	// sketches touched since assignment; clean ones idle for a while are dropped.
 	sketches  map[sketchKey]*sketch
 	lastEvict time.Time
 	poison    int // undecodable records skipped in this batch
 }
 
-func newPartition(id int32, window, grace time.Duration, resume int64) *partition {
+// newPartition starts a partition whose deltas are written up to flushed and whose sketches
+// are stored up to sketched; it resumes at the lower of the two.
+func newPartition(id int32, window, grace time.Duration, flushed, sketched int64) *partition {
 	return &partition{
 		id:       id,
 		win:      dedupe.New(window.Milliseconds(), grace.Milliseconds()),
-		next:     resume,
-		flushed:  resume,
+		next:     min(flushed, sketched),
+		flushed:  flushed,
+		sketched: sketched,
 		deltas:   make(map[deltaKey]uint64),
 		sketches: make(map[sketchKey]*sketch),
 	}
 }
 
 // process applies one record at offset. Undecodable records cannot be counted; they are skipped
-// the same way on every replay, so they never make two runs disagree.
+// the same way on every replay, so they never make two runs disagree. A record below the deltas
+// checkpoint is already counted (and in the restored dedupe state) and is replayed only because
+// the sketches were written before it: it goes into the sketches alone.
 func (p *partition) process(offset int64, value []byte, now time.Time) {
 	p.next = offset + 1
-	p.records++
 	v, err := schemas.DecodeView(value)
+	counted := offset >= p.flushed
+	if counted {
+		p.records++
+	}
 	if err != nil {
-		p.poison++
+		if counted {
+			p.poison++
+		}
+		return
+	}
+	day := int32(floorDiv(v.TS, 86_400_000))
+	p.touch(sketchKey{v.ItemID, day}, v.ViewerID, now)
+	p.touch(sketchKey{v.ItemID, allTime}, v.ViewerID, now)
+	if !counted {
 		return
 	}
 	if key := dedupe.Key(v.ViewerID, v.ItemID); p.win.Observe(key, v.TS) {
 		p.counted = append(p.counted, stateRow{key, v.TS})
 		p.deltas[deltaKey{v.ItemID, floorDiv(v.TS, 1000)}]++
 	}
-	day := int32(floorDiv(v.TS, 86_400_000))
-	p.touch(sketchKey{v.ItemID, day}, v.ViewerID, now)
-	p.touch(sketchKey{v.ItemID, allTime}, v.ViewerID, now)
 }
 
 func (p *partition) touch(k sketchKey, viewer string, now time.Time) {
@@ -104,22 +120,31 @@ func (p *partition) touch(k sketchKey, viewer string, now time.Time) {
 	s.touched = now
 }
 
-// pending reports whether records were processed since the last flush.
+// pending reports whether records were counted since the last flush.
 func (p *partition) pending() bool { return p.next > p.flushed }
 
-// markFlushed resets the batch after it was written up to end.
-func (p *partition) markFlushed(end int64, now time.Time, idle time.Duration) {
-	p.flushed = end
-	p.records = 0
-	p.poison = 0
-	clear(p.deltas)
-	p.counted = p.counted[:0]
+// sketchesPending reports whether records went into the sketches since they were last written.
+func (p *partition) sketchesPending() bool { return p.next > p.sketched }
+
+// markSketched marks the sketches written up to end and drops clean ones idle for longer than
+// idle (a later view reloads the stored version before the sketch is written again).
+func (p *partition) markSketched(end int64, now time.Time, idle time.Duration) {
+	p.sketched = end
 	for k, s := range p.sketches {
 		s.dirty = false
 		if now.Sub(s.touched) > idle {
 			delete(p.sketches, k)
 		}
 	}
+}
+
+// markFlushed resets the batch after it was written up to end.
+func (p *partition) markFlushed(end int64, now time.Time) {
+	p.flushed = end
+	p.records = 0
+	p.poison = 0
+	clear(p.deltas)
+	p.counted = p.counted[:0]
 	if now.Sub(p.lastEvict) > 30*time.Second {
 		p.win.Evict()
 		p.lastEvict = now

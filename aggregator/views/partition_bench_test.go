@@ -21,13 +21,14 @@ func BenchmarkPartitionProcess(b *testing.B) {
 		}
 		recs[i] = schemas.AppendView(nil, schemas.View{ItemID: item, ViewerID: "viewer-" + strconv.Itoa(i*7919%200000), TS: t0 + int64(i)})
 	}
-	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0)
+	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
 	now := time.Now()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p.process(int64(i), recs[i%n], now)
 		if i%100000 == 99999 {
-			p.markFlushed(p.next, now, time.Minute)
+			p.markFlushed(p.next, now)
+			p.markSketched(p.next, now, time.Minute)
 		}
 	}
 }

@@ -33,7 +33,7 @@ func TestPartitionBucketsBySecondOfEventTime(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := newPartition(3, 30*time.Minute, 10*time.Minute, 100)
+			p := newPartition(3, 30*time.Minute, 10*time.Minute, 100, 100)
 			for i, r := range tt.records {
 				p.process(100+int64(i), r, now)
 			}
@@ -57,15 +57,22 @@ func TestPartitionBucketsBySecondOfEventTime(t *testing.T) {
 
 func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0)
+	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
 	p.process(0, view("old", "a", t0.UnixMilli()), t0)
 	p.process(1, view("new", "b", t0.UnixMilli()), t0.Add(50*time.Second))
 	if got := len(p.sketches); got != 4 { // day + all-time for each item
 		t.Fatalf("got %d sketches; want 4", got)
 	}
-	p.markFlushed(p.next, t0.Add(90*time.Second), time.Minute)
+	p.markFlushed(p.next, t0.Add(90*time.Second))
 	if p.pending() || len(p.deltas) != 0 || len(p.counted) != 0 || p.records != 0 {
 		t.Errorf("got pending=%v deltas=%d counted=%d records=%d after flush; want an empty batch", p.pending(), len(p.deltas), len(p.counted), p.records)
+	}
+	if !p.sketchesPending() || len(p.sketches) != 4 {
+		t.Fatalf("got sketchesPending=%v with %d sketches after a deltas flush; want true with 4 (sketches have their own interval)", p.sketchesPending(), len(p.sketches))
+	}
+	p.markSketched(p.next, t0.Add(90*time.Second), time.Minute)
+	if p.sketchesPending() {
+		t.Errorf("got sketchesPending after markSketched; want false")
 	}
 	for k, s := range p.sketches {
 		if k.item != "new" {
@@ -80,12 +87,41 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 	}
 }
 
+// A partition resumed below its deltas checkpoint (the sketches were written earlier) puts the
+// replayed records into the sketches only: they are counted and in the dedupe state already.
+func TestReplayBelowDeltasCheckpointOnlyFillsSketches(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ts := t0.UnixMilli()
+	p := newPartition(0, 30*time.Minute, 10*time.Minute, 12, 10)
+	if p.next != 10 || p.pending() {
+		t.Fatalf("got next %d pending %v; want 10 false (resume at the sketch checkpoint)", p.next, p.pending())
+	}
+	for i, viewer := range []string{"a", "b", "c", "d"} { // offsets 10..13; 10 and 11 are counted already
+		p.process(10+int64(i), view("i", viewer, ts), t0)
+	}
+	if got := p.deltas[deltaKey{"i", ts / 1000}]; got != 2 {
+		t.Errorf("got %d views counted; want 2 (offsets 12 and 13 only)", got)
+	}
+	if p.records != 2 || len(p.counted) != 2 || p.win.Len() != 2 {
+		t.Errorf("got records=%d counted=%d dedupe pairs=%d; want 2 2 2", p.records, len(p.counted), p.win.Len())
+	}
+	for _, k := range []sketchKey{{"i", int32(ts / 86_400_000)}, {"i", allTime}} {
+		s := p.sketches[k]
+		if s == nil || s.hll.Estimate() != 4 {
+			t.Errorf("sketch %v: got %v; want 4 viewers (replayed ones included)", k, s)
+		}
+	}
+	if !p.pending() || !p.sketchesPending() {
+		t.Errorf("got pending=%v sketchesPending=%v; want both", p.pending(), p.sketchesPending())
+	}
+}
+
 func TestFlushDue(t *testing.T) {
 	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return clock }
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 3, SketchIdle: time.Minute},
 		nil, now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 0)
+	a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
 	tests := []struct {
 		name    string
 		advance time.Duration
@@ -113,7 +149,7 @@ func TestFlushDue(t *testing.T) {
 func TestProcessIgnoresOffsetsAlreadyApplied(t *testing.T) {
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 100, SketchIdle: time.Minute},
 		nil, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 10)
+	a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 10, 10)
 	ts := time.Now().UnixMilli()
 	a.Process(0, []int64{8, 9, 10, 11}, [][]byte{view("i", "a", ts), view("i", "b", ts), view("i", "c", ts), view("i", "d", ts)})
 	if got := a.parts[0].deltas[deltaKey{"i", ts / 1000}]; got != 2 {

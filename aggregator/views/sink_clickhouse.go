@@ -36,6 +36,36 @@ func (s *store) loadCheckpoint(ctx context.Context, p int32) (checkpoint, error)
 	return cp, nil
 }
 
+// loadSketchCheckpoint returns the offset below which partition p's records are in the stored
+// sketches: 0 when none was written, so that the replay starts at the beginning.
+func (s *store) loadSketchCheckpoint(ctx context.Context, p int32) (int64, error) {
+	var end int64
+	err := s.conn.QueryRow(ctx, `SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?`, uint16(p)).Scan(&end)
+	if err != nil {
+		return 0, fmt.Errorf("load sketch checkpoint of partition %d: %w", p, err)
+	}
+	return end, nil
+}
+
+// writeSketchCheckpoints records that the sketches of parts hold every record below their
+// next offset.
+func (s *store) writeSketchCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO sketch_checkpoints (partition, end_offset, written_at)")
+	if err != nil {
+		return fmt.Errorf("prepare sketch checkpoint insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		if err := b.Append(uint16(p.id), p.next, now); err != nil {
+			return fmt.Errorf("append sketch checkpoint of partition %d: %w", p.id, err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert sketch checkpoints: %w", err)
+	}
+	return nil
+}
+
 // loadDedupe restores into win the pairs counted in batches up to end that are still live.
 func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.Window) (int, error) {
 	rows, err := s.conn.Query(ctx, `SELECT pair, max(last_ms) FROM dedupe_state

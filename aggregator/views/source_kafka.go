@@ -83,7 +83,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	if errors.Is(runErr, context.Canceled) {
 		runErr = nil
 	}
-	done, err := s.agg.Flush(ctx)
+	done, err := s.agg.FlushAll(ctx)
 	s.commit(ctx, done)
 	s.cl.Close() // leaves the group; the revoke callback finds nothing pending
 	return errors.Join(runErr, err)

@@ -12,6 +12,7 @@ import (
 type Config struct {
 	DataDir    string     `mapstructure:"data_dir"`
 	Log        Log        `mapstructure:"log"`
+	Debug      Debug      `mapstructure:"debug"`
 	Kafka      Kafka      `mapstructure:"kafka"`
 	ClickHouse ClickHouse `mapstructure:"clickhouse"`
 	Redis      Redis      `mapstructure:"redis"`
@@ -24,6 +25,10 @@ type Config struct {
 type Log struct {
 	Level  string `mapstructure:"level"`
 	Format string `mapstructure:"format"`
+}
+
+type Debug struct {
+	Pprof bool `mapstructure:"pprof"`
 }
 
 type Kafka struct {
@@ -63,6 +68,7 @@ type Aggregator struct {
 	InstanceID     string        `mapstructure:"instance_id"`
 	SessionTimeout time.Duration `mapstructure:"session_timeout"`
 	FlushInterval  time.Duration `mapstructure:"flush_interval"`
+	SketchInterval time.Duration `mapstructure:"sketch_interval"`
 	MaxBatch       int           `mapstructure:"max_batch"`
 	DedupeWindow   time.Duration `mapstructure:"dedupe_window"`
 	DedupeGrace    time.Duration `mapstructure:"dedupe_grace"`
@@ -95,6 +101,7 @@ func settings() []setting {
 		{"data_dir", "./data", "directory for embedded Kafka, ClickHouse and Redis data"},
 		{"log.level", "info", "log level: debug, info, warn, error"},
 		{"log.format", "text", "log format: text or json"},
+		{"debug.pprof", false, "serve Go's /debug/pprof/ profiles next to /metrics (collector and aggregator addresses)"},
 
 		{"kafka.brokers", []string{}, "Kafka seed brokers (host:port,...); empty runs the embedded broker (all-in-one only)"},
 		{"kafka.embedded_addr", "127.0.0.1:9092", "listen address of the embedded Kafka broker"},
@@ -124,6 +131,7 @@ func settings() []setting {
 		{"aggregator.instance_id", "", "static group membership id (e.g. the pod name): a restarted aggregator takes back its partitions at once"},
 		{"aggregator.session_timeout", 10 * time.Second, "how long the group waits for a silent aggregator before moving its partitions"},
 		{"aggregator.flush_interval", 500 * time.Millisecond, "how often aggregated batches are written to ClickHouse"},
+		{"aggregator.sketch_interval", 5 * time.Second, "how often unique-viewer sketches are written to ClickHouse (a crash replays the views since into them)"},
 		{"aggregator.max_batch", 200000, "records per partition batch before an early flush"},
 		{"aggregator.dedupe_window", 30 * time.Minute, "a view counts once per viewer and item within this much event time"},
 		{"aggregator.dedupe_grace", 10 * time.Minute, "how far behind the partition's newest event a late view is still deduplicated"},
@@ -199,6 +207,9 @@ func (c Config) Validate() error {
 		bad("aggregator.group", "must not be empty")
 	}
 	positive(bad, "aggregator.flush_interval", c.Aggregator.FlushInterval)
+	if c.Aggregator.SketchInterval < c.Aggregator.FlushInterval {
+		bad("aggregator.sketch_interval", "got %s; want at least aggregator.flush_interval (%s)", c.Aggregator.SketchInterval, c.Aggregator.FlushInterval)
+	}
 	if c.Aggregator.SessionTimeout < time.Second {
 		bad("aggregator.session_timeout", "got %s; want at least 1s", c.Aggregator.SessionTimeout)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,8 +14,9 @@ import (
 )
 
 // AdminRoutes adds /healthz (the process is alive), /readyz (every part started, not shutting
-// down) and /metrics (reg's metrics) to mux.
-func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry) {
+// down) and /metrics (reg's metrics) to mux, and with pprof Go's /debug/pprof/ profiles, which
+// stay off by default because they expose internals and cost CPU while taken.
+func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, pprof bool) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
@@ -29,6 +31,13 @@ func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry) {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if pprof {
+		mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", httppprof.Trace)
+	}
 }
 
 // HTTPServer is a Part serving handler on addr. Stop stops accepting and waits for in-flight

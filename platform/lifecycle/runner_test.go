@@ -81,14 +81,24 @@ func TestAdminRoutes(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_test_total", Help: "x"})
 	reg.MustRegister(c)
-	mux := http.NewServeMux()
-	AdminRoutes(mux, r, reg)
-	srv, addr := HTTPServer("admin", "127.0.0.1:0", mux)
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
+	var servers []Part
+	defer func() {
+		for _, srv := range servers {
+			srv.Stop(context.Background())
+		}
+	}()
+	serve := func(pprof bool) func() string {
+		mux := http.NewServeMux()
+		AdminRoutes(mux, r, reg, pprof)
+		srv, addr := HTTPServer("admin", "127.0.0.1:0", mux)
+		if err := srv.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, srv)
+		return addr
 	}
-	defer srv.Stop(context.Background())
-	get := func(path string) (int, string) {
+	plain, withPprof := serve(false), serve(true)
+	get := func(addr func() string, path string) (int, string) {
 		resp, err := http.Get("http://" + addr() + path)
 		if err != nil {
 			t.Fatal(err)
@@ -98,17 +108,21 @@ func TestAdminRoutes(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	tests := []struct {
+		addr     func() string
 		path     string
 		wantCode int
 		wantBody string
 	}{
-		{"/healthz", 200, "ok"},
-		{"/readyz", 503, "not ready"},
-		{"/metrics", 200, "tally_test_total 0"},
+		{plain, "/healthz", 200, "ok"},
+		{plain, "/readyz", 503, "not ready"},
+		{plain, "/metrics", 200, "tally_test_total 0"},
+		{plain, "/debug/pprof/", 404, ""},
+		{withPprof, "/debug/pprof/", 200, "goroutine"},
+		{withPprof, "/debug/pprof/goroutine?debug=1", 200, "goroutine profile"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
-			code, body := get(tt.path)
+			code, body := get(tt.addr, tt.path)
 			if code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
 				t.Errorf("got %d %q; want %d containing %q", code, body, tt.wantCode, tt.wantBody)
 			}
