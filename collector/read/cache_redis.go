@@ -35,6 +35,12 @@ type cache struct {
 
 const keyPrefix = "tally:counts:"
 
+// maxItemsPerQuery bounds one ClickHouse read of counts. A read costs about the same whatever
+// its list holds (the totals tables are scanned through their unmerged parts, and a list of a
+// few thousand random items touches every granule), so refreshing a working set in few large
+// reads costs the engine far less than in many small ones.
+const maxItemsPerQuery = 10000
+
 func newCache(rdb *redis.Client, src source, ttl time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *cache {
 	c := &cache{
 		rdb: rdb, src: src, ttl: ttl, hardTTL: 10 * time.Minute, now: now, logger: logger,
@@ -124,7 +130,7 @@ func (c *cache) fillCoalesced(ctx context.Context, items []string) (map[string]C
 }
 
 // fillLoop answers fill requests until ctx ends: it takes every request waiting, reads the union
-// of their items in rounds of at most 1000, and answers each request with its items.
+// of their items in rounds of at most maxItemsPerQuery, and answers each request with its items.
 func (c *cache) fillLoop(ctx context.Context) {
 	for {
 		var batch []fillRequest
@@ -156,7 +162,7 @@ func (c *cache) fillLoop(ctx context.Context) {
 		got := make(map[string]Counts, len(items))
 		var err error
 		for len(items) > 0 && err == nil {
-			n := min(len(items), 1000)
+			n := min(len(items), maxItemsPerQuery)
 			var part map[string]Counts
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			part, err = c.fill(rctx, items[:n])
@@ -225,7 +231,7 @@ func (c *cache) refreshLoop(ctx context.Context) {
 		clear(c.pending)
 		c.mu.Unlock()
 		for len(items) > 0 {
-			n := min(len(items), 1000)
+			n := min(len(items), maxItemsPerQuery)
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if _, err := c.fill(rctx, items[:n]); err != nil && ctx.Err() == nil {
 				c.logger.Warn("refresh count cache", "items", n, "err", err)

@@ -18,6 +18,7 @@ import (
 
 	"tally/platform/chclient"
 	"tally/platform/testinfra"
+	"tally/schemas"
 	"tally/schemas/migrate"
 )
 
@@ -106,6 +107,26 @@ func TestCounts(t *testing.T) {
 	want := []ItemCounts{{ItemID: "c-b", Views: 1}, {ItemID: "unknown"}, {ItemID: "c-a", Views: 7, UniqueViewers: 6}, {ItemID: "c-b", Views: 1}}
 	if fmt.Sprint(batch.Items) != fmt.Sprint(want) {
 		t.Errorf("got %+v; want %+v (request order, unknown as zeros)", batch.Items, want)
+	}
+}
+
+// A full round of the refresher: maxItemsPerQuery ids of the longest allowed length make a query
+// text far beyond ClickHouse's default max_query_size.
+func TestCountsOfAFullRoundOfLongIDs(t *testing.T) {
+	ts := time.Now().Add(-time.Hour)
+	items := make([]string, maxItemsPerQuery)
+	for i := range items {
+		id := fmt.Sprintf("long-%d-", i)
+		items[i] = id + strings.Repeat("x", schemas.MaxIDLen-len(id))
+	}
+	addViews(t, items[0], ts, 3)
+	addViews(t, items[len(items)-1], ts, 4)
+	got, err := source{conn}.counts(context.Background(), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[items[0]].Views != 3 || got[items[len(items)-1]].Views != 4 {
+		t.Errorf("got %d items with views %d and %d; want 2 items with 3 and 4", len(got), got[items[0]].Views, got[items[len(items)-1]].Views)
 	}
 }
 
