@@ -86,12 +86,16 @@ func ClientOptions(brokers []string, clientID string, logger *slog.Logger, reg p
 // ProducerOptions make a producer that acknowledges a record only once every in-sync replica
 // has it (acks=all) and never writes one twice on retry (idempotent; franz-go's default with
 // acks=all). maxBuffered bounds memory: past it TryProduce fails at once instead of queueing.
+//
+// No linger: every caller waits for its records' acks (a 202, a like's answer), so lingering
+// adds its whole length to each request, while records produced while a request is in flight
+// are batched into the next one anyway.
 func ProducerOptions(maxBuffered int, deliveryTimeout time.Duration) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.MaxBufferedRecords(maxBuffered),
 		kgo.RecordDeliveryTimeout(deliveryTimeout),
-		kgo.ProducerLinger(2 * time.Millisecond),
+		kgo.ProducerLinger(0),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	}
 }
