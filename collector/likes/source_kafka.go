@@ -51,9 +51,9 @@ func InstanceID(listenAddr string) string {
 }
 
 // Applier keeps Redis equal to the log. As a consumer-group member it applies every record of
-// the topic (idempotent by offset) and commits offsets only after applying, so a record that a
-// request wrote to the log but could not apply (a crash, Redis down) is applied within about a
-// second. Every CheckEvery, and at start, it checks ReadyKey; when Redis lost the state it
+// the topic (idempotent by offset) that a request of this process did not already apply, and
+// commits offsets only after applying, so a record that a request wrote to the log but could
+// not apply (a crash, Redis down) is applied within about a second. Every CheckEvery, and at start, it checks ReadyKey; when Redis lost the state it
 // rebuilds it from the whole log before likes are served again.
 type Applier struct {
 	cfg    ApplierConfig
@@ -63,8 +63,8 @@ type Applier struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	applied, undecodable, rebuilds prometheus.Counter
-	failures                       prometheus.Counter
+	applied, skipped, undecodable, rebuilds prometheus.Counter
+	failures                                prometheus.Counter
 }
 
 // NewApplier joins cfg.Group; Start begins applying.
@@ -72,11 +72,12 @@ func NewApplier(cfg ApplierConfig, store *Store, logger *slog.Logger, reg promet
 	a := &Applier{
 		cfg: cfg, store: store, logger: logger,
 		applied:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_records_total", Help: "Like records applied to Redis by the applier (rebuilds included)."}),
+		skipped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_skipped_total", Help: "Like records the applier skipped because a request of this collector had applied them."}),
 		undecodable: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_undecodable_total", Help: "Like records skipped because they could not be decoded."}),
 		rebuilds:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_rebuilds_total", Help: "Rebuilds of the like serving state from the log that completed."}),
 		failures:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_errors_total", Help: "Applier attempts that failed (Redis or Kafka unavailable) and were retried."}),
 	}
-	reg.MustRegister(a.applied, a.undecodable, a.rebuilds, a.failures)
+	reg.MustRegister(a.applied, a.skipped, a.undecodable, a.rebuilds, a.failures)
 	opts := append(kafka.ClientOptions(cfg.Brokers, "tally-likes-applier", logger, nil),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
@@ -156,6 +157,9 @@ func (a *Applier) run(ctx context.Context) {
 			}
 			batch = append(batch, Record{Partition: r.Partition, Offset: r.Offset, Like: l})
 		}
+		n := len(batch)
+		batch = a.store.handled.unapplied(batch)
+		a.skipped.Add(float64(n - len(batch)))
 		if err := a.retry(ctx, "apply like records", func() error { return a.store.ApplyRecords(ctx, batch) }); err != nil {
 			return // only ctx ends a retry
 		}

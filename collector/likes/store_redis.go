@@ -145,6 +145,7 @@ func OffsetsKey(item string, shard int) string {
 type Store struct {
 	rdb                                   *redis.Client
 	apply, repair, extend, finish, totals *redis.Script
+	handled                               *handled // offsets applied by Apply, for the applier to skip
 }
 
 // OpenStore returns a store on the Redis at addr. It does not connect: a Redis that is down
@@ -163,11 +164,12 @@ func OpenStore(addr string) *Store {
 			DialerRetries:      1,
 			DialerRetryTimeout: 50 * time.Millisecond,
 		}),
-		apply:  redis.NewScript(applyScript),
-		repair: redis.NewScript(repairScript),
-		extend: redis.NewScript(extendScript),
-		finish: redis.NewScript(finishScript),
-		totals: redis.NewScript(totalsScript),
+		apply:   redis.NewScript(applyScript),
+		repair:  redis.NewScript(repairScript),
+		extend:  redis.NewScript(extendScript),
+		finish:  redis.NewScript(finishScript),
+		totals:  redis.NewScript(totalsScript),
+		handled: newHandled(),
 	}
 }
 
@@ -189,10 +191,10 @@ type Result struct {
 	Total int64
 }
 
-// Apply applies the request's own log record l at offset and returns the pair's state and the
-// item's total: the script's shard size plus the other shards' sizes, read in the same
-// pipeline right after it. It fails with ErrNotReady while the state is being rebuilt.
-func (s *Store) Apply(ctx context.Context, l schemas.Like, offset int64) (Result, error) {
+// Apply applies the request's own log record l at (partition, offset) and returns the pair's
+// state and the item's total: the script's shard size plus the other shards' sizes, read in the
+// same pipeline right after it. It fails with ErrNotReady while the state is being rebuilt.
+func (s *Store) Apply(ctx context.Context, l schemas.Like, partition int32, offset int64) (Result, error) {
 	shard := Shard(l.UserID)
 	keys := []string{UsersKey(l.ItemID, shard), OffsetsKey(l.ItemID, shard), ReadyKey}
 	args := []any{l.UserID, offset, flag(l.Liked), "0"}
@@ -227,6 +229,7 @@ func (s *Store) Apply(ctx context.Context, l schemas.Like, offset int64) (Result
 	if err != nil {
 		return Result{}, fmt.Errorf("apply like %s/%s at offset %d: %w", l.ItemID, l.UserID, offset, err)
 	}
+	s.handled.add(partition, offset)
 	return res, nil
 }
 

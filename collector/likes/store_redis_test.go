@@ -59,7 +59,7 @@ func TestApplyOrdersByOffset(t *testing.T) {
 			for _, st := range tt.steps {
 				l := schemas.Like{ItemID: item, UserID: "u", Liked: st.liked}
 				if st.request {
-					if _, err := s.Apply(ctx, l, st.offset); err != nil {
+					if _, err := s.Apply(ctx, l, 0, st.offset); err != nil {
 						t.Fatal(err)
 					}
 				} else if err := s.ApplyRecords(ctx, []Record{{Offset: st.offset, Like: l}}); err != nil {
@@ -95,7 +95,7 @@ func TestApplyRefusesWhileRebuilding(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := schemas.Like{ItemID: "rb", UserID: "u", Liked: true}
-	if _, err := s.Apply(ctx, l, 3); !errors.Is(err, ErrNotReady) {
+	if _, err := s.Apply(ctx, l, 0, 3); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("Apply while rebuilding: got %v; want ErrNotReady", err)
 	}
 	if n, err := rdb.SCard(ctx, UsersKey("rb", Shard("u"))).Result(); err != nil || n != 0 {
