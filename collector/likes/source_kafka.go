@@ -22,6 +22,13 @@ import (
 // DefaultApplierGroup is the consumer group of the appliers.
 const DefaultApplierGroup = "tally-likes-applier"
 
+// applierDelay is how old a record must be before the applier takes it. A request applies its
+// own change a few milliseconds after the log acknowledged it; the applier, reading right
+// behind the log, would otherwise get there first for many records and send them to Redis a
+// second time instead of skipping them. A change orphaned by a crash is still repaired well
+// within a second.
+const applierDelay = 200 * time.Millisecond
+
 // ApplierConfig says where the applier reads.
 type ApplierConfig struct {
 	Brokers []string
@@ -53,8 +60,9 @@ func InstanceID(listenAddr string) string {
 // Applier keeps Redis equal to the log. As a consumer-group member it applies every record of
 // the topic (idempotent by offset) that a request of this process did not already apply, and
 // commits offsets only after applying, so a record that a request wrote to the log but could
-// not apply (a crash, Redis down) is applied within about a second. Every CheckEvery, and at start, it checks ReadyKey; when Redis lost the state it
-// rebuilds it from the whole log before likes are served again.
+// not apply (a crash, Redis down) is applied within about a second. Every CheckEvery, and at
+// start, it checks ReadyKey; when Redis lost the state it rebuilds it from the whole log before
+// likes are served again.
 type Applier struct {
 	cfg    ApplierConfig
 	store  *Store
@@ -147,6 +155,20 @@ func (a *Applier) run(ctx context.Context) {
 		recs := fetches.Records()
 		if len(recs) == 0 {
 			continue
+		}
+		newest := recs[0].Timestamp
+		for _, r := range recs {
+			if r.Timestamp.After(newest) {
+				newest = r.Timestamp
+			}
+		}
+		// Capped, so that a producer's clock ahead of ours cannot stall the applier.
+		if wait := min(time.Until(newest.Add(applierDelay)), applierDelay); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
 		}
 		batch := make([]Record, 0, len(recs))
 		for _, r := range recs {

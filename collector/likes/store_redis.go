@@ -48,10 +48,12 @@ const (
 var ErrNotReady = errors.New("like state is being rebuilt from the log")
 
 // applyScript applies one log record to its pair. KEYS: the shard's users set, its offsets
-// hash, and (on the request path) ReadyKey. ARGV: user, offset, '1' like / '0' unlike, '1' to
-// skip the ready check (the applier, which writes while rebuilding). A record at or below the
-// stored offset changes nothing: a newer record of the pair already won. Returns {is member,
-// shard size}.
+// hash, and on the request path ReadyKey followed by all Shards users sets of the item, whose
+// sizes make the total the request answers with (read in the same atomic step, so the answer
+// includes exactly the changes applied before it). ARGV: user, offset, '1' like / '0' unlike,
+// '1' to skip the ready check (the applier, which writes while rebuilding). A record at or below
+// the stored offset changes nothing: a newer record of the pair already won. Returns {is member,
+// item total} with the shard sets passed, else {is member, shard size}.
 const applyScript = `
 if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
   return redis.error_reply('NOTREADY like state is being rebuilt from the log')
@@ -65,7 +67,15 @@ if (not cur) or tonumber(cur) < tonumber(ARGV[2]) then
     redis.call('SREM', KEYS[1], ARGV[1])
   end
 end
-return {redis.call('SISMEMBER', KEYS[1], ARGV[1]), redis.call('SCARD', KEYS[1])}
+local n = 0
+if #KEYS > 3 then
+  for i = 4, #KEYS do
+    n = n + redis.call('SCARD', KEYS[i])
+  end
+else
+  n = redis.call('SCARD', KEYS[1])
+end
+return {redis.call('SISMEMBER', KEYS[1], ARGV[1]), n}
 `
 
 // repairScript sets a pair to the state the log had at a snapshot. KEYS: users set, offsets
@@ -192,24 +202,18 @@ type Result struct {
 }
 
 // Apply applies the request's own log record l at (partition, offset) and returns the pair's
-// state and the item's total: the script's shard size plus the other shards' sizes, read in the
-// same pipeline right after it. It fails with ErrNotReady while the state is being rebuilt.
+// state and the item's total, in one script call. It fails with ErrNotReady while the state is
+// being rebuilt.
 func (s *Store) Apply(ctx context.Context, l schemas.Like, partition int32, offset int64) (Result, error) {
+	keys := make([]string, 0, 3+Shards)
 	shard := Shard(l.UserID)
-	keys := []string{UsersKey(l.ItemID, shard), OffsetsKey(l.ItemID, shard), ReadyKey}
-	args := []any{l.UserID, offset, flag(l.Liked), "0"}
+	keys = append(keys, UsersKey(l.ItemID, shard), OffsetsKey(l.ItemID, shard), ReadyKey)
+	for k := range Shards {
+		keys = append(keys, UsersKey(l.ItemID, k))
+	}
 	var res Result
 	err := s.withScripts(ctx, func() error {
-		pipe := s.rdb.Pipeline()
-		ev := s.apply.EvalSha(ctx, pipe, keys, args...)
-		others := make([]*redis.IntCmd, 0, Shards-1)
-		for k := range Shards {
-			if k != shard {
-				others = append(others, pipe.SCard(ctx, UsersKey(l.ItemID, k)))
-			}
-		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		vals, err := ev.Int64Slice()
+		vals, err := s.apply.EvalSha(ctx, s.rdb, keys, l.UserID, offset, flag(l.Liked), "0").Int64Slice()
 		if err != nil {
 			return err
 		}
@@ -217,13 +221,6 @@ func (s *Store) Apply(ctx context.Context, l schemas.Like, partition int32, offs
 			return fmt.Errorf("apply script returned %d values; want 2", len(vals))
 		}
 		res = Result{Liked: vals[0] == 1, Total: vals[1]}
-		for _, c := range others {
-			n, err := c.Result()
-			if err != nil {
-				return err
-			}
-			res.Total += n
-		}
 		return nil
 	})
 	if err != nil {
