@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,13 @@ import (
 // rather than by the applier a moment later.
 const applyTimeout = 2 * time.Second
 
+// readyFor is how long a successful readiness check also stands for later changes. The check
+// keeps changes out of the log while Redis is known to be unable to take them; Redis failing
+// after a check and before the apply is answered "recorded in the log, will be applied" in any
+// case, so reusing a check for a few milliseconds only widens that window, and saves one Redis
+// round trip per change. The first failure any change meets ends the reuse.
+const readyFor = 50 * time.Millisecond
+
 // Handler serves the likes API. Its Kafka client is the collector's producer, owned by the
 // caller.
 type Handler struct {
@@ -30,6 +38,7 @@ type Handler struct {
 	now            func() time.Time
 	logger         *slog.Logger
 	latency        *prometheus.HistogramVec
+	readyUntil     atomic.Int64 // Unix nanoseconds until which the last readiness check stands
 }
 
 // NewHandler returns a handler writing changes to topic through cl before applying them to
@@ -88,14 +97,17 @@ func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int
 	if err := schemas.CheckID("user_id", user, true); err != nil {
 		return api.BadRequest(w, err)
 	}
-	// Nothing goes to the log while Redis cannot take it: the change would be acknowledged
-	// nowhere yet land later, surprising a client that was told to retry.
-	ready, err := h.store.Ready(r.Context())
-	if err != nil {
-		return h.redisDown(w, err, false)
-	}
-	if !ready {
-		return rebuilding(w, false)
+	// Nothing goes to the log while Redis is known not to take it: the change would be
+	// acknowledged nowhere yet land later, surprising a client that was told to retry.
+	if h.now().UnixNano() >= h.readyUntil.Load() {
+		ready, err := h.store.Ready(r.Context())
+		if err != nil {
+			return h.redisDown(w, err, false)
+		}
+		if !ready {
+			return rebuilding(w, false)
+		}
+		h.readyUntil.Store(h.now().Add(readyFor).UnixNano())
 	}
 	l := schemas.Like{ItemID: item, UserID: user, Liked: liked, TS: h.now().UnixMilli(), RequestID: requestID(r)}
 	pctx, cancel := context.WithTimeout(r.Context(), h.produceTimeout)
@@ -109,6 +121,9 @@ func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int
 	actx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), applyTimeout)
 	res, err := h.store.Apply(actx, l, rec.Partition, rec.Offset)
 	cancel()
+	if err != nil {
+		h.readyUntil.Store(0)
+	}
 	switch {
 	case errors.Is(err, ErrNotReady):
 		return rebuilding(w, true)
