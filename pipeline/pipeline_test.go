@@ -86,13 +86,14 @@ func checkCounts(t *testing.T, api string) {
 		Likes         int64  `json:"likes"`
 	}
 	var got counts
-	waitFor(t, 10*time.Second, "e2e-item counts through the API", func() bool {
+	// Unique viewers follow the views within aggregator.sketch_interval (5 s).
+	waitFor(t, 20*time.Second, "e2e-item counts through the API", func() bool {
 		resp, err := http.Get(api + "/v1/items/e2e-item/counts")
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&got) == nil && got.Views == 3
+		return json.NewDecoder(resp.Body).Decode(&got) == nil && got.Views == 3 && got.UniqueViewers == 3
 	})
 	if got != (counts{ItemID: "e2e-item", Views: 3, UniqueViewers: 3}) {
 		t.Errorf("got %+v; want 3 views, 3 unique viewers, 0 likes", got)
