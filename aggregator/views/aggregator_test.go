@@ -116,3 +116,56 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 		})
 	}
 }
+
+// Tables written before sketches had their own checkpoint hold sketches complete up to the
+// deltas checkpoint (they were written in every flush): migration 003 seeds sketch_checkpoints
+// from the deltas markers, so an upgraded aggregator does not replay its whole log into them.
+func TestMigrationSeedsSketchCheckpointsFromDeltas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "views_upgrade_test", Username: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	// The deltas markers of an older version: two flushes of partition 4, one of partition 5.
+	for _, m := range []struct {
+		partition uint16
+		end       int64
+	}{{4, 70}, {4, 120}, {5, 30}} {
+		if err := conn.Exec(ctx, "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views) VALUES (?, ?, now64(), '', now(), 0)", m.partition, m.end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := migrate.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seeded bool
+	for _, m := range all {
+		if m.Version != 3 {
+			continue
+		}
+		for _, stmt := range m.Statements { // as the upgrade's first Apply runs them
+			if err := conn.Exec(ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		seeded = true
+	}
+	if !seeded {
+		t.Fatal("got no migration 003; want the one creating sketch_checkpoints")
+	}
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
+	resume, err := a.Assign(ctx, []int32{4, 5, 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[int32]int64{4: 120, 5: 30}; fmt.Sprint(resume) != fmt.Sprint(want) {
+		t.Errorf("got resume %v; want %v (the deltas checkpoints; partition 6 has none)", resume, want)
+	}
+}
