@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/platform/chclient"
@@ -21,20 +22,27 @@ func TestMain(m *testing.M) {
 	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
 }
 
+// openMigrated opens database db with every migration applied; the test closes it.
+func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
+	t.Helper()
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // A crash after a deltas flush but before the next sketch write loses the sketches' newest
 // viewers in memory; the next owner resumes at the sketch checkpoint, replays them into the
 // sketches only, and counts nothing twice.
 func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "views_sketch_test", Username: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
-		t.Fatal(err)
-	}
+	conn := openMigrated(t, ctx, "views_sketch_test")
 	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return clock }
 	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 10 * time.Second,
@@ -123,14 +131,7 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 func TestMigrationSeedsSketchCheckpointsFromDeltas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "views_upgrade_test", Username: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
-		t.Fatal(err)
-	}
+	conn := openMigrated(t, ctx, "views_upgrade_test")
 	// The deltas markers of an older version: two flushes of partition 4, one of partition 5.
 	for _, m := range []struct {
 		partition uint16
