@@ -46,7 +46,8 @@ func parseViewJSONStd(b []byte, typeRequired bool, now time.Time, bounds TimeBou
 	if err := dec.Decode(&in); err != nil {
 		return View{}, jsonError(err)
 	}
-	if dec.More() {
+	// Decoder.More would miss a stray closing bracket after the object.
+	if len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
 		return View{}, &FieldError{"body", "has data after the JSON object"}
 	}
 	return in.view(typeRequired, now, bounds)

@@ -78,8 +78,8 @@ func TestParseViewJSON(t *testing.T) {
 		{"trailing comma", `{"item_id":"i1","viewer_id":"u1",}`, false, View{}, "body"},
 		{"missing colon", `{"item_id" "i1","viewer_id":"u1"}`, false, View{}, "body"},
 		{"unterminated", `{"item_id":"i1","viewer_id":"u1`, false, View{}, "body"},
-		// encoding/json's Decoder.More ignores a closing bracket after the object; kept as it was.
-		{"trailing brace", `{"item_id":"i1","viewer_id":"u1"}}`, false, View{ItemID: "i1", ViewerID: "u1", TS: now.UnixMilli()}, ""},
+		{"trailing brace", `{"item_id":"i1","viewer_id":"u1"}}`, false, View{}, "body"},
+		{"trailing bracket", `{"item_id":"i1","viewer_id":"u1"} ]`, false, View{}, "body"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
