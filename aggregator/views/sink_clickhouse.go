@@ -9,6 +9,7 @@ import (
 	"github.com/axiomhq/hyperloglog"
 
 	"tally/aggregator/dedupe"
+	"tally/platform/chclient"
 )
 
 // store reads and writes the views tables (schemas/migrations/001_views.sql).
@@ -130,7 +131,27 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 	for it := range want {
 		items = append(items, it)
 	}
-	rows, err := s.conn.Query(ctx, `SELECT item_id, toUInt32(day), argMax(sketch, updated_at) FROM unique_viewers
+	// After an assignment every item of the partition is unloaded: read them in bounded rounds.
+	for len(items) > 0 {
+		n := min(len(items), chclient.MaxListItems)
+		if err := s.mergeStored(ctx, items[:n], want); err != nil {
+			return err
+		}
+		items = items[n:]
+	}
+	for _, p := range parts {
+		for _, sk := range p.sketches {
+			if sk.dirty {
+				sk.loaded = true
+			}
+		}
+	}
+	return nil
+}
+
+// mergeStored merges the stored sketches of items into the partitions' in-memory ones.
+func (s *store) mergeStored(ctx context.Context, items []string, want map[string][]*partition) error {
+	rows, err := s.conn.Query(chclient.FitList(ctx, items, 1), `SELECT item_id, toUInt32(day), argMax(sketch, updated_at) FROM unique_viewers
 		WHERE item_id IN (?) GROUP BY item_id, day`, items)
 	if err != nil {
 		return fmt.Errorf("load sketches of %d items: %w", len(items), err)
@@ -159,13 +180,6 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read sketches: %w", err)
-	}
-	for _, p := range parts {
-		for _, sk := range p.sketches {
-			if sk.dirty {
-				sk.loaded = true
-			}
-		}
 	}
 	return nil
 }

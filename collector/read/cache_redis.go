@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"tally/platform/chclient"
 )
 
 // cache keeps items' counts in Redis. An entry is fresh for ttl after it was read from
@@ -39,7 +41,7 @@ const keyPrefix = "tally:counts:"
 // its list holds (the totals tables are scanned through their unmerged parts, and a list of a
 // few thousand random items touches every granule), so refreshing a working set in few large
 // reads costs the engine far less than in many small ones.
-const maxItemsPerQuery = 10000
+const maxItemsPerQuery = chclient.MaxListItems
 
 func newCache(rdb *redis.Client, src source, ttl time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *cache {
 	c := &cache{

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"tally/platform/chclient"
 )
 
 // Counts are an item's view numbers.
@@ -23,13 +24,7 @@ type source struct {
 // counts returns the all-time views and unique viewers of items in one query; items with no
 // views are absent from the map.
 func (s source) counts(ctx context.Context, items []string) (map[string]Counts, error) {
-	// The item list is inlined into the query text twice; allow for it beyond ClickHouse's
-	// default max_query_size (256 KiB).
-	size := 4096
-	for _, it := range items {
-		size += 2 * (len(it) + 4)
-	}
-	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_query_size": max(size, 256<<10)}))
+	ctx = chclient.FitList(ctx, items, 2)
 	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
 		SELECT item_id, views AS v, toUInt64(0) AS u FROM views_total WHERE item_id IN (?)
 		UNION ALL

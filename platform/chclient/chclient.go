@@ -58,3 +58,21 @@ func dial(ctx context.Context, opts Options, database string) (driver.Conn, erro
 	}
 	return conn, nil
 }
+
+// MaxListItems bounds the strings one query inlines as an IN list; callers with more split them
+// over several queries, so that a query's text and the engine's work stay bounded.
+const MaxListItems = 10000
+
+// FitList returns ctx with ClickHouse's max_query_size (256 KiB by default) raised where needed
+// to fit a query that inlines list copies times: clickhouse-go binds parameters into the query
+// text, so a list of many or long ids can outgrow the default and fail to parse.
+func FitList(ctx context.Context, list []string, copies int) context.Context {
+	size := 4096
+	for _, s := range list {
+		size += copies * (len(s) + 4) // quotes, comma, space
+	}
+	if size <= 256<<10 {
+		return ctx
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_query_size": size}))
+}
