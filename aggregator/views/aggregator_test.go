@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
+	"tally/platform/kafka"
 	"tally/platform/testinfra"
+	"tally/schemas"
 	"tally/schemas/migrate"
 )
 
@@ -168,5 +172,100 @@ func TestMigrationSeedsSketchCheckpointsFromDeltas(t *testing.T) {
 	}
 	if want := map[int32]int64{4: 120, 5: 30}; fmt.Sprint(resume) != fmt.Sprint(want) {
 		t.Errorf("got resume %v; want %v (the deltas checkpoints; partition 6 has none)", resume, want)
+	}
+}
+
+// The first sketch write after an assignment loads the stored version of every item the
+// partition touched; with many long item ids that is more than one query's worth of text.
+func TestFirstSketchWriteOfManyLongItems(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_long_items_test")
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,
+		MaxBatch: 100000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
+	if _, err := a.Assign(ctx, []int32{9}); err != nil {
+		t.Fatal(err)
+	}
+	n := chclient.MaxListItems + 2000
+	offsets := make([]int64, n)
+	values := make([][]byte, n)
+	ts := time.Now().UnixMilli()
+	for i := range n {
+		id := fmt.Sprintf("long-%d-", i)
+		offsets[i] = int64(i)
+		values[i] = view(id+strings.Repeat("x", schemas.MaxIDLen-len(id)), "viewer", ts)
+	}
+	a.Process(9, offsets, values)
+	// ClickHouse errors are retried until ctx ends, so a write that cannot succeed fails here.
+	wctx, wcancel := context.WithTimeout(ctx, 45*time.Second)
+	defer wcancel()
+	if _, err := a.FlushAll(wctx); err != nil {
+		t.Fatal(err)
+	}
+	var rows uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM unique_viewers WHERE startsWith(item_id, 'long-')").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != uint64(2*n) {
+		t.Errorf("got %d sketch rows; want %d (a day and an all-time sketch per item)", rows, 2*n)
+	}
+}
+
+// A stop whose last flush cannot reach ClickHouse still ends within its deadline: the pending
+// batches are dropped (the next owner replays them), not retried by the revoke callback that
+// leaving the group runs.
+func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_stop_test")
+	// No flush before the stop: everything processed is still pending then.
+	agg := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Hour, SketchInterval: time.Hour,
+		MaxBatch: 100000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
+	src, err := NewSource(Group{Brokers: []string{infra.Kafka.Addr()}, Name: "views-stop-test", SessionTimeout: 6 * time.Second},
+		agg, 200*time.Millisecond, infra.Logger, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Start()
+	prod, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "views-stop-test", infra.Logger, nil),
+		kafka.ProducerOptions(1000, 10*time.Second)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if err := kafka.EnsureTopics(ctx, prod, 2, schemas.TopicViews); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		v := schemas.View{ItemID: fmt.Sprintf("stop-%d", i), ViewerID: "v", TS: time.Now().UnixMilli()}
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: schemas.AppendView(nil, v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testinfra.WaitFor(t, 30*time.Second, "records processed", func() (bool, string) {
+		agg.mu.Lock()
+		defer agg.mu.Unlock()
+		n := 0
+		for _, p := range agg.parts {
+			n += p.records
+		}
+		return n == 10, fmt.Sprintf("%d of 10 processed", n)
+	})
+	if err := conn.Exec(ctx, "DROP DATABASE views_stop_test"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		stopped <- src.Stop(sctx)
+	}()
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Error("got a clean stop; want the failed last flush reported")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("stop still running 30 s after a 2 s deadline")
 	}
 }
