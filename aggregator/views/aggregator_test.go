@@ -26,11 +26,21 @@ func TestMain(m *testing.M) {
 	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
 }
 
-// openMigrated opens database db with every migration applied; the test closes it.
+// openMigrated opens a fresh database db (a previous run's is dropped, so -count works) with
+// every migration applied; the test closes it.
 func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
 	t.Helper()
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"})
+	opts := chclient.Options{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"}
+	conn, err := chclient.Open(ctx, opts)
 	if err != nil {
+		t.Fatal(err)
+	}
+	err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db)
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn, err = chclient.Open(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
@@ -211,61 +221,89 @@ func TestFirstSketchWriteOfManyLongItems(t *testing.T) {
 	}
 }
 
-// A stop whose last flush cannot reach ClickHouse still ends within its deadline: the pending
-// batches are dropped (the next owner replays them), not retried by the revoke callback that
-// leaving the group runs.
+// A stop while ClickHouse is failing ends within its deadline: the last flush gives up and drops
+// what is pending (the next owner replays it), and so do the group callbacks (a revoke's writes,
+// an assignment's state load), which otherwise retry with a context that only ends once the
+// client is closed, while closing waits for them.
 func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn := openMigrated(t, ctx, "views_stop_test")
-	// No flush before the stop: everything processed is still pending then.
-	agg := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Hour, SketchInterval: time.Hour,
-		MaxBatch: 100000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
-	src, err := NewSource(Group{Brokers: []string{infra.Kafka.Addr()}, Name: "views-stop-test", SessionTimeout: 6 * time.Second},
-		agg, 200*time.Millisecond, infra.Logger, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name      string
+		rebalance bool // a second member joins while ClickHouse fails, before the stop
+	}{
+		{"last flush fails", false},
+		{"during a rebalance", true},
 	}
-	src.Start()
-	prod, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "views-stop-test", infra.Logger, nil),
-		kafka.ProducerOptions(1000, 10*time.Second)...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	if err := kafka.EnsureTopics(ctx, prod, 2, schemas.TopicViews); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		v := schemas.View{ItemID: fmt.Sprintf("stop-%d", i), ViewerID: "v", TS: time.Now().UnixMilli()}
-		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: schemas.AppendView(nil, v)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testinfra.WaitFor(t, 30*time.Second, "records processed", func() (bool, string) {
-		agg.mu.Lock()
-		defer agg.mu.Unlock()
-		n := 0
-		for _, p := range agg.parts {
-			n += p.records
-		}
-		return n == 10, fmt.Sprintf("%d of 10 processed", n)
-	})
-	if err := conn.Exec(ctx, "DROP DATABASE views_stop_test"); err != nil {
-		t.Fatal(err)
-	}
-	stopped := make(chan error, 1)
-	go func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer scancel()
-		stopped <- src.Stop(sctx)
-	}()
-	select {
-	case err := <-stopped:
-		if err == nil {
-			t.Error("got a clean stop; want the failed last flush reported")
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("stop still running 30 s after a 2 s deadline")
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			db := fmt.Sprintf("views_stop_test_%d", i)
+			group := fmt.Sprintf("views-stop-test-%d", i)
+			conn := openMigrated(t, ctx, db)
+			start := func() *Source {
+				// No flush before the stop: everything processed is still pending then.
+				agg := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Hour, SketchInterval: time.Hour,
+					MaxBatch: 100000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
+				src, err := NewSource(Group{Brokers: []string{infra.Kafka.Addr()}, Name: group, SessionTimeout: 6 * time.Second},
+					agg, 200*time.Millisecond, infra.Logger, prometheus.NewRegistry())
+				if err != nil {
+					t.Fatal(err)
+				}
+				src.Start()
+				return src
+			}
+			first := start()
+			prod, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "views-stop-test", infra.Logger, nil),
+				kafka.ProducerOptions(1000, 10*time.Second)...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prod.Close()
+			if err := kafka.EnsureTopics(ctx, prod, 2, schemas.TopicViews); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 10 {
+				v := schemas.View{ItemID: fmt.Sprintf("stop-%d", i), ViewerID: "v", TS: time.Now().UnixMilli()}
+				if err := prod.ProduceSync(ctx, &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: schemas.AppendView(nil, v)}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testinfra.WaitFor(t, 30*time.Second, "records processed", func() (bool, string) {
+				first.agg.mu.Lock()
+				defer first.agg.mu.Unlock()
+				n := 0
+				for _, p := range first.agg.parts {
+					n += p.records
+				}
+				return n > 0, fmt.Sprintf("%d processed", n)
+			})
+			if err := conn.Exec(ctx, "DROP DATABASE "+db); err != nil {
+				t.Fatal(err)
+			}
+			sources := []*Source{first}
+			if tt.rebalance {
+				sources = append(sources, start())
+				time.Sleep(2 * time.Second) // the join starts a rebalance; its callbacks now retry
+			}
+			stopped := make(chan error, len(sources))
+			for _, src := range sources {
+				go func() {
+					sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer scancel()
+					stopped <- src.Stop(sctx)
+				}()
+			}
+			deadline := time.After(30 * time.Second)
+			for range sources {
+				select {
+				case err := <-stopped:
+					if !tt.rebalance && err == nil {
+						t.Error("got a clean stop; want the failed last flush reported")
+					}
+				case <-deadline:
+					t.Fatal("stop still running 30 s after a 2 s deadline")
+				}
+			}
+		})
 	}
 }

@@ -26,6 +26,11 @@ type Source struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // why the loop ended; read after done is closed
+	// stopping ends when Stop begins. The group callbacks get the client's context, which
+	// ends only once the client is closed, and closing waits for them: their ClickHouse
+	// retries must end with the stop instead.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // Group says which consumer group to join and how.
@@ -40,6 +45,7 @@ type Group struct {
 // the topic is idle.
 func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
 	s := &Source{agg: agg, logger: logger, poll: poll}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	opts := append(kafka.ClientOptions(g.Brokers, "tally-aggregator", logger, reg),
 		kgo.ConsumerGroup(g.Name),
 		kgo.SessionTimeout(g.SessionTimeout),
@@ -77,6 +83,7 @@ func (s *Source) Start() {
 
 // Stop ends consumption, writes the last batch, commits and leaves the group, within ctx.
 func (s *Source) Stop(ctx context.Context) error {
+	s.stop()
 	s.cancel()
 	<-s.done
 	runErr := s.err
@@ -158,6 +165,8 @@ func (s *Source) commit(ctx context.Context, done map[int32]int64) {
 // adjustOffsets runs after the group assigned partitions and fetched Kafka's committed offsets:
 // it loads each partition's state from ClickHouse and resumes at the ClickHouse checkpoint.
 func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	ctx, cancel := s.untilStop(ctx)
+	defer cancel()
 	parts := offsets[schemas.TopicViews]
 	ids := make([]int32, 0, len(parts))
 	for id := range parts {
@@ -181,6 +190,8 @@ func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 }
 
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	ctx, cancel := s.untilStop(ctx)
+	defer cancel()
 	done, err := s.agg.Revoke(ctx, revoked[schemas.TopicViews])
 	if err != nil {
 		s.logger.Error("write batches of revoked partitions; the next owner replays them", "err", err)
@@ -190,4 +201,15 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 
 func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	s.agg.Lost(lost[schemas.TopicViews])
+}
+
+// untilStop returns ctx ended also when Stop begins. A revoke cut short drops its pending
+// batches, which the next owner replays from the ClickHouse checkpoints.
+func (s *Source) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	unregister := context.AfterFunc(s.stopping, cancel)
+	return ctx, func() {
+		unregister()
+		cancel()
+	}
 }
