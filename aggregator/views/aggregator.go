@@ -187,18 +187,6 @@ func (a *Aggregator) Revoke(ctx context.Context, ids []int32) (map[int32]int64, 
 	return done, err
 }
 
-// DropAll forgets every partition without writing, after a last flush that could not finish:
-// whoever owns them next replays from the checkpoints in ClickHouse.
-func (a *Aggregator) DropAll() {
-	a.mu.Lock()
-	ids := make([]int32, 0, len(a.parts))
-	for id := range a.parts {
-		ids = append(ids, id)
-	}
-	a.mu.Unlock()
-	a.Lost(ids)
-}
-
 // Lost forgets ids without writing: another consumer may already own them.
 func (a *Aggregator) Lost(ids []int32) {
 	a.mu.Lock()

@@ -91,13 +91,10 @@ func (s *Source) Stop(ctx context.Context) error {
 		runErr = nil
 	}
 	done, err := s.agg.FlushAll(ctx)
-	if err != nil {
-		// Leaving the group runs the revoke callback, which would retry the same writes
-		// without end and hold the stop past its deadline.
-		s.agg.DropAll()
-	}
 	s.commit(ctx, done)
-	s.cl.Close() // leaves the group; the revoke callback finds nothing pending
+	// Leaves the group: the revoke callback finds nothing pending, or, after a failed flush,
+	// gives up at once (untilStop) and leaves the batches to the next owner's replay.
+	s.cl.Close()
 	return errors.Join(runErr, err)
 }
 
