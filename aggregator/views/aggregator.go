@@ -227,6 +227,10 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		}
 	}
 	if withSketches {
+		// A revoke writes only its own partitions' sketches: the others keep their turn.
+		if only == nil {
+			a.lastSketch = now
+		}
 		if err := a.writeSketches(ctx, sketchParts, now); err != nil {
 			return nil, err
 		}
@@ -259,7 +263,6 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 // writeSketches stores the dirty sketches of parts, then their sketch checkpoints. The order
 // matters: a checkpoint only ever vouches for sketches already stored.
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
-	a.lastSketch = now
 	if len(parts) == 0 {
 		return nil
 	}
