@@ -20,12 +20,11 @@ import (
 // page never waits on ClickHouse and a total is at most about ttl plus one refresh behind what
 // ClickHouse holds. Entries expire from Redis after hardTTL of not being refreshed.
 type cache struct {
-	rdb     *redis.Client
-	src     source
-	ttl     time.Duration
-	hardTTL time.Duration
-	now     func() time.Time
-	logger  *slog.Logger
+	rdb    *redis.Client
+	src    source
+	ttl    time.Duration
+	now    func() time.Time
+	logger *slog.Logger
 
 	mu      sync.Mutex
 	pending map[string]struct{} // stale items queued for refresh
@@ -37,6 +36,9 @@ type cache struct {
 
 const keyPrefix = "tally:counts:"
 
+// hardTTL is how long an entry stays in Redis without a refresh (see cache).
+const hardTTL = 10 * time.Minute
+
 // maxItemsPerQuery bounds one ClickHouse read of counts. A read costs about the same whatever
 // its list holds (the totals tables are scanned through their unmerged parts, and a list of a
 // few thousand random items touches every granule), so refreshing a working set in few large
@@ -45,7 +47,7 @@ const maxItemsPerQuery = chclient.MaxListItems
 
 func newCache(rdb *redis.Client, src source, ttl time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *cache {
 	c := &cache{
-		rdb: rdb, src: src, ttl: ttl, hardTTL: 10 * time.Minute, now: now, logger: logger,
+		rdb: rdb, src: src, ttl: ttl, now: now, logger: logger,
 		pending: map[string]struct{}{}, wake: make(chan struct{}, 1), fills: make(chan fillRequest, 4096),
 		hits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_read_cache_hits_total", Help: "Counts served fresh from the Redis cache."}),
 		stale:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_read_cache_stale_total", Help: "Counts served stale from the cache while a refresh runs."}),
@@ -193,7 +195,7 @@ func (c *cache) fill(ctx context.Context, items []string) (map[string]Counts, er
 	for _, it := range items {
 		cnt := got[it]
 		out[it] = cnt
-		pipe.Set(ctx, keyPrefix+it, encodeEntry(cnt, now), c.hardTTL)
+		pipe.Set(ctx, keyPrefix+it, encodeEntry(cnt, now), hardTTL)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("write count cache: %w", err)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -32,7 +33,6 @@ type LikeTotals func(ctx context.Context, items []string) (map[string]int64, err
 // Handler serves the count routes.
 type Handler struct {
 	cache  *cache
-	src    source
 	likes  LikeTotals
 	now    func() time.Time
 	logger *slog.Logger
@@ -43,8 +43,7 @@ type Handler struct {
 // New returns a handler reading ClickHouse through conn and caching in rdb for ttl. likes may
 // be nil until likes are served.
 func New(conn driver.Conn, rdb *redis.Client, ttl time.Duration, likes LikeTotals, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
-	src := source{conn}
-	return &Handler{cache: newCache(rdb, src, ttl, now, logger, reg), src: src, likes: likes, now: now, logger: logger}
+	return &Handler{cache: newCache(rdb, source{conn}, ttl, now, logger, reg), likes: likes, now: now, logger: logger}
 }
 
 // Start runs the cache's filler and refresher.
@@ -160,7 +159,7 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) {
 		api.BadRequest(w, err)
 		return
 	}
-	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
+	got, err := h.cache.src.series(r.Context(), id, q.Granularity, q.From, q.To)
 	if err != nil {
 		h.unavailable(w, err)
 		return
@@ -190,14 +189,8 @@ func (q SeriesQuery) points() int { return int(q.To.Sub(q.From) / q.Granularity.
 // ParseSeriesQuery reads granularity (default minute), to (default now) and from (default 60
 // buckets before to), each time as RFC 3339 or Unix milliseconds. Both ends are aligned down to
 // the granularity; the range must be non-empty and at most maxPoints buckets.
-func ParseSeriesQuery(v map[string][]string, now time.Time) (SeriesQuery, error) {
-	get := func(k string) string {
-		if s := v[k]; len(s) > 0 {
-			return s[0]
-		}
-		return ""
-	}
-	q := SeriesQuery{Granularity: Granularity(get("granularity"))}
+func ParseSeriesQuery(v url.Values, now time.Time) (SeriesQuery, error) {
+	q := SeriesQuery{Granularity: Granularity(v.Get("granularity"))}
 	switch q.Granularity {
 	case "":
 		q.Granularity = Minute
@@ -207,7 +200,7 @@ func ParseSeriesQuery(v map[string][]string, now time.Time) (SeriesQuery, error)
 	}
 	step := q.Granularity.step()
 	q.To = now
-	if s := get("to"); s != "" {
+	if s := v.Get("to"); s != "" {
 		ms, err := schemas.ParseTS(s)
 		if err != nil {
 			return q, &schemas.FieldError{Field: "to", Reason: err.Error()}
@@ -216,7 +209,7 @@ func ParseSeriesQuery(v map[string][]string, now time.Time) (SeriesQuery, error)
 	}
 	q.To = q.To.UTC().Truncate(step).Add(step) // include the bucket holding `to`
 	q.From = q.To.Add(-60 * step)
-	if s := get("from"); s != "" {
+	if s := v.Get("from"); s != "" {
 		ms, err := schemas.ParseTS(s)
 		if err != nil {
 			return q, &schemas.FieldError{Field: "from", Reason: err.Error()}
