@@ -73,24 +73,16 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 	_, redisPort, _ := strings.Cut(addr(), ":")
 	infraArgs := append([]string{"infra", "--kafka.embedded_addr", kafkaAddr, "--clickhouse.embedded_addr", chAddr, "--redis.embedded_port", redisPort}, common...)
 	infra := startProc(t, "infra", bins.pipeline, dir, infraArgs...)
-	startCtx, startCancel := context.WithTimeout(ctx, time.Minute)
-	defer startCancel()
-	if err := waitHTTP(startCtx, "http://"+chAddr+"/ping"); err != nil {
-		t.Fatal(err, tail(infra.log, 3000))
-	}
+	waitHTTP(t, time.Minute, "http://"+chAddr+"/ping")
 	// Redis starts last in the infra process; components find it through this file.
-	for _, err := os.Stat(filepath.Join(dir, config.RedisAddrFile)); err != nil; _, err = os.Stat(filepath.Join(dir, config.RedisAddrFile)) {
-		if startCtx.Err() != nil {
-			t.Fatal("infra wrote no redis address:", tail(infra.log, 3000))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testinfra.WaitFor(t, time.Minute, "infra writes the redis address", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(dir, config.RedisAddrFile))
+		return err == nil, fmt.Sprint(err)
+	})
 	conns := append([]string{"--kafka.brokers", kafkaAddr, "--clickhouse.addr", chAddr}, common...)
 	coll := startProc(t, "collector", bins.collector, dir, append([]string{"--collector.addr", apiAddr,
 		"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...)
-	if err := waitHTTP(startCtx, "http://"+apiAddr+"/readyz"); err != nil {
-		t.Fatal(err, tail(coll.log, 3000))
-	}
+	waitHTTP(t, time.Minute, "http://"+apiAddr+"/readyz")
 	aggs := make([]*proc, 2)
 	for i := range aggs {
 		aggs[i] = startProc(t, fmt.Sprintf("aggregator-%d", i), bins.aggregator, dir, append([]string{
@@ -167,32 +159,30 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	catchUp := time.Now().Add(4 * time.Minute)
 	// Caught up: both checkpoints of every partition (deltas, and the sketches written every
 	// aggregator.sketch_interval) reach its end.
 	checkpoints := []string{
 		"SELECT partition, max(end_offset) FROM view_deltas WHERE item_id = '' GROUP BY partition",
 		"SELECT partition, max(end_offset) FROM sketch_checkpoints GROUP BY partition",
 	}
-	for caughtUp := false; !caughtUp; {
-		if time.Now().After(catchUp) {
-			t.Fatalf("aggregators did not catch up within 4 minutes")
-		}
-		time.Sleep(200 * time.Millisecond)
-		caughtUp = true
+	testinfra.WaitFor(t, 4*time.Minute, "aggregators catch up", func() (bool, string) {
 		for _, q := range checkpoints {
 			got, err := partitionOffsets(ctx, conn, q)
 			if err != nil {
-				caughtUp = false
-				break
+				return false, err.Error()
 			}
+			behind := ""
 			ends.Each(func(o kadm.ListedOffset) {
 				if got[o.Partition] < o.Offset {
-					caughtUp = false
+					behind = fmt.Sprintf("partition %d at %d of %d (%s)", o.Partition, got[o.Partition], o.Offset, q)
 				}
 			})
+			if behind != "" {
+				return false, behind
+			}
 		}
-	}
+		return true, ""
+	})
 	t.Logf("caught up %s after the last post", time.Since(t0).Round(time.Millisecond))
 
 	oracle := computeOracle(t, ctx, cl, ends)
@@ -250,7 +240,7 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 		}
 	})
 	if coll.exited() {
-		t.Errorf("collector exited during the test: %s", tail(coll.log, 2000))
+		t.Error("collector exited during the test (its log follows)")
 	}
 }
 

@@ -2,7 +2,6 @@ package pipeline_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -53,11 +52,7 @@ func startProc(t *testing.T, name, bin, logDir string, args ...string) *proc {
 		// SIGTERM lets `pipeline infra` stop its redis-server child before the directory goes.
 		_ = p.stop(syscall.SIGTERM, 20*time.Second)
 		if t.Failed() {
-			b, _ := os.ReadFile(p.log)
-			if len(b) > 6000 {
-				b = b[len(b)-6000:]
-			}
-			t.Logf("--- tail of %s log:\n%s", p.name, b)
+			t.Logf("--- tail of %s log:\n%s", p.name, tail(p.log, 6000))
 		}
 	})
 	return p
@@ -73,7 +68,6 @@ func (p *proc) start() error {
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	// If the test binary dies (a timeout), its children die too instead of outliving the run.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p.cmd.Env = append(os.Environ(), "TALLY_LOG_LEVEL=info")
 	if err := p.cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
@@ -112,21 +106,16 @@ func (p *proc) exited() bool {
 }
 
 // waitHTTP waits until url answers 200.
-func waitHTTP(ctx context.Context, url string) error {
-	for {
+func waitHTTP(t *testing.T, timeout time.Duration, url string) {
+	t.Helper()
+	testinfra.WaitFor(t, timeout, "GET "+url, func() (bool, string) {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w (last error %v)", url, ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
 }
 
 func tail(path string, n int) string {

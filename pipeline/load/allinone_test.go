@@ -12,6 +12,7 @@ import (
 
 	"tally/pipeline/load"
 	"tally/pipeline/pipelinetest"
+	"tally/platform/testinfra"
 )
 
 // TestLoadAgainstAllInOne runs short views+reads and likes scenarios against the whole pipeline
@@ -118,18 +119,12 @@ func runLoad(t *testing.T, ctx context.Context, args ...string) *load.Report {
 
 func waitOK(t *testing.T, d time.Duration, url string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	testinfra.WaitFor(t, d, "GET "+url+" answers 200", func() (bool, string) {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: not 200 within %s (last: %v)", url, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
 }
