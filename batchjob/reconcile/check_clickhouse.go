@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	likesloader "tally/aggregator/likes"
+	"tally/schemas"
 )
 
 // checkClickHouse compares the like records of items (read FINAL: the last record per pair)
@@ -105,7 +107,7 @@ func repairRecords(ctx context.Context, d Deps, fixes []fix) error {
 			return fmt.Errorf("delete stray like records of %s/%s: %w", f.item, f.user, err)
 		}
 	}
-	b, err := d.ClickHouse.PrepareBatch(ctx, "INSERT INTO likes (item_id, user_id, liked, partition, offset, ts)")
+	b, err := d.ClickHouse.PrepareBatch(ctx, likesloader.InsertLikes)
 	if err != nil {
 		return fmt.Errorf("prepare like record repair: %w", err)
 	}
@@ -114,11 +116,8 @@ func repairRecords(ctx context.Context, d Deps, fixes []fix) error {
 		if !f.inLog {
 			continue
 		}
-		liked := uint8(0)
-		if f.rec.liked {
-			liked = 1
-		}
-		if err := b.Append(f.item, f.user, liked, uint16(f.partition), f.rec.offset, time.UnixMilli(f.rec.ts).UTC()); err != nil {
+		l := schemas.Like{ItemID: f.item, UserID: f.user, Liked: f.rec.liked, TS: f.rec.ts}
+		if err := likesloader.AppendLike(b, l, f.partition, f.rec.offset); err != nil {
 			return fmt.Errorf("append like record repair of %s/%s: %w", f.item, f.user, err)
 		}
 	}
