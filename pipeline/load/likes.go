@@ -26,37 +26,36 @@ type likesStreams struct {
 
 func userID(prefix string, i int) string { return prefix + "-u" + strconv.Itoa(i) }
 
-func newLikesStreams(c Config, cl *http.Client, prefix string, rng *rand.Rand, changeErrs, likedByErrs *errorLog) *likesStreams {
+func newLikesStreams(c Config, cl *http.Client, prefix string, rng *rand.Rand) *likesStreams {
 	hot := prefix + "-hot"
 	changeURLs := make([]string, c.Users)
 	for i := range changeURLs {
 		changeURLs[i] = c.URL + "/v1/items/" + hot + "/likes/" + userID(prefix, i)
 	}
-	s := &likesStreams{}
-	s.changes = &openLoop{
-		rate: float64(c.LikeRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{"PUT like", "DELETE unlike"},
-		fire: func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
-			kind, method := kindLike, http.MethodPut
-			if rng.IntN(2) == 1 {
-				kind, method = kindUnlike, http.MethodDelete
-			}
-			code, err := do(ctx, cl, method, changeURLs[rng.IntN(len(changeURLs))], nil, buf)
-			switch {
-			case err != nil:
-				changeErrs.add(ctx, method+" like", err)
-				return kind, false
-			case code != http.StatusOK:
-				changeErrs.status(ctx, method+" like", code, buf.Bytes())
-				return kind, false
-			}
-			n, ok := jsonInt(buf.Bytes(), "likes")
-			if !ok || n < 0 {
-				s.negative.Add(1)
-				changeErrs.add(ctx, method+" like", fmt.Errorf("answer %q: want \"likes\" >= 0", buf.Bytes()))
-				return kind, false
-			}
-			return kind, true
-		},
+	s := &likesStreams{changes: &openLoop{rate: float64(c.LikeRate), workers: c.MaxInflight, warmup: c.Warmup,
+		kinds: []string{"PUT like", "DELETE unlike"}}}
+	errs := &s.changes.errs
+	s.changes.fire = func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
+		kind, method := kindLike, http.MethodPut
+		if rng.IntN(2) == 1 {
+			kind, method = kindUnlike, http.MethodDelete
+		}
+		code, err := do(ctx, cl, method, changeURLs[rng.IntN(len(changeURLs))], nil, buf)
+		switch {
+		case err != nil:
+			errs.add(ctx, method+" like", err)
+			return kind, false
+		case code != http.StatusOK:
+			errs.status(ctx, method+" like", code, buf.Bytes())
+			return kind, false
+		}
+		n, ok := jsonInt(buf.Bytes(), "likes")
+		if !ok || n < 0 {
+			s.negative.Add(1)
+			errs.add(ctx, method+" like", fmt.Errorf("answer %q: want \"likes\" >= 0", buf.Bytes()))
+			return kind, false
+		}
+		return kind, true
 	}
 	if c.LikedByRate > 0 {
 		urls := make([]string, urlRing)
@@ -67,21 +66,7 @@ func newLikesStreams(c Config, cl *http.Client, prefix string, rng *rand.Rand, c
 			}
 			urls[i] = c.URL + "/v1/users/" + userID(prefix, rng.IntN(c.Users)) + "/likes?ids=" + ids
 		}
-		s.likedBy = &openLoop{
-			rate: float64(c.LikedByRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{"GET /v1/users/{id}/likes"},
-			fire: func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
-				code, err := do(ctx, cl, http.MethodGet, urls[rng.IntN(len(urls))], nil, buf)
-				switch {
-				case err != nil:
-					likedByErrs.add(ctx, "GET liked-by", err)
-					return 0, false
-				case code != http.StatusOK:
-					likedByErrs.status(ctx, "GET liked-by", code, buf.Bytes())
-					return 0, false
-				}
-				return 0, true
-			},
-		}
+		s.likedBy = getLoop(c, cl, c.LikedByRate, "GET /v1/users/{id}/likes", "GET liked-by", urls)
 	}
 	return s
 }

@@ -133,15 +133,14 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	var views *viewsRun
 	var reads *openLoop
 	var likes *likesStreams
-	var readErrs, changeErrs, likedByErrs errorLog
 	if c.Scenarios.Views {
 		views = newViewsRun(c, cl, prefix)
 	}
 	if c.Scenarios.Reads {
-		reads = readsStream(c, cl, prefix, rng, &readErrs)
+		reads = readsStream(c, cl, prefix, rng)
 	}
 	if c.Scenarios.Likes {
-		likes = newLikesStreams(c, cl, prefix, rng, &changeErrs, &likedByErrs)
+		likes = newLikesStreams(c, cl, prefix, rng)
 	}
 
 	rep := &Report{Scenario: c.Scenarios.String(), URL: c.URL, RunID: prefix, DurationS: c.Duration.Seconds()}
@@ -155,14 +154,14 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 		wg.Go(func() { r := views.run(ctx, start, end, seed+1); rep.Views = &r })
 	}
 	if reads != nil {
-		wg.Go(func() { r := reads.run(ctx, start, end, seed+2, &readErrs); rep.Reads = &r })
+		wg.Go(func() { r := reads.run(ctx, start, end, seed+2); rep.Reads = &r })
 	}
 	if likes != nil {
 		lr := &LikesReport{}
 		rep.Likes = lr
-		wg.Go(func() { lr.Changes = likes.changes.run(ctx, start, end, seed+3, &changeErrs) })
+		wg.Go(func() { lr.Changes = likes.changes.run(ctx, start, end, seed+3) })
 		if likes.likedBy != nil {
-			wg.Go(func() { r := likes.likedBy.run(ctx, start, end, seed+4, &likedByErrs); lr.LikedBy = &r })
+			wg.Go(func() { r := likes.likedBy.run(ctx, start, end, seed+4); lr.LikedBy = &r })
 		}
 	}
 	done := make(chan struct{})

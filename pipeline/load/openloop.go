@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,7 @@ type openLoop struct {
 	// fire sends one request and returns the index of its kind and whether it succeeded (it
 	// reports its own errors). rng and buf belong to the calling worker.
 	fire func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (kind int, ok bool)
+	errs errorLog // fire's errors
 
 	fired, okCount atomic.Int64
 }
@@ -47,7 +49,7 @@ type StreamReport struct {
 const lateGrace = 2 * time.Second
 
 // run fires until end (or ctx ends) and waits for the requests in flight.
-func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64, errs *errorLog) StreamReport {
+func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64) StreamReport {
 	p := newPacer(start, o.rate, slotsFor(o.rate, end.Sub(start)))
 	lat := make([]recorder, len(o.kinds))
 	steady := make([]recorder, len(o.kinds))
@@ -99,6 +101,25 @@ func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64, e
 		rep.Latency[k] = lat[i].summary()
 		rep.AfterWarmup[k] = steady[i].summary()
 	}
-	rep.Errors, rep.ErrorSamples = errs.snapshot()
+	rep.Errors, rep.ErrorSamples = o.errs.snapshot()
 	return rep
+}
+
+// getLoop is an open-loop stream of GETs, each of one of urls drawn at random, that want a 200.
+// kind names the requests in the report, what in error samples.
+func getLoop(c Config, cl *http.Client, rate int, kind, what string, urls []string) *openLoop {
+	o := &openLoop{rate: float64(rate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{kind}}
+	o.fire = func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
+		code, err := do(ctx, cl, http.MethodGet, urls[rng.IntN(len(urls))], nil, buf)
+		switch {
+		case err != nil:
+			o.errs.add(ctx, what, err)
+			return 0, false
+		case code != http.StatusOK:
+			o.errs.status(ctx, what, code, buf.Bytes())
+			return 0, false
+		}
+		return 0, true
+	}
+	return o
 }

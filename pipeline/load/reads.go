@@ -1,8 +1,6 @@
 package load
 
 import (
-	"bytes"
-	"context"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -46,24 +44,10 @@ func idsParam(prefix string, idx []int) string {
 
 // readsStream is GET /v1/counts?ids=<ReadIDs items of the views scenario's pool, hot item
 // included in the draw> at ReadRate, open loop.
-func readsStream(c Config, cl *http.Client, prefix string, rng *rand.Rand, errs *errorLog) *openLoop {
+func readsStream(c Config, cl *http.Client, prefix string, rng *rand.Rand) *openLoop {
 	urls := make([]string, urlRing)
 	for i := range urls {
 		urls[i] = c.URL + "/v1/counts?ids=" + idsParam(prefix, pickIDs(rng, c.ReadIDs, c.Items+1))
 	}
-	return &openLoop{
-		rate: float64(c.ReadRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{"GET /v1/counts"},
-		fire: func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
-			code, err := do(ctx, cl, http.MethodGet, urls[rng.IntN(len(urls))], nil, buf)
-			switch {
-			case err != nil:
-				errs.add(ctx, "GET /v1/counts", err)
-				return 0, false
-			case code != http.StatusOK:
-				errs.status(ctx, "GET /v1/counts", code, buf.Bytes())
-				return 0, false
-			}
-			return 0, true
-		},
-	}
+	return getLoop(c, cl, c.ReadRate, "GET /v1/counts", "GET /v1/counts", urls)
 }
