@@ -59,12 +59,3 @@ func (p *pacer) wait(ctx context.Context, timer *time.Timer) (due time.Time, ok 
 	}
 	return due, true
 }
-
-// dueBy is how many slots are due at or before elapsed time since start (bounded by n): the
-// number an on-schedule generator has fired by then.
-func (p *pacer) dueBy(elapsed time.Duration) int64 {
-	if elapsed < 0 {
-		return 0
-	}
-	return min(p.n, int64(elapsed.Seconds()*p.rate)+1)
-}

@@ -30,28 +30,6 @@ func TestPacerSchedule(t *testing.T) {
 	}
 }
 
-func TestPacerDueBy(t *testing.T) {
-	p := newPacer(time.Now(), 100, 500) // 5 s worth
-	tests := []struct {
-		elapsed time.Duration
-		want    int64
-	}{
-		{-time.Second, 0},
-		{0, 1},
-		{9 * time.Millisecond, 1},
-		{10 * time.Millisecond, 2},
-		{time.Second, 101},
-		{time.Hour, 500},
-	}
-	for _, tt := range tests {
-		t.Run(tt.elapsed.String(), func(t *testing.T) {
-			if got := p.dueBy(tt.elapsed); got != tt.want {
-				t.Errorf("got %d; want %d", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestSlotsFor(t *testing.T) {
 	tests := []struct {
 		name string
