@@ -91,11 +91,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		if err != nil {
 			return nil, err
 		}
-		sketched, err := a.store.loadSketchCheckpoint(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, sketched)
+		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
 		pairs := 0
 		if cp.found {
 			p.win.Restore(cp.watermark)
@@ -106,7 +102,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		}
 		p.lastEvict = a.now()
 		a.parts[id] = p
-		a.logger.Info("partition assigned", "partition", id, "checkpoint", cp.end, "sketch_checkpoint", sketched, "found", cp.found,
+		a.logger.Info("partition assigned", "partition", id, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched, "found", cp.found,
 			"dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	return resume, nil

@@ -18,34 +18,26 @@ type store struct {
 }
 
 // checkpoint is where a partition resumes: the end offset of its last written batch and the
-// watermark of its dedupe window at that point.
+// watermark of its dedupe window at that point, and the offset below which its records are in
+// the stored sketches (0 when none were written, so that the replay starts at the beginning).
 type checkpoint struct {
 	end       int64
 	watermark int64
 	found     bool
+	sketched  int64
 }
 
 func (s *store) loadCheckpoint(ctx context.Context, p int32) (checkpoint, error) {
 	var cp checkpoint
 	var n uint64
-	err := s.conn.QueryRow(ctx, `SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset)
-		FROM view_deltas WHERE item_id = '' AND partition = ?`, uint16(p)).Scan(&n, &cp.end, &cp.watermark)
+	err := s.conn.QueryRow(ctx, `SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset),
+			(SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?)
+		FROM view_deltas WHERE item_id = '' AND partition = ?`, uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.sketched)
 	if err != nil {
 		return cp, fmt.Errorf("load checkpoint of partition %d: %w", p, err)
 	}
 	cp.found = n > 0
 	return cp, nil
-}
-
-// loadSketchCheckpoint returns the offset below which partition p's records are in the stored
-// sketches: 0 when none was written, so that the replay starts at the beginning.
-func (s *store) loadSketchCheckpoint(ctx context.Context, p int32) (int64, error) {
-	var end int64
-	err := s.conn.QueryRow(ctx, `SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?`, uint16(p)).Scan(&end)
-	if err != nil {
-		return 0, fmt.Errorf("load sketch checkpoint of partition %d: %w", p, err)
-	}
-	return end, nil
 }
 
 // writeSketchCheckpoints records that the sketches of parts hold every record below their
