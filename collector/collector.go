@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/collector/api"
 	"tally/collector/ingest"
 	"tally/collector/likes"
 	"tally/collector/read"
@@ -38,6 +39,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	var rdb *redis.Client
 	var reads *read.Handler
 	mux := http.NewServeMux()
+	routes := api.NewRouter(mux, reg)
 	stores := lifecycle.Part{
 		Name: "collector clickhouse and redis",
 		Start: func(ctx context.Context) error {
@@ -59,7 +61,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				return likeStore.Totals(ctx, items)
 			}
 			reads = read.New(conn, rdb, cfg.Collector.CacheTTL, likeTotals, now, logger, reg)
-			reads.Register(mux)
+			reads.Register(routes)
 			reads.Start()
 			return nil
 		},
@@ -88,7 +90,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				MaxLines:     cfg.Collector.MaxLines,
 				Bounds:       schemas.TimeBounds{Future: cfg.Collector.FutureBound, Late: cfg.Collector.LateBound},
 			}, cl, now, logger, reg)
-			ing.Register(mux)
+			ing.Register(routes)
 			lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 			return nil
 		},
@@ -108,7 +110,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		Name: "likes store and applier",
 		Start: func(context.Context) error {
 			likeStore = likes.OpenStore(cfg.Redis.Addr)
-			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger, reg).Register(mux)
+			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger, reg).Register(routes)
 			var err error
 			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes,
 				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(cfg.Collector.Addr), CheckEvery: time.Second},

@@ -166,8 +166,8 @@ func (f *fixture) redisDiff(ctx context.Context, want map[[2]string]record) stri
 	}
 	wantTotals := map[string]int64{}
 	for k, r := range want {
-		if states[k[0]][k[1]].Liked != r.liked {
-			return fmt.Sprintf("%v: got liked=%v; want %v", k, states[k[0]][k[1]].Liked, r.liked)
+		if states[k[0]].Pairs[k[1]].Liked != r.liked {
+			return fmt.Sprintf("%v: got liked=%v; want %v", k, states[k[0]].Pairs[k[1]].Liked, r.liked)
 		}
 		if r.liked {
 			wantTotals[k[0]]++
@@ -296,12 +296,16 @@ func TestReconcileFindsAndRepairsDrift(t *testing.T) {
 	}
 
 	// Drift behind the scripts' backs: a liker removed from Redis, a phantom liker added there,
-	// a phantom liked row and a lost row in ClickHouse.
+	// a shard's size key off by 5 with every pair right, a phantom liked row and a lost row in
+	// ClickHouse.
 	liked, lostRow := pairWith(want, "item-1", true), pairWith(want, "item-4", true)
 	if err := f.rdb.SRem(ctx, likes.UsersKey("item-1", likes.Shard(liked)), liked).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.rdb.SAdd(ctx, likes.UsersKey("item-2", likes.Shard("ghost")), "ghost").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.IncrBy(ctx, likes.SizeKey("item-5", 3), 5).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.conn.Exec(ctx, "INSERT INTO likes (item_id, user_id, liked, partition, offset, ts) VALUES ('item-3', 'ghost', 1, 0, 1, now64(3))"); err != nil {
@@ -314,8 +318,8 @@ func TestReconcileFindsAndRepairsDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Version != 3 || rep.Differences != 4 || rep.Repaired != 4 {
-		t.Fatalf("run after drift: got %s; want version 3 with 4 differences, 4 repaired", rep.Summary())
+	if rep.Version != 3 || rep.Differences != 5 || rep.Repaired != 5 {
+		t.Fatalf("run after drift: got %s; want version 3 with 5 differences, 5 repaired", rep.Summary())
 	}
 	total := func(item string) int64 {
 		var n int64
@@ -331,6 +335,7 @@ func TestReconcileFindsAndRepairsDrift(t *testing.T) {
 		{"item-4", "clickhouse", total("item-4"), total("item-4") - 1, -1, 1},
 		{"item-1", "redis", total("item-1"), total("item-1") - 1, -1, 1},
 		{"item-2", "redis", total("item-2"), total("item-2") + 1, 1, 1},
+		{"item-5", "redis", total("item-5"), total("item-5") + 5, 5, 1},
 	}
 	if got := f.diffs(t, ctx, 3); !slices.Equal(got, wantDiffs) {
 		t.Fatalf("diffs of version 3: got %+v; want %+v", got, wantDiffs)
@@ -350,7 +355,7 @@ func TestReconcileFindsAndRepairsDrift(t *testing.T) {
 	if rep.Version != 4 || rep.Differences != 0 {
 		t.Fatalf("rerun: got %s; want version 4 with 0 differences", rep.Summary())
 	}
-	wantRuns := []runRow{{1, "all", 6, 0, 0}, {2, "date:2026-11-28", 3, 0, 0}, {3, "all", 6, 4, 4}, {4, "all", 6, 0, 0}}
+	wantRuns := []runRow{{1, "all", 6, 0, 0}, {2, "date:2026-11-28", 3, 0, 0}, {3, "all", 6, 5, 5}, {4, "all", 6, 0, 0}}
 	if got := f.runs(t, ctx); !slices.Equal(got, wantRuns) {
 		t.Fatalf("runs: got %+v; want %+v", got, wantRuns)
 	}

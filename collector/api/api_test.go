@@ -2,11 +2,15 @@ package api
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 
 	"tally/schemas"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestIDs(t *testing.T) {
@@ -68,4 +72,46 @@ func FuzzIDs(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestRouterTimesEachEndpointByStatus(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	mux := http.NewServeMux()
+	r := NewRouter(mux, reg)
+	r.Handle("GET /ok", "ok", func(w http.ResponseWriter, _ *http.Request) int { return JSON(w, http.StatusOK, "x") })
+	r.Handle("GET /down", "down", func(w http.ResponseWriter, _ *http.Request) int { return Unavailable(w, "no") })
+	for _, path := range []string{"/ok", "/ok", "/down"} {
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+	}
+	tests := []struct {
+		endpoint, code string
+		want           uint64
+	}{
+		{"ok", "200", 2},
+		{"down", "503", 1},
+		{"ok", "503", 0},
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.endpoint+"/"+tt.code, func(t *testing.T) {
+			var got uint64
+			for _, f := range families {
+				for _, m := range f.GetMetric() {
+					labels := map[string]string{}
+					for _, l := range m.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					if f.GetName() == "tally_http_request_seconds" && labels["endpoint"] == tt.endpoint && labels["code"] == tt.code {
+						got = m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+			if got != tt.want {
+				t.Errorf("got %d observations; want %d", got, tt.want)
+			}
+		})
+	}
 }

@@ -14,7 +14,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,12 +32,11 @@ type Config struct {
 
 // Handler serves POST /v1/views and POST /v1/events.
 type Handler struct {
-	cfg     Config
-	cl      *kgo.Client
-	now     func() time.Time
-	logger  *slog.Logger
-	events  *prometheus.CounterVec
-	latency *prometheus.HistogramVec
+	cfg    Config
+	cl     *kgo.Client
+	now    func() time.Time
+	logger *slog.Logger
+	events *prometheus.CounterVec
 }
 
 // New returns a handler producing to cl. now is the server clock used for absent or bounded ts.
@@ -48,19 +46,15 @@ func New(cfg Config, cl *kgo.Client, now func() time.Time, logger *slog.Logger, 
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_ingest_events_total", Help: "Events posted, by type and result (accepted, rejected, unavailable).",
 		}, []string{"type", "result"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "tally_ingest_request_seconds", Help: "Ingest request latency until Kafka acknowledged, by endpoint and status.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"endpoint", "code"}),
 	}
-	reg.MustRegister(h.events, h.latency)
+	reg.MustRegister(h.events)
 	return h
 }
 
-// Register adds the ingest routes to mux.
-func (h *Handler) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/views", h.postView)
-	mux.HandleFunc("POST /v1/events", h.postEvents)
+// Register adds the ingest routes to r.
+func (h *Handler) Register(r *api.Router) {
+	r.Handle("POST /v1/views", "views", h.serveView)
+	r.Handle("POST /v1/events", "events", h.serveEvents)
 }
 
 // Rejection is one bad line of a batch.
@@ -74,12 +68,6 @@ type batchResponse struct {
 	Accepted int         `json:"accepted"`
 	Rejected []Rejection `json:"rejected"`
 	Error    string      `json:"error,omitempty"`
-}
-
-func (h *Handler) postView(w http.ResponseWriter, r *http.Request) {
-	t0 := time.Now()
-	code := h.serveView(w, r)
-	h.latency.WithLabelValues("views", strconv.Itoa(code)).Observe(time.Since(t0).Seconds())
 }
 
 func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) int {
@@ -98,12 +86,6 @@ func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) int {
 	}
 	h.events.WithLabelValues("view", "accepted").Inc()
 	return api.JSON(w, http.StatusAccepted, batchResponse{Accepted: 1, Rejected: []Rejection{}})
-}
-
-func (h *Handler) postEvents(w http.ResponseWriter, r *http.Request) {
-	t0 := time.Now()
-	code := h.serveEvents(w, r)
-	h.latency.WithLabelValues("events", strconv.Itoa(code)).Observe(time.Since(t0).Seconds())
 }
 
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {

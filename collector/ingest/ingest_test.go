@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/collector/api"
 	"tally/platform/kafka"
 	"tally/schemas"
 )
@@ -33,7 +34,7 @@ func newHandler(t *testing.T, brokers []string, maxBuffered int, timeout time.Du
 
 func serve(h *Handler, method, path, body string) *httptest.ResponseRecorder {
 	mux := http.NewServeMux()
-	h.Register(mux)
+	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	w := httptest.NewRecorder()
 	mux.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
 	return w

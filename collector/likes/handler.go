@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +36,6 @@ type Handler struct {
 	produceTimeout time.Duration
 	now            func() time.Time
 	logger         *slog.Logger
-	latency        *prometheus.HistogramVec
 	readyUntil     atomic.Int64 // Unix nanoseconds until which the last readiness check stands
 }
 
@@ -46,32 +44,19 @@ type Handler struct {
 func NewHandler(store *Store, cl *kgo.Client, topic string, produceTimeout time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
 	h := &Handler{
 		store: store, cl: cl, topic: topic, produceTimeout: produceTimeout, now: now, logger: logger,
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "tally_likes_request_seconds", Help: "Likes API request latency, by endpoint and status.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"endpoint", "code"}),
 	}
-	reg.MustRegister(h.latency)
 	return h
 }
 
-// Register adds the likes routes to mux.
-func (h *Handler) Register(mux *http.ServeMux) {
-	mux.HandleFunc("PUT /v1/items/{item_id}/likes/{user_id}", h.timed("like", func(w http.ResponseWriter, r *http.Request) int {
-		return h.change(w, r, true)
-	}))
-	mux.HandleFunc("DELETE /v1/items/{item_id}/likes/{user_id}", h.timed("unlike", func(w http.ResponseWriter, r *http.Request) int {
-		return h.change(w, r, false)
-	}))
-	mux.HandleFunc("GET /v1/users/{user_id}/likes", h.timed("liked_by", h.likedBy))
-}
-
-func (h *Handler) timed(endpoint string, serve func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		t0 := time.Now()
-		code := serve(w, r)
-		h.latency.WithLabelValues(endpoint, strconv.Itoa(code)).Observe(time.Since(t0).Seconds())
-	}
+// Register adds the likes routes to r.
+func (h *Handler) Register(r *api.Router) {
+	r.Handle("PUT /v1/items/{item_id}/likes/{user_id}", "like", func(w http.ResponseWriter, req *http.Request) int {
+		return h.change(w, req, true)
+	})
+	r.Handle("DELETE /v1/items/{item_id}/likes/{user_id}", "unlike", func(w http.ResponseWriter, req *http.Request) int {
+		return h.change(w, req, false)
+	})
+	r.Handle("GET /v1/users/{user_id}/likes", "liked_by", h.likedBy)
 }
 
 // ChangeResponse is the answer to a like or unlike: the user's state and the item's exact

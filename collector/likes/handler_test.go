@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/collector/api"
 	"tally/platform/testinfra"
 	"tally/schemas"
 )
@@ -144,7 +145,7 @@ func TestRedisDownAnswers503(t *testing.T) {
 	down := OpenStore(dead)
 	defer down.Close()
 	mux := http.NewServeMux()
-	NewHandler(down, e.prod, e.topic, 5*time.Second, time.Now, testLogger(), prometheus.NewRegistry()).Register(mux)
+	NewHandler(down, e.prod, e.topic, 5*time.Second, time.Now, testLogger(), prometheus.NewRegistry()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	defer e.client.CloseIdleConnections()
@@ -175,7 +176,7 @@ func TestReadyCheckReuseEndsAtFirstFailure(t *testing.T) {
 	e := newEnv(t, "readyreuse")
 	frozen := time.Now() // the reuse never runs out on this clock
 	mux := http.NewServeMux()
-	NewHandler(e.store, e.prod, e.topic, 5*time.Second, func() time.Time { return frozen }, testLogger(), prometheus.NewRegistry()).Register(mux)
+	NewHandler(e.store, e.prod, e.topic, 5*time.Second, func() time.Time { return frozen }, testLogger(), prometheus.NewRegistry()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	put := func() (int, string) {

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/collector/api"
 	"tally/platform/kafka"
 	"tally/platform/testinfra"
 )
@@ -71,7 +72,7 @@ func newEnv(t testing.TB, name string) *env {
 	reg := prometheus.NewRegistry()
 	e.store = OpenStore(infra.Redis.Addr())
 	mux := http.NewServeMux()
-	NewHandler(e.store, e.prod, e.topic, 10*time.Second, time.Now, testLogger(), reg).Register(mux)
+	NewHandler(e.store, e.prod, e.topic, 10*time.Second, time.Now, testLogger(), reg).Register(api.NewRouter(mux, reg))
 	e.srv = httptest.NewServer(mux)
 	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}, Timeout: 15 * time.Second}
 	e.applier, err = NewApplier(ApplierConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-" + name,
@@ -169,7 +170,8 @@ func logState(t testing.TB, topic string) map[string]map[string]bool {
 	return out
 }
 
-// diffState compares Redis with the oracle: every pair's membership and every item's total.
+// diffState compares Redis with the oracle: every pair's membership, every item's total, and
+// the shards' size keys with their sets.
 // It returns a description of the first differences, or "" when they agree.
 func diffState(ctx context.Context, store *Store, want map[string]map[string]bool) (string, error) {
 	items := make([]string, 0, len(want))
@@ -192,17 +194,20 @@ func diffState(ctx context.Context, store *Store, want map[string]map[string]boo
 			if liked {
 				wantTotal++
 			}
-			if got[it][user].Liked != liked {
-				diffs = append(diffs, fmt.Sprintf("%s/%s: got liked=%v; want %v", it, user, got[it][user].Liked, liked))
+			if got[it].Pairs[user].Liked != liked {
+				diffs = append(diffs, fmt.Sprintf("%s/%s: got liked=%v; want %v", it, user, got[it].Pairs[user].Liked, liked))
 			}
 		}
-		for user, st := range got[it] {
+		for user, st := range got[it].Pairs {
 			if _, ok := want[it][user]; !ok && st.Liked {
 				diffs = append(diffs, fmt.Sprintf("%s/%s: got liked=true; want no state (not in the log)", it, user))
 			}
 		}
 		if totals[it] != wantTotal {
 			diffs = append(diffs, fmt.Sprintf("%s total: got %d; want %d", it, totals[it], wantTotal))
+		}
+		if got[it].Total != got[it].Liked {
+			diffs = append(diffs, fmt.Sprintf("%s shard size keys: got sum %d; want the sets' %d users", it, got[it].Total, got[it].Liked))
 		}
 	}
 	if len(diffs) > 10 {

@@ -4,11 +4,13 @@
 // The Kafka topic likes is the source of truth: a change is written there (acks=all) before it
 // is applied to Redis, and Redis is only a view of the log that can always be rebuilt from it.
 // Each item's likers are spread over Shards Redis sets, chosen by a hash of the user id, so a
-// viral item's writes spread over Shards keys (and cluster slots) instead of one; an item's
-// total is the sum of the sets' sizes, so it cannot drift from the per-user states because it
-// is those states. Every change is applied by one Lua script that keeps, per (item, user), the
-// log offset of the last applied record and ignores older ones: applying the same record
-// twice, or two records in any order, ends in the state of the later record in the log.
+// viral item's writes spread over Shards keys (and cluster slots) instead of one. Each shard
+// keeps its set's size in a plain key beside it, which the script that changes the set sets to
+// the set's size in the same atomic step; an item's total is the sum of its shards' sizes, read
+// with one MGET (a plain key read costs Redis a fraction of a scripted SCARD). Every change is
+// applied by one Lua script that keeps, per (item, user), the log offset of the last applied
+// record and ignores older ones: applying the same record twice, or two records in any order,
+// ends in the state of the later record in the log.
 //
 // Concurrency and lifecycle: Store and Handler are safe for concurrent use and own no
 // goroutines; the Store owns its Redis client (Close). The Applier owns a consumer-group
@@ -47,15 +49,29 @@ const (
 // ErrNotReady means the serving state is being rebuilt from the log.
 var ErrNotReady = errors.New("like state is being rebuilt from the log")
 
+// setSize sets the shard's size key (KEYS[3]) to the size of its users set (KEYS[1]), deleting
+// it for an empty set, and leaves the size in the Lua local size. Every script that changes a
+// set ends with it, so the two cannot part except behind the scripts' backs, which the nightly
+// reconciliation finds and repairs with recountScript.
+const setSize = `
+local size = redis.call('SCARD', KEYS[1])
+if size == 0 then
+  redis.call('DEL', KEYS[3])
+else
+  redis.call('SET', KEYS[3], size)
+end
+`
+
 // applyScript applies one log record to its pair. KEYS: the shard's users set, its offsets
-// hash, and on the request path ReadyKey followed by all Shards users sets of the item, whose
-// sizes make the total the request answers with (read in the same atomic step, so the answer
-// includes exactly the changes applied before it). ARGV: user, offset, '1' like / '0' unlike,
-// '1' to skip the ready check (the applier, which writes while rebuilding). A record at or below
-// the stored offset changes nothing: a newer record of the pair already won. Returns {is member,
-// item total} with the shard sets passed, else {is member, shard size}.
+// hash and its size key, and on the request path ReadyKey followed by the size keys of all
+// Shards shards of the item, whose sum is the total the request answers with (read in the same
+// atomic step, so the answer includes exactly the changes applied before it). ARGV: user,
+// offset, '1' like / '0' unlike, '1' to skip the ready check (the applier, which writes while
+// rebuilding). A record at or below the stored offset changes nothing: a newer record of the
+// pair already won. Returns {is member, item total} with the size keys passed, else {is member,
+// shard size}.
 const applyScript = `
-if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
+if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[4]) == 0 then
   return redis.error_reply('NOTREADY like state is being rebuilt from the log')
 end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
@@ -66,22 +82,26 @@ if (not cur) or tonumber(cur) < tonumber(ARGV[2]) then
   else
     redis.call('SREM', KEYS[1], ARGV[1])
   end
-end
-local n = 0
-if #KEYS > 3 then
-  for i = 4, #KEYS do
-    n = n + redis.call('SCARD', KEYS[i])
+end` + setSize + `
+local n = size
+if #KEYS > 4 then
+  n = 0
+  for _, v in ipairs(redis.call('MGET', unpack(KEYS, 5))) do
+    n = n + (tonumber(v) or 0)
   end
-else
-  n = redis.call('SCARD', KEYS[1])
 end
 return {redis.call('SISMEMBER', KEYS[1], ARGV[1]), n}
 `
 
-// repairScript sets a pair to the state the log had at a snapshot. KEYS: users set, offsets
-// hash. ARGV: user, '1'/'0' liked at the snapshot, offset of the pair's last record below the
-// snapshot (” if none), the snapshot's end offset of the item's partition. A stored offset at
-// or above the snapshot end means a newer record already won: nothing changes (returns 0).
+// recountScript sets a shard's size key to its set's size. KEYS: as applyScript's first three.
+const recountScript = setSize + `
+return size
+`
+
+// repairScript sets a pair to the state the log had at a snapshot. KEYS: as applyScript's first
+// three. ARGV: user, '1'/'0' liked at the snapshot, offset of the pair's last record below the
+// snapshot (empty if none), the snapshot's end offset of the item's partition. A stored offset
+// at or above the snapshot end means a newer record already won: nothing changes (returns 0).
 const repairScript = `
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur and tonumber(cur) >= tonumber(ARGV[4]) then
@@ -96,27 +116,8 @@ if ARGV[2] == '1' then
   redis.call('SADD', KEYS[1], ARGV[1])
 else
   redis.call('SREM', KEYS[1], ARGV[1])
-end
+end` + setSize + `
 return 1
-`
-
-// totalsScript sums the shard sizes of several items in one call, so a feed page's totals cost
-// Redis one command instead of Shards per item. KEYS: ReadyKey, then the Shards users sets of
-// each item in order. ARGV: Shards. Returns one total per item.
-const totalsScript = `
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return redis.error_reply('NOTREADY like state is being rebuilt from the log')
-end
-local shards = tonumber(ARGV[1])
-local out = {}
-for i = 0, (#KEYS - 1) / shards - 1 do
-  local sum = 0
-  for k = 1, shards do
-    sum = sum + redis.call('SCARD', KEYS[1 + i * shards + k])
-  end
-  out[i + 1] = sum
-end
-return out
 `
 
 // extendScript renews the rebuild lease if it still holds the token.
@@ -151,11 +152,16 @@ func OffsetsKey(item string, shard int) string {
 	return "likes:{" + item + ":" + strconv.Itoa(shard) + "}:off"
 }
 
+// SizeKey holds the size of item's users set in shard (absent when the set is empty).
+func SizeKey(item string, shard int) string {
+	return "likes:{" + item + ":" + strconv.Itoa(shard) + "}:n"
+}
+
 // Store reads and writes the like serving state in Redis.
 type Store struct {
-	rdb                                   *redis.Client
-	apply, repair, extend, finish, totals *redis.Script
-	handled                               *handled // offsets applied by Apply, for the applier to skip
+	rdb                                    *redis.Client
+	apply, repair, recount, extend, finish *redis.Script
+	handled                                *handled // offsets applied by Apply, for the applier to skip
 }
 
 // OpenStore returns a store on the Redis at addr. It does not connect: a Redis that is down
@@ -178,7 +184,7 @@ func OpenStore(addr string) *Store {
 		repair:  redis.NewScript(repairScript),
 		extend:  redis.NewScript(extendScript),
 		finish:  redis.NewScript(finishScript),
-		totals:  redis.NewScript(totalsScript),
+		recount: redis.NewScript(recountScript),
 		handled: newHandled(),
 	}
 }
@@ -205,11 +211,11 @@ type Result struct {
 // state and the item's total, in one script call. It fails with ErrNotReady while the state is
 // being rebuilt.
 func (s *Store) Apply(ctx context.Context, l schemas.Like, partition int32, offset int64) (Result, error) {
-	keys := make([]string, 0, 3+Shards)
+	keys := make([]string, 0, 4+Shards)
 	shard := Shard(l.UserID)
-	keys = append(keys, UsersKey(l.ItemID, shard), OffsetsKey(l.ItemID, shard), ReadyKey)
+	keys = append(keys, UsersKey(l.ItemID, shard), OffsetsKey(l.ItemID, shard), SizeKey(l.ItemID, shard), ReadyKey)
 	for k := range Shards {
-		keys = append(keys, UsersKey(l.ItemID, k))
+		keys = append(keys, SizeKey(l.ItemID, k))
 	}
 	var res Result
 	err := s.withScripts(ctx, func() error {
@@ -247,7 +253,7 @@ func (s *Store) ApplyRecords(ctx context.Context, recs []Record) error {
 		pipe := s.rdb.Pipeline()
 		for _, r := range recs {
 			shard := Shard(r.Like.UserID)
-			s.apply.EvalSha(ctx, pipe, []string{UsersKey(r.Like.ItemID, shard), OffsetsKey(r.Like.ItemID, shard)},
+			s.apply.EvalSha(ctx, pipe, []string{UsersKey(r.Like.ItemID, shard), OffsetsKey(r.Like.ItemID, shard), SizeKey(r.Like.ItemID, shard)},
 				r.Like.UserID, r.Offset, flag(r.Like.Liked), "1")
 		}
 		_, err := pipe.Exec(ctx)
@@ -259,28 +265,55 @@ func (s *Store) ApplyRecords(ctx context.Context, recs []Record) error {
 	return nil
 }
 
-// Totals returns the exact like total of each item, in one Redis call. It fails with
+// Totals returns the exact like total of each item, in one Redis command. It fails with
 // ErrNotReady while the state is being rebuilt.
 func (s *Store) Totals(ctx context.Context, items []string) (map[string]int64, error) {
+	pipe := s.rdb.Pipeline()
+	totals := QueueTotals(ctx, pipe, items)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read like totals of %d items: %w", len(items), err)
+	}
+	return totals()
+}
+
+// QueueTotals queues on pipe the read of items' like totals (one MGET of ReadyKey and every
+// shard's size key), so that a caller reading other keys too pays one round trip for all of
+// them. The returned function, called after pipe ran, gives the totals, or ErrNotReady while
+// the state is being rebuilt.
+func QueueTotals(ctx context.Context, pipe redis.Pipeliner, items []string) func() (map[string]int64, error) {
 	keys := make([]string, 0, 1+len(items)*Shards)
 	keys = append(keys, ReadyKey)
 	for _, it := range items {
 		for k := range Shards {
-			keys = append(keys, UsersKey(it, k))
+			keys = append(keys, SizeKey(it, k))
 		}
 	}
-	sums, err := s.totals.Run(ctx, s.rdb, keys, Shards).Int64Slice()
-	if err != nil {
-		if err = mapNotReady(err); errors.Is(err, ErrNotReady) {
-			return nil, err
+	cmd := pipe.MGet(ctx, keys...)
+	return func() (map[string]int64, error) {
+		vals, err := cmd.Result()
+		if err != nil {
+			return nil, fmt.Errorf("read like totals of %d items: %w", len(items), err)
 		}
-		return nil, fmt.Errorf("read like totals of %d items: %w", len(items), err)
+		if vals[0] == nil {
+			return nil, ErrNotReady
+		}
+		out := make(map[string]int64, len(items))
+		for i, it := range items {
+			var sum int64
+			for _, v := range vals[1+i*Shards : 1+(i+1)*Shards] {
+				if v == nil {
+					continue
+				}
+				n, err := strconv.ParseInt(v.(string), 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("read like total of %s: size %q: %w", it, v, err)
+				}
+				sum += n
+			}
+			out[it] = sum
+		}
+		return out, nil
 	}
-	out := make(map[string]int64, len(items))
-	for i, it := range items {
-		out[it] = sums[i]
-	}
-	return out, nil
 }
 
 // LikedBy returns whether user likes each of items, read in one pipeline. It fails with
@@ -314,45 +347,79 @@ type PairState struct {
 	HasOffset bool
 }
 
-// ItemStates reads every pair Redis knows of each item: the members and offsets of all its
-// shards, in one MULTI/EXEC so that a shard's members and offsets are read together.
-func (s *Store) ItemStates(ctx context.Context, items []string) (map[string]map[string]PairState, error) {
+// ItemState is what Redis holds of an item.
+type ItemState struct {
+	Pairs map[string]PairState // every pair Redis knows of
+	Liked int64                // users in the item's sets
+	Total int64                // sum of the shards' size keys: the total reads answer with
+}
+
+// ItemStates reads what Redis holds of each item: the members, offsets and size keys of all its
+// shards, in one MULTI/EXEC so that they are read together.
+func (s *Store) ItemStates(ctx context.Context, items []string) (map[string]ItemState, error) {
 	type shardCmds struct {
 		members *redis.StringSliceCmd
 		offsets *redis.MapStringStringCmd
 	}
 	cmds := make([]shardCmds, 0, len(items)*Shards)
+	sizes := make([]*redis.SliceCmd, 0, len(items))
 	_, err := s.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, it := range items {
+			keys := make([]string, Shards)
 			for k := range Shards {
 				cmds = append(cmds, shardCmds{pipe.SMembers(ctx, UsersKey(it, k)), pipe.HGetAll(ctx, OffsetsKey(it, k))})
+				keys[k] = SizeKey(it, k)
 			}
+			sizes = append(sizes, pipe.MGet(ctx, keys...))
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read like state of %d items: %w", len(items), err)
 	}
-	out := make(map[string]map[string]PairState, len(items))
+	out := make(map[string]ItemState, len(items))
 	for i, it := range items {
-		pairs := map[string]PairState{}
+		st := ItemState{Pairs: map[string]PairState{}}
 		for _, c := range cmds[i*Shards : (i+1)*Shards] {
 			for user, v := range c.offsets.Val() {
 				off, err := strconv.ParseInt(v, 10, 64)
 				if err != nil {
 					return nil, fmt.Errorf("read like state of %s: offset %q of user %s: %w", it, v, user, err)
 				}
-				pairs[user] = PairState{Offset: off, HasOffset: true}
+				st.Pairs[user] = PairState{Offset: off, HasOffset: true}
 			}
 			for _, user := range c.members.Val() {
-				p := pairs[user]
+				p := st.Pairs[user]
 				p.Liked = true
-				pairs[user] = p
+				st.Pairs[user] = p
 			}
+			st.Liked += int64(len(c.members.Val()))
 		}
-		out[it] = pairs
+		for _, v := range sizes[i].Val() {
+			if v == nil {
+				continue
+			}
+			n, err := strconv.ParseInt(v.(string), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("read like state of %s: size %q: %w", it, v, err)
+			}
+			st.Total += n
+		}
+		out[it] = st
 	}
 	return out, nil
+}
+
+// Recount sets every shard's size key of item to its set's size.
+func (s *Store) Recount(ctx context.Context, item string) error {
+	pipe := s.rdb.Pipeline()
+	for k := range Shards {
+		s.recount.Eval(ctx, pipe, []string{UsersKey(item, k), OffsetsKey(item, k), SizeKey(item, k)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("recount like total of %s: %w", item, err)
+	}
+	return nil
 }
 
 // Repair sets (item, user) to the log's state at a snapshot: liked, and offset of the pair's
@@ -365,7 +432,7 @@ func (s *Store) Repair(ctx context.Context, item, user string, liked bool, offse
 	if hasOffset {
 		off = strconv.FormatInt(offset, 10)
 	}
-	n, err := s.repair.Run(ctx, s.rdb, []string{UsersKey(item, shard), OffsetsKey(item, shard)},
+	n, err := s.repair.Run(ctx, s.rdb, []string{UsersKey(item, shard), OffsetsKey(item, shard), SizeKey(item, shard)},
 		user, flag(liked), off, snapshotEnd).Int()
 	if err != nil {
 		return false, fmt.Errorf("repair like state of %s/%s: %w", item, user, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -138,5 +139,97 @@ func TestLikersSpreadOverShards(t *testing.T) {
 	}
 	if sum != 400 || totals["hot"] != 400 {
 		t.Fatalf("got shard sum %d and total %d; want 400", sum, totals["hot"])
+	}
+}
+
+// Every script that changes a set leaves the shard's size key equal to the set's size (absent
+// when the set is empty), so the totals read from the size keys count states; Recount restores
+// that after a write behind the scripts' backs.
+func TestSizeKeysFollowSets(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	s, rdb := readyStore(t)
+	ctx := context.Background()
+	like := func(item string, i int, liked bool) schemas.Like {
+		return schemas.Like{ItemID: item, UserID: fmt.Sprintf("user-%d", i), Liked: liked}
+	}
+	tests := []struct {
+		name      string
+		do        func(t *testing.T, item string)
+		wantTotal int64
+	}{
+		{"request path: 40 likes, 15 unlikes", func(t *testing.T, item string) {
+			for i := range 55 {
+				if _, err := s.Apply(ctx, like(item, i%40, i < 40), 0, int64(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 25},
+		{"applier: 40 likes, 15 unlikes, replayed twice", func(t *testing.T, item string) {
+			recs := make([]Record, 55)
+			for i := range recs {
+				recs[i] = Record{Offset: int64(i), Like: like(item, i%40, i < 40)}
+			}
+			for range 2 {
+				if err := s.ApplyRecords(ctx, recs); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 25},
+		{"the last liker of each shard leaves", func(t *testing.T, item string) {
+			for i := range 40 {
+				if _, err := s.Apply(ctx, like(item, i%20, i < 20), 0, int64(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 0},
+		{"repair", func(t *testing.T, item string) {
+			for i := range 10 {
+				if _, err := s.Repair(ctx, item, fmt.Sprintf("user-%d", i), i%3 != 0, int64(i), true, 100); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 6},
+		{"recount after writes behind the scripts' backs", func(t *testing.T, item string) {
+			if _, err := s.Apply(ctx, like(item, 1, true), 0, 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.SAdd(ctx, UsersKey(item, 2), "ghost-1", "ghost-2").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Set(ctx, SizeKey(item, 5), "7", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Recount(ctx, item); err != nil {
+				t.Fatal(err)
+			}
+		}, 3},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			item := fmt.Sprintf("size-%d", i)
+			tt.do(t, item)
+			for k := range Shards {
+				n, err := rdb.SCard(ctx, UsersKey(item, k)).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := rdb.Get(ctx, SizeKey(item, k)).Result()
+				want := strconv.FormatInt(n, 10)
+				if n == 0 {
+					if !errors.Is(err, redis.Nil) {
+						t.Errorf("shard %d: got size key %q, %v for an empty set; want none", k, got, err)
+					}
+				} else if err != nil || got != want {
+					t.Errorf("shard %d: got size key %q, %v; want %s", k, got, err, want)
+				}
+			}
+			totals, err := s.Totals(ctx, []string{item})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if totals[item] != tt.wantTotal {
+				t.Errorf("total: got %d; want %d", totals[item], tt.wantTotal)
+			}
+		})
 	}
 }

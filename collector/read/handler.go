@@ -63,11 +63,11 @@ func (h *Handler) Stop() {
 	<-h.done
 }
 
-// Register adds the read routes to mux.
-func (h *Handler) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/items/{item_id}/counts", h.itemCounts)
-	mux.HandleFunc("GET /v1/counts", h.batchCounts)
-	mux.HandleFunc("GET /v1/items/{item_id}/views", h.series)
+// Register adds the read routes to r.
+func (h *Handler) Register(r *api.Router) {
+	r.Handle("GET /v1/items/{item_id}/counts", "item_counts", h.itemCounts)
+	r.Handle("GET /v1/counts", "counts", h.batchCounts)
+	r.Handle("GET /v1/items/{item_id}/views", "series", h.series)
 }
 
 // ItemCounts is one item's counts as the API returns them.
@@ -78,32 +78,28 @@ type ItemCounts struct {
 	Likes         *int64 `json:"likes,omitempty"`
 }
 
-func (h *Handler) itemCounts(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) itemCounts(w http.ResponseWriter, r *http.Request) int {
 	id := r.PathValue("item_id")
 	if err := schemas.CheckID("item_id", id, true); err != nil {
-		api.BadRequest(w, err)
-		return
+		return api.BadRequest(w, err)
 	}
 	items, err := h.counts(r.Context(), []string{id})
 	if err != nil {
-		h.unavailable(w, err)
-		return
+		return h.unavailable(w, err)
 	}
-	api.JSON(w, http.StatusOK, items[0])
+	return api.JSON(w, http.StatusOK, items[0])
 }
 
-func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) int {
 	ids, err := api.IDs(r.URL.Query()["ids"])
 	if err != nil {
-		api.BadRequest(w, err)
-		return
+		return api.BadRequest(w, err)
 	}
 	items, err := h.counts(r.Context(), ids)
 	if err != nil {
-		h.unavailable(w, err)
-		return
+		return h.unavailable(w, err)
 	}
-	api.JSON(w, http.StatusOK, struct {
+	return api.JSON(w, http.StatusOK, struct {
 		Items []ItemCounts `json:"items"`
 	}{items})
 }
@@ -148,28 +144,25 @@ type Point struct {
 	Views uint64    `json:"views"`
 }
 
-func (h *Handler) series(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 	id := r.PathValue("item_id")
 	if err := schemas.CheckID("item_id", id, true); err != nil {
-		api.BadRequest(w, err)
-		return
+		return api.BadRequest(w, err)
 	}
 	q, err := ParseSeriesQuery(r.URL.Query(), h.now())
 	if err != nil {
-		api.BadRequest(w, err)
-		return
+		return api.BadRequest(w, err)
 	}
 	got, err := h.cache.src.series(r.Context(), id, q.Granularity, q.From, q.To)
 	if err != nil {
-		h.unavailable(w, err)
-		return
+		return h.unavailable(w, err)
 	}
 	points := make([]Point, 0, q.points())
 	step := q.Granularity.step()
 	for t := q.From; t.Before(q.To); t = t.Add(step) {
 		points = append(points, Point{T: t, Views: got[t.Unix()]})
 	}
-	api.JSON(w, http.StatusOK, struct {
+	return api.JSON(w, http.StatusOK, struct {
 		ItemID      string      `json:"item_id"`
 		Granularity Granularity `json:"granularity"`
 		From        time.Time   `json:"from"`
@@ -225,7 +218,7 @@ func ParseSeriesQuery(v url.Values, now time.Time) (SeriesQuery, error) {
 	return q, nil
 }
 
-func (h *Handler) unavailable(w http.ResponseWriter, err error) {
+func (h *Handler) unavailable(w http.ResponseWriter, err error) int {
 	h.logger.Warn("read counts", "err", err)
-	api.Unavailable(w, "counts are unavailable right now: "+err.Error())
+	return api.Unavailable(w, "counts are unavailable right now: "+err.Error())
 }

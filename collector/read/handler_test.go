@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"tally/collector/api"
 	"tally/platform/chclient"
 	"tally/platform/testinfra"
 	"tally/schemas"
@@ -67,7 +68,7 @@ func newTestHandler(t *testing.T, c *clock) (*Handler, *httptest.Server) {
 	h.Start()
 	t.Cleanup(h.Stop)
 	mux := http.NewServeMux()
-	h.Register(mux)
+	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return h, srv
@@ -229,7 +230,7 @@ func TestRedisDownIs503(t *testing.T) {
 	defer rdb.Close()
 	h := New(conn, rdb, time.Second, nil, time.Now, infra.Logger, prometheus.NewRegistry())
 	mux := http.NewServeMux()
-	h.Register(mux)
+	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	w := httptest.NewRecorder()
 	mux.ServeHTTP(w, httptest.NewRequest("GET", "/v1/counts?ids=a,b", nil))
 	if w.Code != 503 || w.Header().Get("Retry-After") == "" {
