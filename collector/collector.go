@@ -1,5 +1,5 @@
-// Package collector wires the collector component: a Kafka producer, the ClickHouse and Redis
-// clients of the read API, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics). Parts
+// Package collector wires the collector component: a Kafka producer, the ClickHouse client of
+// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics). Parts
 // start the clients before the listener and stop in reverse: the listener stops taking requests
 // and drains them, then the producer flushes what is buffered and the clients close.
 package collector
@@ -25,6 +25,7 @@ import (
 	"tally/platform/config"
 	"tally/platform/kafka"
 	"tally/platform/lifecycle"
+	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/schemas/migrate"
 )
@@ -41,7 +42,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	mux := http.NewServeMux()
 	routes := api.NewRouter(mux, reg)
 	stores := lifecycle.Part{
-		Name: "collector clickhouse and redis",
+		Name: "collector clickhouse, redis and reads",
 		Start: func(ctx context.Context) error {
 			octx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
@@ -55,12 +56,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				conn.Close()
 				return err
 			}
-			rdb = redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, PoolSize: 64})
-			// The likes part opens likeStore before the HTTP server starts taking requests.
-			likeTotals := func(ctx context.Context, items []string) (map[string]int64, error) {
-				return likeStore.Totals(ctx, items)
-			}
-			reads = read.New(conn, rdb, cfg.Collector.CacheTTL, likeTotals, now, logger, reg)
+			// One client for the count cache and likes, so that a feed page's counts and like
+			// totals share one round trip.
+			rdb = redisclient.Open(cfg.Redis.Addr)
+			likeStore = likes.NewStore(rdb)
+			reads = read.New(conn, rdb, cfg.Collector.CacheTTL, likes.QueueTotals, now, logger, reg)
 			reads.Register(routes)
 			reads.Start()
 			return nil
@@ -107,22 +107,20 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	// repairs a change that reached only the log and rebuilds Redis when it comes back empty.
 	var applier *likes.Applier
 	likesPart := lifecycle.Part{
-		Name: "likes store and applier",
+		Name: "likes handler and applier",
 		Start: func(context.Context) error {
-			likeStore = likes.OpenStore(cfg.Redis.Addr)
 			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger, reg).Register(routes)
 			var err error
 			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes,
 				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(cfg.Collector.Addr), CheckEvery: time.Second},
 				likeStore, logger, reg)
 			if err != nil {
-				likeStore.Close()
 				return err
 			}
 			applier.Start()
 			return nil
 		},
-		Stop: func(ctx context.Context) error { return errors.Join(applier.Stop(ctx), likeStore.Close()) },
+		Stop: func(ctx context.Context) error { return applier.Stop(ctx) },
 	}
 	server, addrFn := lifecycle.HTTPServer("collector http", cfg.Collector.Addr, mux)
 	return []lifecycle.Part{stores, producer, likesPart, server}, addrFn

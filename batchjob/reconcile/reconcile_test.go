@@ -57,8 +57,7 @@ func newFixture(t *testing.T, ctx context.Context, name string) *fixture {
 	if err := f.rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	f.store = likes.OpenStore(infra.Redis.Addr())
-	t.Cleanup(func() { f.store.Close() })
+	f.store = likes.NewStore(f.rdb)
 	var err error
 	if f.conn, err = chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "rec_" + name, Username: "default"}); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
+	"tally/platform/redisclient"
 	"tally/platform/testinfra"
 	"tally/schemas"
 )
@@ -142,8 +143,9 @@ func TestRedisDownAnswers503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := OpenStore(dead)
-	defer down.Close()
+	rdb := redisclient.Open(dead)
+	defer rdb.Close()
+	down := NewStore(rdb)
 	mux := http.NewServeMux()
 	NewHandler(down, e.prod, e.topic, 5*time.Second, time.Now, testLogger(), prometheus.NewRegistry()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)

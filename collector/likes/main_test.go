@@ -20,6 +20,7 @@ import (
 
 	"tally/collector/api"
 	"tally/platform/kafka"
+	"tally/platform/redisclient"
 	"tally/platform/testinfra"
 )
 
@@ -48,6 +49,7 @@ type env struct {
 	t       testing.TB
 	topic   string
 	prod    *kgo.Client
+	rdb     *redis.Client
 	store   *Store
 	applier *Applier
 	srv     *httptest.Server
@@ -70,7 +72,8 @@ func newEnv(t testing.TB, name string) *env {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	e.store = OpenStore(infra.Redis.Addr())
+	e.rdb = redisclient.Open(infra.Redis.Addr())
+	e.store = NewStore(e.rdb)
 	mux := http.NewServeMux()
 	NewHandler(e.store, e.prod, e.topic, 10*time.Second, time.Now, testLogger(), reg).Register(api.NewRouter(mux, reg))
 	e.srv = httptest.NewServer(mux)
@@ -98,7 +101,7 @@ func (e *env) close() {
 	e.srv.Close()
 	e.client.CloseIdleConnections()
 	e.prod.Close()
-	e.store.Close()
+	e.rdb.Close()
 }
 
 // do sends one request and returns the status and body; err is a transport error.

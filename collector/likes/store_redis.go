@@ -13,7 +13,7 @@
 // ends in the state of the later record in the log.
 //
 // Concurrency and lifecycle: Store and Handler are safe for concurrent use and own no
-// goroutines; the Store owns its Redis client (Close). The Applier owns a consumer-group
+// goroutines; the Store uses a Redis client its caller owns. The Applier owns a consumer-group
 // client and one goroutine from Start to Stop: it applies every record of the log (repairing a
 // crash between a request's log write and its Redis write) and rebuilds the whole serving
 // state from the log when Redis lost it, while requests answer 503.
@@ -164,22 +164,10 @@ type Store struct {
 	handled                                *handled // offsets applied by Apply, for the applier to skip
 }
 
-// OpenStore returns a store on the Redis at addr. It does not connect: a Redis that is down
-// makes calls fail (and requests answer 503) until it is back.
-func OpenStore(addr string) *Store {
+// NewStore returns a store on rdb, which the caller keeps and closes.
+func NewStore(rdb *redis.Client) *Store {
 	return &Store{
-		rdb: redis.NewClient(&redis.Options{
-			Addr:         addr,
-			DialTimeout:  2 * time.Second,
-			ReadTimeout:  2 * time.Second,
-			WriteTimeout: 2 * time.Second,
-			PoolSize:     64,
-			// One retry: a command replayed after a lost reply is harmless (applies are
-			// idempotent by offset), but a Redis that is down must turn into a quick 503.
-			MaxRetries:         1,
-			DialerRetries:      1,
-			DialerRetryTimeout: 50 * time.Millisecond,
-		}),
+		rdb:     rdb,
 		apply:   redis.NewScript(applyScript),
 		repair:  redis.NewScript(repairScript),
 		extend:  redis.NewScript(extendScript),
@@ -188,9 +176,6 @@ func OpenStore(addr string) *Store {
 		handled: newHandled(),
 	}
 }
-
-// Close closes the Redis client.
-func (s *Store) Close() error { return s.rdb.Close() }
 
 // Ready reports whether the serving state is complete (ReadyKey present).
 func (s *Store) Ready(ctx context.Context) (bool, error) {

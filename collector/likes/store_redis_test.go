@@ -22,9 +22,7 @@ func readyStore(t *testing.T) (*Store, *redis.Client) {
 	if err := rdb.Set(context.Background(), ReadyKey, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	s := OpenStore(infra.Redis.Addr())
-	t.Cleanup(func() { s.Close() })
-	return s, rdb
+	return NewStore(rdb), rdb
 }
 
 // Records of one pair may be applied in any order (the request path and the applier race):

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/platform/redisclient"
 	"tally/platform/testinfra"
 	"tally/schemas"
 )
@@ -245,8 +246,9 @@ func TestKillCollectorMidStorm(t *testing.T) {
 		}
 	}()
 	waitServing()
-	store := OpenStore(infra.Redis.Addr())
-	defer store.Close()
+	rdb := redisclient.Open(infra.Redis.Addr())
+	defer rdb.Close()
+	store := NewStore(rdb)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

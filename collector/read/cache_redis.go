@@ -57,14 +57,19 @@ func newCache(rdb *redis.Client, src source, ttl time.Duration, now func() time.
 	return c
 }
 
-// get returns the counts of items (zeros for unknown ones), reading ClickHouse only for items
-// the cache has never seen.
-func (c *cache) get(ctx context.Context, items []string) (map[string]Counts, error) {
+// queue queues on pipe the read of items' cache entries, for result.
+func (c *cache) queue(ctx context.Context, pipe redis.Pipeliner, items []string) *redis.SliceCmd {
 	keys := make([]string, len(items))
 	for i, it := range items {
 		keys[i] = keyPrefix + it
 	}
-	vals, err := c.rdb.MGet(ctx, keys...).Result()
+	return pipe.MGet(ctx, keys...)
+}
+
+// result returns the counts of items (zeros for unknown ones) from their queued cache read,
+// reading ClickHouse only for items the cache has never seen.
+func (c *cache) result(ctx context.Context, items []string, cmd *redis.SliceCmd) (map[string]Counts, error) {
+	vals, err := cmd.Result()
 	if err != nil {
 		return nil, fmt.Errorf("read count cache: %w", err)
 	}

@@ -27,8 +27,10 @@ import (
 // maxPoints bounds a series, so one request cannot ask for years of seconds.
 const maxPoints = 10000
 
-// LikeTotals returns exact like totals of items (absent = 0).
-type LikeTotals func(ctx context.Context, items []string) (map[string]int64, error)
+// LikeTotals queues on pipe the read of items' exact like totals (absent = 0) and returns a
+// function that gives them once pipe ran: the totals ride in the same round trip to Redis as
+// the cached counts.
+type LikeTotals func(ctx context.Context, pipe redis.Pipeliner, items []string) func() (map[string]int64, error)
 
 // Handler serves the count routes.
 type Handler struct {
@@ -105,26 +107,24 @@ func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) int {
 }
 
 func (h *Handler) counts(ctx context.Context, ids []string) ([]ItemCounts, error) {
-	// The like totals are read while the cache is: two Redis round trips in parallel rather
-	// than one after the other.
-	var likes map[string]int64
-	var likesErr error
-	likesDone := make(chan struct{})
+	pipe := h.cache.rdb.Pipeline()
+	cached := h.cache.queue(ctx, pipe, ids)
+	var likeTotals func() (map[string]int64, error)
 	if h.likes != nil {
-		go func() {
-			defer close(likesDone)
-			likes, likesErr = h.likes(ctx, ids)
-		}()
-	} else {
-		close(likesDone)
+		likeTotals = h.likes(ctx, pipe, ids)
 	}
-	got, err := h.cache.get(ctx, ids)
-	<-likesDone
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read count cache and like totals: %w", err)
+	}
+	got, err := h.cache.result(ctx, ids, cached)
 	if err != nil {
 		return nil, err
 	}
-	if likesErr != nil {
-		return nil, fmt.Errorf("read like totals: %w", likesErr)
+	var likes map[string]int64
+	if likeTotals != nil {
+		if likes, err = likeTotals(); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]ItemCounts, len(ids))
 	for i, id := range ids {

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/collector/api"
+	"tally/collector/likes"
 	"tally/platform/chclient"
 	"tally/platform/testinfra"
 	"tally/schemas"
@@ -109,6 +110,53 @@ func TestCounts(t *testing.T) {
 	if fmt.Sprint(batch.Items) != fmt.Sprint(want) {
 		t.Errorf("got %+v; want %+v (request order, unknown as zeros)", batch.Items, want)
 	}
+}
+
+// Like totals ride in the same Redis round trip as the cached counts and are exact at once;
+// while the like state is being rebuilt, counts answer 503 rather than wrong totals.
+func TestCountsWithLikes(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	h := New(conn, rdb, time.Second, likes.QueueTotals, time.Now, infra.Logger, prometheus.NewRegistry())
+	h.Start()
+	t.Cleanup(h.Stop)
+	mux := http.NewServeMux()
+	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	addViews(t, "l-a", time.Now().Add(-time.Hour), 4)
+	if err := rdb.Set(ctx, likes.ReadyKey, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]likes.Record, 30)
+	for i := range recs {
+		recs[i] = likes.Record{Offset: int64(i), Like: schemas.Like{ItemID: "l-a", UserID: fmt.Sprintf("u%d", i%20), Liked: i < 20}}
+	}
+	if err := likes.NewStore(rdb).ApplyRecords(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	ten, zero := int64(10), int64(0)
+	var batch struct{ Items []ItemCounts }
+	if code := getJSON(t, srv.URL+"/v1/counts?ids=l-a,l-none", &batch); code != 200 {
+		t.Fatalf("got %d; want 200", code)
+	}
+	want := []ItemCounts{{ItemID: "l-a", Views: 4, Likes: &ten}, {ItemID: "l-none", Likes: &zero}}
+	if mustJSON(batch.Items) != mustJSON(want) {
+		t.Errorf("got %s; want %s", mustJSON(batch.Items), mustJSON(want))
+	}
+	if err := rdb.Del(ctx, likes.ReadyKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var e struct{ Error string }
+	if code := getJSON(t, srv.URL+"/v1/items/l-a/counts", &e); code != 503 || !strings.Contains(e.Error, "rebuilt") {
+		t.Errorf("while rebuilding: got %d %q; want 503 saying the state is being rebuilt", code, e.Error)
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // A full round of the refresher: maxItemsPerQuery ids of the longest allowed length make a query

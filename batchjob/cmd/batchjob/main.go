@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
 	"tally/batchjob/reconcile"
@@ -20,6 +19,7 @@ import (
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/logging"
+	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/schemas/migrate"
 )
@@ -72,10 +72,9 @@ func run(args []string) int {
 		return exitError
 	}
 	defer conn.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr})
+	rdb := redisclient.Open(cfg.Redis.Addr)
 	defer rdb.Close()
-	store := likes.OpenStore(cfg.Redis.Addr)
-	defer store.Close()
+	store := likes.NewStore(rdb)
 
 	rep, err := reconcile.Run(ctx, job, reconcile.Deps{
 		Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes, ClickHouse: conn, Store: store, Redis: rdb,
