@@ -65,7 +65,11 @@ func newTestHandler(t *testing.T, c *clock) (*Handler, *httptest.Server) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	h := New(conn, rdb, time.Second, nil, c.now, infra.Logger, prometheus.NewRegistry())
+	return startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, prometheus.NewRegistry()))
+}
+
+// startHandler starts h and serves it until t ends.
+func startHandler(t *testing.T, h *Handler) (*Handler, *httptest.Server) {
 	h.Start()
 	t.Cleanup(h.Stop)
 	mux := http.NewServeMux()
@@ -118,13 +122,7 @@ func TestCountsWithLikes(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	h := New(conn, rdb, time.Second, likes.QueueTotals, time.Now, infra.Logger, prometheus.NewRegistry())
-	h.Start()
-	t.Cleanup(h.Stop)
-	mux := http.NewServeMux()
-	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	_, srv := startHandler(t, New(conn, rdb, time.Second, likes.QueueTotals, time.Now, infra.Logger, prometheus.NewRegistry()))
 	addViews(t, "l-a", time.Now().Add(-time.Hour), 4)
 	if err := rdb.Set(ctx, likes.ReadyKey, "1", 0).Err(); err != nil {
 		t.Fatal(err)
