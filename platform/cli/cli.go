@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,11 @@ func Run(name string, args []string, standalone bool, parts func(Env) ([]lifecyc
 		return 2
 	}
 	logger := logging.New(cfg.Log, os.Stderr).With("binary", name)
+	_, envSet := os.LookupEnv("GOMAXPROCS")
+	if n := procs(runtime.GOMAXPROCS(0), cfg.Runtime.ProcsPerCPU, envSet); n != runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+	}
+	logger.Info("go scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	runner := lifecycle.NewRunner(logger)
@@ -59,4 +65,19 @@ func Run(name string, args []string, standalone bool, parts func(Env) ([]lifecyc
 		return 1
 	}
 	return 0
+}
+
+// procs is the GOMAXPROCS a process runs with: perCPU times Go's default (the CPUs the process
+// may use), unless the GOMAXPROCS environment variable set it. Go notices a ready connection
+// (a request, a Redis reply) only when a P runs out of work, or about every 10 ms from its
+// monitor thread; with as many Ps as CPUs, all busy with Go work or held by calls into the
+// embedded ClickHouse engine, every network hop of a request can wait that long. Spare Ps stay
+// idle with a thread parked in the poller, so a ready connection is picked up at once; the
+// kernel still shares the same CPUs among the threads. Setting it ends Go's tracking of later
+// changes to the process's CPU limit.
+func procs(goDefault, perCPU int, envSet bool) int {
+	if envSet || perCPU < 1 {
+		return goDefault
+	}
+	return goDefault * perCPU
 }

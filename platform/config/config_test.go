@@ -64,6 +64,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"bad addr", nil, []string{"--collector.addr", "nohostport"}, "collector.addr"},
 		{"bad env int", map[string]string{"TALLY_KAFKA_PARTITIONS": "many"}, nil, "partitions"},
 		{"out of range", nil, []string{"--kafka.partitions", "0"}, "kafka.partitions"},
+		{"no scheduler slots", nil, []string{"--runtime.procs_per_cpu", "0"}, "runtime.procs_per_cpu"},
 		{"unknown file key", nil, []string{"--config", typo}, `"collector.adr"`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"ttl not days", nil, []string{"--aggregator.ttl_seconds", "36h"}, "aggregator.ttl_seconds"},

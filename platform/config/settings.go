@@ -13,6 +13,7 @@ type Config struct {
 	DataDir    string     `mapstructure:"data_dir"`
 	Log        Log        `mapstructure:"log"`
 	Debug      Debug      `mapstructure:"debug"`
+	Runtime    Runtime    `mapstructure:"runtime"`
 	Kafka      Kafka      `mapstructure:"kafka"`
 	ClickHouse ClickHouse `mapstructure:"clickhouse"`
 	Redis      Redis      `mapstructure:"redis"`
@@ -29,6 +30,10 @@ type Log struct {
 
 type Debug struct {
 	Pprof bool `mapstructure:"pprof"`
+}
+
+type Runtime struct {
+	ProcsPerCPU int `mapstructure:"procs_per_cpu"`
 }
 
 type Kafka struct {
@@ -102,6 +107,7 @@ func settings() []setting {
 		{"log.level", "info", "log level: debug, info, warn, error"},
 		{"log.format", "text", "log format: text or json"},
 		{"debug.pprof", false, "serve Go's /debug/pprof/ profiles next to /metrics (collector and aggregator addresses)"},
+		{"runtime.procs_per_cpu", 4, "Go scheduler slots (GOMAXPROCS) per CPU the process may use; above 1 one stays free to notice ready connections at once (ignored when the GOMAXPROCS environment variable is set)"},
 
 		{"kafka.brokers", []string{}, "Kafka seed brokers (host:port,...); empty runs the embedded broker (all-in-one only)"},
 		{"kafka.embedded_addr", "127.0.0.1:9092", "listen address of the embedded Kafka broker"},
@@ -165,6 +171,9 @@ func (c Config) Validate() error {
 	case "text", "json":
 	default:
 		bad("log.format", "got %q; want text or json", c.Log.Format)
+	}
+	if c.Runtime.ProcsPerCPU < 1 || c.Runtime.ProcsPerCPU > 64 {
+		bad("runtime.procs_per_cpu", "got %d; want 1..64", c.Runtime.ProcsPerCPU)
 	}
 	for _, b := range c.Kafka.Brokers {
 		checkHostPort(bad, "kafka.brokers", b)
