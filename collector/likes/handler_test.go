@@ -258,14 +258,7 @@ func TestRebuildAfterFlushAll(t *testing.T) {
 	// Read now: the PUT above may have reached the log (within readyFor of the last good
 	// readiness check) and is then part of what the rebuild restores.
 	want := logState(t, e.topic)
-	// Poll with reads only: the first answer that is not a 503 must already be exact.
-	testinfra.WaitFor(t, 20*time.Second, "likes served again", func() (bool, string) {
-		code, body, err := do(e.client, http.MethodGet, e.srv.URL+"/v1/users/user-a/likes?ids=p")
-		return err == nil && code == http.StatusOK, string(body)
-	})
-	if d, err := diffState(ctx, e.store, want); err != nil || d != "" {
-		t.Fatalf("state after the rebuild differs from the log:\n%s %v", d, err)
-	}
+	e.waitRebuilt(t, ctx, "p", want)
 	// Changes are applied again, on top of the rebuilt state.
 	got, err := change(e.client, e.srv.URL, "p", "late", true, deadline)
 	if err != nil {
@@ -277,6 +270,47 @@ func TestRebuildAfterFlushAll(t *testing.T) {
 	}
 	if !got.Liked || got.Likes != wantTotal {
 		t.Fatalf("like after the rebuild: got %+v; want liked with %d likes", got, wantTotal)
+	}
+}
+
+// A Redis holding the layout before shard size keys (sets and offsets, no size keys, no marker
+// of the current layout) is rebuilt on its own: the replay sets every shard's size key, and
+// the totals then agree with the log.
+func TestRebuildUpgradesLayout(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	e := newEnv(t, "upgrade")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(20 * time.Second)
+	items := []string{"s", "t"}
+	for i := range 40 {
+		if _, err := change(e.client, e.srv.URL, items[i%2], "user-"+string(rune('a'+i%13)), i%5 != 4, deadline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := e.rdb.Keys(ctx, "likes:{*}:n").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("got size keys %v, %v; want some", keys, err)
+	}
+	if err := e.rdb.Del(ctx, append(keys, ReadyKey)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Set(ctx, "likes:ready", "1", 0).Err(); err != nil { // the previous layout's marker
+		t.Fatal(err)
+	}
+	e.waitRebuilt(t, ctx, "s", logState(t, e.topic))
+}
+
+// waitRebuilt waits until likes are served again, polling with reads of item only, then checks
+// that the state served equals want: the first answer that is not a 503 must already be exact.
+func (e *env) waitRebuilt(t *testing.T, ctx context.Context, item string, want map[string]map[string]bool) {
+	t.Helper()
+	testinfra.WaitFor(t, 20*time.Second, "likes served again", func() (bool, string) {
+		code, body, err := do(e.client, http.MethodGet, e.srv.URL+"/v1/users/user-a/likes?ids="+item)
+		return err == nil && code == http.StatusOK, string(body)
+	})
+	if d, err := diffState(ctx, e.store, want); err != nil || d != "" {
+		t.Fatalf("state after the rebuild differs from the log:\n%s %v", d, err)
 	}
 }
 

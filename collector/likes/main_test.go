@@ -25,7 +25,7 @@ import (
 )
 
 // The test binary shares one infrastructure (chDB allows one engine per process). Tests run
-// one at a time: the like state's Redis keys are global (likes:ready), so each test starts
+// one at a time: the like state's Redis keys are global (ReadyKey), so each test starts
 // from FLUSHALL and uses its own topic and consumer group.
 var (
 	infra        *testinfra.Infra

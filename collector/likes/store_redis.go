@@ -38,8 +38,11 @@ const Shards = 16
 // Redis keys outside the per-item shards.
 const (
 	// ReadyKey is set once the serving state holds the whole log; without it (a Redis that
-	// came back empty) likes are not served until a rebuild sets it again.
-	ReadyKey = "likes:ready"
+	// came back empty) likes are not served until a rebuild sets it again. Its suffix is the
+	// version of the key layout: a collector of a new layout finds no marker and rebuilds from
+	// the log over what Redis holds (the replay sets every shard's size key), so an upgrade
+	// needs no manual step. Version 2 added the size keys.
+	ReadyKey = "likes:ready:2"
 	// rebuildingKey is the lease of the rebuild in progress (its token, with a TTL the rebuild
 	// keeps extending): one applier rebuilds at a time, and a FLUSHALL during a rebuild removes
 	// it, so that rebuild cannot mark an incomplete state ready.
