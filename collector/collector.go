@@ -109,7 +109,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	likesPart := lifecycle.Part{
 		Name: "likes handler and applier",
 		Start: func(context.Context) error {
-			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger, reg).Register(routes)
+			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger).Register(routes)
 			var err error
 			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes,
 				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(cfg.Collector.Addr), CheckEvery: time.Second},

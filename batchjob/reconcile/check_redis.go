@@ -10,8 +10,8 @@ import (
 // checkRedis compares the serving state of items with the log, pair by pair, and repairs each
 // differing pair with the store's repair script (which leaves a pair alone if a record newer
 // than the snapshot reached it meanwhile). An item whose shard size keys do not add up to the
-// likers its sets hold differs too (with Pairs 0 when its pairs agree); a differing item's size
-// keys are recounted after its pairs are repaired.
+// likers its sets hold differs too (with Pairs 0 when its pairs agree), and its size keys are
+// recounted after its pairs are repaired.
 func checkRedis(ctx context.Context, d Deps, st *logState, items []string) ([]Diff, error) {
 	if len(items) == 0 {
 		return nil, nil
@@ -54,9 +54,13 @@ func checkRedis(ctx context.Context, d Deps, st *logState, items []string) ([]Di
 					df.Repaired = false
 				}
 			}
-			if err := d.Store.Recount(ctx, item); err != nil {
-				d.Logger.Error("recount redis like total", "item_id", item, "err", err)
-				df.Repaired = false
+			// A repair sets the size key of the shard it changes; other shards need a
+			// recount only when the size keys disagreed with the sets.
+			if state.Total != state.Liked {
+				if err := d.Store.Recount(ctx, item); err != nil {
+					d.Logger.Error("recount redis like total", "item_id", item, "err", err)
+					df.Repaired = false
+				}
 			}
 			d.Logger.Warn("redis like state differed from the log", "item_id", item, "pairs", df.Pairs,
 				"expected", df.Expected, "actual", df.Actual, "repaired", df.Repaired)

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
@@ -41,11 +40,8 @@ type Handler struct {
 
 // NewHandler returns a handler writing changes to topic through cl before applying them to
 // store. produceTimeout bounds the wait for Kafka's acknowledgement.
-func NewHandler(store *Store, cl *kgo.Client, topic string, produceTimeout time.Duration, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
-	h := &Handler{
-		store: store, cl: cl, topic: topic, produceTimeout: produceTimeout, now: now, logger: logger,
-	}
-	return h
+func NewHandler(store *Store, cl *kgo.Client, topic string, produceTimeout time.Duration, now func() time.Time, logger *slog.Logger) *Handler {
+	return &Handler{store: store, cl: cl, topic: topic, produceTimeout: produceTimeout, now: now, logger: logger}
 }
 
 // Register adds the likes routes to r.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
@@ -147,7 +146,7 @@ func TestRedisDownAnswers503(t *testing.T) {
 	defer rdb.Close()
 	down := NewStore(rdb)
 	mux := http.NewServeMux()
-	NewHandler(down, e.prod, e.topic, 5*time.Second, time.Now, testLogger(), prometheus.NewRegistry()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
+	NewHandler(down, e.prod, e.topic, 5*time.Second, time.Now, testLogger()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	defer e.client.CloseIdleConnections()
@@ -178,7 +177,7 @@ func TestReadyCheckReuseEndsAtFirstFailure(t *testing.T) {
 	e := newEnv(t, "readyreuse")
 	frozen := time.Now() // the reuse never runs out on this clock
 	mux := http.NewServeMux()
-	NewHandler(e.store, e.prod, e.topic, 5*time.Second, func() time.Time { return frozen }, testLogger(), prometheus.NewRegistry()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
+	NewHandler(e.store, e.prod, e.topic, 5*time.Second, func() time.Time { return frozen }, testLogger()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	put := func() (int, string) {
@@ -232,12 +231,10 @@ func TestRebuildAfterFlushAll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
-	defer rdb.Close()
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+	if err := e.rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct{ method, path string }{

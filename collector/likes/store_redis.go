@@ -53,8 +53,7 @@ const (
 var ErrNotReady = errors.New("like state is being rebuilt from the log")
 
 // setSize sets the shard's size key (KEYS[3]) to the size of its users set (KEYS[1]), deleting
-// it for an empty set, and leaves the size in the Lua local size. Every script that changes a
-// set ends with it, so the two cannot part except behind the scripts' backs, which the nightly
+// it for an empty set. Every script that changes a set ends with it, so the two cannot part except behind the scripts' backs, which the nightly
 // reconciliation finds and repairs with recountScript.
 const setSize = `
 local size = redis.call('SCARD', KEYS[1])
@@ -71,8 +70,8 @@ end
 // atomic step, so the answer includes exactly the changes applied before it). ARGV: user,
 // offset, '1' like / '0' unlike, '1' to skip the ready check (the applier, which writes while
 // rebuilding). A record at or below the stored offset changes nothing: a newer record of the
-// pair already won. Returns {is member, item total} with the size keys passed, else {is member,
-// shard size}.
+// pair already won. Returns {is member, item total} on the request path, nothing for the
+// applier (which only writes).
 const applyScript = `
 if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[4]) == 0 then
   return redis.error_reply('NOTREADY like state is being rebuilt from the log')
@@ -86,17 +85,18 @@ if (not cur) or tonumber(cur) < tonumber(ARGV[2]) then
     redis.call('SREM', KEYS[1], ARGV[1])
   end
 end` + setSize + `
-local n = size
-if #KEYS > 4 then
-  n = 0
-  for _, v in ipairs(redis.call('MGET', unpack(KEYS, 5))) do
-    n = n + (tonumber(v) or 0)
-  end
+if #KEYS == 3 then
+  return 0
+end
+local n = 0
+for _, v in ipairs(redis.call('MGET', unpack(KEYS, 5))) do
+  n = n + (tonumber(v) or 0)
 end
 return {redis.call('SISMEMBER', KEYS[1], ARGV[1]), n}
 `
 
 // recountScript sets a shard's size key to its set's size. KEYS: as applyScript's first three.
+// It returns the size: a script returning nothing reads as redis.Nil, an error, to go-redis.
 const recountScript = setSize + `
 return size
 `
@@ -205,23 +205,15 @@ func (s *Store) Apply(ctx context.Context, l schemas.Like, partition int32, offs
 	for k := range Shards {
 		keys = append(keys, SizeKey(l.ItemID, k))
 	}
-	var res Result
-	err := s.withScripts(ctx, func() error {
-		vals, err := s.apply.EvalSha(ctx, s.rdb, keys, l.UserID, offset, flag(l.Liked), "0").Int64Slice()
-		if err != nil {
-			return err
-		}
-		if len(vals) != 2 {
-			return fmt.Errorf("apply script returned %d values; want 2", len(vals))
-		}
-		res = Result{Liked: vals[0] == 1, Total: vals[1]}
-		return nil
-	})
+	vals, err := s.apply.Run(ctx, s.rdb, keys, l.UserID, offset, flag(l.Liked), "0").Int64Slice()
+	if err == nil && len(vals) != 2 {
+		err = fmt.Errorf("apply script returned %d values; want 2", len(vals))
+	}
 	if err != nil {
-		return Result{}, fmt.Errorf("apply like %s/%s at offset %d: %w", l.ItemID, l.UserID, offset, err)
+		return Result{}, fmt.Errorf("apply like %s/%s at offset %d: %w", l.ItemID, l.UserID, offset, mapNotReady(err))
 	}
 	s.handled.add(partition, offset)
-	return res, nil
+	return Result{Liked: vals[0] == 1, Total: vals[1]}, nil
 }
 
 // Record is one like record of the log at its position.
@@ -287,16 +279,9 @@ func QueueTotals(ctx context.Context, pipe redis.Pipeliner, items []string) func
 		}
 		out := make(map[string]int64, len(items))
 		for i, it := range items {
-			var sum int64
-			for _, v := range vals[1+i*Shards : 1+(i+1)*Shards] {
-				if v == nil {
-					continue
-				}
-				n, err := strconv.ParseInt(v.(string), 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("read like total of %s: size %q: %w", it, v, err)
-				}
-				sum += n
+			sum, err := sumSizes(vals[1+i*Shards : 1+(i+1)*Shards])
+			if err != nil {
+				return nil, fmt.Errorf("read like total of %s: %w", it, err)
 			}
 			out[it] = sum
 		}
@@ -383,19 +368,29 @@ func (s *Store) ItemStates(ctx context.Context, items []string) (map[string]Item
 			}
 			st.Liked += int64(len(c.members.Val()))
 		}
-		for _, v := range sizes[i].Val() {
-			if v == nil {
-				continue
-			}
-			n, err := strconv.ParseInt(v.(string), 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("read like state of %s: size %q: %w", it, v, err)
-			}
-			st.Total += n
+		var err error
+		if st.Total, err = sumSizes(sizes[i].Val()); err != nil {
+			return nil, fmt.Errorf("read like state of %s: %w", it, err)
 		}
 		out[it] = st
 	}
 	return out, nil
+}
+
+// sumSizes adds up shard size keys as MGET returns them (nil for an empty shard).
+func sumSizes(vals []any) (int64, error) {
+	var sum int64
+	for _, v := range vals {
+		if v == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(v.(string), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("size %q: %w", v, err)
+		}
+		sum += n
+	}
+	return sum, nil
 }
 
 // Recount sets every shard's size key of item to its set's size.
@@ -461,8 +456,9 @@ func (s *Store) finishRebuild(ctx context.Context, token string) (bool, error) {
 	return n == 1, nil
 }
 
-// withScripts runs fn, loading the apply script and running fn once more if Redis lost its script
-// cache (a restart): pipelined EVALSHA cannot fall back to EVAL by itself.
+// withScripts runs fn, the applier's pipeline of EVALSHA, loading the apply script and running
+// fn once more if Redis lost its script cache (a restart): pipelined EVALSHA cannot fall back to
+// EVAL by itself.
 func (s *Store) withScripts(ctx context.Context, fn func() error) error {
 	err := fn()
 	if !redis.HasErrorPrefix(err, "NOSCRIPT") {

@@ -116,15 +116,18 @@ func (h *Handler) counts(ctx context.Context, ids []string) ([]ItemCounts, error
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("read count cache and like totals: %w", err)
 	}
-	got, err := h.cache.result(ctx, ids, cached)
-	if err != nil {
-		return nil, err
-	}
+	// Like totals first: while likes are being rebuilt the answer is a 503 whatever the cache
+	// holds, so it should not wait for a ClickHouse fill of never-cached items.
 	var likes map[string]int64
+	var err error
 	if likeTotals != nil {
 		if likes, err = likeTotals(); err != nil {
 			return nil, err
 		}
+	}
+	got, err := h.cache.result(ctx, ids, cached)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]ItemCounts, len(ids))
 	for i, id := range ids {
