@@ -73,7 +73,7 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 	_, redisPort, _ := strings.Cut(addr(), ":")
 	infraArgs := append([]string{"infra", "--kafka.embedded_addr", kafkaAddr, "--clickhouse.embedded_addr", chAddr, "--redis.embedded_port", redisPort}, common...)
 	infra := startProc(t, "infra", bins.pipeline, dir, infraArgs...)
-	waitHTTP(t, time.Minute, "http://"+chAddr+"/ping")
+	testinfra.WaitHTTP(t, time.Minute, "http://"+chAddr+"/ping")
 	// Redis starts last in the infra process; components find it through this file.
 	testinfra.WaitFor(t, time.Minute, "infra writes the redis address", func() (bool, string) {
 		_, err := os.Stat(filepath.Join(dir, config.RedisAddrFile))
@@ -82,7 +82,7 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 	conns := append([]string{"--kafka.brokers", kafkaAddr, "--clickhouse.addr", chAddr}, common...)
 	coll := startProc(t, "collector", bins.collector, dir, append([]string{"--collector.addr", apiAddr,
 		"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...)
-	waitHTTP(t, time.Minute, "http://"+apiAddr+"/readyz")
+	testinfra.WaitHTTP(t, time.Minute, "http://"+apiAddr+"/readyz")
 	aggs := make([]*proc, 2)
 	for i := range aggs {
 		aggs[i] = startProc(t, fmt.Sprintf("aggregator-%d", i), bins.aggregator, dir, append([]string{
@@ -165,7 +165,7 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 		"SELECT partition, max(end_offset) FROM view_deltas WHERE item_id = '' GROUP BY partition",
 		"SELECT partition, max(end_offset) FROM sketch_checkpoints GROUP BY partition",
 	}
-	testinfra.WaitFor(t, 4*time.Minute, "aggregators catch up", func() (bool, string) {
+	testinfra.WaitForEvery(t, 4*time.Minute, 200*time.Millisecond, "aggregators catch up", func() (bool, string) {
 		for _, q := range checkpoints {
 			got, err := partitionOffsets(ctx, conn, q)
 			if err != nil {

@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"bytes"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,19 +102,6 @@ func (p *proc) exited() bool {
 	default:
 		return false
 	}
-}
-
-// waitHTTP waits until url answers 200.
-func waitHTTP(t *testing.T, timeout time.Duration, url string) {
-	t.Helper()
-	testinfra.WaitFor(t, timeout, "GET "+url, func() (bool, string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
 }
 
 func tail(path string, n int) string {

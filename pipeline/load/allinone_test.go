@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +23,7 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 	brokers := r.Config.Kafka.Brokers[0]
 	ctx := context.Background()
 	// Likes answer 503 until the applier has marked Redis as built from the log.
-	waitOK(t, 30*time.Second, api+"/v1/users/u1/likes?ids=a")
+	testinfra.WaitHTTP(t, 30*time.Second, api+"/v1/users/u1/likes?ids=a")
 
 	t.Run("views+reads", func(t *testing.T) {
 		rep := runLoad(t, ctx, "--url", api, "--brokers", brokers, "--scenario", "views+reads",
@@ -115,16 +114,4 @@ func runLoad(t *testing.T, ctx context.Context, args ...string) *load.Report {
 		t.Errorf("JSON report round trip: got %+v, %v; want the same report", back, err)
 	}
 	return res.rep
-}
-
-func waitOK(t *testing.T, d time.Duration, url string) {
-	t.Helper()
-	testinfra.WaitFor(t, d, "GET "+url+" answers 200", func() (bool, string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
 }

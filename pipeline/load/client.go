@@ -91,6 +91,20 @@ func (e *errorLog) status(ctx context.Context, what string, code int, body []byt
 	e.add(ctx, what, fmt.Errorf("status %d: %s", code, bytes.TrimSpace(body)))
 }
 
+// wantOK records err, or a status other than 200 with its body, under what; it reports whether
+// the request got its 200.
+func (e *errorLog) wantOK(ctx context.Context, what string, code int, err error, body []byte) bool {
+	switch {
+	case err != nil:
+		e.add(ctx, what, err)
+		return false
+	case code != http.StatusOK:
+		e.status(ctx, what, code, body)
+		return false
+	}
+	return true
+}
+
 func (e *errorLog) snapshot() (int, []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -41,12 +41,7 @@ func newLikesStreams(c Config, cl *http.Client, prefix string, rng *rand.Rand) *
 			kind, method = kindUnlike, http.MethodDelete
 		}
 		code, err := do(ctx, cl, method, changeURLs[rng.IntN(len(changeURLs))], nil, buf)
-		switch {
-		case err != nil:
-			errs.add(ctx, method+" like", err)
-			return kind, false
-		case code != http.StatusOK:
-			errs.status(ctx, method+" like", code, buf.Bytes())
+		if !errs.wantOK(ctx, method+" like", code, err, buf.Bytes()) {
 			return kind, false
 		}
 		n, ok := jsonInt(buf.Bytes(), "likes")

@@ -111,15 +111,7 @@ func getLoop(c Config, cl *http.Client, rate int, kind, what string, urls []stri
 	o := &openLoop{rate: float64(rate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{kind}}
 	o.fire = func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
 		code, err := do(ctx, cl, http.MethodGet, urls[rng.IntN(len(urls))], nil, buf)
-		switch {
-		case err != nil:
-			o.errs.add(ctx, what, err)
-			return 0, false
-		case code != http.StatusOK:
-			o.errs.status(ctx, what, code, buf.Bytes())
-			return 0, false
-		}
-		return 0, true
+		return 0, o.errs.wantOK(ctx, what, code, err, buf.Bytes())
 	}
 	return o
 }

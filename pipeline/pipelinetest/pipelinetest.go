@@ -7,7 +7,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
 	"testing"
 	"time"
 
@@ -57,14 +56,7 @@ func Start(t testing.TB, flags ...string) *Running {
 	r := &Running{Config: &cfg, API: "http://" + addrs[2], cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- runner.Run(ctx, 20*time.Second, pipeline.AllInOne(env, io.Discard)...) }()
 	t.Cleanup(func() { _ = r.Stop() })
-	testinfra.WaitFor(t, 60*time.Second, "all-in-one readiness", func() (bool, string) {
-		resp, err := http.Get(r.API + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200, resp.Status
-	})
+	testinfra.WaitHTTP(t, 60*time.Second, r.API+"/readyz")
 	return r
 }
 

@@ -46,10 +46,12 @@ func Run(name string, args []string, standalone bool, parts func(Env) ([]lifecyc
 	}
 	logger := logging.New(cfg.Log, os.Stderr).With("binary", name)
 	_, envSet := os.LookupEnv("GOMAXPROCS")
-	if n := procs(runtime.GOMAXPROCS(0), cfg.Runtime.ProcsPerCPU, envSet); n != runtime.GOMAXPROCS(0) {
+	goDefault := runtime.GOMAXPROCS(0)
+	n := procs(goDefault, cfg.Runtime.ProcsPerCPU, envSet)
+	if n != goDefault {
 		runtime.GOMAXPROCS(n)
 	}
-	logger.Info("go scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
+	logger.Info("go scheduler", "gomaxprocs", n, "cpus", runtime.NumCPU())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	runner := lifecycle.NewRunner(logger)
