@@ -201,10 +201,10 @@ func jsonInt(s string, i int) (int, bool) {
 
 func parseTSJSON(raw json.RawMessage) (int64, error) {
 	if raw[0] == '"' {
-		// raw is valid JSON, so without escapes or non-ASCII bytes it decodes to its contents;
-		// json.Unmarshal would cost more than the rest of a fast-path parse.
-		if s := raw[1 : len(raw)-1]; bytes.IndexByte(s, '\\') < 0 && isASCII(s) {
-			return ParseTS(string(s))
+		// A plain string (no escapes, ASCII only) decodes to its contents; json.Unmarshal
+		// would cost more than the rest of a fast-path parse.
+		if s, j, ok := plainString(string(raw), 0); ok && j == len(raw) {
+			return ParseTS(s)
 		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -217,15 +217,6 @@ func parseTSJSON(raw json.RawMessage) (int64, error) {
 		return 0, errBadTS
 	}
 	return ms, nil
-}
-
-func isASCII(b []byte) bool {
-	for _, c := range b {
-		if c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // jsonError turns a decoding error into a FieldError naming the field when json knows it.

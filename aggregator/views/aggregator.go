@@ -263,13 +263,17 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 		return nil
 	}
 	t0 := time.Now()
+	// Two retries, so that a failed checkpoint insert (one row per partition) does not write
+	// every sketch again.
 	if err := a.retry(ctx, "write sketches", func() error {
 		if err := a.store.loadSketches(ctx, parts); err != nil {
 			return err
 		}
-		if err := a.store.writeSketches(ctx, parts, now); err != nil {
-			return err
-		}
+		return a.store.writeSketches(ctx, parts, now)
+	}); err != nil {
+		return err
+	}
+	if err := a.retry(ctx, "write sketch checkpoints", func() error {
 		return a.store.writeSketchCheckpoints(ctx, parts, now)
 	}); err != nil {
 		return err

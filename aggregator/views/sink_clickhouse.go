@@ -3,6 +3,7 @@ package views
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -124,12 +125,10 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 		items = append(items, it)
 	}
 	// After an assignment every item of the partition is unloaded: read them in bounded rounds.
-	for len(items) > 0 {
-		n := min(len(items), chclient.MaxListItems)
-		if err := s.mergeStored(ctx, items[:n], want); err != nil {
+	for round := range slices.Chunk(items, chclient.MaxListItems) {
+		if err := s.mergeStored(ctx, round, want); err != nil {
 			return err
 		}
-		items = items[n:]
 	}
 	for _, p := range parts {
 		for _, sk := range p.sketches {

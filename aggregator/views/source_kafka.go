@@ -23,14 +23,14 @@ type Source struct {
 	agg    *Aggregator
 	logger *slog.Logger
 	poll   time.Duration
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // why the loop ended; read after done is closed
-	// stopping ends when Stop begins. The group callbacks get the client's context, which
-	// ends only once the client is closed, and closing waits for them: their ClickHouse
-	// retries must end with the stop instead.
-	stopping context.Context
-	stop     context.CancelFunc
+	// running ends when Stop begins: it is the poll loop's context, and it also ends the
+	// group callbacks' waits. Those get the client's context, which ends only once the client
+	// is closed, and closing waits for them: their ClickHouse retries must end with the stop
+	// instead. It exists from NewSource on, because the group may call back before Start.
+	running context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     error // why the loop ended; read after done is closed
 }
 
 // Group says which consumer group to join and how.
@@ -45,7 +45,7 @@ type Group struct {
 // the topic is idle.
 func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
 	s := &Source{agg: agg, logger: logger, poll: poll}
-	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.running, s.cancel = context.WithCancel(context.Background())
 	opts := append(kafka.ClientOptions(g.Brokers, "tally-aggregator", logger, reg),
 		kgo.ConsumerGroup(g.Name),
 		kgo.SessionTimeout(g.SessionTimeout),
@@ -72,18 +72,15 @@ func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger
 
 // Start begins consuming in a goroutine.
 func (s *Source) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
-		s.err = s.run(ctx)
+		s.err = s.run(s.running)
 	}()
 }
 
 // Stop ends consumption, writes the last batch, commits and leaves the group, within ctx.
 func (s *Source) Stop(ctx context.Context) error {
-	s.stop()
 	s.cancel()
 	<-s.done
 	runErr := s.err
@@ -204,7 +201,7 @@ func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 // batches, which the next owner replays from the ClickHouse checkpoints.
 func (s *Source) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	unregister := context.AfterFunc(s.stopping, cancel)
+	unregister := context.AfterFunc(s.running, cancel)
 	return ctx, func() {
 		unregister()
 		cancel()

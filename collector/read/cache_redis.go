@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,16 +172,15 @@ func (c *cache) fillLoop(ctx context.Context) {
 		}
 		got := make(map[string]Counts, len(items))
 		var err error
-		for len(items) > 0 && err == nil {
-			n := min(len(items), maxItemsPerQuery)
+		for round := range slices.Chunk(items, maxItemsPerQuery) {
 			var part map[string]Counts
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			part, err = c.fill(rctx, items[:n])
+			part, err = c.fill(rctx, round)
 			cancel()
-			for k, v := range part {
-				got[k] = v
+			if err != nil {
+				break
 			}
-			items = items[n:]
+			maps.Copy(got, part)
 		}
 		for _, r := range batch {
 			r.reply <- fillResult{counts: got, err: err}
@@ -239,14 +240,12 @@ func (c *cache) refreshLoop(ctx context.Context) {
 		}
 		clear(c.pending)
 		c.mu.Unlock()
-		for len(items) > 0 {
-			n := min(len(items), maxItemsPerQuery)
+		for round := range slices.Chunk(items, maxItemsPerQuery) {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if _, err := c.fill(rctx, items[:n]); err != nil && ctx.Err() == nil {
-				c.logger.Warn("refresh count cache", "items", n, "err", err)
+			if _, err := c.fill(rctx, round); err != nil && ctx.Err() == nil {
+				c.logger.Warn("refresh count cache", "items", len(round), "err", err)
 			}
 			cancel()
-			items = items[n:]
 		}
 		select {
 		case <-ctx.Done():
