@@ -18,18 +18,30 @@ import (
 type binaries struct{ pipeline, collector, aggregator string }
 
 var buildOnce = sync.OnceValues(func() (binaries, error) {
-	dir, err := os.MkdirTemp("", "tally-bin-")
-	if err != nil {
-		return binaries{}, err
-	}
 	var b binaries
 	for bin, pkg := range map[*string]string{&b.pipeline: "tally/pipeline/cmd/pipeline", &b.collector: "tally/collector/cmd/collector", &b.aggregator: "tally/aggregator/cmd/aggregator"} {
-		if *bin, err = testinfra.Build(dir, pkg); err != nil {
+		var err error
+		if *bin, err = testinfra.Build(binDir, pkg); err != nil {
 			return b, err
 		}
 	}
 	return b, nil
 })
+
+// binDir holds the built commands (about 250 MB) for the life of the test binary; TestMain
+// removes it, since t.TempDir belongs to one test and the binaries are shared by several.
+var binDir string
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "tally-bin-"); err != nil {
+		fmt.Fprintln(os.Stderr, "create the binaries' directory:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(binDir)
+	os.Exit(code)
+}
 
 // proc is a child process whose output goes to a log file the test prints on failure.
 type proc struct {
