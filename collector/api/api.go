@@ -80,6 +80,10 @@ func IDs(values []string) ([]string, error) {
 	return ids, nil
 }
 
+// LatencyBuckets returns the bounds of the collector's latency histograms: 0.25 ms doubling to
+// about 16 s, so that request and Redis times read on one scale.
+func LatencyBuckets() []float64 { return prometheus.ExponentialBuckets(0.00025, 2, 17) }
+
 // Router registers endpoints on a mux and times every request in one histogram,
 // tally_http_request_seconds{endpoint, code}, so that all endpoints are measured alike and a
 // dashboard compares them on one scale.
@@ -93,7 +97,7 @@ func NewRouter(mux *http.ServeMux, reg prometheus.Registerer) *Router {
 	r := &Router{mux: mux, latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tally_http_request_seconds",
 		Help:    "Collector request latency from routing to the written answer, by endpoint and status.",
-		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 17),
+		Buckets: LatencyBuckets(),
 	}, []string{"endpoint", "code"})}
 	reg.MustRegister(r.latency)
 	return r

@@ -40,12 +40,22 @@ type Handler struct {
 	logger *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
+	// redisRead times a count read's Redis round trip: with tally_http_request_seconds it
+	// splits a slow answer into waiting on Redis and everything else.
+	redisRead prometheus.Histogram
 }
 
 // New returns a handler reading ClickHouse through conn and caching in rdb for ttl. likes may
 // be nil until likes are served.
 func New(conn driver.Conn, rdb *redis.Client, ttl time.Duration, likes LikeTotals, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
-	return &Handler{cache: newCache(rdb, source{conn}, ttl, now, logger, reg), likes: likes, now: now, logger: logger}
+	h := &Handler{cache: newCache(rdb, source{conn}, ttl, now, logger, reg), likes: likes, now: now, logger: logger,
+		redisRead: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tally_read_redis_seconds",
+			Help:    "Round trip of a count read's one Redis pipeline (cached counts and like totals), failed ones included.",
+			Buckets: api.LatencyBuckets(),
+		})}
+	reg.MustRegister(h.redisRead)
+	return h
 }
 
 // Start runs the cache's filler and refresher.
@@ -113,13 +123,15 @@ func (h *Handler) counts(ctx context.Context, ids []string) ([]ItemCounts, error
 	if h.likes != nil {
 		likeTotals = h.likes(ctx, pipe, ids)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	t0 := time.Now()
+	_, err := pipe.Exec(ctx)
+	h.redisRead.Observe(time.Since(t0).Seconds())
+	if err != nil {
 		return nil, fmt.Errorf("read count cache and like totals: %w", err)
 	}
 	// Like totals first: while likes are being rebuilt the answer is a 503 whatever the cache
 	// holds, so it should not wait for a ClickHouse fill of never-cached items.
 	var likes map[string]int64
-	var err error
 	if likeTotals != nil {
 		if likes, err = likeTotals(); err != nil {
 			return nil, err

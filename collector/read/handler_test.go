@@ -94,7 +94,10 @@ func getJSON(t *testing.T, url string, v any) int {
 
 func TestCounts(t *testing.T) {
 	c := &clock{t: time.Now()}
-	_, srv := newTestHandler(t, c)
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	reg := prometheus.NewRegistry()
+	_, srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, reg))
 	ts := time.Now().Add(-time.Hour)
 	addViews(t, "c-a", ts, 5)
 	addViews(t, "c-a", ts.Add(time.Minute), 2)
@@ -114,6 +117,25 @@ func TestCounts(t *testing.T) {
 	if fmt.Sprint(batch.Items) != fmt.Sprint(want) {
 		t.Errorf("got %+v; want %+v (request order, unknown as zeros)", batch.Items, want)
 	}
+	if n := redisReads(t, reg); n != 2 {
+		t.Errorf("tally_read_redis_seconds: got %d round trips; want 2 (one per request)", n)
+	}
+}
+
+// redisReads is how many Redis round trips of count reads reg's histogram has timed.
+func redisReads(t *testing.T, reg *prometheus.Registry) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "tally_read_redis_seconds" {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatal("tally_read_redis_seconds not registered")
+	return 0
 }
 
 // Like totals ride in the same Redis round trip as the cached counts and are exact at once;
