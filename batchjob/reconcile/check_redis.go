@@ -9,9 +9,9 @@ import (
 
 // checkRedis compares the serving state of items with the log, pair by pair, and repairs each
 // differing pair with the store's repair script (which leaves a pair alone if a record newer
-// than the snapshot reached it meanwhile). An item whose shard size keys do not add up to the
-// likers its sets hold differs too (with Pairs 0 when its pairs agree), and its size keys are
-// recounted after its pairs are repaired.
+// than the snapshot reached it meanwhile). An item whose total key is not the number of likers
+// its sets hold differs too (with Pairs 0 when its pairs agree), and its total is recounted
+// after its pairs are repaired.
 func checkRedis(ctx context.Context, d Deps, st *logState, items []string) ([]Diff, error) {
 	if len(items) == 0 {
 		return nil, nil
@@ -38,8 +38,8 @@ func checkRedis(ctx context.Context, d Deps, st *logState, items []string) ([]Di
 			}
 			end := st.snap[st.partition[item]]
 			c := compare(st.last[item], got, end, false)
-			// Size keys are set by the scripts that change the sets, so they disagree with
-			// them only behind the scripts' backs; reads serve them, so they are checked too.
+			// The total key is set by the scripts that change the sets, so it disagrees with
+			// them only behind the scripts' backs; reads serve it, so it is checked too.
 			if len(c.drift) == 0 && state.Total == state.Liked {
 				continue
 			}
@@ -54,8 +54,8 @@ func checkRedis(ctx context.Context, d Deps, st *logState, items []string) ([]Di
 					df.Repaired = false
 				}
 			}
-			// A repair sets the size key of the shard it changes; other shards need a
-			// recount only when the size keys disagreed with the sets.
+			// A repair that changes a pair also recounts the total, but one that finds a
+			// newer record changes nothing: recount whenever the total disagreed.
 			if state.Total != state.Liked {
 				if err := d.Store.Recount(ctx, item); err != nil {
 					d.Logger.Error("recount redis like total", "item_id", item, "err", err)

@@ -295,7 +295,7 @@ func TestReconcileFindsAndRepairsDrift(t *testing.T) {
 	}
 
 	// Drift behind the scripts' backs: a liker removed from Redis, a phantom liker added there,
-	// a shard's size key off by 5 with every pair right, a phantom liked row and a lost row in
+	// an item's total key off by 5 with every pair right, a phantom liked row and a lost row in
 	// ClickHouse.
 	liked, lostRow := pairWith(want, "item-1", true), pairWith(want, "item-4", true)
 	if err := f.rdb.SRem(ctx, likes.UsersKey("item-1", likes.Shard(liked)), liked).Err(); err != nil {
@@ -304,7 +304,7 @@ func TestReconcileFindsAndRepairsDrift(t *testing.T) {
 	if err := f.rdb.SAdd(ctx, likes.UsersKey("item-2", likes.Shard("ghost")), "ghost").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.rdb.IncrBy(ctx, likes.SizeKey("item-5", 3), 5).Err(); err != nil {
+	if err := f.rdb.IncrBy(ctx, likes.TotalKey("item-5"), 5).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.conn.Exec(ctx, "INSERT INTO likes (item_id, user_id, liked, partition, offset, ts) VALUES ('item-3', 'ghost', 1, 0, 1, now64(3))"); err != nil {

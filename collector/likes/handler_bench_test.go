@@ -1,6 +1,7 @@
 package likes
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"tally/platform/redisclient"
 )
 
 // latencies collects request durations from many goroutines and reports their p50 and p99.
@@ -108,4 +111,38 @@ func BenchmarkLikedBy20(b *testing.B) {
 	}
 	b.StopTimer()
 	lat.report(b)
+}
+
+// BenchmarkTotals20 is the like totals of a feed page of 20 items as GET /v1/counts reads them:
+// one MGET of the ready marker and 20 total keys.
+func BenchmarkTotals20(b *testing.B) {
+	flushRedis(b)
+	rdb := redisclient.Open(infra.Redis.Addr())
+	b.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	if err := rdb.Set(ctx, ReadyKey, "1", 0).Err(); err != nil {
+		b.Fatal(err)
+	}
+	items := make([]string, 20)
+	for i := range items {
+		items[i] = fmt.Sprintf("feed-item-%d", i)
+		if err := rdb.Set(ctx, TotalKey(items[i]), i*Shards+Shards*(Shards-1)/2, 0).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		pipe := rdb.Pipeline()
+		totals := QueueTotals(ctx, pipe, items)
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		got, err := totals()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if want := int64(19*Shards + Shards*(Shards-1)/2); got["feed-item-19"] != want {
+			b.Fatalf("total of feed-item-19: got %d; want %d", got["feed-item-19"], want)
+		}
+	}
 }

@@ -270,9 +270,9 @@ func TestRebuildAfterFlushAll(t *testing.T) {
 	}
 }
 
-// A Redis holding the layout before shard size keys (sets and offsets, no size keys, no marker
-// of the current layout) is rebuilt on its own: the replay sets every shard's size key, and
-// the totals then agree with the log.
+// A Redis holding the previous layout (sets, offsets and per-shard size keys, no total keys, the
+// previous marker) is rebuilt on its own: the replay sets every item's total key, and the
+// totals then agree with the log.
 func TestRebuildUpgradesLayout(t *testing.T) {
 	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "upgrade")
@@ -285,14 +285,15 @@ func TestRebuildUpgradesLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keys, err := e.rdb.Keys(ctx, "likes:{*}:n").Result()
-	if err != nil || len(keys) == 0 {
-		t.Fatalf("got size keys %v, %v; want some", keys, err)
+	keys, err := e.rdb.Keys(ctx, "likes:{*}:total").Result()
+	if err != nil || len(keys) != len(items) {
+		t.Fatalf("got total keys %v, %v; want one per item", keys, err)
 	}
 	if err := e.rdb.Del(ctx, append(keys, ReadyKey)...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.rdb.Set(ctx, "likes:ready", "1", 0).Err(); err != nil { // the previous layout's marker
+	// The previous layout's marker and a size key of it.
+	if err := e.rdb.MSet(ctx, "likes:ready:2", "1", "likes:{s:3}:n", "2").Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.waitRebuilt(t, ctx, "s", logState(t, e.topic))

@@ -174,7 +174,7 @@ func logState(t testing.TB, topic string) map[string]map[string]bool {
 }
 
 // diffState compares Redis with the oracle: every pair's membership, every item's total, and
-// the shards' size keys with their sets.
+// each total key with its sets.
 // It returns a description of the first differences, or "" when they agree.
 func diffState(ctx context.Context, store *Store, want map[string]map[string]bool) (string, error) {
 	items := make([]string, 0, len(want))
@@ -210,7 +210,7 @@ func diffState(ctx context.Context, store *Store, want map[string]map[string]boo
 			diffs = append(diffs, fmt.Sprintf("%s total: got %d; want %d", it, totals[it], wantTotal))
 		}
 		if got[it].Total != got[it].Liked {
-			diffs = append(diffs, fmt.Sprintf("%s shard size keys: got sum %d; want the sets' %d users", it, got[it].Total, got[it].Liked))
+			diffs = append(diffs, fmt.Sprintf("%s total key: got %d; want the sets' %d users", it, got[it].Total, got[it].Liked))
 		}
 	}
 	if len(diffs) > 10 {

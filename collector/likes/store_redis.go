@@ -4,13 +4,15 @@
 // The Kafka topic likes is the source of truth: a change is written there (acks=all) before it
 // is applied to Redis, and Redis is only a view of the log that can always be rebuilt from it.
 // Each item's likers are spread over Shards Redis sets, chosen by a hash of the user id, so a
-// viral item's writes spread over Shards keys (and cluster slots) instead of one. Each shard
-// keeps its set's size in a plain key beside it, which the script that changes the set sets to
-// the set's size in the same atomic step; an item's total is the sum of its shards' sizes, read
-// with one MGET (a plain key read costs Redis a fraction of a scripted SCARD). Every change is
-// applied by one Lua script that keeps, per (item, user), the log offset of the last applied
-// record and ignores older ones: applying the same record twice, or two records in any order,
-// ends in the state of the later record in the log.
+// viral item's set and its writes are split Shards ways instead of one huge key. The item's
+// total is kept in one plain key, which every script that changes a set sets to the sum of the
+// item's set sizes in the same atomic step; a feed page's totals are then one MGET of one key
+// per item (a plain key read costs Redis a fraction of a scripted SCARD, and one key per item a
+// sixteenth of one per shard). Every change is applied by one Lua script that keeps, per (item,
+// user), the log offset of the last applied record and ignores older ones: applying the same
+// record twice, or two records in any order, ends in the state of the later record in the log.
+// The scripts touch all of an item's keys at once, so the layout needs one Redis node (not a
+// cluster).
 //
 // Concurrency and lifecycle: Store and Handler are safe for concurrent use and own no
 // goroutines; the Store uses a Redis client its caller owns. The Applier owns a consumer-group
@@ -40,9 +42,10 @@ const (
 	// ReadyKey is set once the serving state holds the whole log; without it (a Redis that
 	// came back empty) likes are not served until a rebuild sets it again. Its suffix is the
 	// version of the key layout: a collector of a new layout finds no marker and rebuilds from
-	// the log over what Redis holds (the replay sets every shard's size key), so an upgrade
-	// needs no manual step. Version 2 added the size keys.
-	ReadyKey = "likes:ready:2"
+	// the log over what Redis holds (the replay sets every item's total key), so an upgrade
+	// needs no manual step. Version 2 added per-shard size keys, version 3 replaced them with
+	// one total key per item.
+	ReadyKey = "likes:ready:3"
 	// rebuildingKey is the lease of the rebuild in progress (its token, with a TTL the rebuild
 	// keeps extending): one applier rebuilds at a time, and a FLUSHALL during a rebuild removes
 	// it, so that rebuild cannot mark an incomplete state ready.
@@ -52,57 +55,73 @@ const (
 // ErrNotReady means the serving state is being rebuilt from the log.
 var ErrNotReady = errors.New("like state is being rebuilt from the log")
 
-// setSize sets the shard's size key (KEYS[3]) to the size of its users set (KEYS[1]), deleting
-// it for an empty set. Every script that changes a set ends with it, so the two cannot part except behind the scripts' backs, which the nightly
-// reconciliation finds and repairs with recountScript.
-const setSize = `
-local size = redis.call('SCARD', KEYS[1])
-if size == 0 then
+// The scripts below that change a pair take the keys itemKeys returns: the pair's shard's users
+// set and offsets hash, the item's total key, ReadyKey, then the users sets of all Shards shards.
+
+// countTotal sets the item's total key (KEYS[3]) to the sum of its sets' sizes (KEYS[5] on),
+// deleting it when they are all empty, and leaves the sum in total.
+const countTotal = `
+total = 0
+for i = 5, #KEYS do
+  total = total + redis.call('SCARD', KEYS[i])
+end
+if total == 0 then
   redis.call('DEL', KEYS[3])
 else
-  redis.call('SET', KEYS[3], size)
+  redis.call('SET', KEYS[3], total)
 end
 `
 
-// applyScript applies one log record to its pair. KEYS: the shard's users set, its offsets
-// hash and its size key, and on the request path ReadyKey followed by the size keys of all
-// Shards shards of the item, whose sum is the total the request answers with (read in the same
-// atomic step, so the answer includes exactly the changes applied before it). ARGV: user,
-// offset, '1' like / '0' unlike, '1' to skip the ready check (the applier, which writes while
-// rebuilding). A record at or below the stored offset changes nothing: a newer record of the
-// pair already won. Returns {is member, item total} on the request path, nothing for the
-// applier (which only writes).
+// addTotal adds d, the change the script made to the pair's set (1 added, -1 removed, 0 none),
+// to the item's total key and leaves the new total in total. Every script that changes a set
+// ends with it, so total and sets cannot part except behind the scripts' backs, which the
+// nightly reconciliation finds and repairs with recountScript. A missing key (all sets empty,
+// or a Redis of an older layout being replayed over) is counted from the sets instead: sixteen
+// SCARDs, too many for every change of a viral item (they doubled the like p99 at 5,000/s).
+// So is a total at or below zero, which only drift can make.
+const addTotal = `
+local total
+if redis.call('EXISTS', KEYS[3]) == 0 then` + countTotal + `elseif d ~= 0 then
+  total = redis.call('INCRBY', KEYS[3], d)
+  if total <= 0 then` + countTotal + `  end
+else
+  total = tonumber(redis.call('GET', KEYS[3]))
+end
+`
+
+// applyScript applies one log record to its pair. KEYS: itemKeys. ARGV: user, offset, '1' like
+// / '0' unlike, '1' for the applier (no ready check: it writes while rebuilding). A record at
+// or below the stored offset changes nothing: a newer record of the pair already won. Returns
+// {is member, item total} on the request path, read in the same atomic step (so the answer
+// includes exactly the changes applied before it), and 0 for the applier, which only writes.
 const applyScript = `
 if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[4]) == 0 then
   return redis.error_reply('NOTREADY like state is being rebuilt from the log')
 end
+local d = 0
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if (not cur) or tonumber(cur) < tonumber(ARGV[2]) then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
   if ARGV[3] == '1' then
-    redis.call('SADD', KEYS[1], ARGV[1])
+    d = redis.call('SADD', KEYS[1], ARGV[1])
   else
-    redis.call('SREM', KEYS[1], ARGV[1])
+    d = -redis.call('SREM', KEYS[1], ARGV[1])
   end
-end` + setSize + `
-if #KEYS == 3 then
+end` + addTotal + `
+if ARGV[4] == '1' then
   return 0
 end
-local n = 0
-for _, v in ipairs(redis.call('MGET', unpack(KEYS, 5))) do
-  n = n + (tonumber(v) or 0)
-end
-return {redis.call('SISMEMBER', KEYS[1], ARGV[1]), n}
+return {redis.call('SISMEMBER', KEYS[1], ARGV[1]), total}
 `
 
-// recountScript sets a shard's size key to its set's size. KEYS: as applyScript's first three.
-// It returns the size: a script returning nothing reads as redis.Nil, an error, to go-redis.
-const recountScript = setSize + `
-return size
+// recountScript sets the item's total key to its sets' sizes. KEYS: itemKeys (of any shard).
+// It returns the total: a script returning nothing reads as redis.Nil, an error, to go-redis.
+const recountScript = `
+local total` + countTotal + `
+return total
 `
 
-// repairScript sets a pair to the state the log had at a snapshot. KEYS: as applyScript's first
-// three. ARGV: user, '1'/'0' liked at the snapshot, offset of the pair's last record below the
+// repairScript sets a pair to the state the log had at a snapshot. KEYS: itemKeys. ARGV: user, '1'/'0' liked at the snapshot, offset of the pair's last record below the
 // snapshot (empty if none), the snapshot's end offset of the item's partition. A stored offset
 // at or above the snapshot end means a newer record already won: nothing changes (returns 0).
 const repairScript = `
@@ -115,11 +134,12 @@ if ARGV[3] == '' then
 else
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 end
+local d
 if ARGV[2] == '1' then
-  redis.call('SADD', KEYS[1], ARGV[1])
+  d = redis.call('SADD', KEYS[1], ARGV[1])
 else
-  redis.call('SREM', KEYS[1], ARGV[1])
-end` + setSize + `
+  d = -redis.call('SREM', KEYS[1], ARGV[1])
+end` + addTotal + `
 return 1
 `
 
@@ -155,9 +175,21 @@ func OffsetsKey(item string, shard int) string {
 	return "likes:{" + item + ":" + strconv.Itoa(shard) + "}:off"
 }
 
-// SizeKey holds the size of item's users set in shard (absent when the set is empty).
-func SizeKey(item string, shard int) string {
-	return "likes:{" + item + ":" + strconv.Itoa(shard) + "}:n"
+// TotalKey holds item's total: the sum of its users sets' sizes (absent when all are empty).
+func TotalKey(item string) string {
+	return "likes:{" + item + "}:total"
+}
+
+// itemKeys are the keys of the scripts that change (item, a user of shard): the shard's users
+// set and offsets hash, the item's total key, ReadyKey and the users sets of all the item's
+// shards.
+func itemKeys(item string, shard int) []string {
+	keys := make([]string, 0, 4+Shards)
+	keys = append(keys, UsersKey(item, shard), OffsetsKey(item, shard), TotalKey(item), ReadyKey)
+	for k := range Shards {
+		keys = append(keys, UsersKey(item, k))
+	}
+	return keys
 }
 
 // Store reads and writes the like serving state in Redis.
@@ -199,13 +231,7 @@ type Result struct {
 // state and the item's total, in one script call. It fails with ErrNotReady while the state is
 // being rebuilt.
 func (s *Store) Apply(ctx context.Context, l schemas.Like, partition int32, offset int64) (Result, error) {
-	keys := make([]string, 0, 4+Shards)
-	shard := Shard(l.UserID)
-	keys = append(keys, UsersKey(l.ItemID, shard), OffsetsKey(l.ItemID, shard), SizeKey(l.ItemID, shard), ReadyKey)
-	for k := range Shards {
-		keys = append(keys, SizeKey(l.ItemID, k))
-	}
-	vals, err := s.apply.Run(ctx, s.rdb, keys, l.UserID, offset, flag(l.Liked), "0").Int64Slice()
+	vals, err := s.apply.Run(ctx, s.rdb, itemKeys(l.ItemID, Shard(l.UserID)), l.UserID, offset, flag(l.Liked), "0").Int64Slice()
 	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("apply script returned %d values; want 2", len(vals))
 	}
@@ -232,9 +258,7 @@ func (s *Store) ApplyRecords(ctx context.Context, recs []Record) error {
 	err := s.withScripts(ctx, func() error {
 		pipe := s.rdb.Pipeline()
 		for _, r := range recs {
-			shard := Shard(r.Like.UserID)
-			s.apply.EvalSha(ctx, pipe, []string{UsersKey(r.Like.ItemID, shard), OffsetsKey(r.Like.ItemID, shard), SizeKey(r.Like.ItemID, shard)},
-				r.Like.UserID, r.Offset, flag(r.Like.Liked), "1")
+			s.apply.EvalSha(ctx, pipe, itemKeys(r.Like.ItemID, Shard(r.Like.UserID)), r.Like.UserID, r.Offset, flag(r.Like.Liked), "1")
 		}
 		_, err := pipe.Exec(ctx)
 		return err
@@ -256,17 +280,15 @@ func (s *Store) Totals(ctx context.Context, items []string) (map[string]int64, e
 	return totals()
 }
 
-// QueueTotals queues on pipe the read of items' like totals (one MGET of ReadyKey and every
-// shard's size key), so that a caller reading other keys too pays one round trip for all of
+// QueueTotals queues on pipe the read of items' like totals (one MGET of ReadyKey and their
+// total keys), so that a caller reading other keys too pays one round trip for all of
 // them. The returned function, called after pipe ran, gives the totals, or ErrNotReady while
 // the state is being rebuilt.
 func QueueTotals(ctx context.Context, pipe redis.Pipeliner, items []string) func() (map[string]int64, error) {
-	keys := make([]string, 0, 1+len(items)*Shards)
+	keys := make([]string, 0, 1+len(items))
 	keys = append(keys, ReadyKey)
 	for _, it := range items {
-		for k := range Shards {
-			keys = append(keys, SizeKey(it, k))
-		}
+		keys = append(keys, TotalKey(it))
 	}
 	cmd := pipe.MGet(ctx, keys...)
 	return func() (map[string]int64, error) {
@@ -279,11 +301,11 @@ func QueueTotals(ctx context.Context, pipe redis.Pipeliner, items []string) func
 		}
 		out := make(map[string]int64, len(items))
 		for i, it := range items {
-			sum, err := sumSizes(vals[1+i*Shards : 1+(i+1)*Shards])
+			n, err := parseTotal(vals[1+i])
 			if err != nil {
 				return nil, fmt.Errorf("read like total of %s: %w", it, err)
 			}
-			out[it] = sum
+			out[it] = n
 		}
 		return out, nil
 	}
@@ -324,27 +346,30 @@ type PairState struct {
 type ItemState struct {
 	Pairs map[string]PairState // every pair Redis knows of
 	Liked int64                // users in the item's sets
-	Total int64                // sum of the shards' size keys: the total reads answer with
+	Total int64                // the item's total key: the total reads answer with
 }
 
-// ItemStates reads what Redis holds of each item: the members, offsets and size keys of all its
-// shards, in one MULTI/EXEC so that they are read together.
+// ItemStates reads what Redis holds of each item: the members and offsets of all its shards and
+// its total key, in one MULTI/EXEC so that they are read together.
 func (s *Store) ItemStates(ctx context.Context, items []string) (map[string]ItemState, error) {
+	if len(items) == 0 {
+		return map[string]ItemState{}, nil
+	}
 	type shardCmds struct {
 		members *redis.StringSliceCmd
 		offsets *redis.MapStringStringCmd
 	}
 	cmds := make([]shardCmds, 0, len(items)*Shards)
-	sizes := make([]*redis.SliceCmd, 0, len(items))
+	totalKeys := make([]string, len(items))
+	var totals *redis.SliceCmd
 	_, err := s.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, it := range items {
-			keys := make([]string, Shards)
+		for i, it := range items {
 			for k := range Shards {
 				cmds = append(cmds, shardCmds{pipe.SMembers(ctx, UsersKey(it, k)), pipe.HGetAll(ctx, OffsetsKey(it, k))})
-				keys[k] = SizeKey(it, k)
 			}
-			sizes = append(sizes, pipe.MGet(ctx, keys...))
+			totalKeys[i] = TotalKey(it)
 		}
+		totals = pipe.MGet(ctx, totalKeys...)
 		return nil
 	})
 	if err != nil {
@@ -369,7 +394,7 @@ func (s *Store) ItemStates(ctx context.Context, items []string) (map[string]Item
 			st.Liked += int64(len(c.members.Val()))
 		}
 		var err error
-		if st.Total, err = sumSizes(sizes[i].Val()); err != nil {
+		if st.Total, err = parseTotal(totals.Val()[i]); err != nil {
 			return nil, fmt.Errorf("read like state of %s: %w", it, err)
 		}
 		out[it] = st
@@ -377,29 +402,21 @@ func (s *Store) ItemStates(ctx context.Context, items []string) (map[string]Item
 	return out, nil
 }
 
-// sumSizes adds up shard size keys as MGET returns them (nil for an empty shard).
-func sumSizes(vals []any) (int64, error) {
-	var sum int64
-	for _, v := range vals {
-		if v == nil {
-			continue
-		}
-		n, err := strconv.ParseInt(v.(string), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("size %q: %w", v, err)
-		}
-		sum += n
+// parseTotal reads a total key as MGET returns it (nil when absent: no likes).
+func parseTotal(v any) (int64, error) {
+	if v == nil {
+		return 0, nil
 	}
-	return sum, nil
+	n, err := strconv.ParseInt(v.(string), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("total %q: %w", v, err)
+	}
+	return n, nil
 }
 
-// Recount sets every shard's size key of item to its set's size.
+// Recount sets item's total key to the sum of its sets' sizes.
 func (s *Store) Recount(ctx context.Context, item string) error {
-	pipe := s.rdb.Pipeline()
-	for k := range Shards {
-		s.recount.Eval(ctx, pipe, []string{UsersKey(item, k), OffsetsKey(item, k), SizeKey(item, k)})
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := s.recount.Run(ctx, s.rdb, itemKeys(item, 0)).Err(); err != nil {
 		return fmt.Errorf("recount like total of %s: %w", item, err)
 	}
 	return nil
@@ -415,8 +432,7 @@ func (s *Store) Repair(ctx context.Context, item, user string, liked bool, offse
 	if hasOffset {
 		off = strconv.FormatInt(offset, 10)
 	}
-	n, err := s.repair.Run(ctx, s.rdb, []string{UsersKey(item, shard), OffsetsKey(item, shard), SizeKey(item, shard)},
-		user, flag(liked), off, snapshotEnd).Int()
+	n, err := s.repair.Run(ctx, s.rdb, itemKeys(item, shard), user, flag(liked), off, snapshotEnd).Int()
 	if err != nil {
 		return false, fmt.Errorf("repair like state of %s/%s: %w", item, user, err)
 	}

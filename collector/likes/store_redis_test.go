@@ -140,10 +140,10 @@ func TestLikersSpreadOverShards(t *testing.T) {
 	}
 }
 
-// Every script that changes a set leaves the shard's size key equal to the set's size (absent
-// when the set is empty), so the totals read from the size keys count states; Recount restores
-// that after a write behind the scripts' backs.
-func TestSizeKeysFollowSets(t *testing.T) {
+// Every script that changes a set leaves the item's total key equal to the sum of its sets'
+// sizes (absent when they are all empty), so the totals read from it count states; Recount
+// restores that after writes behind the scripts' backs.
+func TestTotalKeyFollowsSets(t *testing.T) {
 	testinfra.VerifyNoLeaks(t)
 	s, rdb := readyStore(t)
 	ctx := context.Background()
@@ -187,6 +187,32 @@ func TestSizeKeysFollowSets(t *testing.T) {
 				}
 			}
 		}, 6},
+		{"a lost total key is counted from the sets at the next change", func(t *testing.T, item string) {
+			for i := range 5 {
+				if _, err := s.Apply(ctx, like(item, i, true), 0, int64(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rdb.Del(ctx, TotalKey(item)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Apply(ctx, like(item, 5, true), 0, 5); err != nil {
+				t.Fatal(err)
+			}
+		}, 6},
+		{"a total drifted to zero is counted from the sets at the next change", func(t *testing.T, item string) {
+			for i := range 3 {
+				if _, err := s.Apply(ctx, like(item, i, true), 0, int64(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rdb.Set(ctx, TotalKey(item), "1", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Apply(ctx, like(item, 0, false), 0, 3); err != nil {
+				t.Fatal(err)
+			}
+		}, 2},
 		{"recount after writes behind the scripts' backs", func(t *testing.T, item string) {
 			if _, err := s.Apply(ctx, like(item, 1, true), 0, 1); err != nil {
 				t.Fatal(err)
@@ -194,7 +220,7 @@ func TestSizeKeysFollowSets(t *testing.T) {
 			if err := rdb.SAdd(ctx, UsersKey(item, 2), "ghost-1", "ghost-2").Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := rdb.Set(ctx, SizeKey(item, 5), "7", 0).Err(); err != nil {
+			if err := rdb.Set(ctx, TotalKey(item), "7", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Recount(ctx, item); err != nil {
@@ -204,22 +230,23 @@ func TestSizeKeysFollowSets(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			item := fmt.Sprintf("size-%d", i)
+			item := fmt.Sprintf("total-%d", i)
 			tt.do(t, item)
+			var sum int64
 			for k := range Shards {
 				n, err := rdb.SCard(ctx, UsersKey(item, k)).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := rdb.Get(ctx, SizeKey(item, k)).Result()
-				want := strconv.FormatInt(n, 10)
-				if n == 0 {
-					if !errors.Is(err, redis.Nil) {
-						t.Errorf("shard %d: got size key %q, %v for an empty set; want none", k, got, err)
-					}
-				} else if err != nil || got != want {
-					t.Errorf("shard %d: got size key %q, %v; want %s", k, got, err, want)
+				sum += n
+			}
+			got, err := rdb.Get(ctx, TotalKey(item)).Result()
+			if sum == 0 {
+				if !errors.Is(err, redis.Nil) {
+					t.Errorf("got total key %q, %v with every set empty; want none", got, err)
 				}
+			} else if want := strconv.FormatInt(sum, 10); err != nil || got != want {
+				t.Errorf("got total key %q, %v; want %s (the sets' sizes)", got, err, want)
 			}
 			totals, err := s.Totals(ctx, []string{item})
 			if err != nil {
