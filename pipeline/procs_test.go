@@ -1,16 +1,16 @@
 package pipeline_test
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
-	"tally/platform/testinfra"
 	"testing"
 	"time"
+
+	"tally/platform/testinfra"
 )
 
 // binaries builds the pipeline, collector and aggregator commands once per test binary, without
@@ -63,7 +63,7 @@ func startProc(t *testing.T, name, bin, logDir string, args ...string) *proc {
 		// SIGTERM lets `pipeline infra` stop its redis-server child before the directory goes.
 		_ = p.stop(syscall.SIGTERM, 20*time.Second)
 		if t.Failed() {
-			t.Logf("--- tail of %s log:\n%s", p.name, tail(p.log, 6000))
+			t.Logf("--- tail of %s log:\n%s", p.name, testinfra.LogTail(p.log, 6000))
 		}
 	})
 	return p
@@ -114,12 +114,4 @@ func (p *proc) exited() bool {
 	default:
 		return false
 	}
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(bytes.TrimSpace(b))
 }

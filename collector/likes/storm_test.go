@@ -241,8 +241,7 @@ func TestKillCollectorMidStorm(t *testing.T) {
 			_ = cmd.Wait()
 		}
 		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(dir, "collector.log"))
-			t.Logf("collector log:\n%s", lastBytes(b, 4000))
+			t.Logf("collector log:\n%s", testinfra.LogTail(filepath.Join(dir, "collector.log"), 4000))
 		}
 	}()
 	waitServing()
@@ -322,11 +321,4 @@ func fetchLikedBy(c *http.Client, base, user string, items []string) (map[string
 		return nil, err
 	}
 	return r.Liked, nil
-}
-
-func lastBytes(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
 }
