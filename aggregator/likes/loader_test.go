@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
-	"tally/platform/kafka"
 	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -45,15 +44,7 @@ func openDB(t *testing.T, ctx context.Context, db string, migrated bool) driver.
 // produce writes likes to topic and returns the last state per (item, user) in log order.
 func produce(t *testing.T, ctx context.Context, topic string, likes []schemas.Like) map[[2]string]bool {
 	t.Helper()
-	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "loader-test", infra.Logger, nil),
-		kafka.ProducerOptions(10000, 10*time.Second)...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := kafka.EnsureTopics(ctx, cl, 3, topic); err != nil {
-		t.Fatal(err)
-	}
+	cl := infra.Producer(t, topic, 3)
 	recs := make([]*kgo.Record, len(likes))
 	want := map[[2]string]bool{}
 	for i, l := range likes {

@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
-	"tally/platform/kafka"
 	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -253,15 +252,7 @@ func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
 				return src
 			}
 			first := start()
-			prod, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "views-stop-test", infra.Logger, nil),
-				kafka.ProducerOptions(1000, 10*time.Second)...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer prod.Close()
-			if err := kafka.EnsureTopics(ctx, prod, 2, schemas.TopicViews); err != nil {
-				t.Fatal(err)
-			}
+			prod := infra.Producer(t, schemas.TopicViews, 2)
 			for i := range 10 {
 				v := schemas.View{ItemID: fmt.Sprintf("stop-%d", i), ViewerID: "v", TS: time.Now().UnixMilli()}
 				if err := prod.ProduceSync(ctx, &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: schemas.AppendView(nil, v)}).FirstErr(); err != nil {

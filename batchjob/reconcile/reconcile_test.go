@@ -20,7 +20,6 @@ import (
 	aggload "tally/aggregator/likes"
 	"tally/collector/likes"
 	"tally/platform/chclient"
-	"tally/platform/kafka"
 	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -77,15 +76,7 @@ func (f *fixture) deps() Deps {
 // produce writes likes to the fixture's topic.
 func (f *fixture) produce(t *testing.T, ctx context.Context, ls []schemas.Like) {
 	t.Helper()
-	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "reconcile-test", infra.Logger, nil),
-		kafka.ProducerOptions(10000, 10*time.Second)...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := kafka.EnsureTopics(ctx, cl, 3, f.topic); err != nil {
-		t.Fatal(err)
-	}
+	cl := infra.Producer(t, f.topic, 3)
 	recs := make([]*kgo.Record, len(ls))
 	for i, l := range ls {
 		recs[i] = &kgo.Record{Topic: f.topic, Key: []byte(l.ItemID), Value: schemas.AppendLike(nil, l)}

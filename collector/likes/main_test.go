@@ -19,7 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
-	"tally/platform/kafka"
 	"tally/platform/redisclient"
 	"tally/platform/testinfra"
 )
@@ -63,14 +62,7 @@ func newEnv(t testing.TB, name string) *env {
 	flushRedis(t)
 	e := &env{t: t, topic: "likes-" + name}
 	var err error
-	e.prod, err = kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "likes-test", testLogger(), nil),
-		kafka.ProducerOptions(100000, 10*time.Second)...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kafka.EnsureTopics(ctx, e.prod, 4, e.topic); err != nil {
-		t.Fatal(err)
-	}
+	e.prod = infra.Producer(t, e.topic, 4)
 	reg := prometheus.NewRegistry()
 	e.rdb = redisclient.Open(infra.Redis.Addr())
 	e.store = NewStore(e.rdb)
@@ -100,7 +92,6 @@ func (e *env) close() {
 	}
 	e.srv.Close()
 	e.client.CloseIdleConnections()
-	e.prod.Close()
 	e.rdb.Close()
 }
 

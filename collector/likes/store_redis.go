@@ -121,9 +121,10 @@ local total` + countTotal + `
 return total
 `
 
-// repairScript sets a pair to the state the log had at a snapshot. KEYS: itemKeys. ARGV: user, '1'/'0' liked at the snapshot, offset of the pair's last record below the
-// snapshot (empty if none), the snapshot's end offset of the item's partition. A stored offset
-// at or above the snapshot end means a newer record already won: nothing changes (returns 0).
+// repairScript sets a pair to the state the log had at a snapshot. KEYS: itemKeys. ARGV: user,
+// '1'/'0' liked at the snapshot, offset of the pair's last record below the snapshot (empty if
+// none), the snapshot's end offset of the item's partition. A stored offset at or above the
+// snapshot end means a newer record already won: nothing changes (returns 0).
 const repairScript = `
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if cur and tonumber(cur) >= tonumber(ARGV[4]) then

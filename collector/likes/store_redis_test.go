@@ -150,6 +150,13 @@ func TestTotalKeyFollowsSets(t *testing.T) {
 	like := func(item string, i int, liked bool) schemas.Like {
 		return schemas.Like{ItemID: item, UserID: fmt.Sprintf("user-%d", i), Liked: liked}
 	}
+	// apply applies, on the request path, user i's change of item at offset off.
+	apply := func(t *testing.T, item string, off, i int, liked bool) {
+		t.Helper()
+		if _, err := s.Apply(ctx, like(item, i, liked), 0, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name      string
 		do        func(t *testing.T, item string)
@@ -157,9 +164,7 @@ func TestTotalKeyFollowsSets(t *testing.T) {
 	}{
 		{"request path: 40 likes, 15 unlikes", func(t *testing.T, item string) {
 			for i := range 55 {
-				if _, err := s.Apply(ctx, like(item, i%40, i < 40), 0, int64(i)); err != nil {
-					t.Fatal(err)
-				}
+				apply(t, item, i, i%40, i < 40)
 			}
 		}, 25},
 		{"applier: 40 likes, 15 unlikes, replayed twice", func(t *testing.T, item string) {
@@ -175,9 +180,7 @@ func TestTotalKeyFollowsSets(t *testing.T) {
 		}, 25},
 		{"the last liker of each shard leaves", func(t *testing.T, item string) {
 			for i := range 40 {
-				if _, err := s.Apply(ctx, like(item, i%20, i < 20), 0, int64(i)); err != nil {
-					t.Fatal(err)
-				}
+				apply(t, item, i, i%20, i < 20)
 			}
 		}, 0},
 		{"repair", func(t *testing.T, item string) {
@@ -189,34 +192,24 @@ func TestTotalKeyFollowsSets(t *testing.T) {
 		}, 6},
 		{"a lost total key is counted from the sets at the next change", func(t *testing.T, item string) {
 			for i := range 5 {
-				if _, err := s.Apply(ctx, like(item, i, true), 0, int64(i)); err != nil {
-					t.Fatal(err)
-				}
+				apply(t, item, i, i, true)
 			}
 			if err := rdb.Del(ctx, TotalKey(item)).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Apply(ctx, like(item, 5, true), 0, 5); err != nil {
-				t.Fatal(err)
-			}
+			apply(t, item, 5, 5, true)
 		}, 6},
 		{"a total drifted to zero is counted from the sets at the next change", func(t *testing.T, item string) {
 			for i := range 3 {
-				if _, err := s.Apply(ctx, like(item, i, true), 0, int64(i)); err != nil {
-					t.Fatal(err)
-				}
+				apply(t, item, i, i, true)
 			}
 			if err := rdb.Set(ctx, TotalKey(item), "1", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Apply(ctx, like(item, 0, false), 0, 3); err != nil {
-				t.Fatal(err)
-			}
+			apply(t, item, 3, 0, false)
 		}, 2},
 		{"recount after writes behind the scripts' backs", func(t *testing.T, item string) {
-			if _, err := s.Apply(ctx, like(item, 1, true), 0, 1); err != nil {
-				t.Fatal(err)
-			}
+			apply(t, item, 1, 1, true)
 			if err := rdb.SAdd(ctx, UsersKey(item, 2), "ghost-1", "ghost-2").Err(); err != nil {
 				t.Fatal(err)
 			}
