@@ -415,3 +415,35 @@ func TestSecondCopyExitsLocked(t *testing.T) {
 		t.Fatalf("got %d runs recorded; want 1 (the locked copy writes nothing)", len(got))
 	}
 }
+
+// A run whose lock is taken from it (expired while the process stalled, or Redis emptied) has
+// its context ended with errLockLost, and its release leaves the new holder's lock alone.
+func TestLockLostEndsRun(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	defer rdb.Close()
+	const key = "test:reconcile:lock-lost"
+	lock, runCtx, err := Acquire(ctx, rdb, key, 300*time.Millisecond, infra.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, key, "another run", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-runCtx.Done():
+	case <-ctx.Done():
+		t.Fatal("run context still alive after its lock was taken")
+	}
+	if cause := context.Cause(runCtx); !errors.Is(cause, errLockLost) {
+		t.Fatalf("cause: got %v; want errLockLost", cause)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.Get(ctx, key).Val(); got != "another run" {
+		t.Fatalf("lock after the old run's release: got %q; want the other run's %q", got, "another run")
+	}
+}

@@ -2,6 +2,8 @@ package likes
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -158,5 +160,7 @@ func requestID(r *http.Request) string {
 	if id := r.Header.Get("X-Request-ID"); id != "" && schemas.CheckID("request_id", id, true) == nil {
 		return id
 	}
-	return newToken()
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
 }

@@ -2,8 +2,6 @@ package likes
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -217,8 +215,7 @@ var errLeaseLost = errors.New("like state rebuild lease lost")
 func (a *Applier) rebuild(ctx context.Context) error {
 	for {
 		t0 := time.Now()
-		token := newToken()
-		mine, err := a.store.beginRebuild(ctx, token)
+		held, mine, err := a.store.beginRebuild(ctx)
 		if err != nil {
 			return err
 		}
@@ -235,8 +232,8 @@ func (a *Applier) rebuild(ctx context.Context) error {
 				}
 				a.applied.Add(float64(len(chunk)))
 			}
-			held, err := a.store.extendRebuild(ctx, token)
-			if err == nil && !held {
+			ok, err := held.Renew(ctx)
+			if err == nil && !ok {
 				err = errLeaseLost
 			}
 			return err
@@ -249,7 +246,7 @@ func (a *Applier) rebuild(ctx context.Context) error {
 			return fmt.Errorf("rebuild like state from %s: %w", a.cfg.Topic, err)
 		}
 		a.undecodable.Add(float64(stats.Undecodable))
-		done, err := a.store.finishRebuild(ctx, token)
+		done, err := a.store.finishRebuild(ctx, held)
 		if err != nil {
 			return err
 		}
@@ -272,10 +269,4 @@ func (a *Applier) retry(ctx context.Context, what string, fn func() error) error
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
-}
-
-func newToken() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	return hex.EncodeToString(b)
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 
+	"tally/platform/lease"
 	"tally/schemas"
 )
 
@@ -144,15 +145,8 @@ end` + addTotal + `
 return 1
 `
 
-// extendScript renews the rebuild lease if it still holds the token.
-const extendScript = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`
-
-// finishScript marks the state ready if the rebuild holding token is still the current one.
+// finishScript marks the state ready if the rebuild holding the lease (KEYS[1], token ARGV[1])
+// is still the current one, and frees the lease in the same step.
 const finishScript = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[2], '1')
@@ -195,9 +189,9 @@ func itemKeys(item string, shard int) []string {
 
 // Store reads and writes the like serving state in Redis.
 type Store struct {
-	rdb                                    *redis.Client
-	apply, repair, recount, extend, finish *redis.Script
-	handled                                *handled // offsets applied by Apply, for the applier to skip
+	rdb                            *redis.Client
+	apply, repair, recount, finish *redis.Script
+	handled                        *handled // offsets applied by Apply, for the applier to skip
 }
 
 // NewStore returns a store on rdb, which the caller keeps and closes.
@@ -206,7 +200,6 @@ func NewStore(rdb *redis.Client) *Store {
 		rdb:     rdb,
 		apply:   redis.NewScript(applyScript),
 		repair:  redis.NewScript(repairScript),
-		extend:  redis.NewScript(extendScript),
 		finish:  redis.NewScript(finishScript),
 		recount: redis.NewScript(recountScript),
 		handled: newHandled(),
@@ -444,29 +437,22 @@ func (s *Store) Repair(ctx context.Context, item, user string, liked bool, offse
 // died mid-rebuild leaves the rebuild to another one after this long.
 const rebuildLease = 30 * time.Second
 
-// beginRebuild takes the rebuild lease for token; false means another applier is rebuilding.
-func (s *Store) beginRebuild(ctx context.Context, token string) (bool, error) {
-	ok, err := s.rdb.SetNX(ctx, rebuildingKey, token, rebuildLease).Result()
+// beginRebuild takes the rebuild lease; false means another applier is rebuilding. The
+// rebuild renews the lease after each chunk it applies: it is lost if Redis is emptied again,
+// or if the rebuild stalls for rebuildLease and another applier takes over, and the rebuild
+// must then start over.
+func (s *Store) beginRebuild(ctx context.Context) (*lease.Lease, bool, error) {
+	l, ok, err := lease.Take(ctx, s.rdb, rebuildingKey, rebuildLease)
 	if err != nil {
-		return false, fmt.Errorf("begin like state rebuild: %w", err)
+		return nil, false, fmt.Errorf("begin like state rebuild: %w", err)
 	}
-	return ok, nil
+	return l, ok, nil
 }
 
-// extendRebuild renews token's lease; false means it is lost (Redis was emptied again, or the
-// lease expired and another applier took over): the rebuild must start over.
-func (s *Store) extendRebuild(ctx context.Context, token string) (bool, error) {
-	n, err := s.extend.Run(ctx, s.rdb, []string{rebuildingKey}, token, rebuildLease.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("extend like state rebuild: %w", err)
-	}
-	return n == 1, nil
-}
-
-// finishRebuild sets ReadyKey if token's rebuild is still current; false means the state was
-// lost again (or another rebuild took over) while rebuilding.
-func (s *Store) finishRebuild(ctx context.Context, token string) (bool, error) {
-	n, err := s.finish.Run(ctx, s.rdb, []string{rebuildingKey, ReadyKey}, token).Int()
+// finishRebuild sets ReadyKey if l's rebuild is still current; false means the state was lost
+// again (or another rebuild took over) while rebuilding.
+func (s *Store) finishRebuild(ctx context.Context, l *lease.Lease) (bool, error) {
+	n, err := s.finish.Run(ctx, s.rdb, []string{l.Key(), ReadyKey}, l.Token()).Int()
 	if err != nil {
 		return false, fmt.Errorf("finish like state rebuild: %w", err)
 	}

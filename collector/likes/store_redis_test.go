@@ -251,3 +251,54 @@ func TestTotalKeyFollowsSets(t *testing.T) {
 		})
 	}
 }
+
+// A rebuild marks the state ready only while it still holds the rebuild lease: one whose lease
+// was lost (Redis emptied mid-rebuild, or another applier took over) must start over.
+func TestRebuildLease(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		meanwhile func(t *testing.T, s *Store, rdb *redis.Client)
+		wantDone  bool
+	}{
+		{"kept", func(t *testing.T, s *Store, rdb *redis.Client) {
+			if _, mine, err := s.beginRebuild(ctx); mine || err != nil {
+				t.Fatalf("second rebuild while one holds the lease: got mine %v, err %v; want false, nil", mine, err)
+			}
+		}, true},
+		{"lost to FLUSHALL", func(t *testing.T, s *Store, rdb *redis.Client) {
+			flushRedis(t)
+		}, false},
+		{"lost to another applier", func(t *testing.T, s *Store, rdb *redis.Client) {
+			rdb.Del(ctx, rebuildingKey) // as if it had expired
+			if _, mine, err := s.beginRebuild(ctx); !mine || err != nil {
+				t.Fatalf("rebuild after the lease expired: got mine %v, err %v; want true, nil", mine, err)
+			}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			flushRedis(t)
+			rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+			defer rdb.Close()
+			s := NewStore(rdb)
+			held, mine, err := s.beginRebuild(ctx)
+			if !mine || err != nil {
+				t.Fatalf("begin: got mine %v, err %v; want true, nil", mine, err)
+			}
+			tt.meanwhile(t, s, rdb)
+			done, err := s.finishRebuild(ctx, held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ready := rdb.Exists(ctx, ReadyKey).Val() == 1
+			if done != tt.wantDone || ready != tt.wantDone {
+				t.Fatalf("finish: got done %v, ready %v; want %v, %v", done, ready, tt.wantDone, tt.wantDone)
+			}
+			if tt.wantDone && rdb.Exists(ctx, rebuildingKey).Val() != 0 {
+				t.Fatal("lease still held after the rebuild finished")
+			}
+		})
+	}
+}
