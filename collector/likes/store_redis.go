@@ -44,8 +44,8 @@ const (
 	// came back empty) likes are not served until a rebuild sets it again. Its suffix is the
 	// version of the key layout: a collector of a new layout finds no marker and rebuilds from
 	// the log over what Redis holds (the replay sets every item's total key), so an upgrade
-	// needs no manual step. Version 2 added per-shard size keys, version 3 replaced them with
-	// one total key per item.
+	// needs no manual step once the old collectors are stopped (docs/ARCHITECTURE.md). Version
+	// 2 added per-shard size keys, version 3 replaced them with one total key per item.
 	ReadyKey = "likes:ready:3"
 	// rebuildingKey is the lease of the rebuild in progress (its token, with a TTL the rebuild
 	// keeps extending): one applier rebuilds at a time, and a FLUSHALL during a rebuild removes
