@@ -98,8 +98,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 func OpenClickHouse(ctx context.Context, cfg *config.Config, logger *slog.Logger) (driver.Conn, error) {
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	conn, err := chclient.Open(octx, chclient.Options{Addr: cfg.ClickHouse.Addr, Database: cfg.ClickHouse.Database,
-		Username: cfg.ClickHouse.Username, Password: cfg.ClickHouse.Password})
+	conn, err := chclient.Open(octx, cfg.ClickHouse.Options())
 	if err != nil {
 		return nil, err
 	}

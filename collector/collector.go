@@ -47,8 +47,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			octx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			var err error
-			conn, err = chclient.Open(octx, chclient.Options{Addr: cfg.ClickHouse.Addr, Database: cfg.ClickHouse.Database,
-				Username: cfg.ClickHouse.Username, Password: cfg.ClickHouse.Password})
+			conn, err = chclient.Open(octx, cfg.ClickHouse.Options())
 			if err != nil {
 				return err
 			}

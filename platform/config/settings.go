@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"tally/platform/chclient"
 )
 
 // Config is every setting of every tally binary; each binary reads the sections it uses.
@@ -51,6 +53,11 @@ type ClickHouse struct {
 	Database     string `mapstructure:"database"`
 	Username     string `mapstructure:"username"`
 	Password     string `mapstructure:"password"`
+}
+
+// Options is what chclient.Open needs of these settings.
+func (c ClickHouse) Options() chclient.Options {
+	return chclient.Options{Addr: c.Addr, Database: c.Database, Username: c.Username, Password: c.Password}
 }
 
 type Redis struct {

@@ -61,8 +61,7 @@ func run(args []string) int {
 	defer stop()
 
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
-	conn, err := chclient.Open(octx, chclient.Options{Addr: cfg.ClickHouse.Addr, Database: cfg.ClickHouse.Database,
-		Username: cfg.ClickHouse.Username, Password: cfg.ClickHouse.Password})
+	conn, err := chclient.Open(octx, cfg.ClickHouse.Options())
 	if err == nil {
 		_, err = migrate.Apply(octx, conn, logger)
 	}
