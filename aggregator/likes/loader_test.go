@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/chclient"
 	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -28,11 +27,7 @@ func TestMain(m *testing.M) {
 
 func openDB(t *testing.T, ctx context.Context, db string, migrated bool) driver.Conn {
 	t.Helper()
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := infra.DB(t, ctx, db)
 	if migrated {
 		if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
 			t.Fatal(err)

@@ -25,24 +25,10 @@ func TestMain(m *testing.M) {
 	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
 }
 
-// openMigrated opens a fresh database db (a previous run's is dropped, so -count works) with
-// every migration applied; the test closes it.
+// openMigrated opens an empty database db with every migration applied.
 func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
 	t.Helper()
-	opts := chclient.Options{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"}
-	conn, err := chclient.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+db)
-	conn.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if conn, err = chclient.Open(ctx, opts); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := infra.DB(t, ctx, db)
 	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,6 @@ import (
 
 	aggload "tally/aggregator/likes"
 	"tally/collector/likes"
-	"tally/platform/chclient"
 	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -50,18 +50,16 @@ type fixture struct {
 
 func newFixture(t *testing.T, ctx context.Context, name string) *fixture {
 	t.Helper()
-	f := &fixture{topic: "likes-" + name}
+	// A new topic each time: the broker lives as long as the test binary, so a second run of
+	// the test (go test -count) would otherwise read the first run's records too.
+	f := &fixture{topic: "likes-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	f.rdb = redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
 	t.Cleanup(func() { f.rdb.Close() })
 	if err := f.rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	f.store = likes.NewStore(f.rdb)
-	var err error
-	if f.conn, err = chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "rec_" + name, Username: "default"}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.conn.Close() })
+	f.conn = infra.DB(t, ctx, "rec_"+name)
 	if _, err := migrate.Apply(ctx, f.conn, infra.Logger); err != nil {
 		t.Fatal(err)
 	}

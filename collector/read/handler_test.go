@@ -18,29 +18,33 @@ import (
 
 	"tally/collector/api"
 	"tally/collector/likes"
-	"tally/platform/chclient"
 	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
 )
 
-var (
-	infra *testinfra.Infra
-	conn  driver.Conn
-)
+// One infrastructure per test binary (chDB allows one engine per process).
+var infra *testinfra.Infra
 
 func TestMain(m *testing.M) {
-	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
-		infra = in
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		var err error
-		if conn, err = chclient.Open(ctx, chclient.Options{Addr: in.ClickHouse.Addr(), Database: "readtest", Username: "default"}); err != nil {
-			return err
-		}
-		_, err = migrate.Apply(ctx, conn, in.Logger)
-		return err
-	}))
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
+}
+
+// fresh gives the test an empty, migrated database and an empty Redis: the tests reuse item
+// ids, and go test -count runs them again in this process.
+func fresh(t *testing.T) (driver.Conn, *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	conn := infra.DB(t, ctx, "readtest")
+	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return conn, rdb
 }
 
 // clock is an injected, settable clock.
@@ -53,7 +57,7 @@ func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return 
 func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // addViews writes what the aggregator would: deltas (which feed the rollups) for item at ts.
-func addViews(t *testing.T, item string, ts time.Time, n uint64) {
+func addViews(t *testing.T, conn driver.Conn, item string, ts time.Time, n uint64) {
 	t.Helper()
 	err := conn.Exec(context.Background(), "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views) VALUES (0, 1, now64(), ?, ?, ?)", item, ts.UTC(), n)
 	if err != nil {
@@ -61,11 +65,12 @@ func addViews(t *testing.T, item string, ts time.Time, n uint64) {
 	}
 }
 
-func newTestHandler(t *testing.T, c *clock) (*Handler, *httptest.Server) {
+// newTestHandler serves a handler on a fresh database and Redis, and returns the database.
+func newTestHandler(t *testing.T, c *clock) (driver.Conn, *httptest.Server) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	return startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, prometheus.NewRegistry()))
+	conn, rdb := fresh(t)
+	_, srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, prometheus.NewRegistry()))
+	return conn, srv
 }
 
 // startHandler starts h and serves it until t ends.
@@ -94,14 +99,13 @@ func getJSON(t *testing.T, url string, v any) int {
 
 func TestCounts(t *testing.T) {
 	c := &clock{t: time.Now()}
-	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	conn, rdb := fresh(t)
 	reg := prometheus.NewRegistry()
 	_, srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, reg))
 	ts := time.Now().Add(-time.Hour)
-	addViews(t, "c-a", ts, 5)
-	addViews(t, "c-a", ts.Add(time.Minute), 2)
-	addViews(t, "c-b", ts, 1)
+	addViews(t, conn, "c-a", ts, 5)
+	addViews(t, conn, "c-a", ts.Add(time.Minute), 2)
+	addViews(t, conn, "c-b", ts, 1)
 	if err := conn.Exec(context.Background(), "INSERT INTO unique_viewers (item_id, day, sketch, viewers, updated_at) VALUES ('c-a', toDate(0), '', 6, now64())"); err != nil {
 		t.Fatal(err)
 	}
@@ -142,10 +146,9 @@ func redisReads(t *testing.T, reg *prometheus.Registry) uint64 {
 // while the like state is being rebuilt, counts answer 503 rather than wrong totals.
 func TestCountsWithLikes(t *testing.T) {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	conn, rdb := fresh(t)
 	_, srv := startHandler(t, New(conn, rdb, time.Second, likes.QueueTotals, time.Now, infra.Logger, prometheus.NewRegistry()))
-	addViews(t, "l-a", time.Now().Add(-time.Hour), 4)
+	addViews(t, conn, "l-a", time.Now().Add(-time.Hour), 4)
 	if err := rdb.Set(ctx, likes.ReadyKey, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -182,14 +185,15 @@ func mustJSON(v any) string {
 // A full round of the refresher: maxItemsPerQuery ids of the longest allowed length make a query
 // text far beyond ClickHouse's default max_query_size.
 func TestCountsOfAFullRoundOfLongIDs(t *testing.T) {
+	conn, _ := fresh(t)
 	ts := time.Now().Add(-time.Hour)
 	items := make([]string, maxItemsPerQuery)
 	for i := range items {
 		id := fmt.Sprintf("long-%d-", i)
 		items[i] = id + strings.Repeat("x", schemas.MaxIDLen-len(id))
 	}
-	addViews(t, items[0], ts, 3)
-	addViews(t, items[len(items)-1], ts, 4)
+	addViews(t, conn, items[0], ts, 3)
+	addViews(t, conn, items[len(items)-1], ts, 4)
 	got, err := source{conn}.counts(context.Background(), items)
 	if err != nil {
 		t.Fatal(err)
@@ -203,9 +207,9 @@ func TestCountsOfAFullRoundOfLongIDs(t *testing.T) {
 // the background, never leaving a reader waiting on ClickHouse.
 func TestCacheFreshness(t *testing.T) {
 	c := &clock{t: time.Now()}
-	_, srv := newTestHandler(t, c)
+	conn, srv := newTestHandler(t, c)
 	ts := time.Now().Add(-time.Hour)
-	addViews(t, "f-a", ts, 1)
+	addViews(t, conn, "f-a", ts, 1)
 	views := func() uint64 {
 		var got ItemCounts
 		getJSON(t, srv.URL+"/v1/items/f-a/counts", &got)
@@ -214,7 +218,7 @@ func TestCacheFreshness(t *testing.T) {
 	if got := views(); got != 1 {
 		t.Fatalf("got %d views; want 1", got)
 	}
-	addViews(t, "f-a", ts, 1)
+	addViews(t, conn, "f-a", ts, 1)
 	c.add(500 * time.Millisecond)
 	if got := views(); got != 1 {
 		t.Errorf("got %d views while the entry is fresh; want the cached 1", got)
@@ -238,11 +242,11 @@ func TestSeries(t *testing.T) {
 		now = time.Now().UTC().Truncate(time.Minute).Add(10 * time.Second)
 	}
 	c := &clock{t: now}
-	_, srv := newTestHandler(t, c)
+	conn, srv := newTestHandler(t, c)
 	minute := now.Truncate(time.Minute)
-	addViews(t, "s-a", minute.Add(-2*time.Minute+5*time.Second), 3)
-	addViews(t, "s-a", minute.Add(-2*time.Minute+50*time.Second), 1)
-	addViews(t, "s-a", minute.Add(3*time.Second), 4)
+	addViews(t, conn, "s-a", minute.Add(-2*time.Minute+5*time.Second), 3)
+	addViews(t, conn, "s-a", minute.Add(-2*time.Minute+50*time.Second), 1)
+	addViews(t, conn, "s-a", minute.Add(3*time.Second), 4)
 	var got struct {
 		Granularity string
 		Points      []Point
@@ -294,6 +298,7 @@ func TestBadParameters(t *testing.T) {
 }
 
 func TestRedisDownIs503(t *testing.T) {
+	conn, _ := fresh(t)
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer rdb.Close()
 	h := New(conn, rdb, time.Second, nil, time.Now, infra.Logger, prometheus.NewRegistry())

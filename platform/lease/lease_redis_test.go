@@ -105,6 +105,7 @@ func TestLease(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			key := "lease-test:" + t.Name()
+			rdb.Del(ctx, key) // left by an earlier run (go test -count)
 			l, ok, err := Take(ctx, rdb, key, ttl)
 			if !ok || err != nil {
 				t.Fatalf("take: got %v, %v; want true, nil", ok, err)
