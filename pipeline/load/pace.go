@@ -2,7 +2,8 @@ package load
 
 import (
 	"context"
-	"sync/atomic"
+	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -14,7 +15,6 @@ type pacer struct {
 	start time.Time
 	rate  float64 // slots per second
 	n     int64   // slots in the whole run
-	next  atomic.Int64
 }
 
 func newPacer(start time.Time, rate float64, n int64) *pacer {
@@ -31,31 +31,45 @@ func (p *pacer) at(i int64) time.Time {
 	return p.start.Add(time.Duration(float64(i) / p.rate * float64(time.Second)))
 }
 
-// claim hands out the next slot and its due time; ok is false once every slot is taken. Safe
-// for concurrent use: each slot goes to exactly one caller.
-func (p *pacer) claim() (i int64, due time.Time, ok bool) {
-	i = p.next.Add(1) - 1
-	if i >= p.n {
-		return i, time.Time{}, false
-	}
-	return i, p.at(i), true
-}
+// maxNap bounds one sleep of run, so that it notices ctx ending.
+const maxNap = 10 * time.Millisecond
 
-// wait claims the next slot and sleeps until it is due, using timer (owned by the caller, one
-// per goroutine, so nothing is allocated per slot). ok is false once every slot is taken or ctx
-// ends.
-func (p *pacer) wait(ctx context.Context, timer *time.Timer) (due time.Time, ok bool) {
-	_, due, ok = p.claim()
-	if !ok {
-		return due, false
-	}
-	if d := time.Until(due); d > 0 {
-		timer.Reset(d)
+// run sends each slot's due time on slots once it is due, in order, then closes slots; the
+// workers take them from there. A send waits while every worker is busy, and the slot keeps its
+// due time, so the wait counts as latency. run stops early when ctx ends or, for a stream that
+// fell behind, at giveUp; it returns how many slots it handed out.
+//
+// It sleeps on an OS thread of its own with nanosleep rather than on a Go timer: Go wakes an
+// otherwise idle process for a timer only to the millisecond (its network poller waits in whole
+// milliseconds), which would add up to a millisecond of the generator's own lateness to every
+// request it measures.
+func (p *pacer) run(ctx context.Context, giveUp time.Time, slots chan<- time.Time) (sent int64) {
+	defer close(slots)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	late := time.NewTimer(time.Until(giveUp))
+	defer late.Stop()
+	for i := range p.n {
+		due := p.at(i)
+		for {
+			d := time.Until(due)
+			if d <= 0 || ctx.Err() != nil {
+				break
+			}
+			ts := syscall.NsecToTimespec(int64(min(d, maxNap)))
+			_ = syscall.Nanosleep(&ts, nil) // an interrupted sleep just loops
+		}
+		if ctx.Err() != nil || !time.Now().Before(giveUp) {
+			return sent
+		}
 		select {
+		case slots <- due:
+			sent++
 		case <-ctx.Done():
-			return due, false
-		case <-timer.C:
+			return sent
+		case <-late.C:
+			return sent
 		}
 	}
-	return due, true
+	return sent
 }
