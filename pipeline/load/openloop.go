@@ -11,7 +11,7 @@ import (
 )
 
 // openLoop fires requests on a fixed schedule (rate per second from start until end) whatever
-// the responses do: the pacer hands each slot to a free worker when it is due, which sends. Latency is
+// the responses do: a worker claims the next slot, sleeps until it is due and sends. Latency is
 // measured from the slot's due time, so when the server (or this generator) falls behind, the
 // wait before sending counts too. workers bounds the requests in flight.
 type openLoop struct {
@@ -55,14 +55,25 @@ func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64) S
 	steady := make([]recorder, len(o.kinds))
 	steadyFrom := start.Add(o.warmup)
 	var delay recorder
-	slots := make(chan time.Time)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.run(ctx, end.Add(lateGrace), slots) })
 	for w := range o.workers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			var buf bytes.Buffer
-			for due := range slots {
+			sl, err := newSleeper(o.rate)
+			if err != nil {
+				o.errs.add(ctx, "pace requests", err)
+				return
+			}
+			defer sl.close()
+			for {
+				if time.Now().After(end.Add(lateGrace)) {
+					return
+				}
+				due, ok := p.wait(ctx, sl)
+				if !ok || !due.Before(end) {
+					return
+				}
 				sent := time.Now()
 				kind, ok := o.fire(ctx, rng, &buf)
 				done := time.Now()

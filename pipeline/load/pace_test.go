@@ -2,12 +2,10 @@ package load
 
 import (
 	"context"
-	"slices"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
 
 func TestPacerSchedule(t *testing.T) {
@@ -54,64 +52,79 @@ func TestSlotsFor(t *testing.T) {
 	}
 }
 
-// run hands out every slot once, in order, never before it is due, and stops early when ctx
-// ends or when nobody took the slots by giveUp.
-func TestPacerRun(t *testing.T) {
-	const n = 300
-	tests := []struct {
-		name     string
-		giveUp   time.Duration // after start
-		cancelAt int64         // cancel ctx after receiving this many slots (0: never)
-		readers  int
-		want     int64 // slots handed out
-	}{
-		{"all slots to racing workers", time.Hour, 0, 8, n},
-		{"ctx ends", time.Hour, 50, 1, 50},
-		{"nobody takes the slots by giveUp", 30 * time.Millisecond, 0, 0, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			p := newPacer(time.Now(), 10000, n)
-			slots := make(chan time.Time)
-			var sent int64
-			done := make(chan struct{})
-			go func() { sent = p.run(ctx, p.start.Add(tt.giveUp), slots); close(done) }()
-			var mu sync.Mutex
-			var got []time.Time
-			var wg sync.WaitGroup
-			for range tt.readers {
-				wg.Go(func() {
-					for due := range slots {
-						at := time.Now()
-						mu.Lock()
-						if at.Before(due) {
-							t.Errorf("slot due %v handed out early, at %v", due, at)
-						}
-						got = append(got, due)
-						if int64(len(got)) == tt.cancelAt {
-							cancel()
-						}
-						mu.Unlock()
-					}
-				})
-			}
-			<-done
-			wg.Wait()
-			if sent != tt.want || int64(len(got)) != tt.want {
-				t.Fatalf("got %d slots sent, %d received; want %d", sent, len(got), tt.want)
-			}
-			slices.SortFunc(got, func(a, b time.Time) int { return a.Compare(b) })
-			for i, due := range got {
-				if want := p.at(int64(i)); !due.Equal(want) {
-					t.Fatalf("slot %d: got due %v; want %v (each slot once)", i, due, want)
+// Every slot is claimed exactly once however many workers race for them, and claiming stops at n.
+func TestPacerClaimConcurrent(t *testing.T) {
+	const n = 10000
+	p := newPacer(time.Now(), 1e6, n)
+	seen := make([]int32, n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i, due, ok := p.claim()
+				if !ok {
+					return
 				}
-			}
-			if _, open := <-slots; open {
-				t.Fatal("slots still open after run returned")
+				if want := p.at(i); !due.Equal(want) {
+					t.Errorf("slot %d: got due %v; want %v", i, due, want)
+				}
+				mu.Lock()
+				seen[i]++
+				mu.Unlock()
 			}
 		})
+	}
+	wg.Wait()
+	for i, c := range seen {
+		if c != 1 {
+			t.Fatalf("slot %d claimed %d times; want 1", i, c)
+		}
+	}
+	if _, _, ok := p.claim(); ok {
+		t.Errorf("claim after %d slots: got ok; want exhausted", n)
+	}
+}
+
+// A sleeper, precise (timerfd) or not, never wakes before the due time, whichever clock the
+// wait ends on, and gives up when ctx ends.
+func TestSleeperUntil(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       time.Duration // due time from now
+		canceled bool
+		want     bool
+	}{
+		{"due already", -time.Millisecond, false, true},
+		{"within the timerfd's part", coarse / 2, false, true},
+		{"past the Go timer's part", 5 * coarse, false, true},
+		{"ctx ended", time.Hour, true, false},
+	}
+	for _, rate := range []float64{preciseUpTo, preciseUpTo + 1} {
+		s, err := newSleeper(rate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.close()
+		if precise := s.f != nil; precise != (rate <= preciseUpTo) {
+			t.Fatalf("rate %v: got a precise sleeper %v; want %v", rate, precise, rate <= preciseUpTo)
+		}
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%v/s %s", rate, tt.name), func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tt.canceled {
+					cancel()
+				}
+				due := time.Now().Add(tt.in)
+				got := s.until(ctx, due)
+				if now := time.Now(); got && now.Before(due) {
+					t.Fatalf("woke %v before the due time", due.Sub(now))
+				}
+				if got != tt.want {
+					t.Fatalf("got %v; want %v", got, tt.want)
+				}
+			})
+		}
 	}
 }

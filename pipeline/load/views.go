@@ -52,17 +52,25 @@ func newViewsRun(c Config, cl *http.Client, prefix string) *viewsRun {
 
 func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) {
 	c := v.cfg
-	p := newPacer(start, float64(c.Rate)/float64(c.Batch), slotsFor(float64(c.Rate)/float64(c.Batch), end.Sub(start)))
+	rate := float64(c.Rate) / float64(c.Batch) // batches per second
+	p := newPacer(start, rate, slotsFor(rate, end.Sub(start)))
 	url := c.URL + "/v1/events"
-	slots := make(chan time.Time)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.run(ctx, end, slots) })
 	for w := range c.Concurrency {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			batch := newViewBatch(v.prefix, c.Batch)
 			var buf bytes.Buffer
-			for range slots {
+			sl, err := newSleeper(rate)
+			if err != nil {
+				v.errs.add(ctx, "pace requests", err)
+				return
+			}
+			defer sl.close()
+			for time.Now().Before(end) {
+				if _, ok := p.wait(ctx, sl); !ok {
+					return
+				}
 				batch.fill(rng, c.HotShare, c.Items, c.Viewers)
 				t0 := time.Now()
 				code, err := do(ctx, v.cl, http.MethodPost, url, batch.buf, &buf)
