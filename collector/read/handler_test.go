@@ -69,19 +69,19 @@ func addViews(t *testing.T, conn driver.Conn, item string, ts time.Time, n uint6
 func newTestHandler(t *testing.T, c *clock) (driver.Conn, *httptest.Server) {
 	t.Helper()
 	conn, rdb := fresh(t)
-	_, srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, prometheus.NewRegistry()))
+	srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, prometheus.NewRegistry()))
 	return conn, srv
 }
 
 // startHandler starts h and serves it until t ends.
-func startHandler(t *testing.T, h *Handler) (*Handler, *httptest.Server) {
+func startHandler(t *testing.T, h *Handler) *httptest.Server {
 	h.Start()
 	t.Cleanup(h.Stop)
 	mux := http.NewServeMux()
 	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return h, srv
+	return srv
 }
 
 func getJSON(t *testing.T, url string, v any) int {
@@ -101,7 +101,7 @@ func TestCounts(t *testing.T) {
 	c := &clock{t: time.Now()}
 	conn, rdb := fresh(t)
 	reg := prometheus.NewRegistry()
-	_, srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, reg))
+	srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, reg))
 	ts := time.Now().Add(-time.Hour)
 	addViews(t, conn, "c-a", ts, 5)
 	addViews(t, conn, "c-a", ts.Add(time.Minute), 2)
@@ -147,7 +147,7 @@ func redisReads(t *testing.T, reg *prometheus.Registry) uint64 {
 func TestCountsWithLikes(t *testing.T) {
 	ctx := context.Background()
 	conn, rdb := fresh(t)
-	_, srv := startHandler(t, New(conn, rdb, time.Second, likes.QueueTotals, time.Now, infra.Logger, prometheus.NewRegistry()))
+	srv := startHandler(t, New(conn, rdb, time.Second, likes.QueueTotals, time.Now, infra.Logger, prometheus.NewRegistry()))
 	addViews(t, conn, "l-a", time.Now().Add(-time.Hour), 4)
 	if err := rdb.Set(ctx, likes.ReadyKey, "1", 0).Err(); err != nil {
 		t.Fatal(err)

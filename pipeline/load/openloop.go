@@ -60,7 +60,7 @@ func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64) S
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			var buf bytes.Buffer
-			sl, err := newSleeper(o.rate)
+			sl, err := newSleeper(p.rate)
 			if err != nil {
 				o.errs.add(ctx, "pace requests", err)
 				return

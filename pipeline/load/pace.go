@@ -74,7 +74,7 @@ const preciseUpTo = 2000
 type sleeper struct {
 	timer *time.Timer
 	f     *os.File // the timerfd; nil for a sleeper on the Go timer alone
-	fd    int
+	fd    int      // f's descriptor, kept because f.Fd() would switch f to blocking reads
 }
 
 // newSleeper returns a sleeper for a stream of rate requests per second.

@@ -61,7 +61,7 @@ func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) 
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			batch := newViewBatch(v.prefix, c.Batch)
 			var buf bytes.Buffer
-			sl, err := newSleeper(rate)
+			sl, err := newSleeper(p.rate)
 			if err != nil {
 				v.errs.add(ctx, "pace requests", err)
 				return
