@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -50,6 +51,8 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					SketchInterval: cfg.Aggregator.SketchInterval,
 					MaxBatch:       cfg.Aggregator.MaxBatch,
 					SketchIdle:     time.Minute,
+					DeltasTTL:      cfg.Aggregator.TTLSeconds,
+					Owner:          owner(cfg.Aggregator.InstanceID),
 				}, conn, now, logger, reg)
 				var err error
 				group := views.Group{Brokers: cfg.Kafka.Brokers, Name: cfg.Aggregator.Group,
@@ -134,4 +137,13 @@ func setRetention(ctx context.Context, conn driver.Conn, c config.Aggregator) er
 		}
 	}
 	return nil
+}
+
+// owner names this process in partition claims: the static member id when set, else host and pid.
+func owner(instanceID string) string {
+	if instanceID != "" {
+		return instanceID
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,11 @@ type Config struct {
 	SketchInterval time.Duration
 	MaxBatch       int           // records of one partition before an early flush
 	SketchIdle     time.Duration // clean sketches untouched this long leave memory
+	// DeltasTTL is view_deltas' retention: rollup buckets are repaired only where the deltas
+	// still hold them whole. Zero means the default, 7 days.
+	DeltasTTL time.Duration
+	// Owner names this aggregator in its partition claims (logs and debugging only).
+	Owner string
 }
 
 // Aggregator holds the state of the assigned partitions and writes their batches.
@@ -47,6 +54,7 @@ type metrics struct {
 	flushSeconds             prometheus.Histogram
 	sketchSeconds            prometheus.Histogram
 	flushErrors              prometheus.Counter
+	repairs, zombies, fenced prometheus.Counter
 	pairs                    prometheus.GaugeFunc
 	lagSeconds               prometheus.Gauge
 }
@@ -64,6 +72,12 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_flush_errors_total", Help: "ClickHouse write attempts that failed and were retried."}),
 		lagSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_views_flush_lag_seconds", Help: "Age of the oldest unflushed batch at the last flush."}),
+		repairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_rollup_repairs_total",
+			Help: "Rollup repairs run: batches whose rollup writes could not be vouched for (crash, unknown outcome), compared with the deltas and corrected."}),
+		zombies: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_zombie_batches_total",
+			Help: "Batches written by an aggregator after it had lost the partition, found and undone."}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_fenced_partitions_total",
+			Help: "Partitions this aggregator dropped before writing because a newer owner had claimed them."}),
 	}
 	a.m.pairs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_views_dedupe_pairs", Help: "Live (viewer, item) pairs held by the dedupe windows."}, func() float64 {
 		a.mu.Lock()
@@ -74,24 +88,46 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		}
 		return float64(n)
 	})
-	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.sketchSeconds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds)
+	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.sketchSeconds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
+		a.m.repairs, a.m.zombies, a.m.fenced)
 	return a
 }
 
-// Assign loads the state of newly assigned partitions and returns, for each partition that has a
-// checkpoint in ClickHouse, the offset to resume at: the lower of its deltas and sketch
-// checkpoints. Partitions without one resume where Kafka's committed offset says.
+// Assign claims newly assigned partitions, loads their state, repairs what the previous owner
+// may have left half written, and returns, for each partition that has a checkpoint in
+// ClickHouse, the offset to resume at: the lower of its deltas and sketch checkpoints.
+// Partitions without one resume where Kafka's committed offset says.
+//
+// The claim comes first: from then on a zombie's batches are invalid (fence), and the
+// checkpoint is read from the valid batches only.
 func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	resume := map[int32]int64{}
 	for _, id := range ids {
 		t0 := time.Now()
-		cp, err := a.store.loadCheckpoint(ctx, id)
+		f, err := a.store.loadFence(ctx, id)
 		if err != nil {
 			return nil, err
 		}
+		cp, err := a.store.loadCheckpoint(ctx, id, f)
+		if err != nil {
+			return nil, err
+		}
+		prev := int64(-1) // where the previous owner started: zombies of older epochs wrote after it
+		if n := len(f.claims); n > 0 {
+			prev = f.claims[n-1].start
+		}
+		c := claim{epoch: f.maxEpoch() + 1, start: cp.end}
+		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, a.now()); err != nil {
+			return nil, err
+		}
 		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
+		p.epoch, p.start, p.rolled = c.epoch, c.start, cp.rolled
+		p.fence = newFence(append(f.claims, c))
+		if err := a.reconcile(ctx, p, prev); err != nil {
+			return nil, err
+		}
 		pairs := 0
 		if cp.found {
 			p.win.Restore(cp.watermark)
@@ -102,10 +138,61 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		}
 		p.lastEvict = a.now()
 		a.parts[id] = p
-		a.logger.Info("partition assigned", "partition", id, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched, "found", cp.found,
-			"dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
+		a.logger.Info("partition assigned", "partition", id, "epoch", c.epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
+			"found", cp.found, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	return resume, nil
+}
+
+// reconcile makes partition p's rollups hold exactly its valid batches: it finds the batches of
+// zombies that ended after offset after, repairs the rollups of every item of those batches and
+// of the batches after p.rolled, then deletes the zombies' deltas. Every step compares before it
+// writes, so a crash anywhere in it is repaired by running it again.
+func (a *Aggregator) reconcile(ctx context.Context, p *partition, after int64) error {
+	zs, err := a.store.zombieBatches(ctx, p.id, p.fence, p.epoch, after)
+	if err != nil {
+		return err
+	}
+	zs = slices.DeleteFunc(zs, func(b batchRef) bool { return p.undone[b] })
+	if p.rolled >= p.flushed && len(zs) == 0 {
+		return nil
+	}
+	var items []string
+	if p.rolled < 0 {
+		items, err = a.store.legacyItems(ctx, p.id)
+	} else {
+		items, err = a.store.itemsOf(ctx, p.id, p.rolled, p.flushed, zs)
+	}
+	if err != nil {
+		return err
+	}
+	ttl := a.cfg.DeltasTTL
+	if ttl <= 0 {
+		ttl = 7 * 24 * time.Hour
+	}
+	horizon := a.now().Add(-ttl + time.Hour)
+	if _, err := a.store.repairRollups(ctx, p.id, items, p.fence.invalidSQL(p.fence.epochs()), horizon); err != nil {
+		return err
+	}
+	a.m.repairs.Inc()
+	if len(zs) > 0 {
+		terms := make([]string, len(zs))
+		for i, b := range zs {
+			terms[i] = fmt.Sprintf("(epoch = %d AND end_offset = %d)", b.epoch, b.end)
+		}
+		if err := a.store.deleteBatches(ctx, p.id, strings.Join(terms, " OR ")); err != nil {
+			return err
+		}
+		for _, b := range zs {
+			p.undone[b] = true
+		}
+		a.m.zombies.Add(float64(len(zs)))
+		a.logger.Warn("undid batches written by an aggregator after it lost the partition", "partition", p.id,
+			"batches", fmt.Sprint(zs), "items", len(items))
+	}
+	a.logger.Info("rollups repaired", "partition", p.id, "from", p.rolled, "to", p.flushed, "items", len(items), "zombie_batches", len(zs))
+	p.rolled = p.flushed
+	return nil
 }
 
 // Process applies records of partition id. Records below the partition's position (a fetch
@@ -215,10 +302,13 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 	byID(parts)
 	byID(sketchParts)
 	t0 := time.Now()
-	// Dedupe state and sketches first: both are idempotent, so a crash before the deltas only
-	// means they are written again on replay. The deltas carry the checkpoint and go last.
+	// Dedupe state, batch items and sketches first: all are idempotent, so a crash before the
+	// deltas only means they are written again on replay. The deltas carry the checkpoint.
 	if len(parts) > 0 {
 		if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
+			return nil, err
+		}
+		if err := a.retry(ctx, "write batch items", func() error { return a.store.writeBatchItems(ctx, parts, now) }); err != nil {
 			return nil, err
 		}
 	}
@@ -231,29 +321,84 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 			return nil, err
 		}
 	}
-	if len(parts) == 0 {
-		return nil, nil
-	}
-	attempted := false
+	attempts := 0
 	if err := a.retry(ctx, "write deltas", func() error {
-		if attempted {
+		// Checked before every attempt: a newer owner's claim makes this write a zombie's.
+		if err := a.fenceCheck(ctx, &parts); err != nil || len(parts) == 0 {
+			return err
+		}
+		if attempts > 0 {
 			done, err := a.store.batchWritten(ctx, parts[0].id, parts[0].next)
 			if err != nil || done {
 				return err
 			}
 		}
-		attempted = true
+		attempts++
 		return a.store.writeDeltas(ctx, parts, now)
 	}); err != nil {
 		return nil, err
+	}
+	// The rollups are written from memory when the deltas went in at the first attempt;
+	// otherwise (unknown outcome, or a rollup INSERT failed half way) they are repaired from the
+	// deltas, which compares before it writes.
+	rolled := false
+	if attempts == 1 {
+		if err := a.store.writeRollups(ctx, parts); err != nil {
+			a.logger.Warn("write rollups failed; repairing them from the deltas", "err", err)
+		} else {
+			rolled = true
+		}
 	}
 	done := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.next
 		p.markFlushed(p.next, now)
+		if rolled {
+			p.rolled = p.flushed
+		} else if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, p, p.start) }); err != nil {
+			return nil, err
+		}
 	}
-	a.m.flushSeconds.Observe(time.Since(t0).Seconds())
+	if withSketches && only == nil {
+		// Zombies' late batches are looked for at the sketch interval (cheap: batch_items).
+		for _, p := range a.parts {
+			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.start) }); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(parts) > 0 {
+		a.m.flushSeconds.Observe(time.Since(t0).Seconds())
+	}
 	return done, nil
+}
+
+// fenceCheck drops from parts, and from this aggregator, every partition that a newer owner has
+// claimed since this one did: its batch must not be written.
+func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error {
+	if len(*parts) == 0 {
+		return nil
+	}
+	ids := make([]int32, len(*parts))
+	for i, p := range *parts {
+		ids[i] = p.id
+	}
+	epochs, err := a.store.maxEpochs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	kept := (*parts)[:0]
+	for _, p := range *parts {
+		if e := epochs[p.id]; e > p.epoch {
+			a.m.fenced.Inc()
+			a.logger.Warn("partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
+			delete(a.parts, p.id)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	*parts = kept
+	return nil
 }
 
 // writeSketches stores the dirty sketches of parts, then their sketch checkpoints. The order

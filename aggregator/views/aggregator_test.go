@@ -111,7 +111,7 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 			if err != nil || len(done) != 0 {
 				t.Fatalf("got deltas written %v, %v; want none (the replay was counted before)", done, err)
 			}
-			if got := query("SELECT sum(views) FROM views_total WHERE item_id = ?", item); got != 100 {
+			if got := query("SELECT toUInt64(sum(views)) FROM views_total WHERE item_id = ?", item); got != 100 {
 				t.Errorf("got %d views; want 100", got)
 			}
 			if got := uniques(); got != 100 {

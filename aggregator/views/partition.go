@@ -64,6 +64,16 @@ type partition struct {
 	sketches  map[sketchKey]*sketch
 	lastEvict time.Time
 	poison    int // undecodable records skipped in this batch
+
+	// Fencing (docs/EXACTLY_ONCE.md, "Zombie aggregators"): the epoch this owner claimed, the
+	// checkpoint it claimed from, the claims that decide which batches are valid, and the
+	// zombie batches already undone.
+	epoch  uint64
+	start  int64
+	fence  fence
+	undone map[batchRef]bool
+	// rolled is the offset up to which the rollups are known to hold this partition's batches.
+	rolled int64
 }
 
 // newPartition starts a partition whose deltas are written up to flushed and whose sketches
@@ -77,6 +87,7 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 		sketched: sketched,
 		deltas:   make(map[deltaKey]uint64),
 		sketches: make(map[sketchKey]*sketch),
+		undone:   make(map[batchRef]bool),
 	}
 }
 

@@ -18,26 +18,34 @@ type store struct {
 	conn driver.Conn
 }
 
-// checkpoint is where a partition resumes: the end offset of its last written batch and the
-// watermark of its dedupe window at that point, and the offset below which its records are in
-// the stored sketches (0 when none were written, so that the replay starts at the beginning).
+// checkpoint is where a partition resumes: the end offset of its last valid batch, the
+// watermark of its dedupe window at that point, the offset up to which its rollups were known
+// complete when that batch was written (-1 for batches from before that was recorded), and the
+// offset below which its records are in the stored sketches (0 when none were written, so that
+// the replay starts at the beginning).
 type checkpoint struct {
 	end       int64
 	watermark int64
+	rolled    int64
 	found     bool
 	sketched  int64
 }
 
-func (s *store) loadCheckpoint(ctx context.Context, p int32) (checkpoint, error) {
+// loadCheckpoint reads partition p's checkpoint from the markers of its valid batches.
+func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence) (checkpoint, error) {
 	var cp checkpoint
 	var n uint64
-	err := s.conn.QueryRow(ctx, `SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset),
-			(SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?)
-		FROM view_deltas WHERE item_id = '' AND partition = ?`, uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.sketched)
+	err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset),
+			argMax(rolled_up_to, end_offset), (SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?)
+		FROM view_deltas WHERE item_id = '' AND partition = ? AND NOT (%s)`, f.invalidSQL(f.epochs())),
+		uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched)
 	if err != nil {
 		return cp, fmt.Errorf("load checkpoint of partition %d: %w", p, err)
 	}
 	cp.found = n > 0
+	if !cp.found {
+		cp.rolled = cp.end
+	}
 	return cp, nil
 }
 
@@ -206,20 +214,21 @@ func (s *store) writeSketches(ctx context.Context, parts []*partition, now time.
 }
 
 // writeDeltas writes the batches of parts and their checkpoint markers in one INSERT block,
-// which ClickHouse makes visible all at once.
+// which ClickHouse makes visible all at once. Every row carries the epoch it was written under
+// and the partition's rollup checkpoint (rolled_up_to) at that moment.
 func (s *store) writeDeltas(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views)")
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views, epoch, rolled_up_to)")
 	if err != nil {
 		return fmt.Errorf("prepare deltas insert: %w", err)
 	}
 	defer b.Abort()
 	for _, p := range parts {
 		wm := time.UnixMilli(p.win.Watermark()).UTC()
-		if err := b.Append(uint16(p.id), p.next, wm, "", now, uint64(0)); err != nil {
+		if err := b.Append(uint16(p.id), p.next, wm, "", now, uint64(0), p.epoch, p.rolled); err != nil {
 			return fmt.Errorf("append checkpoint of partition %d: %w", p.id, err)
 		}
 		for k, n := range p.deltas {
-			if err := b.Append(uint16(p.id), p.next, wm, k.item, time.Unix(k.second, 0).UTC(), n); err != nil {
+			if err := b.Append(uint16(p.id), p.next, wm, k.item, time.Unix(k.second, 0).UTC(), n, p.epoch, p.rolled); err != nil {
 				return fmt.Errorf("append deltas of partition %d: %w", p.id, err)
 			}
 		}

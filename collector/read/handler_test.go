@@ -56,12 +56,20 @@ type clock struct {
 func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
-// addViews writes what the aggregator would: deltas (which feed the rollups) for item at ts.
+// addViews writes what the aggregator would: deltas for item at ts, and the same views into
+// every rollup.
 func addViews(t *testing.T, conn driver.Conn, item string, ts time.Time, n uint64) {
 	t.Helper()
-	err := conn.Exec(context.Background(), "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views) VALUES (0, 1, now64(), ?, ?, ?)", item, ts.UTC(), n)
-	if err != nil {
-		t.Fatal(err)
+	for _, q := range []string{
+		"INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views) VALUES (0, 1, now64(), ?, ?, ?)",
+		"INSERT INTO views_by_minute (item_id, minute, views) VALUES (?, toStartOfMinute(toDateTime(?)), ?)",
+		"INSERT INTO views_by_hour (item_id, hour, views) VALUES (?, toStartOfHour(toDateTime(?)), ?)",
+		"INSERT INTO views_by_day (item_id, day, views) VALUES (?, toDate(toDateTime(?)), ?)",
+		"INSERT INTO views_total_by_day (item_id, day, views) VALUES (?, toDate(toDateTime(?)), ?)",
+	} {
+		if err := conn.Exec(context.Background(), q, item, ts.UTC(), n); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

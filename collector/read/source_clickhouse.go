@@ -26,7 +26,7 @@ type source struct {
 func (s source) counts(ctx context.Context, items []string) (map[string]Counts, error) {
 	ctx = chclient.FitList(ctx, items, 2)
 	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
-		SELECT item_id, views AS v, toUInt64(0) AS u FROM views_total WHERE item_id IN (?)
+		SELECT item_id, toUInt64(greatest(views, 0)) AS v, toUInt64(0) AS u FROM views_total WHERE item_id IN (?)
 		UNION ALL
 		SELECT item_id, toUInt64(0), argMax(viewers, updated_at) FROM unique_viewers
 		WHERE item_id IN (?) AND day = toDate(0) GROUP BY item_id
@@ -90,7 +90,7 @@ func (g Granularity) table() (table, column string) {
 // series returns the views per bucket of item in [from, to), bucket starts as Unix seconds.
 func (s source) series(ctx context.Context, item string, g Granularity, from, to time.Time) (map[int64]uint64, error) {
 	table, col := g.table()
-	q := fmt.Sprintf(`SELECT toInt64(toUnixTimestamp(%[2]s)) AS t, sum(views) FROM %[1]s
+	q := fmt.Sprintf(`SELECT toInt64(toUnixTimestamp(%[2]s)) AS t, toUInt64(greatest(sum(views), 0)) FROM %[1]s
 		WHERE item_id = ? AND %[2]s >= ? AND %[2]s < ? GROUP BY t`, table, col)
 	lo, hi := from.UTC(), to.UTC()
 	var rows driver.Rows

@@ -1,0 +1,165 @@
+package views
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// loadFence reads partition p's claims.
+func (s *store) loadFence(ctx context.Context, p int32) (fence, error) {
+	rows, err := s.conn.Query(ctx, `SELECT epoch, start_offset FROM partition_claims WHERE partition = ?`, uint16(p))
+	if err != nil {
+		return fence{}, fmt.Errorf("load claims of partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	var cs []claim
+	for rows.Next() {
+		var c claim
+		if err := rows.Scan(&c.epoch, &c.start); err != nil {
+			return fence{}, fmt.Errorf("scan claim of partition %d: %w", p, err)
+		}
+		cs = append(cs, c)
+	}
+	if err := rows.Err(); err != nil {
+		return fence{}, fmt.Errorf("read claims of partition %d: %w", p, err)
+	}
+	return newFence(cs), nil
+}
+
+func (s *store) insertClaim(ctx context.Context, p int32, c claim, owner string, now time.Time) error {
+	if err := s.conn.Exec(ctx, `INSERT INTO partition_claims (partition, epoch, start_offset, owner, claimed_at) VALUES (?, ?, ?, ?, ?)`,
+		uint16(p), c.epoch, c.start, owner, now); err != nil {
+		return fmt.Errorf("claim partition %d epoch %d: %w", p, c.epoch, err)
+	}
+	return nil
+}
+
+// maxEpochs returns the newest claim epoch of each of ids.
+func (s *store) maxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, error) {
+	ps := make([]uint16, len(ids))
+	for i, id := range ids {
+		ps[i] = uint16(id)
+	}
+	rows, err := s.conn.Query(ctx, `SELECT partition, max(epoch) FROM partition_claims WHERE partition IN (?) GROUP BY partition`, ps)
+	if err != nil {
+		return nil, fmt.Errorf("read claim epochs: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[int32]uint64, len(ids))
+	for rows.Next() {
+		var p uint16
+		var e uint64
+		if err := rows.Scan(&p, &e); err != nil {
+			return nil, fmt.Errorf("scan claim epoch: %w", err)
+		}
+		out[int32(p)] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read claim epochs: %w", err)
+	}
+	return out, nil
+}
+
+// writeBatchItems records the items of every pending batch of parts under the batch's end offset
+// and epoch. Written before the deltas; rewriting the same rows is harmless.
+func (s *store) writeBatchItems(ctx context.Context, parts []*partition, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO batch_items (partition, end_offset, epoch, item_id, written_at)")
+	if err != nil {
+		return fmt.Errorf("prepare batch items insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		seen := map[string]bool{}
+		for k := range p.deltas {
+			if seen[k.item] {
+				continue
+			}
+			seen[k.item] = true
+			if err := b.Append(uint16(p.id), p.next, p.epoch, k.item, now); err != nil {
+				return fmt.Errorf("append batch items of partition %d: %w", p.id, err)
+			}
+		}
+	}
+	if b.Rows() == 0 {
+		return nil
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert batch items: %w", err)
+	}
+	return nil
+}
+
+// batchRef names one batch of a partition.
+type batchRef struct {
+	epoch uint64
+	end   int64
+}
+
+// itemsOf returns the distinct items of partition p's batches that end in (from, to], and of
+// the batches in extra.
+func (s *store) itemsOf(ctx context.Context, p int32, from, to int64, extra []batchRef) ([]string, error) {
+	cond := fmt.Sprintf("(end_offset > %d AND end_offset <= %d)", from, to)
+	for _, b := range extra {
+		cond += fmt.Sprintf(" OR (epoch = %d AND end_offset = %d)", b.epoch, b.end)
+	}
+	return s.strings(ctx, fmt.Sprintf(`SELECT DISTINCT item_id FROM batch_items WHERE partition = %d AND (%s)`, p, cond))
+}
+
+// legacyItems returns every item partition p's deltas hold: batches written before batch_items
+// existed left no other trace of their items.
+func (s *store) legacyItems(ctx context.Context, p int32) ([]string, error) {
+	return s.strings(ctx, fmt.Sprintf(`SELECT DISTINCT item_id FROM view_deltas WHERE partition = %d AND item_id != ''`, p))
+}
+
+func (s *store) strings(ctx context.Context, q string) ([]string, error) {
+	rows, err := s.conn.Query(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("query %.60s: %w", q, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// zombieBatches returns the batches of partition p ending after offset after, written under an
+// epoch older than epoch, that the fence makes invalid. batch_items finds them without scanning
+// the deltas; a candidate whose deltas never arrived is harmless to undo.
+func (s *store) zombieBatches(ctx context.Context, p int32, f fence, epoch uint64, after int64) ([]batchRef, error) {
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT epoch, end_offset FROM batch_items WHERE partition = ? AND end_offset > ? AND epoch < ?`,
+		uint16(p), after, epoch)
+	if err != nil {
+		return nil, fmt.Errorf("find batches of older epochs of partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	var out []batchRef
+	for rows.Next() {
+		var b batchRef
+		if err := rows.Scan(&b.epoch, &b.end); err != nil {
+			return nil, fmt.Errorf("scan batch of partition %d: %w", p, err)
+		}
+		if !f.valid(b.epoch, b.end) {
+			out = append(out, b)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read batches of partition %d: %w", p, err)
+	}
+	return out, nil
+}
+
+// deleteBatches removes the rows of partition p's batches that match invalid from view_deltas
+// (the rollups were corrected before, so no reader sees them counted once they are gone).
+func (s *store) deleteBatches(ctx context.Context, p int32, invalid string) error {
+	if err := s.conn.Exec(ctx, fmt.Sprintf(`DELETE FROM view_deltas WHERE partition = %d AND (%s)`, p, invalid)); err != nil {
+		return fmt.Errorf("delete zombie batches of partition %d: %w", p, err)
+	}
+	return nil
+}

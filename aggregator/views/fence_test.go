@@ -1,0 +1,238 @@
+package views
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestFenceValidity(t *testing.T) {
+	f := newFence([]claim{{epoch: 2, start: 100}, {epoch: 1, start: 0}, {epoch: 3, start: 250}})
+	tests := []struct {
+		epoch uint64
+		end   int64
+		want  bool
+	}{
+		{0, 0, true},     // before any claim
+		{0, 1, false},    // a pre-claim batch ending after the first claim's start
+		{1, 100, true},   // the first owner's last batch before the second claimed
+		{1, 101, false},  // written by the first owner after the second claimed
+		{1, 300, false},  // ... also beyond the third claim
+		{2, 250, true},   // the second owner up to the third claim
+		{2, 251, false},  // the second owner as a zombie
+		{3, 9999, true},  // the newest owner is never limited
+		{4, 10000, true}, // an epoch nobody claimed yet (cannot happen): unlimited
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("epoch %d end %d", tt.epoch, tt.end), func(t *testing.T) {
+			if got := f.valid(tt.epoch, tt.end); got != tt.want {
+				t.Errorf("got valid %v; want %v", got, tt.want)
+			}
+		})
+	}
+	if got, want := f.invalidSQL([]uint64{1, 3}), "(epoch = 1 AND end_offset > 100)"; got != want {
+		t.Errorf("got invalid condition %q; want %q", got, want)
+	}
+	if got, want := f.maxEpoch(), uint64(3); got != want {
+		t.Errorf("got max epoch %d; want %d", got, want)
+	}
+}
+
+// rollupTotals returns item -> total per rollup table, and the deltas' total.
+func rollupTotals(t *testing.T, ctx context.Context, conn driver.Conn, item string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, table := range []string{"view_deltas", "views_by_minute", "views_by_hour", "views_by_day", "views_total_by_day", "views_total"} {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT toInt64(sum(views)) FROM "+table+" WHERE item_id = ?", item).Scan(&n); err != nil {
+			t.Fatalf("total of %s in %s: %v", item, table, err)
+		}
+		out[table] = n
+	}
+	return out
+}
+
+func checkRollups(t *testing.T, ctx context.Context, conn driver.Conn, item string, want int64) {
+	t.Helper()
+	for table, got := range rollupTotals(t, ctx, conn, item) {
+		if got != want {
+			t.Errorf("%s: got %d views of %s; want %d", table, got, item, want)
+		}
+	}
+}
+
+// A ClickHouse killed between the deltas INSERT and the rollup INSERTs (or in the middle of
+// them) keeps a batch the rollups lack. The batch's marker does not vouch for it, so the next
+// owner compares that batch's buckets with the deltas and repairs them, also when the loss is
+// partial (one table has the rows, another not) or several tables lack them.
+func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_rollup_repair_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
+		MaxBatch: 1000, SketchIdle: time.Minute, Owner: "test"}
+	tests := []struct {
+		name   string
+		lose   []string // rollup tables whose rows of the last batch are lost
+		viewer int      // first viewer of the second batch
+	}{
+		{"every rollup lost", []string{"views_by_minute", "views_by_hour", "views_by_day", "views_total_by_day"}, 0},
+		{"only the all-time totals lost", []string{"views_total_by_day"}, 0},
+		{"nothing lost", nil, 0},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part := int32(i)
+			item := fmt.Sprintf("repair-%d", i)
+			first := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := first.Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			batch := func(a *Aggregator, from, n int) {
+				offs := make([]int64, n)
+				vals := make([][]byte, n)
+				for j := range n {
+					offs[j] = int64(from + j)
+					vals[j] = view(item, fmt.Sprintf("v%d", from+j), clock.Add(-time.Duration(j)*time.Minute).UnixMilli())
+				}
+				a.Process(part, offs, vals)
+				clock = clock.Add(cfg.FlushInterval)
+				if _, err := a.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			batch(first, 0, 30)
+			batch(first, 30, 70) // its marker vouches for the first batch's rollups only
+			// Lose the second batch's rollup rows, as a ClickHouse killed mid-flush would.
+			for _, table := range tt.lose {
+				col := map[string]string{"views_by_minute": "toStartOfMinute(second)", "views_by_hour": "toStartOfHour(second)"}[table]
+				if col == "" {
+					col = "toDate(second)"
+				}
+				q := fmt.Sprintf(`INSERT INTO %s SELECT item_id, %s, -toInt64(sum(views)) FROM view_deltas
+					WHERE item_id = ? AND partition = ? AND end_offset = 100 GROUP BY item_id, %s`, table, col, col)
+				if err := conn.Exec(ctx, q, item, uint16(part)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			second := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := second.Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			checkRollups(t, ctx, conn, item, 100)
+			// Assigning again repairs nothing more: the repair is idempotent.
+			third := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := third.Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			checkRollups(t, ctx, conn, item, 100)
+		})
+	}
+}
+
+// An aggregator that lost its partition (stalled past the session timeout) must not add its
+// batch to what the new owner writes. The fence check before the write drops it; a write that
+// slipped between that check and its INSERT is found by the owner and undone.
+func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_zombie_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	tests := []struct {
+		name      string
+		slipsPast bool // the zombie's INSERT lands after the new owner's claim, past the fence check
+	}{
+		{"fence check drops the batch", false},
+		{"batch written past the check is undone", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part := int32(10 + i)
+			item := fmt.Sprintf("zombie-%d", i)
+			process := func(a *Aggregator, from, n int) {
+				offs := make([]int64, n)
+				vals := make([][]byte, n)
+				for j := range n {
+					offs[j] = int64(from + j)
+					vals[j] = view(item, fmt.Sprintf("v%d", from+j), clock.UnixMilli())
+				}
+				a.Process(part, offs, vals)
+			}
+			zombie := New(Config{Owner: "zombie", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
+				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := zombie.Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			process(zombie, 0, 40)
+			clock = clock.Add(cfg.SketchInterval) // deltas and sketches: the checkpoint is 40
+			if _, err := zombie.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			process(zombie, 40, 60) // pending when it stalls
+
+			owner := New(Config{Owner: "owner", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
+				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
+			resume, err := owner.Assign(ctx, []int32{part})
+			if err != nil || resume[part] != 40 {
+				t.Fatalf("got resume %v, %v; want partition %d at 40", resume, err, part)
+			}
+			process(owner, 40, 60)
+			clock = clock.Add(cfg.FlushInterval)
+			if _, err := owner.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			if tt.slipsPast {
+				// The zombie's fence check passed before the claim; its INSERTs land now.
+				zp := zombie.parts[part]
+				parts := []*partition{zp}
+				for _, write := range []func() error{
+					func() error { return zombie.store.writeBatchItems(ctx, parts, clock) },
+					func() error { return zombie.store.writeDeltas(ctx, parts, clock) },
+					func() error { return zombie.store.writeRollups(ctx, parts) },
+				} {
+					if err := write(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := rollupTotals(t, ctx, conn, item)["views_total"]; got != 160 {
+					t.Fatalf("got %d views after the zombie's write; want 160 (the test must double count first)", got)
+				}
+				clock = clock.Add(cfg.SketchInterval) // the owner looks for zombies' batches
+				if _, err := owner.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				clock = clock.Add(cfg.FlushInterval)
+				done, err := zombie.Flush(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(done) != 0 {
+					t.Errorf("got zombie batches written %v; want none", done)
+				}
+				if zombie.parts[part] != nil {
+					t.Error("got the partition still held by the zombie; want it dropped")
+				}
+			}
+			checkRollups(t, ctx, conn, item, 100)
+			// The owner's successor resumes from the owner's checkpoint, not the zombie's.
+			next := New(Config{Owner: "next", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
+				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
+			resume, err = next.Assign(ctx, []int32{part})
+			if err != nil || resume[part] != 100 {
+				t.Fatalf("got resume %v, %v; want partition %d at 100", resume, err, part)
+			}
+			checkRollups(t, ctx, conn, item, 100)
+		})
+	}
+}
