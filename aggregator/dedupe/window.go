@@ -21,9 +21,9 @@
 // decision time, so when memory is freed (Evict) changes no answer.
 //
 // Held counted views of one pair are at least a window apart, so a pair holds at most
-// 1 + (window + grace) / window of them; most hold one. Memory follows that: one map entry of
-// the pair's newest counted time, and only pairs holding more than one have an entry in a
-// second map with their older times.
+// 1 + (window + grace) / window of them (two with the default grace, shorter than the window);
+// most hold one. Memory follows that: a map of each pair's newest counted time, a second map
+// for pairs holding two or more, and a list only for pairs holding three or more.
 //
 // A Window is not safe for concurrent use: each Kafka partition owns one.
 package dedupe
@@ -39,17 +39,20 @@ type Window struct {
 	window    int64
 	horizon   int64 // window + grace
 	watermark int64
-	// newest is the time of each pair's newest counted view; older holds, in ascending order,
-	// the pair's other counted views, for pairs that have any (a key of older is always a key
-	// of newest). Either may still hold forgotten times until Evict: decisions skip them.
+	// The counted views held for a pair, newest first: newest[k], then second[k] if the pair
+	// holds two or more, then rest[k] (ascending) if it holds three or more. A key of rest is
+	// a key of second, and a key of second a key of newest. Forgotten times stay until Evict or
+	// until the pair is next seen; decisions skip them.
 	newest map[uint64]int64
-	older  map[uint64][]int64
+	second map[uint64]int64
+	rest   map[uint64][]int64
+	buf    []int64 // the older counted views of the pair being decided
 }
 
 // New returns an empty window; window and grace are in milliseconds.
 func New(window, grace int64) *Window {
 	return &Window{window: window, horizon: window + grace, watermark: minTime,
-		newest: make(map[uint64]int64), older: make(map[uint64][]int64)}
+		newest: make(map[uint64]int64), second: make(map[uint64]int64), rest: make(map[uint64][]int64)}
 }
 
 const minTime = -1 << 63
@@ -75,8 +78,7 @@ func (w *Window) Observe(key uint64, t int64) bool {
 	if !ok || newest < cutoff {
 		// Nothing held: every older counted view of the pair is older still.
 		if ok {
-			delete(w.older, key)
-			delete(w.newest, key)
+			w.forget(key)
 		}
 		if t >= cutoff {
 			w.newest[key] = t
@@ -89,12 +91,12 @@ func (w *Window) Observe(key uint64, t int64) bool {
 	if t > newest {
 		// A new window, later than every held view: the newest becomes an older one.
 		w.newest[key] = t
-		w.older[key] = append(live(w.older[key], cutoff), newest)
+		w.pushOlder(key, newest, cutoff)
 		return true
 	}
 	// A window or more before the newest: only the older counted views can be near it, and of
 	// those only its neighbours in time.
-	o := live(w.older[key], cutoff)
+	o := w.older(key, cutoff)
 	i, _ := slices.BinarySearch(o, t)
 	counts := (i == 0 || t-o[i-1] >= w.window) && (i == len(o) || o[i]-t >= w.window)
 	if counts && t >= cutoff {
@@ -104,11 +106,45 @@ func (w *Window) Observe(key uint64, t int64) bool {
 	return counts
 }
 
+// forget drops everything held for pair key.
+func (w *Window) forget(key uint64) {
+	delete(w.newest, key)
+	delete(w.second, key)
+	delete(w.rest, key)
+}
+
+// pushOlder adds t, later than every older counted view of pair key, to them.
+func (w *Window) pushOlder(key uint64, t, cutoff int64) {
+	if s, ok := w.second[key]; ok && s >= cutoff {
+		w.rest[key] = append(live(w.rest[key], cutoff), s)
+	} else if ok {
+		delete(w.rest, key) // older than a forgotten view: forgotten
+	}
+	w.second[key] = t
+}
+
+// older returns the held counted views of pair key besides the newest, ascending, in w.buf.
+func (w *Window) older(key uint64, cutoff int64) []int64 {
+	o := w.buf[:0]
+	if s, ok := w.second[key]; ok && s >= cutoff {
+		o = append(live(append(o, w.rest[key]...), cutoff), s)
+	}
+	w.buf = o
+	return o
+}
+
+// setOlder stores o, ascending, as the counted views of pair key besides the newest.
 func (w *Window) setOlder(key uint64, o []int64) {
-	if len(o) == 0 {
-		delete(w.older, key)
-	} else {
-		w.older[key] = o
+	switch n := len(o); n {
+	case 0:
+		delete(w.second, key)
+		delete(w.rest, key)
+	case 1:
+		w.second[key] = o[0]
+		delete(w.rest, key)
+	default:
+		w.second[key] = o[n-1]
+		w.rest[key] = append(w.rest[key][:0], o[:n-1]...)
 	}
 }
 
@@ -141,13 +177,13 @@ func (w *Window) RestorePair(key uint64, t int64) {
 	newest, ok := w.newest[key]
 	switch {
 	case !ok || newest < cutoff:
-		delete(w.older, key)
+		w.forget(key)
 		w.newest[key] = t
 	case t > newest:
 		w.newest[key] = t
-		w.older[key] = append(live(w.older[key], cutoff), newest)
+		w.pushOlder(key, newest, cutoff)
 	case t < newest:
-		o := live(w.older[key], cutoff)
+		o := w.older(key, cutoff)
 		if i, found := slices.BinarySearch(o, t); !found {
 			o = slices.Insert(o, i, t)
 		}
@@ -165,13 +201,22 @@ func (w *Window) Evict() int {
 	cutoff := w.watermark - w.horizon
 	for k, t := range w.newest {
 		if t < cutoff {
-			delete(w.newest, k)
-			delete(w.older, k)
+			w.forget(k)
 			n++
 		}
 	}
-	for k, o := range w.older {
-		w.setOlder(k, live(o, cutoff))
+	for k, t := range w.second {
+		if t < cutoff {
+			delete(w.second, k)
+			delete(w.rest, k)
+		}
+	}
+	for k, r := range w.rest {
+		if r = live(r, cutoff); len(r) == 0 {
+			delete(w.rest, k)
+		} else {
+			w.rest[k] = r
+		}
 	}
 	return n
 }

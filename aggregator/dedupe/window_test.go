@@ -162,7 +162,8 @@ func TestObserveMatchesOracle(t *testing.T) {
 
 // TestRestoreGivesSameDecisions is the property the exactly-once design rests on: state made of
 // the watermark plus every counted (pair, time) at or after LiveSince, restored into a fresh
-// window in any order and possibly more than once (as loaded from dedupe_state), answers every
+// window in any order and possibly more than once (as loaded from dedupe_state), with or without
+// forgotten ones, answers every
 // later event exactly as the uninterrupted window does, and as the rule does.
 func TestRestoreGivesSameDecisions(t *testing.T) {
 	type counted struct {
@@ -195,6 +196,8 @@ func TestRestoreGivesSameDecisions(t *testing.T) {
 						if rng.IntN(4) == 0 { // written again by a replayed batch
 							restore = append(restore, c)
 						}
+					} else if rng.IntN(4) == 0 { // forgotten: changes nothing
+						restore = append(restore, c)
 					}
 				}
 				for _, n := range live {
