@@ -162,9 +162,9 @@ func TestObserveMatchesOracle(t *testing.T) {
 
 // TestRestoreGivesSameDecisions is the property the exactly-once design rests on: state made of
 // the watermark plus every counted (pair, time) at or after LiveSince, restored into a fresh
-// window in any order and possibly more than once (as loaded from dedupe_state), with or without
-// forgotten ones, answers every
-// later event exactly as the uninterrupted window does, and as the rule does.
+// window in any order, possibly more than once, with or without forgotten ones (as loaded from
+// dedupe_state), answers every later event exactly as the uninterrupted window does, and as the
+// rule does.
 func TestRestoreGivesSameDecisions(t *testing.T) {
 	type counted struct {
 		k uint64
@@ -221,8 +221,8 @@ func TestRestoreGivesSameDecisions(t *testing.T) {
 				}
 			})
 		}
-		if grace > 0 && multi == 0 {
-			t.Errorf("grace %dm: got no cut with a pair holding two live counted views; want the test to cover them", grace/min)
+		if grace > 0 && multi < 5 {
+			t.Errorf("grace %dm: got %d of 20 cuts with a pair holding two live counted views; want at least 5, so that the test covers them", grace/min, multi)
 		}
 	}
 }
