@@ -284,3 +284,73 @@ func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// A repeat of an older counted view of a pair, arriving after a newer window of the pair opened,
+// is a duplicate: every counted view still held is checked, not only the newest. The same holds
+// after a restart, whose window is restored from dedupe_state with every held counted view.
+func TestRepeatOfAnOlderCountedViewCountsOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_held_test")
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 10 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	t0 := clock.UnixMilli()
+	min := time.Minute.Milliseconds()
+	records := []struct {
+		ts     int64
+		counts bool
+	}{
+		{t0, true},
+		{t0 + 35*min, true},  // a newer window opens; t0 is still held (watermark - 40m = t0 - 5m)
+		{t0, false},          // an exact retry of the older counted view
+		{t0 + 5*min, false},  // a repeat inside the older window
+		{t0 + 35*min, false}, // an exact retry of the newest
+	}
+	tests := []struct {
+		name      string
+		partition int32
+		restartAt int // records before this index are flushed and the aggregator restarts; 0: none
+	}{
+		{"in one run", 12, 0},
+		{"restart between the two counted views", 13, 1},
+		{"restart after the two counted views", 14, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			item := fmt.Sprintf("held-%d", tt.partition)
+			a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := a.Assign(ctx, []int32{tt.partition}); err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(0)
+			for i, r := range records {
+				if i == tt.restartAt && i > 0 {
+					if _, err := a.FlushAll(ctx); err != nil {
+						t.Fatal(err)
+					}
+					a = New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+					resume, err := a.Assign(ctx, []int32{tt.partition})
+					if err != nil || resume[tt.partition] != int64(i) {
+						t.Fatalf("got resume %v, %v; want partition %d at %d", resume, err, tt.partition, i)
+					}
+				}
+				a.Process(tt.partition, []int64{int64(i)}, [][]byte{view(item, "v", r.ts)})
+				if r.counts {
+					want++
+				}
+			}
+			if _, err := a.FlushAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var got uint64
+			if err := conn.QueryRow(ctx, "SELECT sum(views) FROM view_deltas WHERE item_id = ?", item).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("got %d views of %s; want %d (the two counted views, each once)", got, item, want)
+			}
+		})
+	}
+}

@@ -68,28 +68,28 @@ func (s *store) writeSketchCheckpoints(ctx context.Context, parts []*partition, 
 	return nil
 }
 
-// loadDedupe restores into win the pairs counted in batches up to end that are still live.
+// loadDedupe restores into win every view counted in batches up to end that is still held (a
+// pair may hold several) and returns how many pairs it holds. A replayed batch may have written
+// the same counted view twice; restoring it twice changes nothing.
 func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.Window) (int, error) {
-	rows, err := s.conn.Query(ctx, `SELECT pair, max(last_ms) FROM dedupe_state
-		WHERE partition = ? AND end_offset <= ? AND last_ms >= ? GROUP BY pair`, uint16(p), end, win.LiveSince())
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT pair, last_ms FROM dedupe_state
+		WHERE partition = ? AND end_offset <= ? AND last_ms >= ?`, uint16(p), end, win.LiveSince())
 	if err != nil {
 		return 0, fmt.Errorf("load dedupe state of partition %d: %w", p, err)
 	}
 	defer rows.Close()
-	n := 0
 	for rows.Next() {
 		var pair uint64
-		var last int64
-		if err := rows.Scan(&pair, &last); err != nil {
-			return n, fmt.Errorf("scan dedupe state of partition %d: %w", p, err)
+		var t int64
+		if err := rows.Scan(&pair, &t); err != nil {
+			return win.Len(), fmt.Errorf("scan dedupe state of partition %d: %w", p, err)
 		}
-		win.RestorePair(pair, last)
-		n++
+		win.RestorePair(pair, t)
 	}
 	if err := rows.Err(); err != nil {
-		return n, fmt.Errorf("read dedupe state of partition %d: %w", p, err)
+		return win.Len(), fmt.Errorf("read dedupe state of partition %d: %w", p, err)
 	}
-	return n, nil
+	return win.Len(), nil
 }
 
 func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
