@@ -14,12 +14,15 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"tally/aggregator/likes"
 	"tally/aggregator/views"
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
+	"tally/platform/redisclient"
+	"tally/platform/totals"
 	"tally/schemas"
 	"tally/schemas/migrate"
 )
@@ -28,6 +31,7 @@ import (
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
 func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
 	var conn driver.Conn
+	var rdb *redis.Client
 	var src *views.Source
 	parts := []lifecycle.Part{
 		{
@@ -42,6 +46,12 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			Stop: func(context.Context) error { return conn.Close() },
 		},
 		{
+			// The item totals the collector reads; a Redis that is down only delays them.
+			Name:  "aggregator redis",
+			Start: func(context.Context) error { rdb = redisclient.Open(cfg.Redis.Addr); return nil },
+			Stop:  func(context.Context) error { return rdb.Close() },
+		},
+		{
 			Name: "views consumer",
 			Start: func(context.Context) error {
 				agg := views.New(views.Config{
@@ -53,6 +63,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					SketchIdle:     time.Minute,
 					DeltasTTL:      cfg.Aggregator.TTLSeconds,
 					Owner:          owner(cfg.Aggregator.InstanceID),
+					Totals:         totals.New(rdb, "views"),
 				}, conn, now, logger, reg)
 				var err error
 				group := views.Group{Brokers: cfg.Kafka.Brokers, Name: cfg.Aggregator.Group,

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/platform/retry"
+	"tally/platform/totals"
 )
 
 // Config tunes aggregation.
@@ -32,6 +33,8 @@ type Config struct {
 	DeltasTTL time.Duration
 	// Owner names this aggregator in its partition claims (logs and debugging only).
 	Owner string
+	// Totals, when set, receives every item's views and unique-viewer estimate, for reads.
+	Totals *totals.Store
 }
 
 // Aggregator holds the state of the assigned partitions and writes their batches.
@@ -40,6 +43,9 @@ type Aggregator struct {
 	store  store
 	now    func() time.Time
 	logger *slog.Logger
+
+	tot        *totals.Store
+	partitions int // of the views topic, to map items to partitions when rebuilding Redis
 
 	mu         sync.Mutex
 	parts      map[int32]*partition
@@ -55,13 +61,14 @@ type metrics struct {
 	sketchSeconds            prometheus.Histogram
 	flushErrors              prometheus.Counter
 	repairs, zombies, fenced prometheus.Counter
+	totalsErrors             prometheus.Counter
 	pairs                    prometheus.GaugeFunc
 	lagSeconds               prometheus.Gauge
 }
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
+	a := &Aggregator{cfg: cfg, store: store{conn}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window)."}),
@@ -76,6 +83,8 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Help: "Rollup repairs run: batches whose rollup writes could not be vouched for (crash, unknown outcome), compared with the deltas and corrected."}),
 		zombies: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_zombie_batches_total",
 			Help: "Batches written by an aggregator after it had lost the partition, found and undone."}),
+		totalsErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_totals_errors_total",
+			Help: "Failed attempts to bring the Redis item totals up to the ClickHouse checkpoint (retried at the next flush)."}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_fenced_partitions_total",
 			Help: "Partitions this aggregator dropped before writing because a newer owner had claimed them."}),
 	}
@@ -89,8 +98,21 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		return float64(n)
 	})
 	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.sketchSeconds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
-		a.m.repairs, a.m.zombies, a.m.fenced)
+		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors)
 	return a
+}
+
+// SetPartitions records the views topic's partition count (needed to rebuild Redis totals).
+func (a *Aggregator) SetPartitions(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.partitions = n
+}
+
+func (a *Aggregator) partitionCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.partitions
 }
 
 // Assign claims newly assigned partitions, loads their state, repairs what the previous owner
@@ -104,6 +126,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	resume := map[int32]int64{}
+	var assigned []*partition
 	for _, id := range ids {
 		t0 := time.Now()
 		f, err := a.store.loadFence(ctx, id)
@@ -138,8 +161,16 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		}
 		p.lastEvict = a.now()
 		a.parts[id] = p
+		assigned = append(assigned, p)
 		a.logger.Info("partition assigned", "partition", id, "epoch", c.epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
 			"found", cp.found, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
+	}
+	if a.tot != nil && len(assigned) > 0 {
+		// Redis being down must not hold the assignment: the flushes catch up later.
+		if err := a.catchUpTotals(ctx, assigned); err != nil {
+			a.m.totalsErrors.Inc()
+			a.logger.Warn("bring redis totals up to the checkpoint; retrying at the next flush", "err", err)
+		}
 	}
 	return resume, nil
 }
@@ -185,6 +216,10 @@ func (a *Aggregator) reconcile(ctx context.Context, p *partition, after int64) e
 		}
 		for _, b := range zs {
 			p.undone[b] = true
+		}
+		if err := a.fixTotals(ctx, p, items); err != nil {
+			a.m.totalsErrors.Inc()
+			a.logger.Warn("correct redis totals after undoing zombie batches", "partition", p.id, "err", err)
 		}
 		a.m.zombies.Add(float64(len(zs)))
 		a.logger.Warn("undid batches written by an aggregator after it lost the partition", "partition", p.id,
@@ -350,8 +385,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		}
 	}
 	done := make(map[int32]int64, len(parts))
+	mem := make(map[int32]map[string]int64, len(parts))
+	from := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.next
+		mem[p.id], from[p.id] = p.itemDeltas(), p.flushed
 		p.markFlushed(p.next, now)
 		if rolled {
 			p.rolled = p.flushed
@@ -364,6 +402,17 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		for _, p := range a.parts {
 			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.start) }); err != nil {
 				return nil, err
+			}
+		}
+	}
+	for _, p := range parts {
+		a.syncTotals(ctx, p, mem[p.id], from[p.id])
+	}
+	if withSketches && only == nil && a.tot != nil {
+		// Partitions with nothing new still catch up after a Redis outage.
+		for _, p := range a.parts {
+			if p.redisEnd != p.flushed || !p.redisClaimed {
+				a.syncTotals(ctx, p, nil, 0)
 			}
 		}
 	}
@@ -423,8 +472,21 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	}); err != nil {
 		return err
 	}
+	est := map[string]uint64{}
 	for _, p := range parts {
+		for k, sk := range p.sketches {
+			if sk.dirty && k.day == allTime {
+				est[k.item] = sk.hll.Estimate()
+			}
+		}
 		p.markSketched(p.next, now, a.cfg.SketchIdle)
+	}
+	if a.tot != nil && len(est) > 0 {
+		// Estimates only grow and a replay writes the same or larger ones: no guard needed.
+		if err := a.tot.SetUnique(ctx, est); err != nil {
+			a.m.totalsErrors.Inc()
+			a.logger.Warn("write unique-viewer estimates to redis", "err", err)
+		}
 	}
 	a.m.sketchSeconds.Observe(time.Since(t0).Seconds())
 	return nil

@@ -74,6 +74,10 @@ type partition struct {
 	undone map[batchRef]bool
 	// rolled is the offset up to which the rollups are known to hold this partition's batches.
 	rolled int64
+	// redisEnd is the checkpoint Redis's item totals are known to hold (-1: unknown), and
+	// redisClaimed whether Redis's guard carries this owner's epoch.
+	redisEnd     int64
+	redisClaimed bool
 }
 
 // newPartition starts a partition whose deltas are written up to flushed and whose sketches
@@ -88,6 +92,7 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 		deltas:   make(map[deltaKey]uint64),
 		sketches: make(map[sketchKey]*sketch),
 		undone:   make(map[batchRef]bool),
+		redisEnd: -1,
 	}
 }
 
@@ -129,6 +134,15 @@ func (p *partition) touch(k sketchKey, viewer string, now time.Time) {
 	s.hll.Insert([]byte(viewer))
 	s.dirty = true
 	s.touched = now
+}
+
+// itemDeltas sums the pending batch's deltas per item.
+func (p *partition) itemDeltas() map[string]int64 {
+	out := make(map[string]int64, len(p.deltas))
+	for k, n := range p.deltas {
+		out[k.item] += int64(n)
+	}
+	return out
 }
 
 // pending reports whether records were counted since the last flush.

@@ -168,6 +168,13 @@ func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 	}
 	var resume map[int32]int64
 	err := retry.Do(ctx, 5*time.Second, func() error {
+		if s.agg.partitionCount() == 0 {
+			n, err := kafka.Partitions(ctx, s.cl, schemas.TopicViews)
+			if err != nil {
+				return err
+			}
+			s.agg.SetPartitions(n)
+		}
 		var err error
 		resume, err = s.agg.Assign(ctx, ids)
 		return err

@@ -122,6 +122,19 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics 
 	return nil
 }
 
+// Partitions returns how many partitions topic has.
+func Partitions(ctx context.Context, cl *kgo.Client, topic string) (int, error) {
+	details, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	d, ok := details[topic]
+	if !ok || d.Err != nil {
+		return 0, fmt.Errorf("describe topic %s: %v", topic, d.Err)
+	}
+	return len(d.Partitions), nil
+}
+
 // slogAdapter lets franz-go log through the component's slog logger; franz-go's debug chatter
 // is kept at debug level.
 type slogAdapter struct{ l *slog.Logger }

@@ -1,0 +1,269 @@
+package views
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/chclient"
+	"tally/platform/totals"
+	"tally/schemas"
+)
+
+// Item totals and unique-viewer estimates in Redis (platform/totals), which the collector reads
+// for counts: each batch is applied after its ClickHouse write under the partition's guard
+// (epoch, end offset, chunk), so a replay never applies it twice. Redis that fell behind (an
+// error, a crash between the two writes) catches up from the batches ClickHouse holds; Redis
+// that lost the partition's guard (restarted empty) is rebuilt from ClickHouse's totals.
+
+// syncTotals brings Redis up to p's deltas checkpoint. mem is the batch just written (item ->
+// views), applied directly when Redis is known to hold everything before it; otherwise the
+// missing batches are read back from ClickHouse. Errors are logged and retried at the next
+// flush: Redis lagging never stops counting in ClickHouse.
+func (a *Aggregator) syncTotals(ctx context.Context, p *partition, mem map[string]int64, memFrom int64) {
+	if a.tot == nil {
+		return
+	}
+	if p.redisEnd == memFrom && p.redisClaimed && mem != nil {
+		if _, err := a.tot.Apply(ctx, p.id, p.epoch, p.flushed, mem); err == nil {
+			p.redisEnd = p.flushed
+			return
+		} else {
+			a.logger.Warn("apply totals to redis; catching up from clickhouse", "partition", p.id, "err", err)
+		}
+	}
+	if err := a.catchUpTotals(ctx, []*partition{p}); err != nil {
+		a.m.totalsErrors.Inc()
+		a.logger.Warn("bring redis totals up to the checkpoint; retrying at the next flush", "partition", p.id, "err", err)
+	}
+}
+
+// catchUpTotals makes Redis hold exactly the valid batches of parts up to their checkpoints:
+// missing batches are applied from ClickHouse with their own epochs (so a half-applied batch
+// resumes at its next chunk), partitions whose guard is gone are rebuilt, and then the guard is
+// raised to this owner's epoch, after which older owners' applies are refused.
+func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) error {
+	var rebuild []*partition
+	for _, p := range parts {
+		g, err := a.tot.Guard(ctx, p.id)
+		if err != nil {
+			return err
+		}
+		if !g.Found {
+			rebuild = append(rebuild, p)
+			continue
+		}
+		if g.Epoch > p.epoch {
+			return fmt.Errorf("partition %d: redis guard holds epoch %d, newer than ours (%d)", p.id, g.Epoch, p.epoch)
+		}
+		if err := a.applyStoredBatches(ctx, p, g.End); err != nil {
+			return err
+		}
+		if err := a.tot.Claim(ctx, p.id, p.epoch); err != nil {
+			return fmt.Errorf("claim redis totals of partition %d: %w", p.id, err)
+		}
+		p.redisEnd, p.redisClaimed = p.flushed, true
+	}
+	if len(rebuild) > 0 {
+		if err := a.rebuildTotals(ctx, rebuild); err != nil {
+			return err
+		}
+	}
+	if _, err := a.tot.MarkReadyIfComplete(ctx, a.partitions); err != nil {
+		return fmt.Errorf("mark redis totals ready: %w", err)
+	}
+	return nil
+}
+
+// applyStoredBatches applies p's valid batches ending in [from, p.flushed] from ClickHouse.
+func (a *Aggregator) applyStoredBatches(ctx context.Context, p *partition, from int64) error {
+	if from >= p.flushed {
+		return nil
+	}
+	batches, err := a.store.batchTotals(ctx, p.id, from, p.flushed, p.fence.invalidSQL(p.fence.epochs()))
+	if err != nil {
+		return err
+	}
+	for _, b := range batches {
+		if _, err := a.tot.Apply(ctx, p.id, b.epoch, b.end, b.items); err != nil {
+			var fenced *totals.FencedError
+			if errors.As(err, &fenced) {
+				continue // a newer epoch's guard already holds everything up to its claim
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// fixTotals sets the Redis totals of items (of partition p) to what ClickHouse holds, after a
+// zombie's batches were undone there: an apply of theirs may have reached Redis before this
+// owner's guard refused it. Redis behind the checkpoint is rebuilt for the whole partition.
+func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string) error {
+	if a.tot == nil {
+		return nil
+	}
+	if p.redisEnd != p.flushed || !p.redisClaimed {
+		return a.rebuildTotals(ctx, []*partition{p})
+	}
+	values, err := a.store.itemTotals(ctx, items)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		if _, ok := values[it]; !ok {
+			values[it] = 0
+		}
+	}
+	return a.tot.Set(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.flushed, Chunk: totals.AllChunks}, values)
+}
+
+// rebuildTotals sets every item total and unique estimate of parts from ClickHouse, with each
+// partition's guard at its checkpoint. Items map to partitions as the producer's partitioner
+// maps their keys.
+func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) error {
+	if a.partitions <= 0 {
+		return errors.New("rebuild redis totals: the views topic's partition count is unknown")
+	}
+	mine := map[int32]*partition{}
+	for _, p := range parts {
+		mine[p.id] = p
+	}
+	views := map[int32]map[string]int64{}
+	unique := map[string]uint64{}
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(schemas.TopicViews)
+	owner := func(item string) *partition {
+		return mine[int32(part.Partition(&kgo.Record{Key: []byte(item)}, a.partitions))]
+	}
+	if err := a.store.eachTotal(ctx, func(item string, v int64, u uint64) {
+		p := owner(item)
+		if p == nil {
+			return
+		}
+		if views[p.id] == nil {
+			views[p.id] = map[string]int64{}
+		}
+		if v != 0 {
+			views[p.id][item] = v
+		}
+		if u != 0 {
+			unique[item] = u
+		}
+	}); err != nil {
+		return err
+	}
+	if err := a.tot.SetUnique(ctx, unique); err != nil {
+		return fmt.Errorf("rebuild redis unique viewers: %w", err)
+	}
+	for _, p := range parts {
+		if err := a.tot.Set(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.flushed, Chunk: totals.AllChunks}, views[p.id]); err != nil {
+			return fmt.Errorf("rebuild redis totals of partition %d: %w", p.id, err)
+		}
+		p.redisEnd, p.redisClaimed = p.flushed, true
+		a.logger.Info("redis totals rebuilt from clickhouse", "partition", p.id, "items", len(views[p.id]), "checkpoint", p.flushed)
+	}
+	return nil
+}
+
+// storedBatch is one batch's views per item, read back from view_deltas.
+type storedBatch struct {
+	epoch uint64
+	end   int64
+	items map[string]int64
+}
+
+// batchTotals reads partition p's valid batches ending in [from, to], in offset order.
+func (s *store) batchTotals(ctx context.Context, p int32, from, to int64, invalid string) ([]storedBatch, error) {
+	items, err := s.strings(ctx, fmt.Sprintf(`SELECT DISTINCT item_id FROM batch_items WHERE partition = %d AND end_offset >= %d AND end_offset <= %d`, p, from, to))
+	if err != nil {
+		return nil, err
+	}
+	byEnd := map[int64]*storedBatch{}
+	for round := range slices.Chunk(items, chclient.MaxListItems) {
+		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT epoch, end_offset, item_id, toInt64(sum(views)) FROM view_deltas
+			WHERE item_id IN (?) AND partition = %d AND end_offset >= %d AND end_offset <= %d AND NOT (%s)
+			GROUP BY epoch, end_offset, item_id`, p, from, to, invalid), round)
+		if err != nil {
+			return nil, fmt.Errorf("read batches of partition %d from %d: %w", p, from, err)
+		}
+		for rows.Next() {
+			var b storedBatch
+			var item string
+			var n int64
+			if err := rows.Scan(&b.epoch, &b.end, &item, &n); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("scan batch of partition %d: %w", p, err)
+			}
+			sb := byEnd[b.end]
+			if sb == nil {
+				sb = &storedBatch{epoch: b.epoch, end: b.end, items: map[string]int64{}}
+				byEnd[b.end] = sb
+			}
+			sb.items[item] += n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read batches of partition %d: %w", p, err)
+		}
+	}
+	out := make([]storedBatch, 0, len(byEnd))
+	for _, b := range byEnd {
+		out = append(out, *b)
+	}
+	slices.SortFunc(out, func(x, y storedBatch) int { return int(x.end - y.end) })
+	return out, nil
+}
+
+// eachTotal calls fn with every item's all-time views and unique-viewer estimate.
+func (s *store) eachTotal(ctx context.Context, fn func(item string, views int64, unique uint64)) error {
+	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
+			SELECT item_id, views AS v, toUInt64(0) AS u FROM views_total_by_day
+			UNION ALL
+			SELECT item_id, toInt64(0), argMax(viewers, updated_at) FROM unique_viewers WHERE day = toDate(0) GROUP BY item_id
+		) GROUP BY item_id`)
+	if err != nil {
+		return fmt.Errorf("read item totals: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var item string
+		var v int64
+		var u uint64
+		if err := rows.Scan(&item, &v, &u); err != nil {
+			return fmt.Errorf("scan item totals: %w", err)
+		}
+		fn(item, v, u)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read item totals: %w", err)
+	}
+	return nil
+}
+
+// itemTotals reads the all-time views of items.
+func (s *store) itemTotals(ctx context.Context, items []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(items))
+	for round := range slices.Chunk(items, chclient.MaxListItems) {
+		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), `SELECT item_id, toInt64(sum(views)) FROM views_total_by_day WHERE item_id IN (?) GROUP BY item_id`, round)
+		if err != nil {
+			return nil, fmt.Errorf("read totals of %d items: %w", len(round), err)
+		}
+		for rows.Next() {
+			var item string
+			var n int64
+			if err := rows.Scan(&item, &n); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("scan item total: %w", err)
+			}
+			out[item] = n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read item totals: %w", err)
+		}
+	}
+	return out, nil
+}
