@@ -5,9 +5,9 @@
 // (platform/totals, updated after each flush): a page's counts, together with its exact like
 // totals when a likes source is set, are one Redis pipeline, one round trip, whatever the
 // catalog holds. ClickHouse is read for counts only while Redis is empty or being rebuilt (the
-// totals' ready marker is missing), one batched query per page, at most FallbackReads at once so
-// that a rebuild cannot bury the engine under reads: a page that finds no free slot within
-// FallbackWait answers 503 with Retry-After. Series come from ClickHouse's rollup tables.
+// totals' ready marker is missing): pages waiting at the same time share one batched query, at
+// most FallbackReads queries run at once so that a rebuild cannot bury the engine under reads,
+// and a page whose batch finds no free slot within FallbackWait answers 503 with Retry-After. Series come from ClickHouse's rollup tables.
 //
 // A Handler is safe for concurrent use and owns no goroutines; its clients are its caller's.
 package read
@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -26,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/collector/api"
+	"tally/platform/chclient"
 	"tally/platform/totals"
 	"tally/schemas"
 )
@@ -70,6 +72,8 @@ type Handler struct {
 	// fallback holds a token per ClickHouse count read in flight.
 	fallback     chan struct{}
 	fallbackWait time.Duration
+	mu           sync.Mutex
+	gathering    *fallbackBatch // the batch pages join while it waits for a slot; nil if none
 	// redisRead times a count read's Redis round trip: with tally_http_request_seconds it
 	// splits a slow answer into waiting on Redis and everything else.
 	redisRead prometheus.Histogram
@@ -146,6 +150,9 @@ func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) int {
 	}{items})
 }
 
+// fallbackQueryTimeout bounds one ClickHouse read of counts.
+const fallbackQueryTimeout = 10 * time.Second
+
 // errBusy refuses a ClickHouse fallback read beyond the bound.
 type errBusy struct{ wait time.Duration }
 
@@ -198,22 +205,82 @@ func (h *Handler) counts(ctx context.Context, ids []string) ([]ItemCounts, error
 	return out, nil
 }
 
-// fromClickHouse reads the page's counts from ClickHouse in one query, once one of the bounded
-// slots is free.
+// fallbackBatch is the union of the pages waiting for one ClickHouse read of counts. The page
+// that opened it (its leader) waits for a slot and runs the query; pages arriving meanwhile join
+// it, so the reads of a rebuild cost the engine a few large queries, not one per page.
+type fallbackBatch struct {
+	ids  map[string]struct{}
+	done chan struct{} // closed once got and err are set
+	got  map[string]Counts
+	err  error
+}
+
+// fromClickHouse reads the page's counts from ClickHouse: in one query, together with the pages
+// waiting at the same time, once one of the bounded slots is free.
 func (h *Handler) fromClickHouse(ctx context.Context, ids []string) (map[string]Counts, error) {
+	h.mu.Lock()
+	b := h.gathering
+	leader := b == nil || len(b.ids)+len(ids) > chclient.MaxListItems
+	if leader {
+		b = &fallbackBatch{ids: make(map[string]struct{}, len(ids)), done: make(chan struct{})}
+		h.gathering = b
+	}
+	for _, id := range ids {
+		b.ids[id] = struct{}{}
+	}
+	h.mu.Unlock()
+	if leader {
+		h.runBatch(ctx, b)
+	}
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for a ClickHouse read of counts: %w", ctx.Err())
+	}
+	if b.err != nil {
+		if errors.As(b.err, new(errBusy)) {
+			h.fallbacks.WithLabelValues("refused").Inc()
+		}
+		return nil, b.err
+	}
+	h.fallbacks.WithLabelValues("served").Inc()
+	return b.got, nil
+}
+
+// runBatch waits up to fallbackWait for a slot, closes b to joiners and reads its items. The
+// pages that joined depend on it, so it does not end with the leader's request, only with its
+// own bound.
+func (h *Handler) runBatch(ctx context.Context, b *fallbackBatch) {
+	defer close(b.done)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.fallbackWait+fallbackQueryTimeout)
+	defer cancel()
+	detach := func() {
+		h.mu.Lock()
+		if h.gathering == b {
+			h.gathering = nil
+		}
+		h.mu.Unlock()
+	}
 	t := time.NewTimer(h.fallbackWait)
 	defer t.Stop()
 	select {
 	case h.fallback <- struct{}{}:
 	case <-t.C:
-		h.fallbacks.WithLabelValues("refused").Inc()
-		return nil, errBusy{h.fallbackWait}
+		detach()
+		b.err = errBusy{h.fallbackWait}
+		return
 	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for a ClickHouse read slot: %w", ctx.Err())
+		detach()
+		b.err = fmt.Errorf("wait for a ClickHouse read slot: %w", ctx.Err())
+		return
 	}
 	defer func() { <-h.fallback }()
-	h.fallbacks.WithLabelValues("served").Inc()
-	return h.src.counts(ctx, ids)
+	detach()
+	items := make([]string, 0, len(b.ids))
+	for id := range b.ids {
+		items = append(items, id)
+	}
+	b.got, b.err = h.src.counts(ctx, items)
 }
 
 // Point is one bucket of a series.

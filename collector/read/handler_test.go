@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,6 +215,56 @@ func TestFallbackBound(t *testing.T) {
 	if code := getJSON(t, srv.URL+"/v1/counts?ids=a,b", &batch); code != 200 {
 		t.Errorf("with a slot free: got %d; want 200", code)
 	}
+}
+
+// Pages waiting for a slot at the same time share one ClickHouse query.
+func TestFallbackBatchesWaitingPages(t *testing.T) {
+	conn, rdb := fresh(t)
+	addViews(t, conn, "b-3", time.Now().Add(-time.Hour), 3)
+	counting := &countingConn{Conn: conn}
+	reg := prometheus.NewRegistry()
+	h := New(Options{ClickHouse: counting, Redis: rdb, Logger: infra.Logger, Registry: reg, FallbackReads: 1, FallbackWait: 10 * time.Second})
+	srv := startHandler(t, h)
+	h.fallback <- struct{}{} // a read in flight holds the only slot
+	const pages = 5
+	var wg sync.WaitGroup
+	got := make([]struct{ Items []ItemCounts }, pages)
+	codes := make([]int, pages)
+	for i := range pages {
+		wg.Go(func() { codes[i] = getJSON(t, fmt.Sprintf("%s/v1/counts?ids=b-%d,b-3", srv.URL, i), &got[i]) })
+	}
+	// Every page has joined the waiting batch once its leader counts as waiting and the others
+	// have added their ids; then the slot frees.
+	testinfra.WaitFor(t, 10*time.Second, "5 pages waiting", func() (bool, string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.gathering == nil {
+			return false, "no batch gathering"
+		}
+		return len(h.gathering.ids) == pages, fmt.Sprintf("%d ids gathered", len(h.gathering.ids))
+	})
+	<-h.fallback
+	wg.Wait()
+	for i := range pages {
+		want := fmt.Sprint([]ItemCounts{{ItemID: fmt.Sprintf("b-%d", i), Views: map[bool]uint64{true: 3}[i == 3]}, {ItemID: "b-3", Views: 3}})
+		if codes[i] != 200 || fmt.Sprint(got[i].Items) != want {
+			t.Errorf("page %d: got %d %v; want 200 %s", i, codes[i], got[i].Items, want)
+		}
+	}
+	if n := counting.queries.Load(); n != 1 {
+		t.Errorf("ClickHouse queries: got %d; want 1 for the 5 waiting pages", n)
+	}
+}
+
+// countingConn counts the queries sent through a real connection.
+type countingConn struct {
+	driver.Conn
+	queries atomic.Int32
+}
+
+func (c *countingConn) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	c.queries.Add(1)
+	return c.Conn.Query(ctx, query, args...)
 }
 
 // fallbacks is the count of reg's fallback counter with result.
