@@ -3,9 +3,11 @@ package totals
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkMemoryPerItem fills the totals and unique estimates of n items (ids like a feed's,
@@ -68,6 +70,70 @@ func usedMemory(b *testing.B) int64 {
 	}
 	b.Fatal("no used_memory in INFO memory")
 	return 0
+}
+
+// BenchmarkMemoryKeyPerItem is the layout not taken, for comparison: one plain key per item for
+// the total and one for the estimate.
+func BenchmarkMemoryKeyPerItem(b *testing.B) {
+	const n = 1_000_000
+	ctx := context.Background()
+	for range b.N {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		before := usedMemory(b)
+		pipe := rdb.Pipeline()
+		for i := range n {
+			id := fmt.Sprintf("item-%d", i)
+			pipe.Set(ctx, "t:v:"+id, 1000+i%100000, 0)
+			pipe.Set(ctx, "t:u:"+id, 100+i%10000, 0)
+			if i%10000 == 9999 {
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(usedMemory(b)-before)/n, "B/item")
+	}
+}
+
+// BenchmarkQueuePage reads feed pages of 20 items (the Queue of the collector's counts, one
+// round trip) from totals of a million items and reports the round trip's percentiles.
+func BenchmarkQueuePage(b *testing.B) {
+	ctx := context.Background()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	s := New(rdb, "views")
+	const n = 1_000_000
+	values := make(map[string]int64, n)
+	for i := range n {
+		values[fmt.Sprintf("item-%d", i)] = int64(i)
+	}
+	if err := s.Set(ctx, 0, Guard{Epoch: 1, End: 0, Chunk: AllChunks}, values); err != nil {
+		b.Fatal(err)
+	}
+	page := make([]string, 20)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range page {
+			page[j] = fmt.Sprintf("item-%d", (i*7919+j*104729)%n)
+		}
+		t0 := time.Now()
+		pipe := rdb.Pipeline()
+		res := s.Queue(ctx, pipe, page)
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, _, err := res(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
 
 // BenchmarkApply applies batches of 10,000 distinct items to totals of a million items (the
