@@ -38,7 +38,6 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	var likeStore *likes.Store
 	var conn driver.Conn
 	var rdb *redis.Client
-	var reads *read.Handler
 	mux := http.NewServeMux()
 	routes := api.NewRouter(mux, reg)
 	stores := lifecycle.Part{
@@ -55,17 +54,14 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				conn.Close()
 				return err
 			}
-			// One client for the count cache and likes, so that a feed page's counts and like
+			// One client for view totals and likes, so that a feed page's counts and like
 			// totals share one round trip.
 			rdb = redisclient.Open(cfg.Redis.Addr)
 			likeStore = likes.NewStore(rdb)
-			reads = read.New(conn, rdb, cfg.Collector.CacheTTL, likes.QueueTotals, now, logger, reg)
-			reads.Register(routes)
-			reads.Start()
+			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likes.QueueTotals, Now: now, Logger: logger, Registry: reg}).Register(routes)
 			return nil
 		},
 		Stop: func(context.Context) error {
-			reads.Stop()
 			return errors.Join(rdb.Close(), conn.Close())
 		},
 	}

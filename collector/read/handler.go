@@ -1,14 +1,20 @@
 // Package read is the collector's read API for counts: one item, a feed page of up to 100 items
-// in one call, and an item's views as a time series. Totals come from a Redis cache filled from
-// ClickHouse (see cache_redis.go for freshness); series come from ClickHouse's rollup tables.
-// Like totals, when a likes source is set, are exact and read at request time.
+// in one call, and an item's views as a time series.
 //
-// The Handler owns two background goroutines (the cache's filler of misses and refresher of
-// stale entries) between Start and Stop; reads need Start to have run.
+// Totals and unique-viewer estimates are the ones the aggregator keeps in Redis
+// (platform/totals, updated after each flush): a page's counts, together with its exact like
+// totals when a likes source is set, are one Redis pipeline, one round trip, whatever the
+// catalog holds. ClickHouse is read for counts only while Redis is empty or being rebuilt (the
+// totals' ready marker is missing): pages waiting at the same time share one batched query, at
+// most FallbackReads queries run at once so that a rebuild cannot bury the engine under reads,
+// and a page whose batch finds no free slot within FallbackWait answers 503 with Retry-After. Series come from ClickHouse's rollup tables.
+//
+// A Handler is safe for concurrent use and owns no goroutines; its clients are its caller's.
 package read
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -21,58 +27,86 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/collector/api"
+	"tally/platform/chclient"
+	"tally/platform/totals"
 	"tally/schemas"
 )
 
 // maxPoints bounds a series, so one request cannot ask for years of seconds.
 const maxPoints = 10000
 
+// TotalsName is the name of the view totals in Redis (platform/totals).
+const TotalsName = "views"
+
 // LikeTotals queues on pipe the read of items' exact like totals (absent = 0) and returns a
 // function that gives them once pipe ran: the totals ride in the same round trip to Redis as
-// the cached counts.
+// the view totals.
 type LikeTotals func(ctx context.Context, pipe redis.Pipeliner, items []string) func() (map[string]int64, error)
+
+// Options configure a Handler. ClickHouse, Redis, Logger and Registry are required.
+type Options struct {
+	ClickHouse driver.Conn
+	Redis      redis.UniversalClient
+	// Likes, when set, adds exact like totals to counts.
+	Likes LikeTotals
+	// Now is the clock of series defaults; nil means time.Now.
+	Now      func() time.Time
+	Logger   *slog.Logger
+	Registry prometheus.Registerer
+	// FallbackReads bounds the ClickHouse reads of counts in flight while Redis is not ready;
+	// 0 means 2.
+	FallbackReads int
+	// FallbackWait is how long a page waits for a fallback slot before answering 503; 0 means
+	// 200ms.
+	FallbackWait time.Duration
+}
 
 // Handler serves the count routes.
 type Handler struct {
-	cache  *cache
+	src    source
+	rdb    redis.UniversalClient
+	totals *totals.Store
 	likes  LikeTotals
 	now    func() time.Time
 	logger *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
+	// fallback holds a token per ClickHouse count read in flight.
+	fallback     chan struct{}
+	fallbackWait time.Duration
+	mu           sync.Mutex
+	gathering    *fallbackBatch // the batch pages join while it waits for a slot; nil if none
 	// redisRead times a count read's Redis round trip: with tally_http_request_seconds it
 	// splits a slow answer into waiting on Redis and everything else.
 	redisRead prometheus.Histogram
+	// fallbacks counts pages answered from ClickHouse ("served") or refused for want of a
+	// slot ("refused").
+	fallbacks *prometheus.CounterVec
 }
 
-// New returns a handler reading ClickHouse through conn and caching in rdb for ttl. likes may
-// be nil until likes are served.
-func New(conn driver.Conn, rdb *redis.Client, ttl time.Duration, likes LikeTotals, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
-	h := &Handler{cache: newCache(rdb, source{conn}, ttl, now, logger, reg), likes: likes, now: now, logger: logger,
+// New returns a handler as o says.
+func New(o Options) *Handler {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.FallbackReads <= 0 {
+		o.FallbackReads = 2
+	}
+	if o.FallbackWait <= 0 {
+		o.FallbackWait = 200 * time.Millisecond
+	}
+	h := &Handler{src: source{o.ClickHouse}, rdb: o.Redis, totals: totals.New(o.Redis, TotalsName), likes: o.Likes,
+		now: o.Now, logger: o.Logger, fallback: make(chan struct{}, o.FallbackReads), fallbackWait: o.FallbackWait,
 		redisRead: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tally_read_redis_seconds",
-			Help:    "Round trip of a count read's one Redis pipeline (cached counts and like totals), failed ones included.",
+			Help:    "Round trip of a count read's one Redis pipeline (view totals and like totals), failed ones included.",
 			Buckets: api.LatencyBuckets(),
-		})}
-	reg.MustRegister(h.redisRead)
+		}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tally_read_clickhouse_fallback_total",
+			Help: "Count reads answered from ClickHouse while the Redis totals are not ready (served), or refused with 503 for want of a fallback slot (refused).",
+		}, []string{"result"}),
+	}
+	o.Registry.MustRegister(h.redisRead, h.fallbacks)
 	return h
-}
-
-// Start runs the cache's filler and refresher.
-func (h *Handler) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); h.cache.fillLoop(ctx) }()
-	go func() { defer wg.Done(); h.cache.refreshLoop(ctx) }()
-	go func() { wg.Wait(); close(h.done) }()
-}
-
-// Stop ends the filler and the refresher.
-func (h *Handler) Stop() {
-	h.cancel()
-	<-h.done
 }
 
 // Register adds the read routes to r.
@@ -116,9 +150,19 @@ func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) int {
 	}{items})
 }
 
+// fallbackQueryTimeout bounds one ClickHouse read of counts.
+const fallbackQueryTimeout = 10 * time.Second
+
+// errBusy refuses a ClickHouse fallback read beyond the bound.
+type errBusy struct{ wait time.Duration }
+
+func (e errBusy) Error() string {
+	return fmt.Sprintf("view totals are being rebuilt and no ClickHouse read slot freed within %s", e.wait)
+}
+
 func (h *Handler) counts(ctx context.Context, ids []string) ([]ItemCounts, error) {
-	pipe := h.cache.rdb.Pipeline()
-	cached := h.cache.queue(ctx, pipe, ids)
+	pipe := h.rdb.Pipeline()
+	viewTotals := h.totals.Queue(ctx, pipe, ids)
 	var likeTotals func() (map[string]int64, error)
 	if h.likes != nil {
 		likeTotals = h.likes(ctx, pipe, ids)
@@ -127,30 +171,116 @@ func (h *Handler) counts(ctx context.Context, ids []string) ([]ItemCounts, error
 	_, err := pipe.Exec(ctx)
 	h.redisRead.Observe(time.Since(t0).Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("read count cache and like totals: %w", err)
+		return nil, fmt.Errorf("read view and like totals of %d items: %w", len(ids), err)
 	}
-	// Like totals first: while likes are being rebuilt the answer is a 503 whatever the cache
-	// holds, so it should not wait for a ClickHouse fill of never-cached items.
+	// Like totals first: while likes are being rebuilt the answer is a 503 whatever the view
+	// totals are, so it should not wait for a ClickHouse fallback.
 	var likes map[string]int64
 	if likeTotals != nil {
 		if likes, err = likeTotals(); err != nil {
 			return nil, err
 		}
 	}
-	got, err := h.cache.result(ctx, ids, cached)
+	views, unique, ready, err := viewTotals()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]ItemCounts, len(ids))
 	for i, id := range ids {
-		c := got[id]
-		out[i] = ItemCounts{ItemID: id, Views: c.Views, UniqueViewers: c.UniqueViewers}
+		out[i] = ItemCounts{ItemID: id, Views: uint64(max(views[i], 0)), UniqueViewers: unique[i]}
 		if likes != nil {
 			n := likes[id]
 			out[i].Likes = &n
 		}
 	}
+	if !ready {
+		got, err := h.fromClickHouse(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		for i, id := range ids {
+			out[i].Views, out[i].UniqueViewers = got[id].Views, got[id].UniqueViewers
+		}
+	}
 	return out, nil
+}
+
+// fallbackBatch is the union of the pages waiting for one ClickHouse read of counts. The page
+// that opened it (its leader) waits for a slot and runs the query; pages arriving meanwhile join
+// it, so the reads of a rebuild cost the engine a few large queries, not one per page.
+type fallbackBatch struct {
+	ids  map[string]struct{}
+	done chan struct{} // closed once got and err are set
+	got  map[string]Counts
+	err  error
+}
+
+// fromClickHouse reads the page's counts from ClickHouse: in one query, together with the pages
+// waiting at the same time, once one of the bounded slots is free.
+func (h *Handler) fromClickHouse(ctx context.Context, ids []string) (map[string]Counts, error) {
+	h.mu.Lock()
+	b := h.gathering
+	leader := b == nil || len(b.ids)+len(ids) > chclient.MaxListItems
+	if leader {
+		b = &fallbackBatch{ids: make(map[string]struct{}, len(ids)), done: make(chan struct{})}
+		h.gathering = b
+	}
+	for _, id := range ids {
+		b.ids[id] = struct{}{}
+	}
+	h.mu.Unlock()
+	if leader {
+		h.runBatch(ctx, b)
+	}
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for a ClickHouse read of counts: %w", ctx.Err())
+	}
+	if b.err != nil {
+		if errors.As(b.err, new(errBusy)) {
+			h.fallbacks.WithLabelValues("refused").Inc()
+		}
+		return nil, b.err
+	}
+	h.fallbacks.WithLabelValues("served").Inc()
+	return b.got, nil
+}
+
+// runBatch waits up to fallbackWait for a slot, closes b to joiners and reads its items. The
+// pages that joined depend on it, so it does not end with the leader's request, only with its
+// own bound.
+func (h *Handler) runBatch(ctx context.Context, b *fallbackBatch) {
+	defer close(b.done)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.fallbackWait+fallbackQueryTimeout)
+	defer cancel()
+	detach := func() {
+		h.mu.Lock()
+		if h.gathering == b {
+			h.gathering = nil
+		}
+		h.mu.Unlock()
+	}
+	t := time.NewTimer(h.fallbackWait)
+	defer t.Stop()
+	select {
+	case h.fallback <- struct{}{}:
+	case <-t.C:
+		detach()
+		b.err = errBusy{h.fallbackWait}
+		return
+	case <-ctx.Done():
+		detach()
+		b.err = fmt.Errorf("wait for a ClickHouse read slot: %w", ctx.Err())
+		return
+	}
+	defer func() { <-h.fallback }()
+	detach()
+	items := make([]string, 0, len(b.ids))
+	for id := range b.ids {
+		items = append(items, id)
+	}
+	b.got, b.err = h.src.counts(ctx, items)
 }
 
 // Point is one bucket of a series.
@@ -168,7 +298,7 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return api.BadRequest(w, err)
 	}
-	got, err := h.cache.src.series(r.Context(), id, q.Granularity, q.From, q.To)
+	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
 	if err != nil {
 		return h.unavailable(w, err)
 	}
@@ -234,6 +364,8 @@ func ParseSeriesQuery(v url.Values, now time.Time) (SeriesQuery, error) {
 }
 
 func (h *Handler) unavailable(w http.ResponseWriter, err error) int {
-	h.logger.Warn("read counts", "err", err)
+	if !errors.As(err, new(errBusy)) { // expected during a rebuild: the metric counts them
+		h.logger.Warn("read counts", "err", err)
+	}
 	return api.Unavailable(w, "counts are unavailable right now: "+err.Error())
 }

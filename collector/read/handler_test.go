@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 
 	"tally/collector/api"
 	"tally/collector/likes"
+	"tally/platform/chclient"
 	"tally/platform/testinfra"
+	"tally/platform/totals"
 	"tally/schemas"
 	"tally/schemas/migrate"
 )
@@ -77,19 +80,41 @@ func addViews(t *testing.T, conn driver.Conn, item string, ts time.Time, n uint6
 func newTestHandler(t *testing.T, c *clock) (driver.Conn, *httptest.Server) {
 	t.Helper()
 	conn, rdb := fresh(t)
-	srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, prometheus.NewRegistry()))
+	srv := startHandler(t, New(Options{ClickHouse: conn, Redis: rdb, Now: c.now, Logger: infra.Logger, Registry: prometheus.NewRegistry()}))
 	return conn, srv
 }
 
-// startHandler starts h and serves it until t ends.
+// startHandler serves h until t ends.
 func startHandler(t *testing.T, h *Handler) *httptest.Server {
-	h.Start()
-	t.Cleanup(h.Stop)
 	mux := http.NewServeMux()
 	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// setTotals writes what the aggregator keeps in Redis after its flushes: totals and estimates
+// of partition 0's items, a guard for each of the partitions, and the ready marker.
+func setTotals(t *testing.T, rdb *redis.Client, views map[string]int64, unique map[string]uint64) {
+	t.Helper()
+	ctx := context.Background()
+	s := totals.New(rdb, TotalsName)
+	const partitions = 2
+	for p := range int32(partitions) {
+		vals := views
+		if p > 0 {
+			vals = nil
+		}
+		if err := s.Set(ctx, p, totals.Guard{Epoch: 1, End: 10, Chunk: totals.AllChunks}, vals); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetUnique(ctx, unique); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.MarkReadyIfComplete(ctx, partitions); !ok || err != nil {
+		t.Fatalf("mark ready: got %v, %v; want true, nil", ok, err)
+	}
 }
 
 func getJSON(t *testing.T, url string, v any) int {
@@ -105,33 +130,168 @@ func getJSON(t *testing.T, url string, v any) int {
 	return resp.StatusCode
 }
 
+// Counts are the Redis totals, not ClickHouse's: here the two differ on purpose.
 func TestCounts(t *testing.T) {
-	c := &clock{t: time.Now()}
+	ctx := context.Background()
 	conn, rdb := fresh(t)
 	reg := prometheus.NewRegistry()
-	srv := startHandler(t, New(conn, rdb, time.Second, nil, c.now, infra.Logger, reg))
-	ts := time.Now().Add(-time.Hour)
-	addViews(t, conn, "c-a", ts, 5)
-	addViews(t, conn, "c-a", ts.Add(time.Minute), 2)
-	addViews(t, conn, "c-b", ts, 1)
-	if err := conn.Exec(context.Background(), "INSERT INTO unique_viewers (item_id, day, sketch, viewers, updated_at) VALUES ('c-a', toDate(0), '', 6, now64())"); err != nil {
-		t.Fatal(err)
-	}
+	srv := startHandler(t, New(Options{ClickHouse: conn, Redis: rdb, Logger: infra.Logger, Registry: reg}))
+	addViews(t, conn, "c-a", time.Now().Add(-time.Hour), 1000)
+	setTotals(t, rdb, map[string]int64{"c-a": 7, "c-b": 1}, map[string]uint64{"c-a": 6})
+	keys := rdb.DBSize(ctx).Val()
 	var one ItemCounts
 	if code := getJSON(t, srv.URL+"/v1/items/c-a/counts", &one); code != 200 || one != (ItemCounts{ItemID: "c-a", Views: 7, UniqueViewers: 6}) {
 		t.Errorf("got %d %+v; want 200 c-a 7 views 6 unique", code, one)
 	}
 	var batch struct{ Items []ItemCounts }
-	if code := getJSON(t, srv.URL+"/v1/counts?ids=c-b,unknown,c-a,c-b", &batch); code != 200 {
+	if code := getJSON(t, srv.URL+"/v1/counts?ids=c-b,unknown,c-a,c-b,other-unknown", &batch); code != 200 {
 		t.Fatalf("got %d; want 200", code)
 	}
-	want := []ItemCounts{{ItemID: "c-b", Views: 1}, {ItemID: "unknown"}, {ItemID: "c-a", Views: 7, UniqueViewers: 6}, {ItemID: "c-b", Views: 1}}
+	want := []ItemCounts{{ItemID: "c-b", Views: 1}, {ItemID: "unknown"}, {ItemID: "c-a", Views: 7, UniqueViewers: 6}, {ItemID: "c-b", Views: 1}, {ItemID: "other-unknown"}}
 	if fmt.Sprint(batch.Items) != fmt.Sprint(want) {
 		t.Errorf("got %+v; want %+v (request order, unknown as zeros)", batch.Items, want)
 	}
 	if n := redisReads(t, reg); n != 2 {
 		t.Errorf("tally_read_redis_seconds: got %d round trips; want 2 (one per request)", n)
 	}
+	if n := fallbacks(t, reg, "served"); n != 0 {
+		t.Errorf("ClickHouse reads: got %v; want 0", n)
+	}
+	if n := rdb.DBSize(ctx).Val(); n != keys {
+		t.Errorf("Redis keys after reading unknown ids: got %d; want %d as before", n, keys)
+	}
+}
+
+// Without the ready marker (Redis empty or being rebuilt), a page's counts come from ClickHouse
+// in one query, and reading creates nothing in Redis.
+func TestCountsFallBackToClickHouse(t *testing.T) {
+	ctx := context.Background()
+	conn, rdb := fresh(t)
+	reg := prometheus.NewRegistry()
+	srv := startHandler(t, New(Options{ClickHouse: conn, Redis: rdb, Logger: infra.Logger, Registry: reg}))
+	ts := time.Now().Add(-time.Hour)
+	addViews(t, conn, "f-a", ts, 5)
+	addViews(t, conn, "f-a", ts.Add(time.Minute), 2)
+	addViews(t, conn, "f-b", ts, 1)
+	if err := conn.Exec(ctx, "INSERT INTO unique_viewers (item_id, day, sketch, viewers, updated_at) VALUES ('f-a', toDate(0), '', 6, now64())"); err != nil {
+		t.Fatal(err)
+	}
+	// A partial state, as during a rebuild: some totals written, no marker.
+	if err := totals.New(rdb, TotalsName).Set(ctx, 0, totals.Guard{Epoch: 1, End: 3}, map[string]int64{"f-a": 2}); err != nil {
+		t.Fatal(err)
+	}
+	keys := rdb.DBSize(ctx).Val()
+	var batch struct{ Items []ItemCounts }
+	if code := getJSON(t, srv.URL+"/v1/counts?ids=f-b,unknown,f-a", &batch); code != 200 {
+		t.Fatalf("got %d; want 200", code)
+	}
+	want := []ItemCounts{{ItemID: "f-b", Views: 1}, {ItemID: "unknown"}, {ItemID: "f-a", Views: 7, UniqueViewers: 6}}
+	if fmt.Sprint(batch.Items) != fmt.Sprint(want) {
+		t.Errorf("got %+v; want %+v", batch.Items, want)
+	}
+	if n := fallbacks(t, reg, "served"); n != 1 {
+		t.Errorf("ClickHouse reads: got %v; want 1", n)
+	}
+	if n := rdb.DBSize(ctx).Val(); n != keys {
+		t.Errorf("Redis keys after a fallback read: got %d; want %d as before", n, keys)
+	}
+}
+
+// Beyond FallbackReads ClickHouse reads in flight, a page waits FallbackWait and then answers
+// 503 with Retry-After; once a slot frees, pages are served again.
+func TestFallbackBound(t *testing.T) {
+	conn, rdb := fresh(t)
+	reg := prometheus.NewRegistry()
+	h := New(Options{ClickHouse: conn, Redis: rdb, Logger: infra.Logger, Registry: reg, FallbackReads: 2, FallbackWait: 50 * time.Millisecond})
+	srv := startHandler(t, h)
+	// Two reads in flight hold both slots.
+	h.fallback <- struct{}{}
+	h.fallback <- struct{}{}
+	resp, err := http.Get(srv.URL + "/v1/counts?ids=a,b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("with both slots taken: got %d (Retry-After %q); want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if n := fallbacks(t, reg, "refused"); n != 1 {
+		t.Errorf("refused: got %v; want 1", n)
+	}
+	<-h.fallback
+	var batch struct{ Items []ItemCounts }
+	if code := getJSON(t, srv.URL+"/v1/counts?ids=a,b", &batch); code != 200 {
+		t.Errorf("with a slot free: got %d; want 200", code)
+	}
+}
+
+// Pages waiting for a slot at the same time share one ClickHouse query.
+func TestFallbackBatchesWaitingPages(t *testing.T) {
+	conn, rdb := fresh(t)
+	addViews(t, conn, "b-3", time.Now().Add(-time.Hour), 3)
+	counting := &countingConn{Conn: conn}
+	reg := prometheus.NewRegistry()
+	h := New(Options{ClickHouse: counting, Redis: rdb, Logger: infra.Logger, Registry: reg, FallbackReads: 1, FallbackWait: 10 * time.Second})
+	srv := startHandler(t, h)
+	h.fallback <- struct{}{} // a read in flight holds the only slot
+	const pages = 5
+	var wg sync.WaitGroup
+	got := make([]struct{ Items []ItemCounts }, pages)
+	codes := make([]int, pages)
+	for i := range pages {
+		wg.Go(func() { codes[i] = getJSON(t, fmt.Sprintf("%s/v1/counts?ids=b-%d,b-3", srv.URL, i), &got[i]) })
+	}
+	// Every page has joined the waiting batch once its leader counts as waiting and the others
+	// have added their ids; then the slot frees.
+	testinfra.WaitFor(t, 10*time.Second, "5 pages waiting", func() (bool, string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.gathering == nil {
+			return false, "no batch gathering"
+		}
+		return len(h.gathering.ids) == pages, fmt.Sprintf("%d ids gathered", len(h.gathering.ids))
+	})
+	<-h.fallback
+	wg.Wait()
+	for i := range pages {
+		want := fmt.Sprint([]ItemCounts{{ItemID: fmt.Sprintf("b-%d", i), Views: map[bool]uint64{true: 3}[i == 3]}, {ItemID: "b-3", Views: 3}})
+		if codes[i] != 200 || fmt.Sprint(got[i].Items) != want {
+			t.Errorf("page %d: got %d %v; want 200 %s", i, codes[i], got[i].Items, want)
+		}
+	}
+	if n := counting.queries.Load(); n != 1 {
+		t.Errorf("ClickHouse queries: got %d; want 1 for the 5 waiting pages", n)
+	}
+}
+
+// countingConn counts the queries sent through a real connection.
+type countingConn struct {
+	driver.Conn
+	queries atomic.Int32
+}
+
+func (c *countingConn) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	c.queries.Add(1)
+	return c.Conn.Query(ctx, query, args...)
+}
+
+// fallbacks is the count of reg's fallback counter with result.
+func fallbacks(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "tally_read_clickhouse_fallback_total" {
+			for _, m := range f.GetMetric() {
+				if m.GetLabel()[0].GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // redisReads is how many Redis round trips of count reads reg's histogram has timed.
@@ -150,13 +310,13 @@ func redisReads(t *testing.T, reg *prometheus.Registry) uint64 {
 	return 0
 }
 
-// Like totals ride in the same Redis round trip as the cached counts and are exact at once;
+// Like totals ride in the same Redis round trip as the view totals and are exact at once;
 // while the like state is being rebuilt, counts answer 503 rather than wrong totals.
 func TestCountsWithLikes(t *testing.T) {
 	ctx := context.Background()
 	conn, rdb := fresh(t)
-	srv := startHandler(t, New(conn, rdb, time.Second, likes.QueueTotals, time.Now, infra.Logger, prometheus.NewRegistry()))
-	addViews(t, conn, "l-a", time.Now().Add(-time.Hour), 4)
+	srv := startHandler(t, New(Options{ClickHouse: conn, Redis: rdb, Likes: likes.QueueTotals, Logger: infra.Logger, Registry: prometheus.NewRegistry()}))
+	setTotals(t, rdb, map[string]int64{"l-a": 4}, nil)
 	if err := rdb.Set(ctx, likes.ReadyKey, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -190,12 +350,12 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-// A full round of the refresher: maxItemsPerQuery ids of the longest allowed length make a query
-// text far beyond ClickHouse's default max_query_size.
-func TestCountsOfAFullRoundOfLongIDs(t *testing.T) {
+// The largest list one ClickHouse read takes, of ids of the longest allowed length, makes a
+// query text far beyond ClickHouse's default max_query_size.
+func TestCountsOfLongIDs(t *testing.T) {
 	conn, _ := fresh(t)
 	ts := time.Now().Add(-time.Hour)
-	items := make([]string, maxItemsPerQuery)
+	items := make([]string, chclient.MaxListItems)
 	for i := range items {
 		id := fmt.Sprintf("long-%d-", i)
 		items[i] = id + strings.Repeat("x", schemas.MaxIDLen-len(id))
@@ -211,36 +371,27 @@ func TestCountsOfAFullRoundOfLongIDs(t *testing.T) {
 	}
 }
 
-// TestCacheFreshness checks that a cached total is served until it is stale, then refreshed in
-// the background, never leaving a reader waiting on ClickHouse.
-func TestCacheFreshness(t *testing.T) {
+// A batch the aggregator applies is read at once: there is no cache in between.
+func TestAppliedTotalsAreReadAtOnce(t *testing.T) {
+	ctx := context.Background()
 	c := &clock{t: time.Now()}
-	conn, srv := newTestHandler(t, c)
-	ts := time.Now().Add(-time.Hour)
-	addViews(t, conn, "f-a", ts, 1)
+	_, srv := newTestHandler(t, c)
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	defer rdb.Close()
+	setTotals(t, rdb, map[string]int64{"a-a": 1}, nil)
 	views := func() uint64 {
 		var got ItemCounts
-		getJSON(t, srv.URL+"/v1/items/f-a/counts", &got)
+		getJSON(t, srv.URL+"/v1/items/a-a/counts", &got)
 		return got.Views
 	}
 	if got := views(); got != 1 {
 		t.Fatalf("got %d views; want 1", got)
 	}
-	addViews(t, conn, "f-a", ts, 1)
-	c.add(500 * time.Millisecond)
-	if got := views(); got != 1 {
-		t.Errorf("got %d views while the entry is fresh; want the cached 1", got)
+	if _, err := totals.New(rdb, TotalsName).Apply(ctx, 0, 1, 11, map[string]int64{"a-a": 4}); err != nil {
+		t.Fatal(err)
 	}
-	c.add(time.Second) // now stale: served once more, refreshed behind
-	if got := views(); got != 1 && got != 2 {
-		t.Errorf("got %d views from a stale entry; want 1 or 2", got)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for views() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("got no refresh to 2 views within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if got := views(); got != 5 {
+		t.Errorf("got %d views after a batch of 4; want 5", got)
 	}
 }
 
@@ -309,7 +460,7 @@ func TestRedisDownIs503(t *testing.T) {
 	conn, _ := fresh(t)
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer rdb.Close()
-	h := New(conn, rdb, time.Second, nil, time.Now, infra.Logger, prometheus.NewRegistry())
+	h := New(Options{ClickHouse: conn, Redis: rdb, Logger: infra.Logger, Registry: prometheus.NewRegistry()})
 	mux := http.NewServeMux()
 	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	w := httptest.NewRecorder()

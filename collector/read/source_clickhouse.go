@@ -22,13 +22,14 @@ type source struct {
 }
 
 // counts returns the all-time views and unique viewers of items in one query; items with no
-// views are absent from the map.
+// views are absent from the map. Views are summed from views_total by item whatever else its
+// rows are keyed by (toInt64: the column's type may be signed or not).
 func (s source) counts(ctx context.Context, items []string) (map[string]Counts, error) {
 	ctx = chclient.FitList(ctx, items, 2)
 	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
-		SELECT item_id, toUInt64(greatest(views, 0)) AS v, toUInt64(0) AS u FROM views_total WHERE item_id IN (?)
+		SELECT item_id, toInt64(sum(views)) AS v, toUInt64(0) AS u FROM views_total WHERE item_id IN (?) GROUP BY item_id
 		UNION ALL
-		SELECT item_id, toUInt64(0), argMax(viewers, updated_at) FROM unique_viewers
+		SELECT item_id, toInt64(0), argMax(viewers, updated_at) FROM unique_viewers
 		WHERE item_id IN (?) AND day = toDate(0) GROUP BY item_id
 	) GROUP BY item_id`, items, items)
 	if err != nil {
@@ -38,10 +39,12 @@ func (s source) counts(ctx context.Context, items []string) (map[string]Counts, 
 	out := make(map[string]Counts, len(items))
 	for rows.Next() {
 		var id string
+		var views int64
 		var c Counts
-		if err := rows.Scan(&id, &c.Views, &c.UniqueViewers); err != nil {
+		if err := rows.Scan(&id, &views, &c.UniqueViewers); err != nil {
 			return nil, fmt.Errorf("scan counts: %w", err)
 		}
+		c.Views = uint64(max(views, 0))
 		out[id] = c
 	}
 	if err := rows.Err(); err != nil {

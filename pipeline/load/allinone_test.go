@@ -18,7 +18,7 @@ import (
 // started in this process (its own test binary: chDB allows one engine per process) and checks
 // that the reports measured what they claim with no errors.
 func TestLoadAgainstAllInOne(t *testing.T) {
-	r := pipelinetest.Start(t, "--collector.cache_ttl", "200ms")
+	r := pipelinetest.Start(t)
 	api := r.API
 	brokers := r.Config.Kafka.Brokers[0]
 	ctx := context.Background()

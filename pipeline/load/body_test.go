@@ -121,3 +121,53 @@ func TestPickIDs(t *testing.T) {
 		})
 	}
 }
+
+func TestFeedPage(t *testing.T) {
+	tests := []struct {
+		name       string
+		n, catalog int
+		wantLen    int
+	}{
+		{"20 from 10,000", 20, 10_000, 20},
+		{"20 from a million", 20, 1_000_000, 20},
+		{"catalog smaller than the page", 20, 5, 6},
+		{"the hot item alone", 1, 10_000, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			for range 100 {
+				got := feedPage(rng, tt.n, tt.catalog)
+				if len(got) != tt.wantLen || got[0] != 0 {
+					t.Fatalf("got %v; want %d ids, the hot item 0 first", got, tt.wantLen)
+				}
+				seen := map[int]bool{}
+				for _, i := range got[1:] {
+					if i < 1 || i > tt.catalog || seen[i] {
+						t.Fatalf("got %v; want distinct catalog items in [1,%d]", got, tt.catalog)
+					}
+					seen[i] = true
+				}
+			}
+		})
+	}
+}
+
+// The catalog ids of feed pages are drawn uniformly: over 50,000 pages of 19 drawn ids from a
+// catalog of 100 items, each item is drawn about 9,500 times (binomial, sd about 95).
+func TestFeedPageUniform(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const pages, catalog = 50_000, 100
+	counts := make([]int, catalog+1)
+	for range pages {
+		for _, i := range feedPage(rng, 20, catalog)[1:] {
+			counts[i]++
+		}
+	}
+	want := pages * 19 / catalog
+	for i := 1; i <= catalog; i++ {
+		if d := counts[i] - want; d < -500 || d > 500 {
+			t.Errorf("item %d: drawn %d times; want %d +- 500", i, counts[i], want)
+		}
+	}
+}

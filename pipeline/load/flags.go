@@ -41,6 +41,7 @@ type Config struct {
 	// reads
 	ReadRate int
 	ReadIDs  int
+	Catalog  int
 
 	// likes
 	LikeRate    int
@@ -130,7 +131,8 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.DurationVar(&c.ProbeWait, "probe-timeout", 30*time.Second, "views: a probe not visible after this long counts as not visible")
 
 	fs.IntVar(&c.ReadRate, "read-rate", 1000, "reads: GET /v1/counts requests per second, open loop")
-	fs.IntVar(&c.ReadIDs, "read-ids", 20, "reads: item ids per GET /v1/counts (1..100)")
+	fs.IntVar(&c.ReadIDs, "read-ids", 20, "reads: item ids per GET /v1/counts (1..100): a feed page, the hot item and ids drawn from the catalog")
+	fs.IntVar(&c.Catalog, "catalog", 10000, "reads: items a feed page draws its ids from, uniformly (items 1..N; the views scenario posts to items 1..--items, so set both alike for views over the whole catalog)")
 
 	fs.IntVar(&c.LikeRate, "like-rate", 5000, "likes: PUT/DELETE requests per second on the hot item, open loop")
 	fs.IntVar(&c.Users, "users", 100000, "likes: distinct users liking and unliking")
@@ -237,6 +239,7 @@ func (c Config) validate() error {
 	if c.Scenarios.Reads {
 		inRange("read-rate", c.ReadRate, 1, maxRate)
 		inRange("read-ids", c.ReadIDs, 1, 100)
+		inRange("catalog", c.Catalog, 1, 10_000_000)
 	}
 	if c.Scenarios.Likes {
 		inRange("like-rate", c.LikeRate, 1, maxRate)

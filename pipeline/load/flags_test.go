@@ -26,6 +26,7 @@ func TestParseArgsDefaults(t *testing.T) {
 		{"batch", c.Batch, 1000},
 		{"hot-share", c.HotShare, 0.5},
 		{"read-rate", c.ReadRate, 1000},
+		{"catalog", c.Catalog, 10000},
 		{"like-rate", c.LikeRate, 5000},
 		{"brokers", strings.Join(c.Brokers, ","), "127.0.0.1:9092"},
 		{"group", c.Group, "tally-aggregator"},
@@ -65,6 +66,9 @@ func TestParseArgs(t *testing.T) {
 		{"zero duration", []string{"--duration", "0s"}, nil, "--duration"},
 		{"hot share over 1", []string{"--hot-share", "1.5"}, nil, "--hot-share: got 1.5"},
 		{"batch over collector max", []string{"--batch", "20000"}, nil, "--batch: got 20000; want 1..10000"},
+		{"catalog of a million", []string{"--scenario", "reads", "--catalog", "1000000"}, func(c Config) (any, any) { return c.Catalog, 1_000_000 }, ""},
+		{"catalog zero", []string{"--scenario", "reads", "--catalog", "0"}, nil, "--catalog: got 0; want 1..10000000"},
+		{"catalog not a number", []string{"--scenario", "reads", "--catalog", "1e6"}, nil, "--catalog"},
 		{"read ids over 100", []string{"--scenario", "reads", "--read-ids", "101"}, nil, "--read-ids: got 101"},
 		{"like rate zero", []string{"--scenario", "likes", "--like-rate", "0"}, nil, "--like-rate: got 0"},
 		{"bad run id", []string{"--run-id", "a/b"}, nil, "--run-id"},
@@ -96,7 +100,7 @@ func TestParseArgsHelp(t *testing.T) {
 	if !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("got %v; want pflag.ErrHelp", err)
 	}
-	for _, flag := range []string{"--scenario", "--rate", "--duration", "--batch", "--concurrency", "--hot-share", "--items", "--brokers", "--read-rate", "--like-rate", "--json"} {
+	for _, flag := range []string{"--scenario", "--rate", "--duration", "--batch", "--concurrency", "--hot-share", "--items", "--brokers", "--read-rate", "--catalog", "--like-rate", "--json"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("help: got no %s; want every flag listed", flag)
 		}

@@ -5,7 +5,8 @@
 //   - views: NDJSON batches to POST /v1/events at a target event rate with one hot item, while
 //     the aggregator group's consumer lag is sampled every second (Kafka admin API) and marker
 //     views are probed for visibility through GET /v1/items/{id}/counts;
-//   - reads: GET /v1/counts with a feed page of ids, open loop;
+//   - reads: GET /v1/counts with a feed page, open loop: the hot item and ids drawn uniformly
+//     from a catalog of --catalog items;
 //   - likes: like/unlike on one hot item and GET /v1/users/{id}/likes, open loop.
 //
 // Open-loop streams fire on a fixed schedule and measure latency from the scheduled time, so a
@@ -137,7 +138,7 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 		views = newViewsRun(c, cl, prefix)
 	}
 	if c.Scenarios.Reads {
-		reads = readsStream(c, cl, prefix, rng)
+		reads = readsStream(c, cl, prefix)
 	}
 	if c.Scenarios.Likes {
 		likes = newLikesStreams(c, cl, prefix, rng)

@@ -22,11 +22,10 @@ type VisReport struct {
 }
 
 // prober posts one marker view for a new item every interval and polls that item's counts as
-// an app would, through the collector's Redis-cached read API: the first read of a never-seen
-// item goes to ClickHouse and caches its (zero) count for collector.cache_ttl, after which a
-// stale read triggers a background refresh. The measured latency therefore includes the
-// aggregator's flush and the cache's refresh, which is what an app sees. Each probe runs in its
-// own goroutine; finish waits for them.
+// an app would, through the collector's read API, which answers from the totals the aggregator
+// keeps in Redis (ClickHouse while they are being rebuilt). The measured latency therefore
+// includes the aggregator's flush and its Redis update, which is what an app sees. Each probe
+// runs in its own goroutine; finish waits for them.
 type prober struct {
 	cl     *http.Client
 	url    string

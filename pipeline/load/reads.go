@@ -1,6 +1,8 @@
 package load
 
 import (
+	"bytes"
+	"context"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -42,12 +44,28 @@ func idsParam(prefix string, idx []int) string {
 	return b.String()
 }
 
-// readsStream is GET /v1/counts?ids=<ReadIDs items of the views scenario's pool, hot item
-// included in the draw> at ReadRate, open loop.
-func readsStream(c Config, cl *http.Client, prefix string, rng *rand.Rand) *openLoop {
-	urls := make([]string, urlRing)
-	for i := range urls {
-		urls[i] = c.URL + "/v1/counts?ids=" + idsParam(prefix, pickIDs(rng, c.ReadIDs, c.Items+1))
+// feedPage returns the item indexes of one feed page of n ids: the hot item (0) first, then n-1
+// distinct items drawn uniformly from the catalog, items 1..catalog (all of them when the
+// catalog is smaller than the page).
+func feedPage(rng *rand.Rand, n, catalog int) []int {
+	drawn := pickIDs(rng, n-1, catalog)
+	out := make([]int, 1, 1+len(drawn))
+	for _, i := range drawn {
+		out = append(out, i+1)
 	}
-	return getLoop(c, cl, c.ReadRate, "GET /v1/counts", "GET /v1/counts", urls)
+	return out
+}
+
+// readsStream is GET /v1/counts?ids=<a feed page: the hot item and ReadIDs-1 items of the
+// catalog> at ReadRate, open loop. Each request draws its own page, so that a catalog of a
+// million items is read across, not through a few thousand pre-built pages.
+func readsStream(c Config, cl *http.Client, prefix string) *openLoop {
+	const kind = "GET /v1/counts"
+	o := &openLoop{rate: float64(c.ReadRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{kind}}
+	base := c.URL + "/v1/counts?ids="
+	o.fire = func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
+		code, err := do(ctx, cl, http.MethodGet, base+idsParam(prefix, feedPage(rng, c.ReadIDs, c.Catalog)), nil, buf)
+		return 0, o.errs.wantOK(ctx, kind, code, err, buf.Bytes())
+	}
+	return o
 }

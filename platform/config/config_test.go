@@ -29,6 +29,7 @@ func TestLoadPrecedence(t *testing.T) {
 		{"file duration", nil, []string{"--config", file}, func(c Config) (any, any) { return c.Aggregator.FlushInterval, 2 * time.Second }},
 		{"env beats file", map[string]string{"TALLY_COLLECTOR_ADDR": "127.0.0.1:1002"}, []string{"--config", file}, func(c Config) (any, any) { return c.Collector.Addr, "127.0.0.1:1002" }},
 		{"flag beats env", map[string]string{"TALLY_COLLECTOR_ADDR": "127.0.0.1:1002"}, []string{"--config", file, "--collector.addr", "127.0.0.1:1003"}, func(c Config) (any, any) { return c.Collector.Addr, "127.0.0.1:1003" }},
+		{"memory size flag", nil, []string{"--redis.embedded_maxmemory", "512MB"}, func(c Config) (any, any) { return c.Redis.EmbeddedMaxMemory, "512MB" }},
 		{"env list", map[string]string{"TALLY_KAFKA_BROKERS": "x:1,y:2"}, nil, func(c Config) (any, any) { return strings.Join(c.Kafka.Brokers, ","), "x:1,y:2" }},
 		{"env config file", map[string]string{"TALLY_CONFIG": file}, nil, func(c Config) (any, any) { return c.Collector.MaxLines, 7 }},
 	}
@@ -69,6 +70,9 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"ttl not days", nil, []string{"--aggregator.ttl_seconds", "36h"}, "aggregator.ttl_seconds"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},
+		{"memory without digits", nil, []string{"--redis.embedded_maxmemory", "gb"}, "redis.embedded_maxmemory"},
+		{"memory unit unknown", nil, []string{"--redis.embedded_maxmemory", "2tb"}, "redis.embedded_maxmemory"},
+		{"memory zero is no bound", nil, []string{"--redis.embedded_maxmemory", "0"}, "redis.embedded_maxmemory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

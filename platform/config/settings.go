@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,8 +62,9 @@ func (c ClickHouse) Options() chclient.Options {
 }
 
 type Redis struct {
-	Addr         string `mapstructure:"addr"`
-	EmbeddedPort int    `mapstructure:"embedded_port"`
+	Addr              string `mapstructure:"addr"`
+	EmbeddedPort      int    `mapstructure:"embedded_port"`
+	EmbeddedMaxMemory string `mapstructure:"embedded_maxmemory"`
 }
 
 type Collector struct {
@@ -71,7 +73,6 @@ type Collector struct {
 	MaxLines     int           `mapstructure:"max_lines"`
 	FutureBound  time.Duration `mapstructure:"future_bound"`
 	LateBound    time.Duration `mapstructure:"late_bound"`
-	CacheTTL     time.Duration `mapstructure:"cache_ttl"`
 }
 
 type Aggregator struct {
@@ -131,13 +132,13 @@ func settings() []setting {
 
 		{"redis.addr", "", "Redis host:port; empty starts a local redis-server under data_dir (all-in-one only)"},
 		{"redis.embedded_port", 0, "port of the embedded redis-server; 0 picks a free one"},
+		{"redis.embedded_maxmemory", "1gb", "memory bound of the embedded redis-server (e.g. 512mb, 2gb); it never evicts, so writes fail at the bound"},
 
 		{"collector.addr", "127.0.0.1:8080", "collector HTTP listen address (API, /healthz, /readyz, /metrics)"},
 		{"collector.max_body_bytes", 4 << 20, "largest accepted request body in bytes (413 beyond)"},
 		{"collector.max_lines", 10000, "most events in one POST /v1/events body"},
 		{"collector.future_bound", 5 * time.Minute, "events stamped further in the future are rejected"},
 		{"collector.late_bound", 24 * time.Hour, "events older than this are rejected"},
-		{"collector.cache_ttl", time.Second, "how long a count stays in the Redis read cache"},
 
 		{"aggregator.addr", "127.0.0.1:8081", "aggregator admin listen address (/healthz, /readyz, /metrics)"},
 		{"aggregator.group", "tally-aggregator", "Kafka consumer group of the aggregators"},
@@ -208,6 +209,9 @@ func (c Config) Validate() error {
 	if c.Redis.EmbeddedPort < 0 || c.Redis.EmbeddedPort > 65535 {
 		bad("redis.embedded_port", "got %d; want 0..65535", c.Redis.EmbeddedPort)
 	}
+	if !memorySize(c.Redis.EmbeddedMaxMemory) {
+		bad("redis.embedded_maxmemory", "got %q; want a size such as 512mb or 2gb", c.Redis.EmbeddedMaxMemory)
+	}
 	checkHostPort(bad, "collector.addr", c.Collector.Addr)
 	if c.Collector.MaxBodyBytes < 1024 {
 		bad("collector.max_body_bytes", "got %d; want at least 1024", c.Collector.MaxBodyBytes)
@@ -217,7 +221,6 @@ func (c Config) Validate() error {
 	}
 	positive(bad, "collector.future_bound", c.Collector.FutureBound)
 	positive(bad, "collector.late_bound", c.Collector.LateBound)
-	positive(bad, "collector.cache_ttl", c.Collector.CacheTTL)
 	checkHostPort(bad, "aggregator.addr", c.Aggregator.Addr)
 	if c.Aggregator.Group == "" {
 		bad("aggregator.group", "must not be empty")
@@ -264,6 +267,20 @@ func checkHostPort(bad func(string, string, ...any), key, v string) {
 	if _, _, err := net.SplitHostPort(v); err != nil {
 		bad(key, "got %q; want host:port", v)
 	}
+}
+
+// memorySize reports whether s is a positive memory size as redis-server reads it: digits and
+// an optional unit k, kb, m, mb, g or gb (any case). Zero is refused: to Redis it means no bound.
+func memorySize(s string) bool {
+	s = strings.ToLower(s)
+	num := strings.TrimRight(s, "kmgb")
+	switch s[len(num):] {
+	case "", "b", "k", "kb", "m", "mb", "g", "gb":
+	default:
+		return false
+	}
+	n, err := strconv.ParseUint(num, 10, 64)
+	return err == nil && n > 0
 }
 
 func identifier(s string) bool {

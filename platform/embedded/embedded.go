@@ -71,7 +71,7 @@ func Parts(cfg *config.Config, logger *slog.Logger) []lifecycle.Part {
 				if err != nil {
 					return err
 				}
-				if p, err = redisproc.Start(ctx, dir, cfg.Redis.EmbeddedPort, logger); err != nil {
+				if p, err = redisproc.Start(ctx, redisproc.Config{Dir: dir, Port: cfg.Redis.EmbeddedPort, MaxMemory: cfg.Redis.EmbeddedMaxMemory, Logger: logger}); err != nil {
 					return err
 				}
 				cfg.Redis.Addr = p.Addr()

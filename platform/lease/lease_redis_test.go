@@ -30,7 +30,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	p, err := redisproc.Start(ctx, dir, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := redisproc.Start(ctx, redisproc.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start redis:", err)
 		return 1

@@ -1,6 +1,9 @@
 // Package redisproc runs a local redis-server as a child process for the embedded defaults. The
-// server keeps nothing on disk (no RDB, no AOF): tally treats Redis as a rebuildable cache and
-// serving store, and must cope with it coming back empty. The Proc is owned by its starter,
+// server keeps nothing on disk (no RDB, no AOF): tally treats Redis as a rebuildable serving
+// store, and must cope with it coming back empty. It is bounded in memory and never evicts:
+// like state and item totals are state, not a cache, so at the bound writes fail loudly instead
+// of silently dropping keys. Hashes stay compact (listpack) up to the sizes platform/totals'
+// buckets are laid out for. The Proc is owned by its starter,
 // which must call Stop; if the parent dies, the child notices its parent is gone via
 // Pdeathsig and exits too.
 package redisproc
@@ -26,9 +29,34 @@ type Proc struct {
 	logger *slog.Logger
 }
 
-// Start launches redis-server on 127.0.0.1:port (0 picks a free port) with its working files in
-// dir, and returns once it accepts connections.
-func Start(ctx context.Context, dir string, port int, logger *slog.Logger) (*Proc, error) {
+// Config says where and how a redis-server runs.
+type Config struct {
+	// Dir holds the server's working files (its log).
+	Dir string
+	// Port on 127.0.0.1; 0 picks a free one.
+	Port int
+	// MaxMemory is the server's maxmemory ("1gb", "512mb", bytes); empty means DefaultMaxMemory.
+	MaxMemory string
+	Logger    *slog.Logger
+}
+
+// DefaultMaxMemory bounds a server whose Config names no bound.
+const DefaultMaxMemory = "1gb"
+
+// Hash encoding limits: platform/totals sizes its buckets to stay within them (see
+// totals.ListpackEntries and totals.ListpackValue; a test there checks they agree).
+const (
+	hashListpackEntries = "512"
+	hashListpackValue   = "128"
+)
+
+// Start launches redis-server as cfg says and returns once it accepts connections.
+func Start(ctx context.Context, cfg Config) (*Proc, error) {
+	dir, port, logger := cfg.Dir, cfg.Port, cfg.Logger
+	maxMemory := cfg.MaxMemory
+	if maxMemory == "" {
+		maxMemory = DefaultMaxMemory
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("start redis: redis-server not found on PATH (run scripts/setup.sh): %w", err)
@@ -53,6 +81,8 @@ func Start(ctx context.Context, dir string, port int, logger *slog.Logger) (*Pro
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--dir", dir, "--logfile", logFile,
 		"--maxclients", "10000",
+		"--maxmemory", maxMemory, "--maxmemory-policy", "noeviction",
+		"--hash-max-listpack-entries", hashListpackEntries, "--hash-max-listpack-value", hashListpackValue,
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -28,7 +28,7 @@ func checkServesAndStops(t *testing.T, dir string) {
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p, err := Start(ctx, dir, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := Start(ctx, Config{Dir: dir, MaxMemory: "64mb", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +38,12 @@ func checkServesAndStops(t *testing.T, dir string) {
 	}
 	if got, err := rdb.Get(ctx, "k").Result(); got != "v" || err != nil {
 		t.Errorf("got %q, %v; want \"v\", nil", got, err)
+	}
+	// The bound and the policy: state is never evicted.
+	for k, want := range map[string]string{"maxmemory": "67108864", "maxmemory-policy": "noeviction", "hash-max-listpack-entries": hashListpackEntries} {
+		if got := rdb.ConfigGet(ctx, k).Val()[k]; got != want {
+			t.Errorf("config %s: got %q; want %q", k, got, want)
+		}
 	}
 	rdb.Close()
 	if err := p.Stop(ctx); err != nil {

@@ -50,7 +50,7 @@ func Start() (*Infra, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if in.Redis, err = redisproc.Start(ctx, filepath.Join(dir, "redis"), 0, in.Logger); err != nil {
+	if in.Redis, err = redisproc.Start(ctx, redisproc.Config{Dir: filepath.Join(dir, "redis"), Logger: in.Logger}); err != nil {
 		in.Stop()
 		return nil, err
 	}

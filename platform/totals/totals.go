@@ -1,0 +1,473 @@
+// Package totals keeps per-item totals (views; later clicks) and unique-viewer estimates in
+// Redis, so that a feed page's counts are one Redis round trip whatever the catalog size. The
+// writer applies each batch's deltas once, guarded by the batch's checkpoint, so a replay after
+// a crash never adds a batch twice; ClickHouse stays the source of truth that rebuilds Redis.
+//
+// Layout (prefix t1:, the layout's version; {name} is e.g. "views", and its braces make it the
+// Redis Cluster hash tag, so every key of one Store lands on one node):
+//
+//	t1:{name}:v:{b}      hash item -> total, b = xxhash64(item) % Buckets
+//	t1:{name}:u:{b}      hash item -> unique-viewer estimate, same buckets
+//	t1:{name}:guard:{p}  hash epoch, end, chunk: the last chunk applied to partition p
+//	t1:{name}:ready      marker: every partition has a guard, so the totals are whole
+//
+// Bucketed hashes rather than a key per item: Buckets is chosen so that a million items leave
+// about 60 fields per hash, which Redis keeps listpack-encoded (hash-max-listpack-entries
+// ListpackEntries, hash-max-listpack-value ListpackValue; platform/redisproc sets both): about
+// 41 bytes per item for total and estimate together, a third of a key per item, while a
+// HINCRBY still scans a short listpack (docs/BENCHMARKS.md has the measurements). A field at 0 is deleted, and
+// reads never write, so an id nobody viewed costs nothing lasting.
+//
+// The guard rule: Apply splits a batch into deterministic chunks (items sorted, ChunkItems per
+// chunk) and applies each with its guard update in one Lua script. A chunk of (epoch, end,
+// chunk index) is applied iff epoch > guard.epoch, or epoch == guard.epoch and (end, chunk) >
+// (guard.end, guard.chunk) lexicographically; a chunk of an older epoch is refused with a
+// *FencedError (a writer that lost its partition). A replayed batch is therefore skipped, and a
+// batch cut short by a crash resumes at its next chunk. A missing guard (Redis lost its data,
+// or the partition was never written) refuses Apply with a *NoGuardError: the caller rebuilds
+// the partition from ClickHouse with Set, which creates the guard. Epochs and offsets must stay
+// below 2^53 (Lua compares them as doubles).
+//
+// Concurrency: a Store is safe for concurrent use and owns no goroutines; the Redis client is
+// its caller's. One writer per partition (Apply, Claim, Set of partition p) is the caller's
+// duty: the epoch fence refuses a stale writer's later writes but does not order two live ones.
+// The package knows no component: it is handed names, partitions, epochs and offsets.
+package totals
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// ChunkItems is how many items one guarded Lua call applies: large enough that a batch
+	// costs few round trips, small enough that one script holds Redis for only a few milliseconds.
+	ChunkItems = 1000
+	// Buckets is the number of hashes each of totals and estimates is spread over. Fewer,
+	// longer listpacks save little memory and make every HINCRBY scan longer (4,096 buckets:
+	// 39 against 41 bytes per item at a million items, but 5.4 against 3.0-3.4 µs per applied
+	// item); more save no time.
+	Buckets = 16384
+	// ListpackEntries and ListpackValue are the hash-max-listpack-entries and
+	// hash-max-listpack-value the layout is sized for: up to about 7 million items every
+	// bucket stays under ListpackEntries fields, and any valid item id (schemas.MaxIDLen) fits
+	// ListpackValue. Beyond them a bucket turns into a hashtable: correct, only larger.
+	ListpackEntries = 512
+	ListpackValue   = 128
+	// AllChunks as a Guard's Chunk means the whole batch ending at End is applied: a rebuild
+	// from ClickHouse's checkpoint sets it, so no chunk of that batch is applied again.
+	AllChunks = math.MaxInt32
+	// maxExact is the largest epoch or offset Lua compares exactly.
+	maxExact = 1 << 53
+	prefix   = "t1:"
+)
+
+// Guard is partition p's last applied chunk: the batch's epoch, end offset and chunk index.
+// Found is false when Redis has no guard for the partition.
+type Guard struct {
+	Epoch uint64
+	End   int64
+	Chunk int
+	Found bool
+}
+
+// FencedError refuses a write of an epoch older than the partition's guard.
+type FencedError struct {
+	Partition  int32
+	Epoch      uint64 // the refused writer's
+	GuardEpoch uint64 // the guard's, newer
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("partition %d: epoch %d is fenced by epoch %d", e.Partition, e.Epoch, e.GuardEpoch)
+}
+
+// NoGuardError refuses Apply to a partition with no guard: its totals must be rebuilt (Set)
+// before deltas mean anything.
+type NoGuardError struct{ Partition int32 }
+
+func (e *NoGuardError) Error() string {
+	return fmt.Sprintf("partition %d has no totals guard: rebuild it first", e.Partition)
+}
+
+// Store is one named set of totals in Redis.
+type Store struct {
+	rdb   redis.UniversalClient
+	base  string // t1:{name}:
+	apply *redis.Script
+	set   *redis.Script
+	claim *redis.Script
+	ready *redis.Script
+}
+
+// New returns the totals named name ("views"; later "clicks") in rdb.
+func New(rdb redis.UniversalClient, name string) *Store {
+	return &Store{rdb: rdb, base: prefix + "{" + name + "}:",
+		apply: redis.NewScript(applyScript), set: redis.NewScript(setScript),
+		claim: redis.NewScript(claimScript), ready: redis.NewScript(readyScript)}
+}
+
+func bucket(item string) uint64 { return xxhash.Sum64String(item) % Buckets }
+
+func (s *Store) viewsKey(b uint64) string  { return s.base + "v:" + strconv.FormatUint(b, 10) }
+func (s *Store) uniqueKey(b uint64) string { return s.base + "u:" + strconv.FormatUint(b, 10) }
+func (s *Store) guardKey(p int32) string   { return s.base + "guard:" + strconv.Itoa(int(p)) }
+func (s *Store) readyKey() string          { return s.base + "ready" }
+
+// The scripts declare the shebang so that Redis checks for memory before running them: at the
+// maxmemory bound a chunk is refused whole, never applied halfway. They answer 1 applied,
+// 0 skipped (already applied), -1 fenced (with the guard's epoch), -2 no guard.
+
+// applyScript: KEYS[1] guard, KEYS[i] (i >= 2) the bucket of item i-1; ARGV[1..3] epoch, end,
+// chunk; ARGV[2i], ARGV[2i+1] item i-1 and its delta.
+const applyScript = `#!lua
+local g = redis.call('HMGET', KEYS[1], 'epoch', 'end', 'chunk')
+if not g[1] then return {-2, 0} end
+local ge, gend, gc = tonumber(g[1]), tonumber(g[2]), tonumber(g[3])
+local e, en, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if e < ge then return {-1, g[1]} end
+if e == ge and (en < gend or (en == gend and c <= gc)) then return {0, 0} end
+for i = 2, #KEYS do
+  if redis.call('HINCRBY', KEYS[i], ARGV[2*i], ARGV[2*i+1]) == 0 then
+    redis.call('HDEL', KEYS[i], ARGV[2*i])
+  end
+end
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'end', ARGV[2], 'chunk', ARGV[3])
+return {1, 0}
+`
+
+// setScript: KEYS[1] guard, KEYS[i] (i >= 2) buckets as in applyScript; ARGV[1] epoch,
+// ARGV[2] "1" to write the guard (epoch, ARGV[3] end, ARGV[4] chunk) after the values;
+// ARGV[2i+1], ARGV[2i+2] item i-1 and its value (0 deletes the field).
+const setScript = `#!lua
+local ge = redis.call('HGET', KEYS[1], 'epoch')
+if ge and tonumber(ARGV[1]) < tonumber(ge) then return {-1, ge} end
+for i = 2, #KEYS do
+  if ARGV[2*i+2] == '0' then
+    redis.call('HDEL', KEYS[i], ARGV[2*i+1])
+  else
+    redis.call('HSET', KEYS[i], ARGV[2*i+1], ARGV[2*i+2])
+  end
+end
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'end', ARGV[3], 'chunk', ARGV[4])
+end
+return {1, 0}
+`
+
+// claimScript: KEYS[1] guard; ARGV[1] epoch. A missing guard stays missing.
+const claimScript = `#!lua
+local ge = redis.call('HGET', KEYS[1], 'epoch')
+if not ge then return {-2, 0} end
+if tonumber(ARGV[1]) < tonumber(ge) then return {-1, ge} end
+if tonumber(ARGV[1]) > tonumber(ge) then redis.call('HSET', KEYS[1], 'epoch', ARGV[1]) end
+return {1, 0}
+`
+
+// readyScript: KEYS[1] marker, KEYS[2..] every partition's guard.
+const readyScript = `#!lua
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then return 0 end
+end
+redis.call('SET', KEYS[1], '1')
+return 1
+`
+
+// verdict reads a script's {code, guard epoch} answer.
+func verdict(res any, p int32, epoch uint64) (int64, error) {
+	a, ok := res.([]any)
+	if !ok || len(a) != 2 {
+		return 0, fmt.Errorf("partition %d: unexpected script answer %v", p, res)
+	}
+	code, _ := a[0].(int64)
+	if code == -1 {
+		ge, _ := strconv.ParseUint(fmt.Sprint(a[1]), 10, 64)
+		return code, &FencedError{Partition: p, Epoch: epoch, GuardEpoch: ge}
+	}
+	return code, nil
+}
+
+func checkExact(epoch uint64, end int64) error {
+	if epoch >= maxExact || end >= maxExact || end < -1 {
+		return fmt.Errorf("epoch %d or end %d out of range (want epoch < 2^53, -1 <= end < 2^53)", epoch, end)
+	}
+	return nil
+}
+
+// Apply adds deltas (item -> n, n may be negative) of the batch of partition p that ends at
+// offset end, written under epoch. It is applied at most once: in deterministic chunks (items
+// sorted, ChunkItems per Lua call) each guarded by (epoch, end, chunk index) as the package doc
+// says. Zero deltas are dropped. Returns whether anything was applied; a *FencedError when
+// epoch is older than the guard's, a *NoGuardError when p has no guard.
+func (s *Store) Apply(ctx context.Context, p int32, epoch uint64, end int64, deltas map[string]int64) (bool, error) {
+	if err := checkExact(epoch, end); err != nil {
+		return false, fmt.Errorf("apply totals of partition %d: %w", p, err)
+	}
+	items := make([]string, 0, len(deltas))
+	for it, n := range deltas {
+		if n != 0 {
+			items = append(items, it)
+		}
+	}
+	slices.Sort(items)
+	gk := s.guardKey(p)
+	applied := false
+	for c, chunk := range chunks(items) {
+		keys := make([]string, 1, 1+len(chunk))
+		keys[0] = gk
+		args := make([]any, 3, 3+2*len(chunk))
+		args[0], args[1], args[2] = epoch, end, c
+		for _, it := range chunk {
+			keys = append(keys, s.viewsKey(bucket(it)))
+			args = append(args, it, deltas[it])
+		}
+		res, err := s.apply.Run(ctx, s.rdb, keys, args...).Result()
+		if err != nil {
+			return applied, fmt.Errorf("apply totals of partition %d batch %d chunk %d: %w", p, end, c, err)
+		}
+		code, err := verdict(res, p, epoch)
+		if err != nil {
+			return applied, fmt.Errorf("apply totals of partition %d batch %d: %w", p, end, err)
+		}
+		switch code {
+		case 1:
+			applied = true
+		case -2:
+			return applied, &NoGuardError{Partition: p}
+		}
+	}
+	return applied, nil
+}
+
+// chunks yields items in runs of ChunkItems, numbered from 0; an empty batch is one empty
+// chunk, so that it still advances the guard to its end.
+func chunks(items []string) func(yield func(int, []string) bool) {
+	return func(yield func(int, []string) bool) {
+		if len(items) == 0 {
+			yield(0, nil)
+			return
+		}
+		c := 0
+		for part := range slices.Chunk(items, ChunkItems) {
+			if !yield(c, part) {
+				return
+			}
+			c++
+		}
+	}
+}
+
+// Guard returns partition p's guard (Found false when there is none).
+func (s *Store) Guard(ctx context.Context, p int32) (Guard, error) {
+	vals, err := s.rdb.HMGet(ctx, s.guardKey(p), "epoch", "end", "chunk").Result()
+	if err != nil {
+		return Guard{}, fmt.Errorf("read totals guard of partition %d: %w", p, err)
+	}
+	if vals[0] == nil {
+		return Guard{}, nil
+	}
+	g := Guard{Found: true}
+	var errs [3]error
+	g.Epoch, errs[0] = strconv.ParseUint(fmt.Sprint(vals[0]), 10, 64)
+	g.End, errs[1] = strconv.ParseInt(fmt.Sprint(vals[1]), 10, 64)
+	g.Chunk, errs[2] = strconv.Atoi(fmt.Sprint(vals[2]))
+	for _, e := range errs {
+		if e != nil {
+			return Guard{}, fmt.Errorf("read totals guard of partition %d: %v: %w", p, vals, e)
+		}
+	}
+	return g, nil
+}
+
+// Claim raises partition p's guard epoch to epoch, keeping End and Chunk, so that later Applies
+// of older epochs are refused. A missing guard stays missing (so that the rebuild it calls for
+// is still detected); an epoch older than the guard's is a *FencedError.
+func (s *Store) Claim(ctx context.Context, p int32, epoch uint64) error {
+	if err := checkExact(epoch, 0); err != nil {
+		return fmt.Errorf("claim totals of partition %d: %w", p, err)
+	}
+	res, err := s.claim.Run(ctx, s.rdb, []string{s.guardKey(p)}, epoch).Result()
+	if err == nil {
+		_, err = verdict(res, p, epoch)
+	}
+	if err != nil {
+		return fmt.Errorf("claim totals of partition %d: %w", p, err)
+	}
+	return nil
+}
+
+// Set overwrites the totals of the given items (0 deletes the field) and then sets p's guard to
+// g (g.Found is ignored), for rebuilds and repairs. It is chunked, not atomic as a whole:
+// callers hold the partition. Every chunk is refused with a *FencedError if the guard's epoch
+// is newer than g.Epoch.
+func (s *Store) Set(ctx context.Context, p int32, g Guard, values map[string]int64) error {
+	if err := checkExact(g.Epoch, g.End); err != nil {
+		return fmt.Errorf("set totals of partition %d: %w", p, err)
+	}
+	items := make([]string, 0, len(values))
+	for it := range values {
+		items = append(items, it)
+	}
+	slices.Sort(items)
+	gk := s.guardKey(p)
+	last := (len(items) - 1) / ChunkItems
+	for c, chunk := range chunks(items) {
+		keys := make([]string, 1, 1+len(chunk))
+		keys[0] = gk
+		setGuard := "0"
+		if c == last || len(items) == 0 {
+			setGuard = "1"
+		}
+		args := make([]any, 4, 4+2*len(chunk))
+		args[0], args[1], args[2], args[3] = g.Epoch, setGuard, g.End, g.Chunk
+		for _, it := range chunk {
+			keys = append(keys, s.viewsKey(bucket(it)))
+			args = append(args, it, values[it])
+		}
+		res, err := s.set.Run(ctx, s.rdb, keys, args...).Result()
+		if err == nil {
+			_, err = verdict(res, p, g.Epoch)
+		}
+		if err != nil {
+			return fmt.Errorf("set totals of partition %d chunk %d: %w", p, c, err)
+		}
+	}
+	return nil
+}
+
+// SetUnique stores unique-viewer estimates, one pipeline for all. There is no guard: the newest
+// estimate wins, and a replay writes estimates of supersets of the views it had seen. An
+// estimate of 0 deletes the field.
+func (s *Store) SetUnique(ctx context.Context, estimates map[string]uint64) error {
+	if len(estimates) == 0 {
+		return nil
+	}
+	byBucket := map[uint64][]any{}
+	var del []struct {
+		b    uint64
+		item string
+	}
+	for it, n := range estimates {
+		b := bucket(it)
+		if n == 0 {
+			del = append(del, struct {
+				b    uint64
+				item string
+			}{b, it})
+			continue
+		}
+		byBucket[b] = append(byBucket[b], it, n)
+	}
+	pipe := s.rdb.Pipeline()
+	for b, pairs := range byBucket {
+		pipe.HSet(ctx, s.uniqueKey(b), pairs...)
+	}
+	for _, d := range del {
+		pipe.HDel(ctx, s.uniqueKey(d.b), d.item)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("set unique estimates of %d items: %w", len(estimates), err)
+	}
+	return nil
+}
+
+// MarkReadyIfComplete sets the ready marker when guards exist for all partitions
+// 0..partitions-1, checked and set in one script, and reports whether it did. Redis that lost
+// its data lost the marker too, so readers answer from ClickHouse until every partition was
+// rebuilt and this is called again.
+func (s *Store) MarkReadyIfComplete(ctx context.Context, partitions int) (bool, error) {
+	keys := make([]string, 1, 1+partitions)
+	keys[0] = s.readyKey()
+	for p := range partitions {
+		keys = append(keys, s.guardKey(int32(p)))
+	}
+	n, err := s.ready.Run(ctx, s.rdb, keys).Int()
+	if err != nil {
+		return false, fmt.Errorf("mark totals ready over %d partitions: %w", partitions, err)
+	}
+	return n == 1, nil
+}
+
+// Ready reports whether the ready marker is set.
+func (s *Store) Ready(ctx context.Context) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.readyKey()).Result()
+	if err != nil {
+		return false, fmt.Errorf("read totals ready marker: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Queue queues on pipe the read of items' totals and unique estimates (one HMGET per bucket
+// the page touches, of each hash) and the ready marker. The returned func gives the results,
+// in items' order (0 for an unknown item), after pipe.Exec: one round trip for a whole page
+// together with whatever else the caller queued (e.g. like totals). Reading writes nothing.
+func (s *Store) Queue(ctx context.Context, pipe redis.Pipeliner, items []string) func() (views []int64, unique []uint64, ready bool, err error) {
+	type read struct {
+		fields        []string
+		idx           []int // positions in items of fields
+		views, unique *redis.SliceCmd
+	}
+	byBucket := map[uint64]*read{}
+	order := make([]*read, 0, len(items))
+	for i, it := range items {
+		b := bucket(it)
+		r := byBucket[b]
+		if r == nil {
+			r = &read{}
+			byBucket[b] = r
+			order = append(order, r)
+		}
+		r.idx = append(r.idx, i)
+		r.fields = append(r.fields, it)
+	}
+	readyCmd := pipe.Exists(ctx, s.readyKey())
+	for b, r := range byBucket {
+		r.views = pipe.HMGet(ctx, s.viewsKey(b), r.fields...)
+		r.unique = pipe.HMGet(ctx, s.uniqueKey(b), r.fields...)
+	}
+	return func() ([]int64, []uint64, bool, error) {
+		n, err := readyCmd.Result()
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("read totals ready marker: %w", err)
+		}
+		views := make([]int64, len(items))
+		unique := make([]uint64, len(items))
+		for _, r := range order {
+			vs, err := r.views.Result()
+			if err != nil {
+				return nil, nil, false, fmt.Errorf("read totals: %w", err)
+			}
+			us, err := r.unique.Result()
+			if err != nil {
+				return nil, nil, false, fmt.Errorf("read unique estimates: %w", err)
+			}
+			for j, i := range r.idx {
+				if views[i], err = parseField[int64](vs[j], strconv.ParseInt); err != nil {
+					return nil, nil, false, fmt.Errorf("read total of %s: %w", items[i], err)
+				}
+				if unique[i], err = parseField[uint64](us[j], strconv.ParseUint); err != nil {
+					return nil, nil, false, fmt.Errorf("read unique estimate of %s: %w", items[i], err)
+				}
+			}
+		}
+		return views, unique, n == 1, nil
+	}
+}
+
+// parseField parses an HMGET answer: nil (absent) is 0.
+func parseField[T int64 | uint64](v any, parse func(string, int, int) (T, error)) (T, error) {
+	if v == nil {
+		return 0, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("got %T %v; want a number", v, v)
+	}
+	return parse(s, 10, 64)
+}

@@ -1,0 +1,453 @@
+package totals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"tally/platform/redisproc"
+)
+
+var rdb *redis.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "totals-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	p, err := redisproc.Start(ctx, redisproc.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start redis:", err)
+		return 1
+	}
+	defer p.Stop(context.Background())
+	rdb = redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer rdb.Close()
+	return m.Run()
+}
+
+// fresh empties Redis and returns a store named after the test.
+func fresh(t *testing.T) *Store {
+	t.Helper()
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return New(rdb, "views")
+}
+
+// read returns items' totals through Queue, in one pipeline.
+func read(t *testing.T, s *Store, items ...string) ([]int64, []uint64, bool) {
+	t.Helper()
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	res := s.Queue(ctx, pipe, items)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	v, u, ready, err := res()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, u, ready
+}
+
+// batch is one Apply call.
+type batch struct {
+	epoch  uint64
+	end    int64
+	deltas map[string]int64
+}
+
+// many returns n items item-0000.. with delta d each: more than one chunk when n > ChunkItems.
+func many(n int, d int64) map[string]int64 {
+	m := make(map[string]int64, n)
+	for i := range n {
+		m[fmt.Sprintf("item-%05d", i)] = d
+	}
+	return m
+}
+
+func TestApplyGuard(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := context.Background()
+	start := Guard{Epoch: 5, End: 100, Chunk: AllChunks}
+	tests := []struct {
+		name    string
+		batches []batch
+		// prepare runs after the first batch and before the rest.
+		prepare     func(t *testing.T, s *Store)
+		wantApplied []bool
+		wantErr     string // of the last batch
+		want        map[string]int64
+		wantGuard   Guard
+	}{
+		{
+			name:        "a new batch is applied",
+			batches:     []batch{{5, 110, map[string]int64{"a": 3, "b": 1}}},
+			wantApplied: []bool{true},
+			want:        map[string]int64{"a": 3, "b": 1},
+			wantGuard:   Guard{Epoch: 5, End: 110, Chunk: 0, Found: true},
+		},
+		{
+			name:        "a replayed batch is skipped",
+			batches:     []batch{{5, 110, map[string]int64{"a": 3}}, {5, 110, map[string]int64{"a": 3}}},
+			wantApplied: []bool{true, false},
+			want:        map[string]int64{"a": 3},
+			wantGuard:   Guard{Epoch: 5, End: 110, Chunk: 0, Found: true},
+		},
+		{
+			name:        "a batch at or below the rebuilt checkpoint is skipped",
+			batches:     []batch{{5, 100, map[string]int64{"a": 3}}, {5, 90, map[string]int64{"a": 3}}},
+			wantApplied: []bool{false, false},
+			want:        map[string]int64{},
+			wantGuard:   Guard{Epoch: 5, End: 100, Chunk: AllChunks, Found: true},
+		},
+		{
+			name:    "a partial batch resumes at its next chunk",
+			batches: []batch{{5, 110, many(2500, 1)}, {5, 110, many(2500, 1)}},
+			prepare: func(t *testing.T, s *Store) {
+				// As if the writer died after chunk 0: undo chunks 1 and 2 and their guard.
+				undo := map[string]int64{}
+				for i := ChunkItems; i < 2500; i++ {
+					undo[fmt.Sprintf("item-%05d", i)] = 0
+				}
+				if err := s.Set(ctx, 0, Guard{Epoch: 5, End: 110, Chunk: 0}, undo); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantApplied: []bool{true, true},
+			want:        many(2500, 1),
+			wantGuard:   Guard{Epoch: 5, End: 110, Chunk: 2, Found: true},
+		},
+		{
+			name:        "an older epoch is refused",
+			batches:     []batch{{4, 200, map[string]int64{"a": 3}}},
+			wantApplied: []bool{false},
+			wantErr:     "epoch 4 is fenced by epoch 5",
+			want:        map[string]int64{},
+			wantGuard:   Guard{Epoch: 5, End: 100, Chunk: AllChunks, Found: true},
+		},
+		{
+			name:        "a newer epoch is accepted with a lower end",
+			batches:     []batch{{5, 120, map[string]int64{"a": 3}}, {6, 50, map[string]int64{"a": 2}}},
+			wantApplied: []bool{true, true},
+			want:        map[string]int64{"a": 5},
+			wantGuard:   Guard{Epoch: 6, End: 50, Chunk: 0, Found: true},
+		},
+		{
+			name:        "a claimed epoch fences the old writer",
+			batches:     []batch{{5, 110, map[string]int64{"a": 3}}, {5, 120, map[string]int64{"a": 3}}},
+			prepare:     func(t *testing.T, s *Store) { mustNil(t, s.Claim(ctx, 0, 7)) },
+			wantApplied: []bool{true, false},
+			wantErr:     "epoch 5 is fenced by epoch 7",
+			want:        map[string]int64{"a": 3},
+			wantGuard:   Guard{Epoch: 7, End: 110, Chunk: 0, Found: true},
+		},
+		{
+			name:        "negative deltas subtract and a total reaching 0 leaves no field",
+			batches:     []batch{{5, 110, map[string]int64{"a": 3, "b": 2}}, {5, 111, map[string]int64{"a": -3, "b": -1}}},
+			wantApplied: []bool{true, true},
+			want:        map[string]int64{"b": 1},
+			wantGuard:   Guard{Epoch: 5, End: 111, Chunk: 0, Found: true},
+		},
+		{
+			name:        "an empty batch advances the guard",
+			batches:     []batch{{5, 130, nil}},
+			wantApplied: []bool{true},
+			want:        map[string]int64{},
+			wantGuard:   Guard{Epoch: 5, End: 130, Chunk: 0, Found: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fresh(t)
+			mustNil(t, s.Set(ctx, 0, start, nil))
+			var err error
+			for i, b := range tt.batches {
+				if i == 1 && tt.prepare != nil {
+					tt.prepare(t, s)
+				}
+				var applied bool
+				applied, err = s.Apply(ctx, 0, b.epoch, b.end, b.deltas)
+				if i < len(tt.batches)-1 && err != nil {
+					t.Fatalf("batch %d: %v", i, err)
+				}
+				if applied != tt.wantApplied[i] {
+					t.Errorf("batch %d applied: got %v; want %v", i, applied, tt.wantApplied[i])
+				}
+			}
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("last batch: got error %v; want %q", err, tt.wantErr)
+			}
+			if tt.wantErr != "" {
+				var f *FencedError
+				if !errors.As(err, &f) {
+					t.Errorf("got %T; want a *FencedError", err)
+				}
+			}
+			checkTotals(t, s, tt.want)
+			g, gerr := s.Guard(ctx, 0)
+			mustNil(t, gerr)
+			if g != tt.wantGuard {
+				t.Errorf("guard: got %+v; want %+v", g, tt.wantGuard)
+			}
+		})
+	}
+}
+
+// checkTotals compares every total the store holds with want.
+func checkTotals(t *testing.T, s *Store, want map[string]int64) {
+	t.Helper()
+	got := map[string]int64{}
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, s.base+"v:*").Result()
+	mustNil(t, err)
+	for _, k := range keys {
+		m, err := rdb.HGetAll(ctx, k).Result()
+		mustNil(t, err)
+		for it, v := range m {
+			var n int64
+			fmt.Sscan(v, &n)
+			got[it] = n
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("totals: got %d items; want %d", len(got), len(want))
+	}
+	wrong := 0
+	for it, n := range want {
+		if got[it] != n {
+			if wrong++; wrong <= 5 {
+				t.Errorf("total of %s: got %d; want %d", it, got[it], n)
+			}
+		}
+	}
+}
+
+func mustNil(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Without a guard (Redis lost its data, or nothing was written yet), nothing is applied and
+// Claim creates nothing: the missing guard calls for a rebuild, and must stay visible.
+func TestNoGuard(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	applied, err := s.Apply(ctx, 3, 1, 10, map[string]int64{"a": 1})
+	var ng *NoGuardError
+	if applied || !errors.As(err, &ng) || ng.Partition != 3 {
+		t.Errorf("apply: got %v, %v; want false and a *NoGuardError of partition 3", applied, err)
+	}
+	mustNil(t, s.Claim(ctx, 3, 2))
+	g, err := s.Guard(ctx, 3)
+	mustNil(t, err)
+	if g.Found {
+		t.Errorf("guard after claim: got %+v; want none", g)
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("keys: got %d; want 0", n)
+	}
+}
+
+func TestClaim(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	mustNil(t, s.Set(ctx, 1, Guard{Epoch: 3, End: 40, Chunk: 2}, nil))
+	mustNil(t, s.Claim(ctx, 1, 4))
+	mustNil(t, s.Claim(ctx, 1, 4)) // again: no change
+	if g, _ := s.Guard(ctx, 1); g != (Guard{Epoch: 4, End: 40, Chunk: 2, Found: true}) {
+		t.Errorf("guard: got %+v; want epoch 4, end 40, chunk 2", g)
+	}
+	var f *FencedError
+	if err := s.Claim(ctx, 1, 3); !errors.As(err, &f) || f.GuardEpoch != 4 {
+		t.Errorf("claim of an older epoch: got %v; want a *FencedError by epoch 4", err)
+	}
+}
+
+func TestSet(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	mustNil(t, s.Set(ctx, 0, Guard{Epoch: 1, End: 9, Chunk: AllChunks}, nil))
+	if _, err := s.Apply(ctx, 0, 1, 10, map[string]int64{"a": 5, "b": 7, "c": 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A repair: a overwritten, b deleted, c untouched, many items over several chunks.
+	values := many(2100, 4)
+	values["a"], values["b"] = 2, 0
+	mustNil(t, s.Set(ctx, 0, Guard{Epoch: 2, End: 20, Chunk: AllChunks}, values))
+	v, _, _ := read(t, s, "a", "b", "c", "item-00000", "item-02099")
+	if fmt.Sprint(v) != "[2 0 1 4 4]" {
+		t.Errorf("totals: got %v; want [2 0 1 4 4]", v)
+	}
+	if g, _ := s.Guard(ctx, 0); g != (Guard{Epoch: 2, End: 20, Chunk: AllChunks, Found: true}) {
+		t.Errorf("guard: got %+v; want epoch 2, end 20, all chunks", g)
+	}
+	var f *FencedError
+	if err := s.Set(ctx, 0, Guard{Epoch: 1, End: 30}, map[string]int64{"a": 9}); !errors.As(err, &f) {
+		t.Errorf("set of an older epoch: got %v; want a *FencedError", err)
+	}
+	if v, _, _ := read(t, s, "a"); v[0] != 2 {
+		t.Errorf("total after a fenced set: got %d; want 2", v[0])
+	}
+}
+
+func TestQueueAndReady(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	for p := range int32(3) {
+		if p < 2 {
+			mustNil(t, s.Set(ctx, p, Guard{Epoch: 1, End: -1, Chunk: AllChunks}, nil))
+		}
+	}
+	if _, err := s.Apply(ctx, 0, 1, 5, map[string]int64{"x": 10, "y": 3}); err != nil {
+		t.Fatal(err)
+	}
+	mustNil(t, s.SetUnique(ctx, map[string]uint64{"x": 4, "z": 2}))
+	if ok, err := s.MarkReadyIfComplete(ctx, 3); ok || err != nil {
+		t.Errorf("mark ready with partition 2 missing: got %v, %v; want false, nil", ok, err)
+	}
+	if _, _, ready := read(t, s, "x"); ready {
+		t.Error("ready with partition 2 missing: got true; want false")
+	}
+	mustNil(t, s.Set(ctx, 2, Guard{Epoch: 1, End: -1, Chunk: AllChunks}, nil))
+	if ok, err := s.MarkReadyIfComplete(ctx, 3); !ok || err != nil {
+		t.Errorf("mark ready: got %v, %v; want true, nil", ok, err)
+	}
+	v, u, ready := read(t, s, "x", "unknown", "y", "z", "x")
+	if fmt.Sprint(v, u, ready) != "[10 0 3 0 10] [4 0 0 2 4] true" {
+		t.Errorf("got %v %v %v; want [10 0 3 0 10] [4 0 0 2 4] true", v, u, ready)
+	}
+	if ok, _ := s.Ready(ctx); !ok {
+		t.Error("Ready: got false; want true")
+	}
+	// Other stores are apart.
+	if v, _, ready := read(t, New(rdb, "clicks"), "x"); v[0] != 0 || ready {
+		t.Errorf("another name: got %d, ready %v; want 0, false", v[0], ready)
+	}
+	// The page's reads and a caller's own commands share one pipeline.
+	pipe := rdb.Pipeline()
+	res := s.Queue(ctx, pipe, []string{"x"})
+	other := pipe.Get(ctx, "not-there")
+	if _, err := pipe.Exec(ctx); !errors.Is(err, redis.Nil) {
+		t.Fatalf("exec: got %v; want redis.Nil of the caller's GET", err)
+	}
+	if v, _, _, err := res(); err != nil || v[0] != 10 || !errors.Is(other.Err(), redis.Nil) {
+		t.Errorf("got %v, %v, %v; want [10] with the caller's command answered too", v, err, other.Err())
+	}
+}
+
+// Reading unknown ids and unique estimates of 0 leave no key behind.
+func TestUnknownIDsLeaveNoKey(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	items := make([]string, 100)
+	for i := range items {
+		items[i] = fmt.Sprintf("nobody-%d", i)
+	}
+	v, _, _ := read(t, s, items...)
+	mustNil(t, s.SetUnique(ctx, map[string]uint64{"nobody-1": 0}))
+	if n := rdb.DBSize(ctx).Val(); n != 0 || v[0] != 0 {
+		t.Errorf("after reading 100 unknown ids: got %d keys, total %d; want 0 keys, 0", n, v[0])
+	}
+}
+
+// Writers of different partitions and readers at once: every total ends exact.
+func TestConcurrentWritersAndReaders(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := context.Background()
+	s := fresh(t)
+	const parts, batches = 4, 20
+	for p := range int32(parts) {
+		mustNil(t, s.Set(ctx, p, Guard{Epoch: 1, End: -1, Chunk: AllChunks}, nil))
+	}
+	var writers, readers sync.WaitGroup
+	errs := make(chan error, parts+2)
+	for p := range int32(parts) {
+		writers.Go(func() {
+			for b := range int64(batches) {
+				// Each batch twice: the replay must change nothing.
+				for range 2 {
+					if _, err := s.Apply(ctx, p, 1, b, map[string]int64{"shared": 1, fmt.Sprintf("own-%d", p): 2}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	stop := make(chan struct{})
+	for range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				pipe := rdb.Pipeline()
+				res := s.Queue(ctx, pipe, []string{"shared", "own-0"})
+				if _, err := pipe.Exec(ctx); err != nil {
+					errs <- err
+					return
+				}
+				if _, _, _, err := res(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	writers.Wait()
+	close(stop)
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	v, _, _ := read(t, s, "shared", "own-0", "own-3")
+	if fmt.Sprint(v) != fmt.Sprint([]int64{parts * batches, 2 * batches, 2 * batches}) {
+		t.Errorf("got %v; want [%d %d %d]", v, parts*batches, 2*batches, 2*batches)
+	}
+}
+
+// The embedded server's hash limits are the ones the layout is sized for.
+func TestEmbeddedRedisFitsLayout(t *testing.T) {
+	ctx := context.Background()
+	for k, want := range map[string]string{"hash-max-listpack-entries": fmt.Sprint(ListpackEntries), "hash-max-listpack-value": fmt.Sprint(ListpackValue)} {
+		if got := rdb.ConfigGet(ctx, k).Val()[k]; got != want {
+			t.Errorf("%s: got %q; want %q", k, got, want)
+		}
+	}
+}
+
+func TestOutOfRange(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	if _, err := s.Apply(ctx, 0, 1<<53, 1, nil); err == nil {
+		t.Error("epoch 2^53: got no error; want one")
+	}
+	if err := s.Set(ctx, 0, Guard{Epoch: 1, End: -2}, nil); err == nil {
+		t.Error("end -2: got no error; want one")
+	}
+}
