@@ -409,12 +409,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		a.syncTotals(ctx, p, mem[p.id], from[p.id])
 	}
 	if withSketches && only == nil && a.tot != nil {
-		// Partitions with nothing new still catch up after a Redis outage.
-		for _, p := range a.parts {
-			if p.redisEnd != p.flushed || !p.redisClaimed {
-				a.syncTotals(ctx, p, nil, 0)
-			}
-		}
+		a.checkTotals(ctx)
 	}
 	if len(parts) > 0 {
 		a.m.flushSeconds.Observe(time.Since(t0).Seconds())

@@ -41,6 +41,31 @@ func (a *Aggregator) syncTotals(ctx context.Context, p *partition, mem map[strin
 	}
 }
 
+// checkTotals, at the sketch interval, catches up partitions with nothing new to flush: those
+// behind after a Redis outage, and all of them when Redis lost its ready marker (restarted
+// empty: every guard is gone, also of partitions this owner believes in sync).
+func (a *Aggregator) checkTotals(ctx context.Context) {
+	ready, err := a.tot.Ready(ctx)
+	if err != nil {
+		a.m.totalsErrors.Inc()
+		a.logger.Warn("read redis totals marker", "err", err)
+		return
+	}
+	var behind []*partition
+	for _, p := range a.parts {
+		if !ready || p.redisEnd != p.flushed || !p.redisClaimed {
+			behind = append(behind, p)
+		}
+	}
+	if len(behind) == 0 {
+		return
+	}
+	if err := a.catchUpTotals(ctx, behind); err != nil {
+		a.m.totalsErrors.Inc()
+		a.logger.Warn("bring redis totals up to the checkpoint; retrying at the next sketch interval", "err", err)
+	}
+}
+
 // catchUpTotals makes Redis hold exactly the valid batches of parts up to their checkpoints:
 // missing batches are applied from ClickHouse with their own epochs (so a half-applied batch
 // resumes at its next chunk), partitions whose guard is gone are rebuilt, and then the guard is
