@@ -176,10 +176,12 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	verifyExact(t, ctx, kafkaAddr, chAddr, api)
 }
 
-// TestZombieAggregatorIsFenced stops one of two aggregators with SIGSTOP for longer than the
-// session timeout while it holds a batch, lets the other take its partitions over, and resumes
-// it with SIGCONT, several times: the batch it then tries to write must not be counted on top
-// of what its successor writes.
+// TestZombieAggregatorIsFenced makes an aggregator a zombie, three times: a long query holds the
+// one-query-at-a-time embedded engine, so the aggregator's next flush waits on its first
+// statement; the aggregator is then stopped with SIGSTOP for three session timeouts (the group
+// moves its partitions to the other, which reads the checkpoint and writes on) and resumed with
+// SIGCONT: its flush goes on to its deltas INSERT after the new owner took over. That batch must
+// not be counted on top of what its successor writes.
 func TestZombieAggregatorIsFenced(t *testing.T) {
 	n := eoEvents / 4
 	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
@@ -188,6 +190,11 @@ func TestZombieAggregatorIsFenced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	c := startCluster(t, 2)
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: c.clickhouse, Database: "tally", Username: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	var posted atomic.Int64
 	stopped := make(chan int)
 	go func() {
@@ -196,14 +203,22 @@ func TestZombieAggregatorIsFenced(t *testing.T) {
 		for i := 0; i < 3 && ctx.Err() == nil; i++ {
 			time.Sleep(1500 * time.Millisecond)
 			p := c.aggs[i%len(c.aggs)]
+			hold := make(chan error, 1)
+			go func() {
+				hold <- conn.Exec(ctx, "SELECT sum(sleepEachRow(0.5)) FROM numbers(5) SETTINGS max_block_size = 1")
+			}()
+			time.Sleep(700 * time.Millisecond) // a flush (every 200 ms) is now waiting on the engine
 			p.signal(syscall.SIGSTOP)
 			t.Logf("%s stopped after %d events", p.name, posted.Load())
+			if err := <-hold; err != nil {
+				t.Errorf("hold the engine: %v", err)
+			}
 			time.Sleep(3 * eoSessionTimeout) // the group moves its partitions to the other
 			p.signal(syscall.SIGCONT)
 			stops++
 		}
 	}()
-	if err := postEvents(ctx, c.api, n, 7_000, &posted); err != nil {
+	if err := postEvents(ctx, c.api, n, 5_000, &posted); err != nil {
 		t.Fatal(err)
 	}
 	if stops := <-stopped; stops < 3 {
