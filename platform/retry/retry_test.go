@@ -18,8 +18,8 @@ func TestDo(t *testing.T) {
 		wantWaits []time.Duration
 	}{
 		{"first try", 0, time.Second, time.Second, nil, nil},
-		{"backoff doubles up to the cap", 4, 250 * time.Millisecond, 5 * time.Second, nil,
-			[]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 250 * time.Millisecond, 250 * time.Millisecond}},
+		{"backoff doubles up to the cap", 5, 250 * time.Millisecond, 5 * time.Second, nil,
+			[]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 250 * time.Millisecond, 250 * time.Millisecond, 250 * time.Millisecond}},
 		{"context ends", 1000, time.Second, 250 * time.Millisecond, boom, nil},
 	}
 	for _, tt := range tests {
@@ -50,11 +50,32 @@ func TestDo(t *testing.T) {
 			if len(waits) != len(tt.wantWaits) {
 				t.Fatalf("got waits %v; want %v", waits, tt.wantWaits)
 			}
+			// Each wait is the doubling wait, capped, then randomized by ±Jitter; the cap
+			// applies before the jitter.
 			for i := range waits {
-				if waits[i] != tt.wantWaits[i] {
-					t.Errorf("wait %d: got %s; want %s", i, waits[i], tt.wantWaits[i])
+				lo, hi := time.Duration(float64(tt.wantWaits[i])*(1-Jitter)), time.Duration(float64(tt.wantWaits[i])*(1+Jitter))
+				if waits[i] < lo || waits[i] > hi {
+					t.Errorf("wait %d: got %s; want %s ± %.0f%%", i, waits[i], tt.wantWaits[i], Jitter*100)
 				}
 			}
 		})
+	}
+}
+
+// Processes that lost the same server must not retry in step: the waits at the cap differ.
+func TestDoJitters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	calls := 0
+	seen := map[time.Duration]bool{}
+	_ = Do(ctx, time.Millisecond, func() error {
+		calls++
+		if calls > 30 {
+			return nil
+		}
+		return errors.New("down")
+	}, func(_ error, w time.Duration) { seen[w] = true })
+	if len(seen) < 5 {
+		t.Errorf("got %d distinct waits over 30 retries; want jittered waits", len(seen))
 	}
 }
