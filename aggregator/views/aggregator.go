@@ -175,6 +175,10 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 	return resume, nil
 }
 
+// zombieRecheck is how long a zombie's undone batch is undone again at every check: the rest of
+// the zombie's flush (a few statements) lands within it unless the zombie stalls once more.
+const zombieRecheck = time.Minute
+
 // reconcile makes partition p's rollups hold exactly its valid batches: it finds the batches of
 // zombies that ended after offset after, repairs the rollups of every item of those batches and
 // of the batches after p.rolled, then deletes the zombies' deltas. Every step compares before it
@@ -184,7 +188,14 @@ func (a *Aggregator) reconcile(ctx context.Context, p *partition, after int64) e
 	if err != nil {
 		return err
 	}
-	zs = slices.DeleteFunc(zs, func(b batchRef) bool { return p.undone[b] })
+	// A zombie may still be sending the rest of its flush (its rollup INSERTs) after its batch
+	// was undone, so an undone batch is undone again, to no effect once it is complete, for
+	// zombieRecheck.
+	now := a.now()
+	zs = slices.DeleteFunc(zs, func(b batchRef) bool {
+		at, ok := p.undone[b]
+		return ok && now.Sub(at) > zombieRecheck
+	})
 	if p.rolled >= p.flushed && len(zs) == 0 {
 		return nil
 	}
@@ -215,13 +226,15 @@ func (a *Aggregator) reconcile(ctx context.Context, p *partition, after int64) e
 			return err
 		}
 		for _, b := range zs {
-			p.undone[b] = true
+			if _, ok := p.undone[b]; !ok {
+				p.undone[b] = now
+				a.m.zombies.Inc()
+			}
 		}
 		if err := a.fixTotals(ctx, p, items); err != nil {
 			a.m.totalsErrors.Inc()
 			a.logger.Warn("correct redis totals after undoing zombie batches", "partition", p.id, "err", err)
 		}
-		a.m.zombies.Add(float64(len(zs)))
 		a.logger.Warn("undid batches written by an aggregator after it lost the partition", "partition", p.id,
 			"batches", fmt.Sprint(zs), "items", len(items))
 	}
@@ -378,7 +391,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 	// deltas, which compares before it writes.
 	rolled := false
 	if attempts == 1 {
-		if err := a.store.writeRollups(ctx, parts); err != nil {
+		// Checked again: a writer that lost the partition while writing its deltas stops here,
+		// and its batch is undone whole by the owner.
+		if err := a.fenceCheck(ctx, &parts); err != nil {
+			a.logger.Warn("check partition claims before the rollups; repairing them instead", "err", err)
+		} else if err := a.store.writeRollups(ctx, parts); err != nil {
 			a.logger.Warn("write rollups failed; repairing them from the deltas", "err", err)
 		} else {
 			rolled = true

@@ -67,11 +67,11 @@ type partition struct {
 
 	// Fencing (docs/EXACTLY_ONCE.md, "Zombie aggregators"): the epoch this owner claimed, the
 	// checkpoint it claimed from, the claims that decide which batches are valid, and the
-	// zombie batches already undone.
+	// zombie batches already undone, with when they were first undone.
 	epoch  uint64
 	start  int64
 	fence  fence
-	undone map[batchRef]bool
+	undone map[batchRef]time.Time
 	// rolled is the offset up to which the rollups are known to hold this partition's batches.
 	rolled int64
 	// redisEnd is the checkpoint Redis's item totals are known to hold (-1: unknown), and
@@ -91,7 +91,7 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 		sketched: sketched,
 		deltas:   make(map[deltaKey]uint64),
 		sketches: make(map[sketchKey]*sketch),
-		undone:   make(map[batchRef]bool),
+		undone:   make(map[batchRef]time.Time),
 		redisEnd: -1,
 	}
 }
