@@ -69,6 +69,11 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"ttl not days", nil, []string{"--aggregator.ttl_seconds", "36h"}, "aggregator.ttl_seconds"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},
+		{"no read timeout", nil, []string{"--collector.read_timeout", "0s"}, "collector.read_timeout"},
+		{"write bound under read plus kafka", nil, []string{"--collector.read_timeout", "30s", "--collector.write_timeout", "35s"}, "collector.write_timeout"},
+		{"header bound over read bound", nil, []string{"--collector.read_header_timeout", "40s"}, "collector.read_header_timeout"},
+		{"no idle timeout", nil, []string{"--collector.idle_timeout", "-1s"}, "collector.idle_timeout"},
+		{"no ingest bodies", nil, []string{"--collector.max_concurrent_bodies", "0"}, "collector.max_concurrent_bodies"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
