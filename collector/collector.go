@@ -84,6 +84,8 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				MaxBodyBytes: int64(cfg.Collector.MaxBodyBytes),
 				MaxLines:     cfg.Collector.MaxLines,
 				Bounds:       schemas.TimeBounds{Future: cfg.Collector.FutureBound, Late: cfg.Collector.LateBound},
+
+				MaxConcurrentBodies: cfg.Collector.MaxConcurrentBodies,
 			}, cl, now, logger, reg)
 			ing.Register(routes)
 			lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
@@ -117,6 +119,9 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		},
 		Stop: func(ctx context.Context) error { return applier.Stop(ctx) },
 	}
-	server, addrFn := lifecycle.HTTPServer("collector http", cfg.Collector.Addr, mux)
+	server, addrFn := lifecycle.HTTPServerWithLimits("collector http", cfg.Collector.Addr, mux, lifecycle.HTTPLimits{
+		ReadHeaderTimeout: cfg.Collector.ReadHeaderTimeout, ReadTimeout: cfg.Collector.ReadTimeout,
+		WriteTimeout: cfg.Collector.WriteTimeout, IdleTimeout: cfg.Collector.IdleTimeout,
+	})
 	return []lifecycle.Part{stores, producer, likesPart, server}, addrFn
 }

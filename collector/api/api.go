@@ -59,6 +59,13 @@ func Unavailable(w http.ResponseWriter, msg string) int {
 	return Error(w, http.StatusServiceUnavailable, "", msg)
 }
 
+// PublicError is an error whose message is meant for clients as is: a state they can act on,
+// such as a rebuild in progress. Other errors (a store's error text names internal addresses,
+// databases and tables) are logged and answered with a generic message.
+type PublicError string
+
+func (e PublicError) Error() string { return string(e) }
+
 // IDs reads the ids query parameter (ids=a,b,c, or repeated ids=): 1..MaxIDs ids in request
 // order, repeats kept, each valid for schemas.CheckID.
 func IDs(values []string) ([]string, error) {

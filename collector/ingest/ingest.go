@@ -1,19 +1,21 @@
 // Package ingest is the collector's write path: it validates posted events and answers 202 only
 // once Kafka has acknowledged every accepted event (acks=all), so an acknowledged event is
-// durable. Buffering is bounded by the producer: when Kafka is slow or down, requests get 503
-// with Retry-After instead of queueing without limit. Handlers are safe for concurrent use; the
-// Kafka client is owned by the caller.
+// durable. Buffering is bounded twice: at most Config.MaxConcurrentBodies requests are read and
+// handled at once (each body at most Config.MaxBodyBytes), and the producer's buffer is bounded;
+// beyond either, requests get 503 with Retry-After instead of queueing without limit. Handlers
+// are safe for concurrent use; the Kafka client is owned by the caller.
 package ingest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,11 +25,15 @@ import (
 	"tally/schemas"
 )
 
-// Config bounds what one request may carry.
+// Config bounds what one request may carry and how many are handled at once.
 type Config struct {
 	MaxBodyBytes int64
 	MaxLines     int
-	Bounds       schemas.TimeBounds
+	// MaxConcurrentBodies bounds the requests whose bodies are read and handled at once, so
+	// body memory stays under MaxConcurrentBodies * MaxBodyBytes however many clients post
+	// (or stall mid-body) together; values below 1 count as 1.
+	MaxConcurrentBodies int
+	Bounds              schemas.TimeBounds
 }
 
 // Handler serves POST /v1/views and POST /v1/events.
@@ -36,25 +42,53 @@ type Handler struct {
 	cl     *kgo.Client
 	now    func() time.Time
 	logger *slog.Logger
+	// slots holds one token per request being read or handled.
+	slots  chan struct{}
 	events *prometheus.CounterVec
+	busy   prometheus.Counter
 }
 
 // New returns a handler producing to cl. now is the server clock used for absent or bounded ts.
 func New(cfg Config, cl *kgo.Client, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Handler {
 	h := &Handler{
 		cfg: cfg, cl: cl, now: now, logger: logger,
+		slots: make(chan struct{}, max(cfg.MaxConcurrentBodies, 1)),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_ingest_events_total", Help: "Events posted, by type and result (accepted, rejected, unavailable).",
 		}, []string{"type", "result"}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tally_ingest_busy_total", Help: "Ingest requests answered 503 unread because collector.max_concurrent_bodies requests were in flight.",
+		}),
 	}
-	reg.MustRegister(h.events)
+	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tally_ingest_bodies_in_flight", Help: "Ingest requests being read or handled (bounded by collector.max_concurrent_bodies).",
+	}, func() float64 { return float64(len(h.slots)) })
+	reg.MustRegister(h.events, h.busy, inFlight)
 	return h
 }
 
 // Register adds the ingest routes to r.
 func (h *Handler) Register(r *api.Router) {
-	r.Handle("POST /v1/views", "views", h.serveView)
-	r.Handle("POST /v1/events", "events", h.serveEvents)
+	r.Handle("POST /v1/views", "views", h.bounded(h.serveView))
+	r.Handle("POST /v1/events", "events", h.bounded(h.serveEvents))
+}
+
+// bounded runs serve only while fewer than MaxConcurrentBodies requests are in flight; beyond
+// that it answers 503 at once without reading the body, so a crowd of slow or stalled uploads
+// cannot hold more than the bound's worth of memory. The connection is closed after the 503:
+// the unread body would otherwise be drained first, which a stalled client would hold up.
+func (h *Handler) bounded(serve func(http.ResponseWriter, *http.Request) int) func(http.ResponseWriter, *http.Request) int {
+	return func(w http.ResponseWriter, r *http.Request) int {
+		select {
+		case h.slots <- struct{}{}:
+		default:
+			h.busy.Inc()
+			w.Header().Set("Connection", "close")
+			return api.Unavailable(w, fmt.Sprintf("ingest is over capacity (%d requests in flight); retry later", cap(h.slots)))
+		}
+		defer func() { <-h.slots }()
+		return serve(w, r)
+	}
 }
 
 // Rejection is one bad line of a batch.
@@ -93,28 +127,11 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return api.Error(w, code, "body", err.Error())
 	}
-	now := h.now()
-	resp := batchResponse{Rejected: []Rejection{}}
-	recs := make([]*kgo.Record, 0, bytes.Count(body, []byte{'\n'})+1)
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
-	line := 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		if line > h.cfg.MaxLines {
-			return api.Error(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("has more than %d lines; split the batch", h.cfg.MaxLines))
-		}
-		v, err := schemas.ParseViewJSON(b, true, now, h.cfg.Bounds)
-		if err != nil {
-			resp.Rejected = append(resp.Rejected, rejection(line, err))
-			continue
-		}
-		recs = append(recs, viewRecord(v))
+	recs, rejected, err := parseBatch(body, h.cfg.MaxLines, h.now(), h.cfg.Bounds)
+	if err != nil {
+		return api.Error(w, http.StatusRequestEntityTooLarge, "body", err.Error())
 	}
+	resp := batchResponse{Rejected: rejected}
 	h.events.WithLabelValues("view", "rejected").Add(float64(len(resp.Rejected)))
 	if len(recs) == 0 {
 		if len(resp.Rejected) == 0 {
@@ -132,17 +149,61 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	return api.JSON(w, http.StatusAccepted, resp)
 }
 
-// readBody reads at most MaxBodyBytes; beyond that the answer is 413.
+// lines yields the lines of an NDJSON body with their 1-based numbers: split on "\n", trimmed
+// of surrounding white space (a "\r" before the "\n" included). Blank lines are skipped but
+// counted, so numbers match what the client sent; the empty tail after a final "\n" is no line.
+func lines(body []byte) iter.Seq2[int, []byte] {
+	return func(yield func(int, []byte) bool) {
+		n := 0
+		for len(body) > 0 {
+			line, rest, _ := bytes.Cut(body, []byte{'\n'})
+			body = rest
+			n++
+			if b := bytes.TrimSpace(line); len(b) > 0 && !yield(n, b) {
+				return
+			}
+		}
+	}
+}
+
+// parseBatch parses an NDJSON body of views: the records of the good lines and a rejection per
+// bad one, in line order. It fails only when a line numbered beyond maxLines holds an event.
+func parseBatch(body []byte, maxLines int, now time.Time, bounds schemas.TimeBounds) ([]*kgo.Record, []Rejection, error) {
+	recs := make([]*kgo.Record, 0, bytes.Count(body, []byte{'\n'})+1)
+	rejected := []Rejection{}
+	for n, b := range lines(body) {
+		if n > maxLines {
+			return nil, nil, fmt.Errorf("has more than %d lines; split the batch", maxLines)
+		}
+		v, err := schemas.ParseViewJSON(b, true, now, bounds)
+		if err != nil {
+			rejected = append(rejected, rejection(n, err))
+			continue
+		}
+		recs = append(recs, viewRecord(v))
+	}
+	return recs, rejected, nil
+}
+
+// readBody reads at most MaxBodyBytes; beyond that the answer is 413, and a body still
+// arriving at the server's read deadline gets 408. Read errors are not echoed: they name the
+// server's and the client's addresses.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	switch {
+	case err == nil:
+		return b, 0, nil
 	case errors.As(err, &tooBig):
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("is larger than %d bytes", h.cfg.MaxBodyBytes)
-	case err != nil:
-		return nil, http.StatusBadRequest, fmt.Errorf("could not be read: %v", err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		return nil, http.StatusRequestTimeout, errors.New("was not received in time (collector.read_timeout); send it faster or in smaller batches")
+	default:
+		h.logger.Debug("ingest: read body", "err", err)
+		w.Header().Set("Connection", "close")
+		return nil, http.StatusBadRequest, errors.New("could not be read (connection closed or malformed chunked encoding)")
 	}
-	return b, 0, nil
 }
 
 // produce hands every record to the producer and waits for Kafka's acknowledgement of each. It

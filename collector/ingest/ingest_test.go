@@ -28,7 +28,7 @@ func newHandler(t *testing.T, brokers []string, maxBuffered int, timeout time.Du
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	cfg := Config{MaxBodyBytes: 1 << 20, MaxLines: 100, Bounds: schemas.TimeBounds{Future: time.Minute, Late: time.Hour}}
+	cfg := Config{MaxBodyBytes: 1 << 20, MaxLines: 100, MaxConcurrentBodies: 8, Bounds: schemas.TimeBounds{Future: time.Minute, Late: time.Hour}}
 	return New(cfg, cl, time.Now, quiet, prometheus.NewRegistry()), cl
 }
 

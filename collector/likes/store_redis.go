@@ -23,7 +23,6 @@ package likes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -31,6 +30,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 
+	"tally/collector/api"
 	"tally/platform/lease"
 	"tally/schemas"
 )
@@ -53,8 +53,9 @@ const (
 	rebuildingKey = "likes:rebuilding"
 )
 
-// ErrNotReady means the serving state is being rebuilt from the log.
-var ErrNotReady = errors.New("like state is being rebuilt from the log")
+// ErrNotReady means the serving state is being rebuilt from the log. Its message is for
+// clients: a read that meets it says so in its 503.
+var ErrNotReady error = api.PublicError("like state is being rebuilt from the log")
 
 // The scripts below that change a pair take the keys itemKeys returns: the pair's shard's users
 // set and offsets hash, the item's total key, ReadyKey, then the users sets of all Shards shards.

@@ -38,6 +38,12 @@ const maxPoints = 10000
 // TotalsName is the name of the view totals in Redis (platform/totals).
 const TotalsName = "views"
 
+// seriesEndUnix (2100-01-01T00:00:00Z) bounds a series' end: the rollup tables store DateTime
+// and Date columns, which end in 2106 and 2149, and a range past them is an error inside
+// ClickHouse, so it is refused as a bad parameter before any query. The start is bounded by
+// the Unix epoch, where both column types begin.
+const seriesEndUnix = 4102444800
+
 // LikeTotals queues on pipe the read of items' exact like totals (absent = 0) and returns a
 // function that gives them once pipe ran: the totals ride in the same round trip to Redis as
 // the view totals.
@@ -300,7 +306,8 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 	}
 	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
 	if err != nil {
-		return h.unavailable(w, err)
+		h.logger.Warn("read series", "item_id", id, "granularity", q.Granularity, "from", q.From, "to", q.To, "err", err)
+		return api.Unavailable(w, "series are unavailable right now; retry later")
 	}
 	points := make([]Point, 0, q.points())
 	step := q.Granularity.step()
@@ -326,7 +333,8 @@ func (q SeriesQuery) points() int { return int(q.To.Sub(q.From) / q.Granularity.
 
 // ParseSeriesQuery reads granularity (default minute), to (default now) and from (default 60
 // buckets before to), each time as RFC 3339 or Unix milliseconds. Both ends are aligned down to
-// the granularity; the range must be non-empty and at most maxPoints buckets.
+// the granularity; the range must be non-empty, at most maxPoints buckets, and lie between the
+// Unix epoch and 2100-01-01, so that no range the tables cannot hold reaches ClickHouse.
 func ParseSeriesQuery(v url.Values, now time.Time) (SeriesQuery, error) {
 	q := SeriesQuery{Granularity: Granularity(v.Get("granularity"))}
 	switch q.Granularity {
@@ -354,6 +362,18 @@ func ParseSeriesQuery(v url.Values, now time.Time) (SeriesQuery, error) {
 		}
 		q.From = time.UnixMilli(ms).UTC().Truncate(step)
 	}
+	// A given from is checked first; a defaulted one follows from to, so to is the culprit then.
+	epoch, end := time.Unix(0, 0).UTC(), time.Unix(seriesEndUnix, 0).UTC()
+	badFrom := &schemas.FieldError{Field: "from", Reason: fmt.Sprintf("must be from %s to before %s", epoch.Format(time.RFC3339), end.Format(time.RFC3339))}
+	if v.Get("from") != "" && (q.From.Before(epoch) || !q.From.Before(end)) {
+		return q, badFrom
+	}
+	if q.To.After(end) {
+		return q, &schemas.FieldError{Field: "to", Reason: fmt.Sprintf("must be before %s", end.Format(time.RFC3339))}
+	}
+	if q.From.Before(epoch) {
+		return q, badFrom
+	}
 	if !q.From.Before(q.To) {
 		return q, &schemas.FieldError{Field: "from", Reason: "must be before to"}
 	}
@@ -363,9 +383,15 @@ func ParseSeriesQuery(v url.Values, now time.Time) (SeriesQuery, error) {
 	return q, nil
 }
 
+// unavailable logs err and answers a generic 503: a store's error text names internal addresses,
+// databases and tables, which are not the client's business.
 func (h *Handler) unavailable(w http.ResponseWriter, err error) int {
+	var public api.PublicError
+	if errors.As(err, &public) {
+		return api.Unavailable(w, public.Error()+"; retry shortly")
+	}
 	if !errors.As(err, new(errBusy)) { // expected during a rebuild: the metric counts them
 		h.logger.Warn("read counts", "err", err)
 	}
-	return api.Unavailable(w, "counts are unavailable right now: "+err.Error())
+	return api.Unavailable(w, "counts are unavailable right now; retry later")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -445,6 +446,13 @@ func TestBadParameters(t *testing.T) {
 		{"/v1/items/a/views?to=later", "to"},
 		{"/v1/items/a/views?from=2026-11-30T12:00:00Z&to=2026-11-30T11:00:00Z", "from"},
 		{"/v1/items/a/views?granularity=second&from=2026-01-01T00:00:00Z&to=2026-11-30T11:00:00Z", "from"},
+		// Ranges the rollup tables cannot hold are refused before ClickHouse sees them.
+		{"/v1/items/a/views?granularity=day&from=9999-12-01T00:00:00Z&to=9999-12-31T00:00:00Z", "from"},
+		{"/v1/items/a/views?granularity=day&from=2099-12-01T00:00:00Z&to=2100-01-01T00:00:00Z", "to"},
+		{"/v1/items/a/views?granularity=hour&from=2105-12-01T00:00:00Z&to=2105-12-02T00:00:00Z", "from"},
+		{"/v1/items/a/views?granularity=minute&from=-60000&to=0", "from"},
+		{"/v1/items/a/views?granularity=day&from=1969-12-01T00:00:00Z&to=1970-01-02T00:00:00Z", "from"},
+		{"/v1/items/a/views?granularity=day&to=9223372036854775807", "to"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
@@ -470,6 +478,46 @@ func TestRedisDownIs503(t *testing.T) {
 	}
 }
 
+// The last bucket before the end of the allowed range is served (zeros), so the bound is not
+// off by one.
+func TestSeriesAtTheEndOfTheRange(t *testing.T) {
+	_, srv := newTestHandler(t, &clock{t: time.Now()})
+	var got struct{ Points []Point }
+	if code := getJSON(t, srv.URL+"/v1/items/a/views?granularity=day&from=2099-12-01T00:00:00Z&to=2099-12-31T00:00:00Z", &got); code != 200 || len(got.Points) != 31 {
+		t.Errorf("got %d with %d points; want 200 with 31 zero days", code, len(got.Points))
+	}
+}
+
+// A store's error is logged, never answered: the 503 says what is unavailable and nothing of
+// ClickHouse's error text (tables, databases, addresses).
+func TestStoreErrorsStayInternal(t *testing.T) {
+	conn, srv := newTestHandler(t, &clock{t: time.Now()})
+	for _, table := range []string{"views_by_minute", "views_total"} {
+		if err := conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{"/v1/items/x/views?granularity=minute", "/v1/items/never-seen/counts"} {
+		t.Run(path, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			var e struct{ Error string }
+			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error, "unavailable") {
+				t.Fatalf("got %d %s; want 503 with Retry-After and a JSON error saying unavailable", resp.StatusCode, b)
+			}
+			for _, internal := range []string{"views_", "readtest", "127.0.0.1", "code:", "Exception"} {
+				if strings.Contains(string(b), internal) {
+					t.Errorf("got %s; want no %q from ClickHouse's error in the answer", b, internal)
+				}
+			}
+		})
+	}
+}
+
 func FuzzParseSeriesQuery(f *testing.F) {
 	f.Add("minute", "", "")
 	f.Add("second", "2026-11-30T12:00:00Z", "1796039940000")
@@ -482,6 +530,9 @@ func FuzzParseSeriesQuery(f *testing.F) {
 		}
 		if n := q.points(); n < 1 || n > maxPoints {
 			t.Fatalf("got %d points accepted; want 1..%d", n, maxPoints)
+		}
+		if q.From.Unix() < 0 || q.To.Unix() > seriesEndUnix {
+			t.Fatalf("got range %s..%s accepted; want it within 1970-01-01..2100-01-01", q.From, q.To)
 		}
 	})
 }

@@ -73,6 +73,11 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"memory without digits", nil, []string{"--redis.embedded_maxmemory", "gb"}, "redis.embedded_maxmemory"},
 		{"memory unit unknown", nil, []string{"--redis.embedded_maxmemory", "2tb"}, "redis.embedded_maxmemory"},
 		{"memory zero is no bound", nil, []string{"--redis.embedded_maxmemory", "0"}, "redis.embedded_maxmemory"},
+		{"no read timeout", nil, []string{"--collector.read_timeout", "0s"}, "collector.read_timeout"},
+		{"write bound under read plus kafka", nil, []string{"--collector.read_timeout", "30s", "--collector.write_timeout", "35s"}, "collector.write_timeout"},
+		{"header bound over read bound", nil, []string{"--collector.read_header_timeout", "40s"}, "collector.read_header_timeout"},
+		{"no idle timeout", nil, []string{"--collector.idle_timeout", "-1s"}, "collector.idle_timeout"},
+		{"no ingest bodies", nil, []string{"--collector.max_concurrent_bodies", "0"}, "collector.max_concurrent_bodies"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -73,6 +73,12 @@ type Collector struct {
 	MaxLines     int           `mapstructure:"max_lines"`
 	FutureBound  time.Duration `mapstructure:"future_bound"`
 	LateBound    time.Duration `mapstructure:"late_bound"`
+
+	ReadHeaderTimeout   time.Duration `mapstructure:"read_header_timeout"`
+	ReadTimeout         time.Duration `mapstructure:"read_timeout"`
+	WriteTimeout        time.Duration `mapstructure:"write_timeout"`
+	IdleTimeout         time.Duration `mapstructure:"idle_timeout"`
+	MaxConcurrentBodies int           `mapstructure:"max_concurrent_bodies"`
 }
 
 type Aggregator struct {
@@ -139,6 +145,11 @@ func settings() []setting {
 		{"collector.max_lines", 10000, "most events in one POST /v1/events body"},
 		{"collector.future_bound", 5 * time.Minute, "events stamped further in the future are rejected"},
 		{"collector.late_bound", 24 * time.Hour, "events older than this are rejected"},
+		{"collector.read_header_timeout", 5 * time.Second, "bound on reading a request's header; the connection is closed beyond it"},
+		{"collector.read_timeout", 30 * time.Second, "bound on reading a whole request, header and body (a body still arriving is cut off with 408)"},
+		{"collector.write_timeout", 60 * time.Second, "bound from a request's header to the end of its answer; must exceed collector.read_timeout plus kafka.produce_timeout"},
+		{"collector.idle_timeout", 60 * time.Second, "an idle keep-alive connection is closed after this long"},
+		{"collector.max_concurrent_bodies", 64, "ingest requests read and handled at once; beyond it ingest answers 503 at once (body memory stays under this times collector.max_body_bytes)"},
 
 		{"aggregator.addr", "127.0.0.1:8081", "aggregator admin listen address (/healthz, /readyz, /metrics)"},
 		{"aggregator.group", "tally-aggregator", "Kafka consumer group of the aggregators"},
@@ -221,6 +232,20 @@ func (c Config) Validate() error {
 	}
 	positive(bad, "collector.future_bound", c.Collector.FutureBound)
 	positive(bad, "collector.late_bound", c.Collector.LateBound)
+	positive(bad, "collector.read_header_timeout", c.Collector.ReadHeaderTimeout)
+	positive(bad, "collector.read_timeout", c.Collector.ReadTimeout)
+	positive(bad, "collector.idle_timeout", c.Collector.IdleTimeout)
+	if c.Collector.ReadHeaderTimeout > c.Collector.ReadTimeout {
+		bad("collector.read_header_timeout", "got %s; want at most collector.read_timeout (%s), which includes the header", c.Collector.ReadHeaderTimeout, c.Collector.ReadTimeout)
+	}
+	// The write bound runs from the end of the header to the end of the answer: a body read
+	// within the read bound must still leave the wait for Kafka its full time.
+	if need := c.Collector.ReadTimeout + c.Kafka.ProduceTimeout; c.Collector.WriteTimeout <= need {
+		bad("collector.write_timeout", "got %s; want more than collector.read_timeout + kafka.produce_timeout (%s), or a request read in time could not be answered", c.Collector.WriteTimeout, need)
+	}
+	if c.Collector.MaxConcurrentBodies < 1 {
+		bad("collector.max_concurrent_bodies", "got %d; want at least 1", c.Collector.MaxConcurrentBodies)
+	}
 	checkHostPort(bad, "aggregator.addr", c.Aggregator.Addr)
 	if c.Aggregator.Group == "" {
 		bad("aggregator.group", "must not be empty")

@@ -2,7 +2,8 @@
 // the kfake Kafka broker, the chDB ClickHouse engine behind the ClickHouse HTTP interface, and a
 // redis-server child. Each runs only where its address is not configured, under the data
 // directory, and writes the address it got back into the config, so the parts started after it
-// connect exactly as they would to real servers.
+// connect exactly as they would to real servers. One process at a time owns a data directory:
+// the first part takes a lock on it (LockFile) and the last to stop releases it.
 //
 // This package links chDB (through chembed): only the all-in-one binary and tests import it.
 package embedded
@@ -21,8 +22,10 @@ import (
 	"tally/platform/redisproc"
 )
 
-// Parts returns the lifecycle parts that start what cfg leaves unconfigured. They must run
-// before any part that reads the addresses from cfg.
+// Parts returns the lifecycle parts that start what cfg leaves unconfigured, led by the lock
+// on the data directory, so that nothing under it is touched by a second process. They must
+// run before any part that reads the addresses from cfg. With everything configured there are
+// none, and the data directory is neither used nor locked.
 func Parts(cfg *config.Config, logger *slog.Logger) []lifecycle.Part {
 	var parts []lifecycle.Part
 	if len(cfg.Kafka.Brokers) == 0 {
@@ -84,7 +87,19 @@ func Parts(cfg *config.Config, logger *slog.Logger) []lifecycle.Part {
 			Stop: func(ctx context.Context) error { return p.Stop(ctx) },
 		})
 	}
-	return parts
+	if len(parts) == 0 {
+		return nil
+	}
+	var lock *dirLock
+	return append([]lifecycle.Part{{
+		Name: "data directory lock",
+		Start: func(context.Context) error {
+			var err error
+			lock, err = lockDataDir(cfg.DataDir)
+			return err
+		},
+		Stop: func(context.Context) error { return lock.unlock() },
+	}}, parts...)
 }
 
 func subdir(cfg *config.Config, name string) (string, error) {
