@@ -53,11 +53,11 @@ type metrics struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
+	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window)."}),
-		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records skipped because they could not be decoded."}),
+		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records set aside because they did not decode or validate."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_flush_seconds", Help: "Time to write one flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		sketchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_write_seconds", Help: "Time to write the dirty unique-viewer sketches and their checkpoints.",
