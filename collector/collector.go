@@ -58,6 +58,8 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			// One client for the count cache and likes, so that a feed page's counts and like
 			// totals share one round trip.
 			rdb = redisclient.Open(cfg.Redis.Addr)
+			runner.AddCheck("collector clickhouse", conn.Ping)
+			runner.AddCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 			likeStore = likes.NewStore(rdb)
 			reads = read.New(conn, rdb, cfg.Collector.CacheTTL, likes.QueueTotals, now, logger, reg)
 			reads.Register(routes)
@@ -84,6 +86,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				cl.Close()
 				return err
 			}
+			runner.AddCheck("collector kafka", cl.Ping)
 			ing := ingest.New(ingest.Config{
 				MaxBodyBytes: int64(cfg.Collector.MaxBodyBytes),
 				MaxLines:     cfg.Collector.MaxLines,

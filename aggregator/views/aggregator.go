@@ -34,6 +34,8 @@ type Aggregator struct {
 	now    func() time.Time
 	logger *slog.Logger
 
+	progress progress // for readiness (health.go)
+
 	mu         sync.Mutex
 	parts      map[int32]*partition
 	lastFlush  time.Time
@@ -65,6 +67,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_flush_errors_total", Help: "ClickHouse write attempts that failed and were retried."}),
 		lagSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_views_flush_lag_seconds", Help: "Age of the oldest unflushed batch at the last flush."}),
 	}
+	a.progress.lastOK = now()
 	a.m.pairs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_views_dedupe_pairs", Help: "Live (viewer, item) pairs held by the dedupe windows."}, func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -288,8 +291,13 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
 	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
 		a.m.flushErrors.Inc()
+		a.progress.failed(a.now(), fmt.Errorf("%s: %w", what, err))
+		a.repairSchema(ctx)
 		a.logger.Warn("clickhouse write failed; retrying", "step", what, "err", err, "backoff", wait)
 	})
+	if err == nil {
+		a.progress.succeeded(a.now())
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
