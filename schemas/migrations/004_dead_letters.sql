@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS dead_letters
     ref       String,
     reason    String,
     payload   String,
-    seen_at   DateTime64(3, 'UTC')
+    seen_at   DateTime64(3, 'UTC') DEFAULT now64(3)
 )
 ENGINE = ReplacingMergeTree(seen_at)
 ORDER BY (source, partition, offset, ref)
