@@ -295,11 +295,9 @@ func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) er
 		a.repairSchema(ctx)
 		a.logger.Warn("clickhouse write failed; retrying", "step", what, "err", err, "backoff", wait)
 	})
-	if err == nil {
-		a.progress.succeeded(a.now())
-	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	a.progress.succeeded(a.now())
 	return nil
 }
