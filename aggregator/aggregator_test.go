@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"tally/platform/config"
 	"tally/platform/testinfra"
+	"tally/schemas/migrate"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process).
@@ -71,5 +73,21 @@ func TestStartRecreatesDroppedSchemaObjects(t *testing.T) {
 				t.Errorf("got all-time total %d after a delta of 3; want 3", total)
 			}
 		})
+	}
+}
+
+// When a missing object cannot be re-created, the schema check refuses, naming it.
+func TestSchemaRepairRefusesNamingTheObject(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := "agg_schema_refuse_test"
+	conn := infra.DB(t, ctx, db)
+	if err := conn.Exec(ctx, "DROP DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	_, err := migrate.Repair(ctx, conn, infra.Logger)
+	want := "view_deltas of migration 001_views is missing and re-creating it failed"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v; want an error containing %q", err, want)
 	}
 }
