@@ -103,3 +103,14 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeView is the per-record cost of reading (and validating) a view from the log.
+func BenchmarkDecodeView(b *testing.B) {
+	rec := AppendView(nil, View{"item-12345", "viewer-6789012", "evt-0123456789", 1796039940000})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeView(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
