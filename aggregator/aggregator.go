@@ -41,6 +41,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				if conn, err = OpenClickHouse(ctx, cfg, logger); err != nil {
 					return err
 				}
+				runner.AddCheck("aggregator clickhouse", conn.Ping)
 				return nil
 			},
 			Stop: func(context.Context) error { return conn.Close() },
@@ -71,6 +72,8 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				if src, err = views.NewSource(group, agg, cfg.Aggregator.FlushInterval, logger, reg); err != nil {
 					return err
 				}
+				runner.AddCheck("aggregator kafka", src.Check)
+				runner.AddCheck("aggregator progress", agg.Check)
 				src.Start()
 				go func() {
 					<-src.Done()

@@ -57,6 +57,8 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			// One client for view totals and likes, so that a feed page's counts and like
 			// totals share one round trip.
 			rdb = redisclient.Open(cfg.Redis.Addr)
+			runner.AddCheck("collector clickhouse", conn.Ping)
+			runner.AddCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 			likeStore = likes.NewStore(rdb)
 			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likes.QueueTotals, Now: now, Logger: logger, Registry: reg}).Register(routes)
 			return nil
@@ -80,6 +82,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				cl.Close()
 				return err
 			}
+			runner.AddCheck("collector kafka", cl.Ping)
 			ing := ingest.New(ingest.Config{
 				MaxBodyBytes: int64(cfg.Collector.MaxBodyBytes),
 				MaxLines:     cfg.Collector.MaxLines,

@@ -74,6 +74,54 @@ func CheckID(field, id string, required bool) error {
 	return nil
 }
 
+// The event times any record may carry, whatever the clock: [MinEventTS, MaxEventTS) in Unix
+// milliseconds (2000-01-01 to 2100-01-01 UTC). The collector's bounds relative to now lie inside
+// them; they are what a reader of the log can check without a clock, so that the same record is
+// judged the same on every replay, and they keep every time inside what ClickHouse's DateTime
+// (1970 to 2106) stores without wrapping.
+const (
+	MinEventTS int64 = 946_684_800_000
+	MaxEventTS int64 = 4_102_444_800_000
+)
+
+// checkEventTS checks that ts lies in [MinEventTS, MaxEventTS).
+func checkEventTS(ts int64) error {
+	if ts < MinEventTS || ts >= MaxEventTS {
+		return &FieldError{"ts", fmt.Sprintf("is %d (%s); want a time from 2000-01-01 to 2100-01-01 UTC", ts, time.UnixMilli(ts).UTC().Format(time.RFC3339))}
+	}
+	return nil
+}
+
+// checkStored validates a view read back from the log, where no clock applies: the id rules and
+// the fixed time range.
+func (v View) checkStored() error {
+	if err := CheckID("item_id", v.ItemID, true); err != nil {
+		return err
+	}
+	if err := CheckID("viewer_id", v.ViewerID, true); err != nil {
+		return err
+	}
+	if err := CheckID("event_id", v.EventID, false); err != nil {
+		return err
+	}
+	return checkEventTS(v.TS)
+}
+
+// checkStored validates a like read back from the log: item and user ids and a request id of at
+// most MaxIDLen bytes. Its time is the server's and only informative, so any is accepted.
+func (l Like) checkStored() error {
+	if err := CheckID("item_id", l.ItemID, true); err != nil {
+		return err
+	}
+	if err := CheckID("user_id", l.UserID, true); err != nil {
+		return err
+	}
+	if len(l.RequestID) > MaxIDLen {
+		return &FieldError{"request_id", fmt.Sprintf("is %d bytes; at most %d allowed", len(l.RequestID), MaxIDLen)}
+	}
+	return nil
+}
+
 // TimeBounds says which event times are accepted relative to now.
 type TimeBounds struct {
 	Future time.Duration // at most this far ahead of now
@@ -91,7 +139,10 @@ func (v View) Validate(now time.Time, b TimeBounds) error {
 	if err := CheckID("event_id", v.EventID, false); err != nil {
 		return err
 	}
-	return checkTS(v.TS, now, b)
+	if err := checkTS(v.TS, now, b); err != nil {
+		return err
+	}
+	return checkEventTS(v.TS)
 }
 
 func checkTS(ts int64, now time.Time, b TimeBounds) error {

@@ -37,7 +37,10 @@ func AppendLike(dst []byte, l Like) []byte {
 
 var errShort = errors.New("truncated record")
 
-// DecodeView reads a view from a record value. The returned strings do not alias b.
+// DecodeView reads a view from a record value and validates it: the log can hold records that
+// never passed the collector (written straight to Kafka, by an old or broken producer), and what
+// is counted and stored must be what the collector would have accepted. Ids must pass CheckID
+// and the time must lie in [MinEventTS, MaxEventTS). The returned strings do not alias b.
 func DecodeView(b []byte) (View, error) {
 	r, err := header(b, KindView)
 	if err != nil {
@@ -48,7 +51,13 @@ func DecodeView(b []byte) (View, error) {
 	v.ItemID = r.string()
 	v.ViewerID = r.string()
 	v.EventID = r.string()
-	return v, r.done()
+	if err := r.done(); err != nil {
+		return View{}, err
+	}
+	if err := v.checkStored(); err != nil {
+		return View{}, fmt.Errorf("decode view: %w", err)
+	}
+	return v, nil
 }
 
 // DecodeLike reads a like-state change from a record value.
@@ -69,7 +78,13 @@ func DecodeLike(b []byte) (Like, error) {
 		r.err = errors.New("liked flag is neither 0 nor 1")
 	}
 	l.RequestID = r.string()
-	return l, r.done()
+	if err := r.done(); err != nil {
+		return Like{}, err
+	}
+	if err := l.checkStored(); err != nil {
+		return Like{}, fmt.Errorf("decode like: %w", err)
+	}
+	return l, nil
 }
 
 func header(b []byte, want Kind) (*reader, error) {

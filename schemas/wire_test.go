@@ -1,11 +1,13 @@
 package schemas
 
 import (
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestWireRoundTrip(t *testing.T) {
-	views := []View{{"i", "v", "", 0}, {"item-1", "viewer@x", "e:1", 1796039940000}, {"a", "b", "c", -1}}
+	views := []View{{"i", "v", "", MinEventTS}, {"item-1", "viewer@x", "e:1", 1796039940000}, {"a", "b", "c", MaxEventTS - 1}}
 	for _, v := range views {
 		t.Run("view "+v.ItemID, func(t *testing.T) {
 			got, err := DecodeView(AppendView(nil, v))
@@ -26,31 +28,70 @@ func TestWireRoundTrip(t *testing.T) {
 }
 
 func TestWireRejects(t *testing.T) {
-	good := AppendView(nil, View{"i", "v", "e", 1})
+	const ts = 1796039940000
+	good := AppendView(nil, View{"i", "v", "e", ts})
+	year2200 := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 	tests := []struct {
-		name string
-		b    []byte
+		name    string
+		b       []byte
+		wantErr string
 	}{
-		{"empty", nil},
-		{"version", append([]byte{9}, good[1:]...)},
-		{"kind", AppendLike(nil, Like{ItemID: "i", UserID: "u"})},
-		{"truncated", good[:len(good)-1]},
-		{"trailing", append(append([]byte{}, good...), 0)},
+		{"empty", nil, "truncated"},
+		{"version", append([]byte{9}, good[1:]...), "wire version"},
+		{"kind", AppendLike(nil, Like{ItemID: "i", UserID: "u"}), "is a like"},
+		{"truncated", good[:len(good)-1], "truncated"},
+		{"trailing", append(append([]byte{}, good...), 0), "trailing"},
+		// Records written straight to Kafka never met the collector's checks.
+		{"year 2200", AppendView(nil, View{"i", "v", "e", year2200}), "ts: is"},
+		{"negative time", AppendView(nil, View{"i", "v", "e", -1}), "ts: is"},
+		{"before 2000", AppendView(nil, View{"i", "v", "e", MinEventTS - 1}), "ts: is"},
+		{"at 2100", AppendView(nil, View{"i", "v", "e", MaxEventTS}), "ts: is"},
+		{"empty item", AppendView(nil, View{"", "v", "e", ts}), "item_id: is required"},
+		{"empty viewer", AppendView(nil, View{"i", "", "e", ts}), "viewer_id: is required"},
+		{"long item", AppendView(nil, View{strings.Repeat("x", MaxIDLen+1), "v", "e", ts}), "item_id: is 129 bytes"},
+		{"item with a NUL", AppendView(nil, View{"i\x00j", "v", "e", ts}), "item_id: has character"},
+		{"event id with a space", AppendView(nil, View{"i", "v", "e 1", ts}), "event_id: has character"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if v, err := DecodeView(tt.b); err == nil {
-				t.Errorf("got %+v, nil; want an error", v)
+			v, err := DecodeView(tt.b)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got %+v, %v; want an error containing %q", v, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestDecodeLikeRejectsBadIDs(t *testing.T) {
+	tests := []struct {
+		name    string
+		like    Like
+		wantErr string
+	}{
+		{"empty item", Like{UserID: "u", TS: 1}, "item_id: is required"},
+		{"empty user", Like{ItemID: "i", TS: 1}, "user_id: is required"},
+		{"user with a slash", Like{ItemID: "i", UserID: "a/b", TS: 1}, "user_id: has character"},
+		{"long request id", Like{ItemID: "i", UserID: "u", RequestID: strings.Repeat("r", MaxIDLen+1)}, "request_id: is 129 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := DecodeLike(AppendLike(nil, tt.like))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got %+v, %v; want an error containing %q", l, err, tt.wantErr)
 			}
 		})
 	}
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(AppendView(nil, View{"i", "v", "e", 1}))
+	f.Add(AppendView(nil, View{"i", "v", "e", 1796039940000}))
+	f.Add(AppendView(nil, View{"i", "v", "e", -1}))
 	f.Add(AppendLike(nil, Like{"i", "u", true, 2, "r"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if v, err := DecodeView(b); err == nil {
+			if err := v.checkStored(); err != nil {
+				t.Fatalf("decoded an invalid view %+v: %v", v, err)
+			}
 			if back, err := DecodeView(AppendView(nil, v)); err != nil || back != v {
 				t.Fatalf("view re-encode: got %+v, %v; want %+v", back, err, v)
 			}
@@ -61,4 +102,15 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkDecodeView is the per-record cost of reading (and validating) a view from the log.
+func BenchmarkDecodeView(b *testing.B) {
+	rec := AppendView(nil, View{"item-12345", "viewer-6789012", "evt-0123456789", 1796039940000})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeView(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -56,7 +56,7 @@ func New(cfg Config, conn driver.Conn, logger *slog.Logger, reg prometheus.Regis
 	l := &Loader{
 		cfg: cfg, conn: conn, logger: logger,
 		rows:         prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_loader_rows_total", Help: "Like records inserted into ClickHouse (replays included)."}),
-		undecodable:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_loader_undecodable_total", Help: "Like records skipped because they could not be decoded."}),
+		undecodable:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_loader_undecodable_total", Help: "Like records set aside in dead_letters because they did not decode or validate."}),
 		insertErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_loader_insert_errors_total", Help: "ClickHouse inserts of like records that failed and were retried."}),
 		insertSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_likes_loader_insert_seconds", Help: "Time to insert one batch of like records.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
@@ -168,31 +168,34 @@ func AppendLike(b driver.Batch, l schemas.Like, partition int32, offset int64) e
 	return b.Append(l.ItemID, l.UserID, liked, uint16(partition), offset, time.UnixMilli(l.TS).UTC())
 }
 
-// insert writes recs as one INSERT block. Undecodable records are skipped the same way on
-// every replay.
+// insert writes recs as one INSERT block. Records that do not decode or validate are set aside
+// (deadletter.go) first, the same way on every replay.
 func (l *Loader) insert(ctx context.Context, recs []*kgo.Record) error {
 	b, err := l.conn.PrepareBatch(ctx, InsertLikes)
 	if err != nil {
 		return fmt.Errorf("prepare like insert: %w", err)
 	}
 	defer b.Abort()
-	bad := 0
+	var bad []badRecord
 	for _, r := range recs {
 		lk, err := schemas.DecodeLike(r.Value)
 		if err != nil {
-			bad++
+			bad = append(bad, badRecord{r, err})
 			continue
 		}
 		if err := AppendLike(b, lk, r.Partition, r.Offset); err != nil {
 			return fmt.Errorf("append like %s/%s at %d/%d: %w", lk.ItemID, lk.UserID, r.Partition, r.Offset, err)
 		}
 	}
+	if err := l.setAside(ctx, bad); err != nil {
+		return err
+	}
 	if b.Rows() > 0 {
 		if err := b.Send(); err != nil {
 			return fmt.Errorf("insert %d like records: %w", b.Rows(), err)
 		}
 	}
-	l.rows.Add(float64(len(recs) - bad))
-	l.undecodable.Add(float64(bad))
+	l.rows.Add(float64(len(recs) - len(bad)))
+	l.undecodable.Add(float64(len(bad)))
 	return nil
 }

@@ -189,3 +189,57 @@ func TestLoaderCommitsOnlyAfterInsert(t *testing.T) {
 		return d == "", d
 	})
 }
+
+// Records that do not decode or validate are set aside in dead_letters, named by topic,
+// partition and offset, and the good records around them are loaded.
+func TestLoaderSetsAsideBadRecords(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn := openDB(t, ctx, "loader_poison", true)
+	topic := "likes-poison"
+	cl := infra.Producer(t, topic, 1)
+	values := [][]byte{
+		schemas.AppendLike(nil, schemas.Like{ItemID: "p", UserID: "u1", Liked: true}),
+		[]byte("junk"),
+		schemas.AppendLike(nil, schemas.Like{ItemID: "p", UserID: "", Liked: true}),
+		schemas.AppendLike(nil, schemas.Like{ItemID: "p", UserID: "u/2", Liked: true}),
+		schemas.AppendLike(nil, schemas.Like{ItemID: "p", UserID: "u3", Liked: true}),
+	}
+	for _, v := range values {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("p"), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := startLoader(t, conn, topic, "loader-poison", prometheus.NewRegistry())
+	defer stopLoader(t, l)
+	testinfra.WaitFor(t, 20*time.Second, "every record handled", func() (bool, string) {
+		n, bad := testutil.ToFloat64(l.rows), testutil.ToFloat64(l.undecodable)
+		return n+bad == float64(len(values)), fmt.Sprintf("%v inserted, %v set aside", n, bad)
+	})
+	got, err := tableState(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[[2]string]bool{{"p", "u1"}: true, {"p", "u3"}: true}; sameState(got, want) != "" {
+		t.Errorf("likes table: %s", sameState(got, want))
+	}
+	rows, err := conn.Query(ctx, "SELECT offset, reason FROM dead_letters FINAL WHERE source = ? AND partition = 0 ORDER BY offset", topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var dead []string
+	for rows.Next() {
+		var off int64
+		var reason string
+		if err := rows.Scan(&off, &reason); err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, fmt.Sprintf("%d %s", off, reason))
+	}
+	want := []string{"1 decode like: unknown wire version 106", "2 decode like: user_id: is required", "3 decode like: user_id: has character '/' at byte 1; allowed: letters, digits and _ . : @ -"}
+	if fmt.Sprint(dead) != fmt.Sprint(want) {
+		t.Errorf("got dead letters %q; want %q", dead, want)
+	}
+}

@@ -46,6 +46,7 @@ type Aggregator struct {
 
 	tot        *totals.Store
 	partitions int // of the views topic, to map items to partitions when rebuilding Redis
+	progress progress // for readiness (health.go)
 
 	mu         sync.Mutex
 	parts      map[int32]*partition
@@ -68,11 +69,11 @@ type metrics struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
+	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window)."}),
-		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records skipped because they could not be decoded."}),
+		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records set aside because they did not decode or validate."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_flush_seconds", Help: "Time to write one flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		sketchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_write_seconds", Help: "Time to write the dirty unique-viewer sketches and their checkpoints.",
@@ -88,6 +89,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_fenced_partitions_total",
 			Help: "Partitions this aggregator dropped before writing because a newer owner had claimed them."}),
 	}
+	a.progress.lastOK = now()
 	a.m.pairs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_views_dedupe_pairs", Help: "Live (viewer, item) pairs held by the dedupe windows."}, func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -507,10 +509,13 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
 	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
 		a.m.flushErrors.Inc()
+		a.progress.failed(a.now(), fmt.Errorf("%s: %w", what, err))
+		a.repairSchema(ctx)
 		a.logger.Warn("clickhouse write failed; retrying", "step", what, "err", err, "backoff", wait)
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	a.progress.succeeded(a.now())
 	return nil
 }

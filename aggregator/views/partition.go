@@ -63,7 +63,8 @@ type partition struct {
 	// sketches touched since assignment; clean ones idle for a while are dropped.
 	sketches  map[sketchKey]*sketch
 	lastEvict time.Time
-	poison    int // undecodable records skipped in this batch
+	poison    int          // records set aside in this batch
+	dead      []deadLetter // their dead letters, written before the batch (deadletter.go)
 
 	// Fencing (docs/EXACTLY_ONCE.md, "Zombie aggregators"): the epoch this owner claimed, the
 	// checkpoint it claimed from, the claims that decide which batches are valid, and the
@@ -96,10 +97,11 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 	}
 }
 
-// process applies one record at offset. Undecodable records cannot be counted; they are skipped
-// the same way on every replay, so they never make two runs disagree. A record below the deltas
-// checkpoint is already counted (and in the restored dedupe state) and is replayed only because
-// the sketches were written before it: it goes into the sketches alone.
+// process applies one record at offset. Records that do not decode or validate cannot be
+// counted; they are set aside the same way on every replay, so they never make two runs
+// disagree. A record below the deltas checkpoint is already counted (and in the restored dedupe
+// state) and is replayed only because the sketches were written before it: it goes into the
+// sketches alone.
 func (p *partition) process(offset int64, value []byte, now time.Time) {
 	p.next = offset + 1
 	v, err := schemas.DecodeView(value)
@@ -110,6 +112,7 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 	if err != nil {
 		if counted {
 			p.poison++
+			p.setAside(offset, value, err)
 		}
 		return
 	}

@@ -28,8 +28,9 @@ func TestPartitionBucketsBySecondOfEventTime(t *testing.T) {
 		{"next second", [][]byte{view("i", "a", t0+999), view("i", "b", t0+1000)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1, {"i", t0/1000 + 1}: 1}, 0},
 		{"duplicate not counted", [][]byte{view("i", "a", t0), view("i", "a", t0+5000)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1}, 0},
 		{"late view in its own second", [][]byte{view("i", "a", t0), view("i", "b", t0-3_600_000)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1, {"i", t0/1000 - 3600}: 1}, 0},
-		{"before the epoch floors down", [][]byte{view("i", "a", -1)}, map[deltaKey]uint64{{"i", -1}: 1}, 0},
-		{"undecodable skipped", [][]byte{[]byte("junk"), view("i", "a", t0)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1}, 1},
+		{"undecodable set aside", [][]byte{[]byte("junk"), view("i", "a", t0)}, map[deltaKey]uint64{{"i", t0 / 1000}: 1}, 1},
+		{"times outside 2000-2100 set aside", [][]byte{view("i", "a", -1), view("i", "b", 7_258_118_400_000), view("i", "c", t0)},
+			map[deltaKey]uint64{{"i", t0 / 1000}: 1}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,8 +46,8 @@ func TestPartitionBucketsBySecondOfEventTime(t *testing.T) {
 					t.Errorf("delta %v: got %d; want %d", k, g, w)
 				}
 			}
-			if p.poison != tt.poison {
-				t.Errorf("got %d undecodable; want %d", p.poison, tt.poison)
+			if p.poison != tt.poison || len(p.dead) != tt.poison {
+				t.Errorf("got %d set aside, %d dead letters; want %d", p.poison, len(p.dead), tt.poison)
 			}
 			if want := 100 + int64(len(tt.records)); p.next != want || !p.pending() {
 				t.Errorf("got next %d pending %v; want %d true", p.next, p.pending(), want)

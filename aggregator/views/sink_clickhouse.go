@@ -16,6 +16,7 @@ import (
 // store reads and writes the views tables (schemas/migrations/001_views.sql).
 type store struct {
 	conn driver.Conn
+	dead *deadLetters
 }
 
 // checkpoint is where a partition resumes: the end offset of its last valid batch, the
@@ -93,6 +94,9 @@ func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.
 }
 
 func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
+	if err := s.dead.writePending(ctx, s.conn, parts); err != nil {
+		return err
+	}
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)")
 	if err != nil {
 		return fmt.Errorf("prepare dedupe state insert: %w", err)
@@ -148,29 +152,40 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 	return nil
 }
 
-// mergeStored merges the stored sketches of items into the partitions' in-memory ones.
+// mergeStored merges the stored sketches of items into the partitions' in-memory ones. A stored
+// sketch that does not read back is set aside (deadletter.go) and not merged: the next write
+// replaces it with the in-memory sketch, newer, so that one bad row cannot stop sketch writes.
 func (s *store) mergeStored(ctx context.Context, items []string, want map[string][]*partition) error {
-	rows, err := s.conn.Query(chclient.FitList(ctx, items, 1), `SELECT item_id, toUInt32(day), argMax(sketch, updated_at) FROM unique_viewers
+	rows, err := s.conn.Query(chclient.FitList(ctx, items, 1), `SELECT item_id, toUInt32(day), argMax(sketch, updated_at),
+			toUnixTimestamp64Micro(max(updated_at)) FROM unique_viewers
 		WHERE item_id IN (?) GROUP BY item_id, day`, items)
 	if err != nil {
 		return fmt.Errorf("load sketches of %d items: %w", len(items), err)
 	}
 	defer rows.Close()
+	var setAside []deadLetter
 	for rows.Next() {
 		var item string
 		var day uint32
 		var blob string
-		if err := rows.Scan(&item, &day, &blob); err != nil {
+		var version int64
+		if err := rows.Scan(&item, &day, &blob, &version); err != nil {
 			return fmt.Errorf("scan sketch: %w", err)
 		}
+		var stored *hyperloglog.Sketch
+		var bad error
 		for _, p := range want[item] {
 			sk := p.sketches[sketchKey{item, int32(day)}]
 			if sk == nil || sk.loaded {
 				continue
 			}
-			stored := hyperloglog.New14()
-			if err := stored.UnmarshalBinary([]byte(blob)); err != nil {
-				return fmt.Errorf("decode stored sketch of %s day %d: %w", item, day, err)
+			if stored == nil && bad == nil {
+				if stored, bad = decodeStoredSketch([]byte(blob)); bad != nil {
+					setAside = append(setAside, badSketch(item, day, version, blob, bad))
+				}
+			}
+			if bad != nil {
+				continue
 			}
 			if err := sk.hll.Merge(stored); err != nil {
 				return fmt.Errorf("merge stored sketch of %s day %d: %w", item, day, err)
@@ -180,7 +195,8 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read sketches: %w", err)
 	}
-	return nil
+	rows.Close()
+	return s.dead.write(ctx, s.conn, setAside)
 }
 
 func (s *store) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {

@@ -179,11 +179,13 @@ func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 		resume, err = s.agg.Assign(ctx, ids)
 		return err
 	}, func(err error, wait time.Duration) {
+		s.agg.progress.failed(s.agg.now(), fmt.Errorf("load partition state: %w", err))
 		s.logger.Warn("load partition state; retrying", "err", err, "backoff", wait)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load partition state: %w", err)
 	}
+	s.agg.progress.succeeded(s.agg.now())
 	for id, off := range resume {
 		parts[id] = kgo.NewOffset().At(off).WithEpoch(-1)
 	}

@@ -69,7 +69,7 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	reader := totals.New(rdb, "views")
 	check := func(step string, wantReady bool) {
 		t.Helper()
-		ch, err := (&store{conn}).itemTotals(ctx, items)
+		ch, err := (&store{conn: conn}).itemTotals(ctx, items)
 		if err != nil {
 			t.Fatal(err)
 		}

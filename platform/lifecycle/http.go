@@ -17,7 +17,8 @@ import (
 )
 
 // AdminRoutes adds /healthz (the process is alive), /readyz (every part started, not shutting
-// down) and /metrics (reg's metrics) to mux, and with pprof Go's /debug/pprof/ profiles, which
+// down, and every registered check passing; JSON naming each check and why it is down, 503 when
+// not ready) and /metrics (reg's metrics) to mux, and with pprof Go's /debug/pprof/ profiles, which
 // stay off by default because they expose internals and cost CPU while taken. It also adds
 // FallbackRoutes, so every server carrying the admin routes answers unknown routes and wrong
 // methods in the JSON error shape.
@@ -26,14 +27,19 @@ func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, pprof 
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		if !r.Ready() {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
+		ok, results := r.Readiness(req.Context())
+		body := struct {
+			Status  string        `json:"status"`
+			Started bool          `json:"started"`
+			Checks  []CheckResult `json:"checks"`
+		}{"ready", r.Ready(), results}
+		w.Header().Set("Content-Type", "application/json")
+		if !ok {
+			body.Status = "not ready"
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready")
-			return
 		}
-		fmt.Fprintln(w, "ready")
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	if pprof {

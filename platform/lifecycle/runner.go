@@ -26,6 +26,7 @@ type Runner struct {
 	logger *slog.Logger
 	ready  atomic.Bool
 	failed chan error
+	checks checks
 }
 
 // NewRunner returns a runner logging to logger.
@@ -33,7 +34,8 @@ func NewRunner(logger *slog.Logger) *Runner {
 	return &Runner{logger: logger, failed: make(chan error, 1)}
 }
 
-// Ready is true between a successful start of every part and the beginning of shutdown.
+// Ready is true between a successful start of every part and the beginning of shutdown. It does
+// not run the readiness checks; Readiness does.
 func (r *Runner) Ready() bool { return r.ready.Load() }
 
 // Fail asks the runner to shut down because a part can no longer work; the first error wins and

@@ -1,15 +1,24 @@
-// Package redisproc runs a local redis-server as a child process for the embedded defaults. The
-// server keeps nothing on disk (no RDB, no AOF): tally treats Redis as a rebuildable serving
-// store, and must cope with it coming back empty. It is bounded in memory and never evicts:
-// like state and item totals are state, not a cache, so at the bound writes fail loudly instead
-// of silently dropping keys. Hashes stay compact (listpack) up to the sizes platform/totals'
-// buckets are laid out for. The Proc is owned by its starter,
-// which must call Stop; if the parent dies, the child notices its parent is gone via
-// Pdeathsig and exits too.
+// Package redisproc runs a local redis-server as a supervised child process for the embedded
+// defaults. The server keeps nothing on disk (no RDB, no AOF): tally treats Redis as a
+// rebuildable serving store, and must cope with it coming back empty. It is bounded in memory
+// and never evicts: like state and item totals are state, not a cache, so at the bound writes
+// fail loudly instead of silently dropping keys. Hashes stay compact (listpack) up to the sizes
+// platform/totals' buckets are laid out for.
+//
+// Supervision: when the child exits on its own (crash, OOM kill, kill -9) it is logged and
+// started again on the same address, after a backoff that doubles from 100 ms to 5 s while
+// restarts keep failing or the child keeps dying young. The new server is empty; its clients
+// rebuild what they keep there (the likes applier replays the log when its readiness marker is
+// gone, the aggregator rebuilds the item totals from ClickHouse). Check reports whether the server answers, for
+// readiness.
+//
+// Lifecycle: the Proc is owned by its starter, which must call Stop; Stop ends the supervising
+// goroutine and the child. If the parent dies, the child notices via Pdeathsig and exits too.
 package redisproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,17 +26,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// Proc is a running redis-server child.
-type Proc struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan error
-	logger *slog.Logger
-}
+const (
+	firstBackoff = 100 * time.Millisecond
+	maxBackoff   = 5 * time.Second
+	// A child that ran this long before dying restarts after the first backoff again.
+	healthyRun = 30 * time.Second
+	// startTimeout bounds one start: launch until the server accepts connections.
+	startTimeout = 10 * time.Second
+)
 
 // Config says where and how a redis-server runs.
 type Config struct {
@@ -50,7 +61,25 @@ const (
 	hashListpackValue   = "128"
 )
 
-// Start launches redis-server as cfg says and returns once it accepts connections.
+// Proc is a supervised redis-server child.
+type Proc struct {
+	bin, dir, addr, logFile string
+	port                    int
+	maxMemory               string
+	logger                  *slog.Logger
+
+	ctx    context.Context // ends when Stop begins
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the supervisor has ended and the child is gone
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan error // the current child's exit
+	restarts int
+}
+
+// Start launches redis-server as cfg says, returns once it accepts connections, and keeps it
+// running until Stop.
 func Start(ctx context.Context, cfg Config) (*Proc, error) {
 	dir, port, logger := cfg.Dir, cfg.Port, cfg.Logger
 	maxMemory := cfg.MaxMemory
@@ -74,66 +103,155 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 			return nil, fmt.Errorf("start redis: pick a port: %w", err)
 		}
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	logFile := filepath.Join(dir, "redis.log")
-	cmd := exec.Command(bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--dir", dir, "--logfile", logFile,
-		"--maxclients", "10000",
-		"--maxmemory", maxMemory, "--maxmemory-policy", "noeviction",
-		"--hash-max-listpack-entries", hashListpackEntries, "--hash-max-listpack-value", hashListpackValue,
-	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server on %s: %w", addr, err)
+	p := &Proc{bin: bin, dir: dir, port: port, maxMemory: maxMemory, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		logFile: filepath.Join(dir, "redis.log"), logger: logger, done: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(p.ctx, cancel)
+	defer stop()
+	if err := p.launch(sctx); err != nil {
+		p.cancel()
+		return nil, err
 	}
-	p := &Proc{cmd: cmd, addr: addr, exited: make(chan error, 1), logger: logger}
-	go func() { p.exited <- cmd.Wait() }()
-
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			logger.Info("redis started", "addr", addr, "pid", cmd.Process.Pid, "log", logFile)
-			return p, nil
-		}
-		select {
-		case werr := <-p.exited:
-			return nil, fmt.Errorf("redis-server on %s exited at start (see %s): %v", addr, logFile, werr)
-		case <-ctx.Done():
-			p.kill()
-			return nil, fmt.Errorf("wait for redis on %s: %w", addr, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			p.kill()
-			return nil, fmt.Errorf("redis-server on %s did not accept connections within 10s (see %s)", addr, logFile)
-		}
-	}
+	go p.supervise()
+	return p, nil
 }
 
-// Addr is the server's host:port.
+// Addr is the server's host:port; it stays the same across restarts.
 func (p *Proc) Addr() string { return p.addr }
 
-// Stop asks the server to exit (SIGTERM) and waits for it, killing it if ctx ends first.
-func (p *Proc) Stop(ctx context.Context) error {
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return nil // already gone
+// Pid is the process id of the current child.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Restarts is how many times the child was started again after exiting on its own.
+func (p *Proc) Restarts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarts
+}
+
+// Check reports whether the server accepts connections, for readiness.
+func (p *Proc) Check(ctx context.Context) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("redis-server on %s: %w", p.addr, err)
 	}
+	return c.Close()
+}
+
+// Stop ends supervision and asks the server to exit (SIGTERM), killing it if ctx ends first.
+func (p *Proc) Stop(ctx context.Context) error {
+	p.cancel()
 	select {
-	case <-p.exited:
+	case <-p.done:
 		return nil
 	case <-ctx.Done():
-		p.kill()
+		p.mu.Lock()
+		_ = p.cmd.Process.Kill()
+		p.mu.Unlock()
+		<-p.done
 		return fmt.Errorf("stop redis on %s: %w (killed)", p.addr, ctx.Err())
 	}
 }
 
-func (p *Proc) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.exited
+// supervise waits for the child to exit and starts it again, until Stop.
+func (p *Proc) supervise() {
+	defer close(p.done)
+	backoff := firstBackoff
+	for {
+		p.mu.Lock()
+		cmd, exited := p.cmd, p.exited
+		p.mu.Unlock()
+		started := time.Now()
+		select {
+		case <-p.ctx.Done():
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-exited
+			return
+		case err := <-exited:
+			if time.Since(started) > healthyRun {
+				backoff = firstBackoff
+			}
+			p.logger.Error("redis-server exited; restarting it empty", "addr", p.addr, "pid", cmd.Process.Pid, "err", err,
+				"ran", time.Since(started).Round(time.Millisecond), "backoff", backoff, "log", p.logFile)
+		}
+		for {
+			t := time.NewTimer(backoff)
+			select {
+			case <-p.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(backoff*2, maxBackoff)
+			err := p.launch(p.ctx)
+			if err == nil {
+				p.mu.Lock()
+				p.restarts++
+				n := p.restarts
+				p.mu.Unlock()
+				p.logger.Warn("redis-server restarted", "addr", p.addr, "pid", p.Pid(), "restarts", n)
+				break
+			}
+			if p.ctx.Err() != nil {
+				return
+			}
+			p.logger.Error("restart redis-server; retrying", "addr", p.addr, "err", err, "backoff", backoff)
+		}
+	}
+}
+
+// launch starts a child and waits until it accepts connections; on failure no child is left.
+func (p *Proc) launch(ctx context.Context) error {
+	cmd := exec.Command(p.bin,
+		"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no",
+		"--dir", p.dir, "--logfile", p.logFile,
+		"--maxclients", "10000",
+		"--maxmemory", p.maxMemory, "--maxmemory-policy", "noeviction",
+		"--hash-max-listpack-entries", hashListpackEntries, "--hash-max-listpack-value", hashListpackValue,
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server on %s: %w", p.addr, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	kill := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", p.addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case werr := <-exited:
+			return fmt.Errorf("redis-server on %s exited at start (see %s): %w", p.addr, p.logFile, errors.Join(werr, err))
+		case <-ctx.Done():
+			kill()
+			return fmt.Errorf("wait for redis on %s: %w", p.addr, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			kill()
+			return fmt.Errorf("redis-server on %s did not accept connections within %s (see %s)", p.addr, startTimeout, p.logFile)
+		}
+	}
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+	p.logger.Info("redis started", "addr", p.addr, "pid", cmd.Process.Pid, "log", p.logFile)
+	return nil
 }
 
 func freePort() (int, error) {

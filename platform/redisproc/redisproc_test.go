@@ -2,8 +2,12 @@ package redisproc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,5 +57,81 @@ func checkServesAndStops(t *testing.T, dir string) {
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err == nil {
 		t.Error("got a ping answer after Stop; want the server gone")
+	}
+}
+
+// syncBuffer is a log destination the supervisor goroutine and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A child killed with SIGKILL is started again, empty, on the same address, each time, and each
+// death and restart is logged.
+func TestRestartsAfterKill(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var logs syncBuffer
+	p, err := Start(ctx, Config{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	for kill := 1; kill <= 2; kill++ {
+		t.Run(fmt.Sprintf("kill %d", kill), func(t *testing.T) {
+			if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+				t.Fatalf("set: %v", err)
+			}
+			old := p.Pid()
+			if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for p.Restarts() < kill || rdb.Ping(ctx).Err() != nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("got %d restarts, ping %v 5 s after kill %d; want %d restarts and an answer", p.Restarts(), rdb.Ping(ctx).Err(), kill, kill)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if p.Pid() == old {
+				t.Errorf("got the same pid %d after the kill; want a new child", old)
+			}
+			if err := p.Check(ctx); err != nil {
+				t.Errorf("check: got %v; want nil", err)
+			}
+			if n, err := rdb.Exists(ctx, "k").Result(); err != nil || n != 0 {
+				t.Errorf("got exists %d, %v; want 0 (the restarted server is empty)", n, err)
+			}
+		})
+	}
+	for _, want := range []string{"redis-server exited; restarting it empty", "redis-server restarted"} {
+		if got := strings.Count(logs.String(), want); got != 2 {
+			t.Errorf("got %d log lines %q; want 2", got, want)
+		}
+	}
+	if err := p.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := p.Check(ctx); err == nil {
+		t.Error("check after Stop: got nil; want the server gone")
+	}
+	time.Sleep(300 * time.Millisecond) // a supervisor still running would have restarted it
+	if err := p.Check(ctx); err == nil {
+		t.Error("check 300 ms after Stop: got nil; want the server to stay gone")
 	}
 }

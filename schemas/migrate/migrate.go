@@ -2,6 +2,11 @@
 // records each in schema_migrations with its checksum. Applying twice changes nothing; a file
 // changed after it was applied is an error, because the database no longer matches the code.
 // Two processes applying at once is safe: every statement is idempotent.
+//
+// A recorded migration is not proof that its objects still exist (a DROP TABLE by hand leaves
+// the record behind), so Apply then checks that every table and view the migrations create is
+// there, re-creates missing ones with their own idempotent CREATE ... IF NOT EXISTS statements
+// and logs each, or fails naming the object when that is impossible.
 package migrate
 
 import (
@@ -11,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -136,5 +142,68 @@ func Apply(ctx context.Context, conn driver.Conn, logger *slog.Logger) (uint32, 
 		}
 		logger.Info("migration applied", "version", m.Version, "name", m.Name)
 	}
+	if _, err := Repair(ctx, conn, logger); err != nil {
+		return 0, err
+	}
 	return version, nil
+}
+
+// createRe matches a statement creating a table or view, capturing the object's name.
+var createRe = regexp.MustCompile(`(?is)^CREATE\s+(?:MATERIALIZED\s+VIEW|VIEW|TABLE)\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\b`)
+
+// creates returns the objects m's statements create, with the statement creating each.
+func (m Migration) creates() (names []string, stmt map[string]string) {
+	stmt = map[string]string{}
+	for _, s := range m.Statements {
+		if g := createRe.FindStringSubmatch(s); g != nil {
+			names = append(names, g[1])
+			stmt[g[1]] = s
+		}
+	}
+	return names, stmt
+}
+
+// Repair re-creates every table or view of the migrations that is missing from the connection's
+// database, in migration order (a table before the views reading it), and returns their names.
+// The migrations' CREATE statements are idempotent, so running them again touches nothing that
+// exists. A re-created table starts empty: what it held is gone with the drop.
+func Repair(ctx context.Context, conn driver.Conn, logger *slog.Logger) ([]string, error) {
+	ms, err := Load()
+	if err != nil {
+		return nil, err
+	}
+	existing := map[string]bool{}
+	rows, err := conn.Query(ctx, "SELECT name FROM system.tables WHERE database = currentDatabase()")
+	if err != nil {
+		return nil, fmt.Errorf("check schema: list tables: %w", err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("check schema: scan table name: %w", err)
+		}
+		existing[n] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("check schema: list tables: %w", err)
+	}
+	var repaired []string
+	for _, m := range ms {
+		names, stmt := m.creates()
+		for _, n := range names {
+			if existing[n] {
+				continue
+			}
+			if err := conn.Exec(ctx, stmt[n]); err != nil {
+				return repaired, fmt.Errorf("schema check: %s of migration %03d_%s is missing and re-creating it failed (restore it by hand, or drop the database to start over): %w",
+					n, m.Version, m.Name, err)
+			}
+			existing[n] = true
+			repaired = append(repaired, n)
+			logger.Warn("schema object was missing; re-created empty", "object", n, "migration", fmt.Sprintf("%03d_%s", m.Version, m.Name))
+		}
+	}
+	return repaired, nil
 }

@@ -81,3 +81,32 @@ func TestEmbeddedMigrationsParse(t *testing.T) {
 		}
 	}
 }
+
+// Repair re-creates what the migrations create: every CREATE of a shipped file must be seen.
+func TestCreatesFindsEveryObject(t *testing.T) {
+	ms, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, m := range ms {
+		names, stmt := m.creates()
+		creates := 0
+		for _, s := range m.Statements {
+			if strings.HasPrefix(strings.ToUpper(s), "CREATE") {
+				creates++
+			}
+		}
+		if len(names) != creates || len(stmt) != creates {
+			t.Errorf("migration %03d_%s: got %d objects %v; want %d", m.Version, m.Name, len(names), names, creates)
+		}
+		for _, n := range names {
+			seen[n] = true
+		}
+	}
+	for _, want := range []string{"view_deltas", "views_by_second", "views_total", "views_total_mv", "unique_viewers", "likes", "like_totals", "sketch_checkpoints", "dead_letters"} {
+		if !seen[want] {
+			t.Errorf("got no CREATE of %s; want one", want)
+		}
+	}
+}
