@@ -385,6 +385,14 @@ func verifyExact(t *testing.T, ctx context.Context, kafkaAddr, chAddr, api strin
 			want := float64(len(oracle.viewers[item]))
 			if math.Abs(float64(est)-want) > 0.03*want+3 {
 				t.Errorf("%s: got %d unique viewers; want %.0f within 3%%", item, est, want)
+				for _, q := range []string{
+					"SELECT toString(tuple(toString(updated_at), viewers)) FROM unique_viewers WHERE item_id = '" + item + "' AND day = toDate(0) ORDER BY updated_at DESC LIMIT 8",
+					"SELECT toString(tuple(partition, end_offset, toString(written_at))) FROM sketch_checkpoints ORDER BY written_at DESC LIMIT 12",
+					"SELECT toString(tuple(partition, epoch, start_offset, owner, toString(claimed_at))) FROM partition_claims ORDER BY claimed_at",
+				} {
+					rows, _ := keyedTotals(ctx, conn, "SELECT x, toInt64(0) FROM ("+q+") AS s(x)")
+					t.Logf("%s:\n%v", q, rows)
+				}
 			}
 		}
 	})
