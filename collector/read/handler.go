@@ -63,7 +63,8 @@ type Options struct {
 	// 0 means 2.
 	FallbackReads int
 	// FallbackWait is how long a page waits for a fallback slot before answering 503; 0 means
-	// 200ms.
+	// 1s: the embedded engine, busy with the aggregator's inserts, takes hundreds of
+	// milliseconds for a read, and the pages waiting share the next one anyway.
 	FallbackWait time.Duration
 }
 
@@ -97,7 +98,7 @@ func New(o Options) *Handler {
 		o.FallbackReads = 2
 	}
 	if o.FallbackWait <= 0 {
-		o.FallbackWait = 200 * time.Millisecond
+		o.FallbackWait = time.Second
 	}
 	h := &Handler{src: source{o.ClickHouse}, rdb: o.Redis, totals: totals.New(o.Redis, TotalsName), likes: o.Likes,
 		now: o.Now, logger: o.Logger, fallback: make(chan struct{}, o.FallbackReads), fallbackWait: o.FallbackWait,

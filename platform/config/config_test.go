@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +116,19 @@ func TestExampleFileMatchesSettings(t *testing.T) {
 	if _, err := Load("test", []string{"--config", example}); err != nil {
 		t.Errorf("load example: %v", err)
 	}
+}
+
+func FuzzMemorySize(f *testing.F) {
+	for _, s := range []string{"1gb", "512MB", "100", "0", "gb", "2tb", "1b", "-1k", "", "18446744073709551616"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !memorySize(s) {
+			return
+		}
+		num := strings.TrimRight(strings.ToLower(s), "kmgb")
+		if n, err := strconv.ParseUint(num, 10, 64); err != nil || n == 0 {
+			t.Fatalf("accepted %q; want digits of a positive number before the unit", s)
+		}
+	})
 }
