@@ -72,6 +72,8 @@ type Collector struct {
 	FutureBound  time.Duration `mapstructure:"future_bound"`
 	LateBound    time.Duration `mapstructure:"late_bound"`
 	CacheTTL     time.Duration `mapstructure:"cache_ttl"`
+	AdminAddr    string        `mapstructure:"admin_addr"`
+	Auth         CollectorAuth `mapstructure:"auth"`
 }
 
 type Aggregator struct {
@@ -138,6 +140,10 @@ func settings() []setting {
 		{"collector.future_bound", 5 * time.Minute, "events stamped further in the future are rejected"},
 		{"collector.late_bound", 24 * time.Hour, "events older than this are rejected"},
 		{"collector.cache_ttl", time.Second, "how long a count stays in the Redis read cache"},
+		{"collector.admin_addr", "127.0.0.1:9080", "collector admin listen address (/metrics, /debug/pprof/, /healthz, /readyz) when auth is on; with auth off these stay on collector.addr, which is then loopback"},
+		{"collector.auth.enabled", "auto", "API access control: on, off (only allowed when collector.addr is loopback) or auto (on unless collector.addr is loopback); docs/SECURITY.md"},
+		{"collector.auth.keys", []string{}, "producer API keys: in YAML a list of {id, sha256, scopes, rate, burst}; in a flag or the environment id:sha256:scope+scope:rate:burst, comma-separated (mint one with: collector keys new)"},
+		{"collector.auth.user_token_key", "", "HMAC-SHA256 key (at least 32 bytes) verifying the user tokens (HS256 JWT) that likes require when auth is on"},
 
 		{"aggregator.addr", "127.0.0.1:8081", "aggregator admin listen address (/healthz, /readyz, /metrics)"},
 		{"aggregator.group", "tally-aggregator", "Kafka consumer group of the aggregators"},
@@ -218,6 +224,7 @@ func (c Config) Validate() error {
 	positive(bad, "collector.future_bound", c.Collector.FutureBound)
 	positive(bad, "collector.late_bound", c.Collector.LateBound)
 	positive(bad, "collector.cache_ttl", c.Collector.CacheTTL)
+	c.Collector.validateAuth(bad)
 	checkHostPort(bad, "aggregator.addr", c.Aggregator.Addr)
 	if c.Aggregator.Group == "" {
 		bad("aggregator.group", "must not be empty")
