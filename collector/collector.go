@@ -1,5 +1,6 @@
 // Package collector wires the collector component: a Kafka producer, the ClickHouse client of
-// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics). Parts
+// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics)
+// behind access control when auth is on (then /metrics moves to its own admin server). Parts
 // start the clients before the listener and stop in reverse: the listener stops taking requests
 // and drains them, then the producer flushes what is buffered and the clients close.
 package collector
@@ -90,7 +91,6 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				Bounds:       schemas.TimeBounds{Future: cfg.Collector.FutureBound, Late: cfg.Collector.LateBound},
 			}, cl, now, logger, reg)
 			ing.Register(routes)
-			lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 			return nil
 		},
 		Stop: func(ctx context.Context) error {
@@ -121,6 +121,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		},
 		Stop: func(ctx context.Context) error { return applier.Stop(ctx) },
 	}
-	server, addrFn := lifecycle.HTTPServer("collector http", cfg.Collector.Addr, mux)
-	return []lifecycle.Part{stores, producer, likesPart, server}, addrFn
+	handler, adminParts := access(cfg, mux, runner, logger, reg, now)
+	server, addrFn := lifecycle.HTTPServer("collector http", cfg.Collector.Addr, handler)
+	return append(append([]lifecycle.Part{stores, producer, likesPart}, adminParts...), server), addrFn
 }

@@ -13,10 +13,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// AdminRoutes adds /healthz (the process is alive), /readyz (every part started, not shutting
-// down) and /metrics (reg's metrics) to mux, and with pprof Go's /debug/pprof/ profiles, which
-// stay off by default because they expose internals and cost CPU while taken.
+// AdminRoutes adds HealthRoutes and /metrics (reg's metrics) to mux, and with pprof Go's
+// /debug/pprof/ profiles, which stay off by default because they expose internals and cost CPU
+// while taken.
 func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, pprof bool) {
+	HealthRoutes(mux, r)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if pprof {
+		mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", httppprof.Trace)
+	}
+}
+
+// HealthRoutes adds /healthz (the process is alive) and /readyz (every part started, not
+// shutting down) to mux: all a load balancer needs, and nothing an outsider may not see.
+func HealthRoutes(mux *http.ServeMux, r *Runner) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
@@ -30,14 +44,6 @@ func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, pprof 
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if pprof {
-		mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", httppprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", httppprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", httppprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", httppprof.Trace)
-	}
 }
 
 // HTTPServer is a Part serving handler on addr. Stop stops accepting and waits for in-flight
