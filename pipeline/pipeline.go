@@ -38,6 +38,10 @@ func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 		Name: "banner",
 		Start: func(context.Context) error {
 			api := "http://" + apiAddr()
+			admin := api // with auth on, /metrics is on the admin address (docs/SECURITY.md)
+			if cfg.Collector.AuthOn() {
+				admin = "http://" + cfg.Collector.AdminAddr
+			}
 			fmt.Fprintf(out, `
 tally is running (data in %s).
   API:         %s   (POST /v1/views, POST /v1/events, GET /v1/counts?ids=, PUT /v1/items/{id}/likes/{user}; docs/API.md)
@@ -47,7 +51,7 @@ tally is running (data in %s).
   Demo:        %s
 Stop with Ctrl-C.
 
-`, cfg.DataDir, api, api, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
+`, cfg.DataDir, api, admin, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
 				cfg.Kafka.Brokers, cfg.Redis.Addr, demoLine(cfg.Demo.Enabled, cfg.Demo.Rate))
 			return nil
 		},
