@@ -27,8 +27,9 @@ type Proc struct {
 }
 
 // Start launches redis-server on 127.0.0.1:port (0 picks a free port) with its working files in
-// dir, and returns once it accepts connections.
-func Start(ctx context.Context, dir string, port int, logger *slog.Logger) (*Proc, error) {
+// dir, and returns once it accepts connections. extra are more redis-server arguments, which win
+// over the defaults (tests of passwords, ACL users and TLS: "--tls-port", port, "--port", "0").
+func Start(ctx context.Context, dir string, port int, logger *slog.Logger, extra ...string) (*Proc, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("start redis: redis-server not found on PATH (run scripts/setup.sh): %w", err)
@@ -48,12 +49,12 @@ func Start(ctx context.Context, dir string, port int, logger *slog.Logger) (*Pro
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logFile := filepath.Join(dir, "redis.log")
-	cmd := exec.Command(bin,
+	cmd := exec.Command(bin, append([]string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--dir", dir, "--logfile", logFile,
 		"--maxclients", "10000",
-	)
+	}, extra...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server on %s: %w", addr, err)
