@@ -51,8 +51,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					MaxBatch:       cfg.Aggregator.MaxBatch,
 					SketchIdle:     time.Minute,
 				}, conn, now, logger, reg)
-				var err error
-				group := views.Group{Brokers: cfg.Kafka.Brokers, Name: cfg.Aggregator.Group,
+				dial, err := cfg.Kafka.Security().Options()
+				if err != nil {
+					return err
+				}
+				group := views.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: cfg.Aggregator.Group,
 					InstanceID: cfg.Aggregator.InstanceID, SessionTimeout: cfg.Aggregator.SessionTimeout}
 				if src, err = views.NewSource(group, agg, cfg.Aggregator.FlushInterval, logger, reg); err != nil {
 					return err
@@ -73,8 +76,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	parts = append(parts, lifecycle.Part{
 		Name: "likes loader",
 		Start: func(context.Context) error {
-			var err error
-			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
+			dial, err := cfg.Kafka.Security().Options()
+			if err != nil {
+				return err
+			}
+			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
 				FlushInterval: cfg.Aggregator.FlushInterval, MaxBatch: cfg.Aggregator.MaxBatch}, conn, logger, reg)
 			if err != nil {
 				return err

@@ -58,7 +58,10 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			}
 			// One client for the count cache and likes, so that a feed page's counts and like
 			// totals share one round trip.
-			rdb = redisclient.Open(cfg.Redis.Addr)
+			if rdb, err = redisclient.New(cfg.Redis.Options()); err != nil {
+				conn.Close()
+				return err
+			}
 			likeStore = likes.NewStore(rdb)
 			reads = read.New(conn, rdb, cfg.Collector.CacheTTL, likes.QueueTotals, now, logger, reg)
 			reads.Register(routes)
@@ -73,9 +76,12 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	producer := lifecycle.Part{
 		Name: "collector kafka producer",
 		Start: func(ctx context.Context) error {
-			opts := append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg),
+			dial, err := cfg.Kafka.Security().Options()
+			if err != nil {
+				return err
+			}
+			opts := append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg), dial...),
 				kafka.ProducerOptions(cfg.Kafka.MaxBuffered, cfg.Kafka.ProduceTimeout)...)
-			var err error
 			if cl, err = kgo.NewClient(opts...); err != nil {
 				return fmt.Errorf("create producer: %w", err)
 			}
@@ -109,8 +115,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		Name: "likes handler and applier",
 		Start: func(context.Context) error {
 			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger).Register(routes)
-			var err error
-			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes,
+			dial, err := cfg.Kafka.Security().Options()
+			if err != nil {
+				return err
+			}
+			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes,
 				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(cfg.Collector.Addr), CheckEvery: time.Second},
 				likeStore, logger, reg)
 			if err != nil {
