@@ -1,6 +1,6 @@
 // Package collector wires the collector component: a Kafka producer, the ClickHouse client of
-// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics)
-// behind access control when auth is on (then /metrics moves to its own admin server). Parts
+// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics),
+// behind access control when auth is on (access.go; /metrics then moves to an admin server). Parts
 // start the clients before the listener and stop in reverse: the listener stops taking requests
 // and drains them, then the producer flushes what is buffered and the clients close.
 package collector
