@@ -26,6 +26,11 @@ func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 	parts = append(parts, aggregator.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
 	coll, apiAddr := collector.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now)
 	parts = append(parts, coll...)
+	if cfg.Demo.Enabled && cfg.Collector.AuthOn() {
+		// The demo posts without a key; with access control on it would only collect 401s.
+		e.Logger.Warn("demo workload off: the API needs keys (collector.auth is on)")
+		cfg.Demo.Enabled = false
+	}
 	if cfg.Demo.Enabled {
 		w := &demo.Workload{Rate: cfg.Demo.Rate, Items: cfg.Demo.Items, Logger: e.Logger}
 		parts = append(parts, lifecycle.Part{
