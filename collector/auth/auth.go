@@ -66,9 +66,9 @@ type Route struct {
 type Options struct {
 	Keys         []config.APIKey
 	UserTokenKey []byte // HMAC key of user tokens; empty: every like is refused with 401
-	Now          func() time.Time
-	Logger       *slog.Logger
-	Registerer   prometheus.Registerer
+	Now          func() time.Time      // default time.Now
+	Logger       *slog.Logger          // refusals at debug level; default none
+	Registerer   prometheus.Registerer // tally_auth_requests_total; nil: not registered
 }
 
 // Guard checks requests against the configured keys.
@@ -91,6 +91,12 @@ func (k *key) has(s Scope) bool { return k.scopes[s] || k.scopes[ScopeAdmin] }
 // New returns a guard for opts.Keys. It checks what config.Validate checks, so a Guard built
 // without the config loader is as strict.
 func New(opts Options) (*Guard, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	g := &Guard{keys: map[[sha256.Size]byte]*key{}, tokenKey: opts.UserTokenKey, now: opts.Now, logger: opts.Logger,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_auth_requests_total",
