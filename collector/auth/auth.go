@@ -65,7 +65,7 @@ type Route struct {
 // Options builds a Guard.
 type Options struct {
 	Keys         []config.APIKey
-	UserTokenKey []byte // HMAC key of user tokens; empty: every like is refused with 401
+	UserTokenKey []byte                // HMAC key of user tokens; empty: every like is refused with 401
 	Now          func() time.Time      // default time.Now
 	Logger       *slog.Logger          // refusals at debug level; default none
 	Registerer   prometheus.Registerer // tally_auth_requests_total; nil: not registered
