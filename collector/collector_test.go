@@ -93,14 +93,17 @@ func TestAuthOn(t *testing.T) {
 		producer = "tally_producer-secret-for-the-collector-test"
 		app      = "tally_app-secret-for-the-collector-test-0000"
 		admin    = "tally_admin-secret-for-the-collector-test-00"
+		tight    = "tally_tight-secret-for-the-collector-test-00"
 		tokenKey = "collector-test-user-token-key-0123456789"
 	)
 	keys := strings.Join([]string{
 		"producer:" + auth.HashSecret(producer) + ":ingest:1000:1000",
 		"app:" + auth.HashSecret(app) + ":read+like:1000:1000",
 		"admin:" + auth.HashSecret(admin) + ":admin:1000:1000",
+		"tight:" + auth.HashSecret(tight) + ":read:0.01:1", // one request, then one per 100 s
 	}, ",")
-	api, adm := collector(t, "--collector.auth.enabled", "on", "--collector.auth.keys", keys, "--collector.auth.user_token_key", tokenKey)
+	api, adm := collector(t, "--collector.auth.enabled", "on", "--collector.auth.keys", keys, "--collector.auth.user_token_key", tokenKey,
+		"--debug.pprof")
 	u42, err := auth.MintUserToken([]byte(tokenKey), "u42", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +128,10 @@ func TestAuthOn(t *testing.T) {
 		{"metrics not on the API even for admin", "GET", api + "/metrics", "", map[string]string{"X-API-Key": admin}, 404, ""},
 		{"metrics on the admin address", "GET", adm + "/metrics", "", nil, 200, `tally_auth_requests_total{key="producer",outcome="ok"} 1`},
 		{"health on the admin address", "GET", adm + "/readyz", "", nil, 200, "ready"},
+		{"pprof not on the API", "GET", api + "/debug/pprof/", "", map[string]string{"X-API-Key": admin}, 404, ""},
+		{"pprof on the admin address", "GET", adm + "/debug/pprof/", "", nil, 200, "goroutine"},
+		{"first request of a tight key", "GET", api + "/v1/counts?ids=auth-post", "", map[string]string{"X-API-Key": tight}, 200, "auth-post"},
+		{"second request of a tight key", "GET", api + "/v1/counts?ids=auth-post", "", map[string]string{"X-API-Key": tight}, 429, "rate limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
