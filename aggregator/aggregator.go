@@ -49,7 +49,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		{
 			// The item totals the collector reads; a Redis that is down only delays them.
 			Name:  "aggregator redis",
-			Start: func(context.Context) error { rdb = redisclient.Open(cfg.Redis.Addr); return nil },
+			Start: func(context.Context) error {
+				var err error
+				rdb, err = redisclient.New(cfg.Redis.Options())
+				return err
+			},
 			Stop:  func(context.Context) error { return rdb.Close() },
 		},
 		{
@@ -66,8 +70,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					Owner:          owner(cfg.Aggregator.InstanceID),
 					Totals:         totals.New(rdb, "views"),
 				}, conn, now, logger, reg)
-				var err error
-				group := views.Group{Brokers: cfg.Kafka.Brokers, Name: cfg.Aggregator.Group,
+				dial, err := cfg.Kafka.Security().Options()
+				if err != nil {
+					return err
+				}
+				group := views.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: cfg.Aggregator.Group,
 					InstanceID: cfg.Aggregator.InstanceID, SessionTimeout: cfg.Aggregator.SessionTimeout}
 				if src, err = views.NewSource(group, agg, cfg.Aggregator.FlushInterval, logger, reg); err != nil {
 					return err
@@ -90,8 +97,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	parts = append(parts, lifecycle.Part{
 		Name: "likes loader",
 		Start: func(context.Context) error {
-			var err error
-			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
+			dial, err := cfg.Kafka.Security().Options()
+			if err != nil {
+				return err
+			}
+			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
 				FlushInterval: cfg.Aggregator.FlushInterval, MaxBatch: cfg.Aggregator.MaxBatch}, conn, logger, reg)
 			if err != nil {
 				return err

@@ -1,5 +1,6 @@
 // Package collector wires the collector component: a Kafka producer, the ClickHouse client of
-// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics). Parts
+// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics),
+// behind access control when auth is on (access.go; /metrics then moves to an admin server). Parts
 // start the clients before the listener and stop in reverse: the listener stops taking requests
 // and drains them, then the producer flushes what is buffered and the clients close.
 package collector
@@ -56,7 +57,10 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			}
 			// One client for view totals and likes, so that a feed page's counts and like
 			// totals share one round trip.
-			rdb = redisclient.Open(cfg.Redis.Addr)
+			if rdb, err = redisclient.New(cfg.Redis.Options()); err != nil {
+				conn.Close()
+				return err
+			}
 			runner.AddCheck("collector clickhouse", conn.Ping)
 			runner.AddCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 			likeStore = likes.NewStore(rdb)
@@ -70,9 +74,12 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	producer := lifecycle.Part{
 		Name: "collector kafka producer",
 		Start: func(ctx context.Context) error {
-			opts := append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg),
+			dial, err := cfg.Kafka.Security().Options()
+			if err != nil {
+				return err
+			}
+			opts := append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg), dial...),
 				kafka.ProducerOptions(cfg.Kafka.MaxBuffered, cfg.Kafka.ProduceTimeout)...)
-			var err error
 			if cl, err = kgo.NewClient(opts...); err != nil {
 				return fmt.Errorf("create producer: %w", err)
 			}
@@ -91,7 +98,6 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				MaxConcurrentBodies: cfg.Collector.MaxConcurrentBodies,
 			}, cl, now, logger, reg)
 			ing.Register(routes)
-			lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 			return nil
 		},
 		Stop: func(ctx context.Context) error {
@@ -110,8 +116,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		Name: "likes handler and applier",
 		Start: func(context.Context) error {
 			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger).Register(routes)
-			var err error
-			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes,
+			dial, err := cfg.Kafka.Security().Options()
+			if err != nil {
+				return err
+			}
+			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes,
 				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(cfg.Collector.Addr), CheckEvery: time.Second},
 				likeStore, logger, reg)
 			if err != nil {
@@ -122,9 +131,10 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		},
 		Stop: func(ctx context.Context) error { return applier.Stop(ctx) },
 	}
-	server, addrFn := lifecycle.HTTPServerWithLimits("collector http", cfg.Collector.Addr, mux, lifecycle.HTTPLimits{
+	handler, adminParts := access(cfg, mux, runner, logger, reg, now)
+	server, addrFn := lifecycle.HTTPServerWithLimits("collector http", cfg.Collector.Addr, handler, lifecycle.HTTPLimits{
 		ReadHeaderTimeout: cfg.Collector.ReadHeaderTimeout, ReadTimeout: cfg.Collector.ReadTimeout,
 		WriteTimeout: cfg.Collector.WriteTimeout, IdleTimeout: cfg.Collector.IdleTimeout,
 	})
-	return []lifecycle.Part{stores, producer, likesPart, server}, addrFn
+	return append(append([]lifecycle.Part{stores, producer, likesPart}, adminParts...), server), addrFn
 }

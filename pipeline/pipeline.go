@@ -26,6 +26,11 @@ func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 	parts = append(parts, aggregator.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
 	coll, apiAddr := collector.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now)
 	parts = append(parts, coll...)
+	if cfg.Demo.Enabled && cfg.Collector.AuthOn() {
+		// The demo posts without a key; with access control on it would only collect 401s.
+		e.Logger.Warn("demo workload off: the API needs keys (collector.auth is on)")
+		cfg.Demo.Enabled = false
+	}
 	if cfg.Demo.Enabled {
 		w := &demo.Workload{Rate: cfg.Demo.Rate, Items: cfg.Demo.Items, Logger: e.Logger}
 		parts = append(parts, lifecycle.Part{
@@ -38,6 +43,10 @@ func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 		Name: "banner",
 		Start: func(context.Context) error {
 			api := "http://" + apiAddr()
+			admin := api // with auth on, /metrics is on the admin address (docs/SECURITY.md)
+			if cfg.Collector.AuthOn() {
+				admin = "http://" + cfg.Collector.AdminAddr
+			}
 			fmt.Fprintf(out, `
 tally is running (data in %s).
   API:         %s   (POST /v1/views, POST /v1/events, GET /v1/counts?ids=, PUT /v1/items/{id}/likes/{user}; docs/API.md)
@@ -47,7 +56,7 @@ tally is running (data in %s).
   Demo:        %s
 Stop with Ctrl-C.
 
-`, cfg.DataDir, api, api, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
+`, cfg.DataDir, api, admin, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
 				cfg.Kafka.Brokers, cfg.Redis.Addr, demoLine(cfg.Demo.Enabled, cfg.Demo.Rate))
 			return nil
 		},

@@ -32,7 +32,8 @@ const DefaultGroup = "tally-likes-loader"
 // Config says what the loader reads and how it batches.
 type Config struct {
 	Brokers       []string
-	Topic         string // schemas.TopicLikes in production; tests use their own
+	Dial          []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options, added to every client's
+	Topic         string    // schemas.TopicLikes in production; tests use their own
 	Group         string
 	FlushInterval time.Duration // longest wait for a batch to fill
 	MaxBatch      int           // most records in one insert
@@ -62,7 +63,7 @@ func New(cfg Config, conn driver.Conn, logger *slog.Logger, reg prometheus.Regis
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 	}
 	reg.MustRegister(l.rows, l.undecodable, l.insertErrors, l.insertSeconds)
-	cl, err := kgo.NewClient(append(kafka.ClientOptions(cfg.Brokers, "tally-likes-loader", logger, nil),
+	cl, err := kgo.NewClient(append(append(kafka.ClientOptions(cfg.Brokers, "tally-likes-loader", logger, nil), cfg.Dial...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
 		kgo.DisableAutoCommit(),

@@ -36,6 +36,7 @@ type Source struct {
 // Group says which consumer group to join and how.
 type Group struct {
 	Brokers        []string
+	Dial           []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options, added to every client's
 	Name           string
 	InstanceID     string // static membership when set
 	SessionTimeout time.Duration
@@ -46,7 +47,7 @@ type Group struct {
 func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
 	s := &Source{agg: agg, logger: logger, poll: poll}
 	s.running, s.cancel = context.WithCancel(context.Background())
-	opts := append(kafka.ClientOptions(g.Brokers, "tally-aggregator", logger, reg),
+	opts := append(append(kafka.ClientOptions(g.Brokers, "tally-aggregator", logger, reg), g.Dial...),
 		kgo.ConsumerGroup(g.Name),
 		kgo.SessionTimeout(g.SessionTimeout),
 		kgo.HeartbeatInterval(g.SessionTimeout/5),

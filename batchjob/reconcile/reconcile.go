@@ -23,6 +23,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/likes"
 )
@@ -30,6 +31,7 @@ import (
 // Deps is what a run reads and writes.
 type Deps struct {
 	Brokers    []string
+	Dial       []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options
 	Topic      string
 	ClickHouse driver.Conn   // database with the migrations applied
 	Store      *likes.Store  // the like serving state
@@ -155,7 +157,7 @@ func readLog(ctx context.Context, d Deps, job Job) (*logState, error) {
 			}
 		}
 		return nil
-	})
+	}, d.Dial...)
 	if err != nil {
 		return nil, fmt.Errorf("read like log %s: %w", d.Topic, err)
 	}

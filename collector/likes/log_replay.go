@@ -32,9 +32,9 @@ type ReplayStats struct {
 // by every replay and by the applier, so they never make two readers disagree. Progress is
 // logged every 2 s. The likes topic is written without transactions, so the last record of a
 // partition sits right below its end offset and the replay knows when it is done.
-func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Logger, fn func([]Record) error) (Snapshot, ReplayStats, error) {
+func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Logger, fn func([]Record) error, dial ...kgo.Opt) (Snapshot, ReplayStats, error) {
 	var stats ReplayStats
-	snap, starts, err := snapshot(ctx, brokers, topic, logger)
+	snap, starts, err := snapshot(ctx, brokers, topic, logger, dial)
 	if err != nil {
 		return nil, stats, err
 	}
@@ -49,7 +49,7 @@ func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Lo
 	if len(want) == 0 {
 		return snap, stats, nil
 	}
-	cl, err := kgo.NewClient(append(kafka.ClientOptions(brokers, "tally-likes-replay", logger, nil),
+	cl, err := kgo.NewClient(append(append(kafka.ClientOptions(brokers, "tally-likes-replay", logger, nil), dial...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(200*time.Millisecond),
@@ -109,8 +109,8 @@ func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Lo
 
 // snapshot lists the read_committed end offsets and the start offsets of every partition of
 // topic. A topic that does not exist yet is an empty log.
-func snapshot(ctx context.Context, brokers []string, topic string, logger *slog.Logger) (Snapshot, map[int32]int64, error) {
-	cl, err := kgo.NewClient(kafka.ClientOptions(brokers, "tally-likes-replay", logger, nil)...)
+func snapshot(ctx context.Context, brokers []string, topic string, logger *slog.Logger, dial []kgo.Opt) (Snapshot, map[int32]int64, error) {
+	cl, err := kgo.NewClient(append(kafka.ClientOptions(brokers, "tally-likes-replay", logger, nil), dial...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create admin client for %s: %w", topic, err)
 	}

@@ -30,7 +30,8 @@ const applierDelay = 200 * time.Millisecond
 // ApplierConfig says where the applier reads.
 type ApplierConfig struct {
 	Brokers []string
-	Topic   string // schemas.TopicLikes in production; tests use their own
+	Dial    []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options, added to every client's
+	Topic   string    // schemas.TopicLikes in production; tests use their own
 	Group   string
 	// InstanceID, if set, makes the applier a static group member: a process restarted with
 	// the same id takes its partitions back at once instead of after the session timeout.
@@ -84,7 +85,7 @@ func NewApplier(cfg ApplierConfig, store *Store, logger *slog.Logger, reg promet
 		failures:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_errors_total", Help: "Applier attempts that failed (Redis or Kafka unavailable) and were retried."}),
 	}
 	reg.MustRegister(a.applied, a.skipped, a.undecodable, a.rebuilds, a.failures)
-	opts := append(kafka.ClientOptions(cfg.Brokers, "tally-likes-applier", logger, nil),
+	opts := append(append(kafka.ClientOptions(cfg.Brokers, "tally-likes-applier", logger, nil), cfg.Dial...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -237,7 +238,7 @@ func (a *Applier) rebuild(ctx context.Context) error {
 				err = errLeaseLost
 			}
 			return err
-		})
+		}, a.cfg.Dial...)
 		if errors.Is(err, errLeaseLost) {
 			a.logger.Warn("like serving state lost again during the rebuild; starting over")
 			continue

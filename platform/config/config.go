@@ -77,6 +77,7 @@ func Load(name string, args []string) (Config, error) {
 		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToTimeDurationHookFunc(),
 			mapstructure.StringToSliceHookFunc(","),
+			apiKeyHook,
 		)
 	}
 	if err := v.Unmarshal(&cfg, decode); err != nil {

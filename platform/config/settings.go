@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"tally/platform/chclient"
+	"tally/platform/kafka"
+	"tally/platform/redisclient"
+	"tally/platform/tlsconf"
 )
 
 // Config is every setting of every tally binary; each binary reads the sections it uses.
@@ -46,25 +49,47 @@ type Kafka struct {
 	Partitions     int           `mapstructure:"partitions"`
 	ProduceTimeout time.Duration `mapstructure:"produce_timeout"`
 	MaxBuffered    int           `mapstructure:"max_buffered_records"`
+	SASL           KafkaSASL     `mapstructure:"sasl"`
+	TLS            tlsconf.Files `mapstructure:"tls"`
+}
+
+type KafkaSASL struct {
+	Mechanism string `mapstructure:"mechanism"`
+	Username  string `mapstructure:"username"`
+	Password  string `mapstructure:"password"`
 }
 
 type ClickHouse struct {
-	Addr         string `mapstructure:"addr"`
-	EmbeddedAddr string `mapstructure:"embedded_addr"`
-	Database     string `mapstructure:"database"`
-	Username     string `mapstructure:"username"`
-	Password     string `mapstructure:"password"`
+	Addr         string        `mapstructure:"addr"`
+	EmbeddedAddr string        `mapstructure:"embedded_addr"`
+	Database     string        `mapstructure:"database"`
+	Username     string        `mapstructure:"username"`
+	Password     string        `mapstructure:"password"`
+	TLS          tlsconf.Files `mapstructure:"tls"`
 }
 
 // Options is what chclient.Open needs of these settings.
 func (c ClickHouse) Options() chclient.Options {
-	return chclient.Options{Addr: c.Addr, Database: c.Database, Username: c.Username, Password: c.Password}
+	return chclient.Options{Addr: c.Addr, Database: c.Database, Username: c.Username, Password: c.Password, TLS: c.TLS}
 }
 
 type Redis struct {
-	Addr              string `mapstructure:"addr"`
-	EmbeddedPort      int    `mapstructure:"embedded_port"`
-	EmbeddedMaxMemory string `mapstructure:"embedded_maxmemory"`
+	Addr              string        `mapstructure:"addr"`
+	EmbeddedPort      int           `mapstructure:"embedded_port"`
+	EmbeddedMaxMemory string        `mapstructure:"embedded_maxmemory"`
+	Username          string        `mapstructure:"username"`
+	Password          string        `mapstructure:"password"`
+	TLS               tlsconf.Files `mapstructure:"tls"`
+}
+
+// Options is what redisclient.New needs of these settings.
+func (r Redis) Options() redisclient.Options {
+	return redisclient.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, TLS: r.TLS}
+}
+
+// Security is how Kafka clients authenticate and protect their link (kafka.Security.Options).
+func (k Kafka) Security() kafka.Security {
+	return kafka.Security{SASLMechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password, TLS: k.TLS}
 }
 
 type Collector struct {
@@ -79,6 +104,8 @@ type Collector struct {
 	WriteTimeout        time.Duration `mapstructure:"write_timeout"`
 	IdleTimeout         time.Duration `mapstructure:"idle_timeout"`
 	MaxConcurrentBodies int           `mapstructure:"max_concurrent_bodies"`
+	AdminAddr    string        `mapstructure:"admin_addr"`
+	Auth         CollectorAuth `mapstructure:"auth"`
 }
 
 type Aggregator struct {
@@ -129,16 +156,36 @@ func settings() []setting {
 		{"kafka.partitions", 8, "partitions per topic when tally creates its topics"},
 		{"kafka.produce_timeout", 10 * time.Second, "how long an ingest request waits for Kafka before answering 503"},
 		{"kafka.max_buffered_records", 200000, "producer buffer bound; beyond it ingest answers 503 instead of queueing"},
+		{"kafka.sasl.mechanism", "", "SASL mechanism for kafka.brokers: empty (none), SCRAM-SHA-256 or SCRAM-SHA-512"},
+		{"kafka.sasl.username", "", "SASL user"},
+		{"kafka.sasl.password", "", "SASL password"},
+		{"kafka.tls.enabled", false, "connect to Kafka over TLS (certificates are always verified)"},
+		{"kafka.tls.ca_file", "", "PEM CA bundle Kafka's certificate must chain to; empty: the system's roots"},
+		{"kafka.tls.cert_file", "", "PEM client certificate for Kafka (with kafka.tls.key_file), if it requires one"},
+		{"kafka.tls.key_file", "", "PEM key of kafka.tls.cert_file"},
+		{"kafka.tls.server_name", "", "name Kafka's certificate must carry; empty: the host dialled"},
 
 		{"clickhouse.addr", "", "ClickHouse HTTP endpoint host:port; empty runs the embedded engine (all-in-one only)"},
 		{"clickhouse.embedded_addr", "127.0.0.1:8123", "listen address of the embedded ClickHouse HTTP interface"},
 		{"clickhouse.database", "tally", "ClickHouse database holding tally's tables"},
 		{"clickhouse.username", "default", "ClickHouse user"},
 		{"clickhouse.password", "", "ClickHouse password"},
+		{"clickhouse.tls.enabled", false, "connect to ClickHouse over TLS (certificates are always verified)"},
+		{"clickhouse.tls.ca_file", "", "PEM CA bundle ClickHouse's certificate must chain to; empty: the system's roots"},
+		{"clickhouse.tls.cert_file", "", "PEM client certificate for ClickHouse (with clickhouse.tls.key_file), if it requires one"},
+		{"clickhouse.tls.key_file", "", "PEM key of clickhouse.tls.cert_file"},
+		{"clickhouse.tls.server_name", "", "name ClickHouse's certificate must carry; empty: the host dialled"},
 
 		{"redis.addr", "", "Redis host:port; empty starts a local redis-server under data_dir (all-in-one only)"},
 		{"redis.embedded_port", 0, "port of the embedded redis-server; 0 picks a free one"},
 		{"redis.embedded_maxmemory", "1gb", "memory bound of the embedded redis-server (e.g. 512mb, 2gb); it never evicts, so writes fail at the bound"},
+		{"redis.username", "", "Redis ACL user; empty with a password: the default user (requirepass)"},
+		{"redis.password", "", "Redis password"},
+		{"redis.tls.enabled", false, "connect to Redis over TLS (certificates are always verified)"},
+		{"redis.tls.ca_file", "", "PEM CA bundle Redis's certificate must chain to; empty: the system's roots"},
+		{"redis.tls.cert_file", "", "PEM client certificate for Redis (with redis.tls.key_file), if it requires one"},
+		{"redis.tls.key_file", "", "PEM key of redis.tls.cert_file"},
+		{"redis.tls.server_name", "", "name Redis's certificate must carry; empty: the host dialled"},
 
 		{"collector.addr", "127.0.0.1:8080", "collector HTTP listen address (API, /healthz, /readyz, /metrics)"},
 		{"collector.max_body_bytes", 4 << 20, "largest accepted request body in bytes (413 beyond)"},
@@ -150,6 +197,10 @@ func settings() []setting {
 		{"collector.write_timeout", 60 * time.Second, "bound from a request's header to the end of its answer; must exceed collector.read_timeout plus kafka.produce_timeout"},
 		{"collector.idle_timeout", 60 * time.Second, "an idle keep-alive connection is closed after this long"},
 		{"collector.max_concurrent_bodies", 64, "ingest requests read and handled at once; beyond it ingest answers 503 at once (body memory stays under this times collector.max_body_bytes)"},
+		{"collector.admin_addr", "127.0.0.1:9080", "collector admin listen address (/metrics, /debug/pprof/, /healthz, /readyz) when auth is on; with auth off these stay on collector.addr, which is then loopback"},
+		{"collector.auth.enabled", "auto", "API access control: on, off (only allowed when collector.addr is loopback) or auto (on unless collector.addr is loopback); docs/SECURITY.md"},
+		{"collector.auth.keys", []string{}, "producer API keys: in YAML a list of {id, sha256, scopes, rate, burst}; in a flag or the environment id:sha256:scope+scope:rate:burst, comma-separated (mint one with: collector keys new)"},
+		{"collector.auth.user_token_key", "", "HMAC-SHA256 key (at least 32 bytes) verifying the user tokens (HS256 JWT) that likes require when auth is on"},
 
 		{"aggregator.addr", "127.0.0.1:8081", "aggregator admin listen address (/healthz, /readyz, /metrics)"},
 		{"aggregator.group", "tally-aggregator", "Kafka consumer group of the aggregators"},
@@ -223,6 +274,7 @@ func (c Config) Validate() error {
 	if !memorySize(c.Redis.EmbeddedMaxMemory) {
 		bad("redis.embedded_maxmemory", "got %q; want a size such as 512mb or 2gb", c.Redis.EmbeddedMaxMemory)
 	}
+	c.validateBackendSecurity(bad)
 	checkHostPort(bad, "collector.addr", c.Collector.Addr)
 	if c.Collector.MaxBodyBytes < 1024 {
 		bad("collector.max_body_bytes", "got %d; want at least 1024", c.Collector.MaxBodyBytes)
@@ -246,6 +298,7 @@ func (c Config) Validate() error {
 	if c.Collector.MaxConcurrentBodies < 1 {
 		bad("collector.max_concurrent_bodies", "got %d; want at least 1", c.Collector.MaxConcurrentBodies)
 	}
+	c.Collector.validateAuth(bad)
 	checkHostPort(bad, "aggregator.addr", c.Aggregator.Addr)
 	if c.Aggregator.Group == "" {
 		bad("aggregator.group", "must not be empty")

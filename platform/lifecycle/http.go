@@ -16,13 +16,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// AdminRoutes adds /healthz (the process is alive), /readyz (every part started, not shutting
-// down, and every registered check passing; JSON naming each check and why it is down, 503 when
-// not ready) and /metrics (reg's metrics) to mux, and with pprof Go's /debug/pprof/ profiles, which
-// stay off by default because they expose internals and cost CPU while taken. It also adds
-// FallbackRoutes, so every server carrying the admin routes answers unknown routes and wrong
-// methods in the JSON error shape.
+// AdminRoutes adds HealthRoutes and /metrics (reg's metrics) to mux, and with pprof Go's
+// /debug/pprof/ profiles, which stay off by default because they expose internals and cost CPU
+// while taken.
 func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, pprof bool) {
+	HealthRoutes(mux, r)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if pprof {
+		mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", httppprof.Trace)
+	}
+}
+
+// HealthRoutes adds /healthz (the process is alive) and /readyz (every part started, not
+// shutting down, and every registered check passing; JSON naming each check and why it is
+// down, 503 when not ready) to mux: all a load balancer needs. It also adds FallbackRoutes, so
+// the server answers unknown routes and wrong methods in the JSON error shape.
+func HealthRoutes(mux *http.ServeMux, r *Runner) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
@@ -41,14 +54,6 @@ func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, pprof 
 		}
 		_ = json.NewEncoder(w).Encode(body)
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if pprof {
-		mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", httppprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", httppprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", httppprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", httppprof.Trace)
-	}
 	FallbackRoutes(mux)
 }
 

@@ -48,7 +48,10 @@ type Config struct {
 	Port int
 	// MaxMemory is the server's maxmemory ("1gb", "512mb", bytes); empty means DefaultMaxMemory.
 	MaxMemory string
-	Logger    *slog.Logger
+	// Extra are more redis-server arguments, which win over the defaults (tests of passwords,
+	// ACL users and TLS: "--tls-port", port, "--port", "0").
+	Extra  []string
+	Logger *slog.Logger
 }
 
 // DefaultMaxMemory bounds a server whose Config names no bound.
@@ -66,6 +69,7 @@ type Proc struct {
 	bin, dir, addr, logFile string
 	port                    int
 	maxMemory               string
+	extra                   []string
 	logger                  *slog.Logger
 
 	ctx    context.Context // ends when Stop begins
@@ -103,7 +107,7 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 			return nil, fmt.Errorf("start redis: pick a port: %w", err)
 		}
 	}
-	p := &Proc{bin: bin, dir: dir, port: port, maxMemory: maxMemory, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+	p := &Proc{bin: bin, dir: dir, port: port, maxMemory: maxMemory, extra: cfg.Extra, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		logFile: filepath.Join(dir, "redis.log"), logger: logger, done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	sctx, cancel := context.WithCancel(ctx)
@@ -209,14 +213,14 @@ func (p *Proc) supervise() {
 
 // launch starts a child and waits until it accepts connections; on failure no child is left.
 func (p *Proc) launch(ctx context.Context) error {
-	cmd := exec.Command(p.bin,
+	cmd := exec.Command(p.bin, append([]string{
 		"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--dir", p.dir, "--logfile", p.logFile,
 		"--maxclients", "10000",
 		"--maxmemory", p.maxMemory, "--maxmemory-policy", "noeviction",
 		"--hash-max-listpack-entries", hashListpackEntries, "--hash-max-listpack-value", hashListpackValue,
-	)
+	}, p.extra...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server on %s: %w", p.addr, err)

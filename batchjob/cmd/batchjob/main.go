@@ -71,12 +71,21 @@ func run(args []string) int {
 		return exitError
 	}
 	defer conn.Close()
-	rdb := redisclient.Open(cfg.Redis.Addr)
+	rdb, err := redisclient.New(cfg.Redis.Options())
+	if err != nil {
+		logger.Error("open redis", "err", err)
+		return exitError
+	}
 	defer rdb.Close()
 	store := likes.NewStore(rdb)
+	dial, err := cfg.Kafka.Security().Options()
+	if err != nil {
+		logger.Error("kafka client options", "err", err)
+		return exitError
+	}
 
 	rep, err := reconcile.Run(ctx, job, reconcile.Deps{
-		Brokers: cfg.Kafka.Brokers, Topic: schemas.TopicLikes, ClickHouse: conn, Store: store, Redis: rdb,
+		Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, ClickHouse: conn, Store: store, Redis: rdb,
 		LockTTL: 30 * time.Second, Logger: logger, Now: time.Now,
 	})
 	switch {

@@ -1,4 +1,5 @@
-// Command collector serves the HTTP API: events in (to Kafka), counts out.
+// Command collector serves the HTTP API: events in (to Kafka), counts out. `collector keys` and
+// `collector token` mint API keys and user tokens for its access control (docs/SECURITY.md).
 package main
 
 import (
@@ -6,11 +7,15 @@ import (
 	"time"
 
 	"tally/collector"
+	"tally/collector/auth"
 	"tally/platform/cli"
 	"tally/platform/lifecycle"
 )
 
 func main() {
+	if auth.IsCommand(os.Args[1:]) {
+		os.Exit(auth.Command(os.Args[1:], auth.CommandEnv{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Now: time.Now}))
+	}
 	os.Exit(cli.Run("collector", os.Args[1:], true, func(e cli.Env) ([]lifecycle.Part, error) {
 		parts, _ := collector.Parts(e.Config, e.Runner, e.Logger, e.Registry, time.Now)
 		return parts, nil
