@@ -46,7 +46,15 @@ func TestMain(m *testing.M) {
 	}
 	sharedDir = dir
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	shared, err = Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, RequestTimeout: time.Minute})
+	shared, err = Start(Config{
+		DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, RequestTimeout: time.Minute,
+		Readonly:           User{Name: dashUser, Password: dashPassword},
+		Limits:             Limits{MaxExecutionTime: dashMaxExecution},
+		CORSOrigins:        []string{corsOrigin},
+		BodyTimeout:        testBodyTimeout,
+		IdleTimeout:        testIdleTimeout,
+		MaxOutsideRequests: testMaxOutside,
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start shared server:", err)
 		os.Exit(1)
