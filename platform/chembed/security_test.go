@@ -2,8 +2,10 @@ package chembed
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -395,5 +397,38 @@ func TestOutsideRequestsAreBounded(t *testing.T) {
 	}
 	if status, body := rawQuery(shared, "SELECT 7"); status != 200 || body != "7\n" {
 		t.Fatalf("pipeline request meanwhile: got %d %q; want 200 \"7\\n\"", status, body)
+	}
+}
+
+func TestPipelinePassword(t *testing.T) {
+	if got := runHelperProcess(t, "auth", filepath.Join(t.TempDir(), "data")); got != "auth ok" {
+		t.Fatalf("pipeline user with a password: got %q; want %q", got, "auth ok")
+	}
+}
+
+// TestStartRefusesOpenAddressWithoutPasswords fails before the engine is
+// touched, so it runs beside the shared server.
+func TestStartRefusesOpenAddressWithoutPasswords(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"all interfaces, no passwords", Config{Addr: "0.0.0.0:0"}, "password for the pipeline user"},
+		{"empty host", Config{Addr: ":0", Pipeline: User{Password: "p"}}, "password for the dashboards user"},
+		{"same names", Config{Addr: "127.0.0.1:0", Pipeline: User{Name: "x"}, Readonly: User{Name: "x"}}, "different names"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir, tc.cfg.Logger = t.TempDir(), logger
+			s, err := Start(tc.cfg)
+			if err == nil {
+				_ = s.Close(context.Background())
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Start(%s): got %v; want an error containing %q", tc.cfg.Addr, err, tc.want)
+			}
+		})
 	}
 }

@@ -111,6 +111,13 @@ func runHelper(mode, dir string) int {
 		var p *eventRow
 		fmt.Println(p.ID)
 		return 0
+	case "auth":
+		if err := pipelinePassword(dir, logger); err != nil {
+			fmt.Println("auth error:", err)
+			return 0
+		}
+		fmt.Println("auth ok")
+		return 0
 	case "lifecycle":
 		if err := lifecycle(dir, logger); err != nil {
 			fmt.Println("lifecycle error:", err)
@@ -179,6 +186,47 @@ func lifecycle(dir string, logger *slog.Logger) error {
 	status, body = rawQuery(s2, "SELECT 41 + 1")
 	if status != 200 || body != "42\n" {
 		return fmt.Errorf("query after restart: got %d %q; want 200 \"42\\n\"", status, body)
+	}
+	return nil
+}
+
+// pipelinePassword checks, in a fresh process, a server whose pipeline
+// user has a password: requests without it are refused, clickhouse-go
+// with it works.
+func pipelinePassword(dir string, logger *slog.Logger) error {
+	s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Name: "tally", Password: "pipe-secret"}})
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer func() { _ = s.Close(context.Background()) }()
+	resp, err := http.Post("http://"+s.Addr()+"/", "text/plain", strings.NewReader("SELECT 1"))
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("X-ClickHouse-Exception-Code") != "516" {
+		return fmt.Errorf("no credentials: got %d code %q; want 401 code 516", resp.StatusCode, resp.Header.Get("X-ClickHouse-Exception-Code"))
+	}
+	for _, auth := range []clickhouse.Auth{{Username: "tally", Password: "wrong"}, {Username: "default"}} {
+		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}, Protocol: clickhouse.HTTP, Auth: auth})
+		if err != nil {
+			return err
+		}
+		err = conn.Ping(context.Background())
+		_ = conn.Close()
+		var ex *clickhouse.Exception
+		if !errors.As(err, &ex) || ex.Code != 516 {
+			return fmt.Errorf("ping as %s with password %q: got %v; want exception 516", auth.Username, auth.Password, err)
+		}
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}, Protocol: clickhouse.HTTP, Auth: clickhouse.Auth{Username: "tally", Password: "pipe-secret"}})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var n uint64
+	if err := conn.QueryRow(context.Background(), "SELECT count() FROM numbers(5)").Scan(&n); err != nil || n != 5 {
+		return fmt.Errorf("query with the password: got %d, %v; want 5", n, err)
 	}
 	return nil
 }
