@@ -23,7 +23,6 @@ package chembed
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +35,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Config configures Start.
@@ -366,12 +367,7 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.Res
 	if who == rolePipeline {
 		// Bodies of outside requests are bounded by s.outside; the
 		// pipeline's wait here, within the body's own time.
-		bodyCtx, cancelBody := context.WithDeadline(ctx, started.Add(min(s.cfg.BodyTimeout, s.cfg.RequestTimeout)))
-		select {
-		case s.bodies <- struct{}{}:
-			cancelBody()
-		case <-bodyCtx.Done():
-			cancelBody()
+		if !s.takeBodySlot(ctx, started) {
 			fail(newError(http.StatusServiceUnavailable, codeTooManySimultaneous, "too many requests sending their bodies at once (%d)", s.cfg.MaxPipelineBodies))
 			return
 		}
@@ -393,8 +389,10 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.Res
 		return
 	}
 	// The body is in: from here on, reading only watches for the client
-	// going away, which must not cut the wait for the engine short.
-	_ = rc.SetReadDeadline(deadline)
+	// going away. That read must outlast the write deadline: if it timed
+	// out first, net/http would cancel the context of every later request
+	// on this keep-alive connection.
+	_ = rc.SetReadDeadline(deadline.Add(2 * writeSlack(s.cfg.RequestTimeout)))
 	kind = p.st.kind
 	if p.sql == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		writeOK(w) // what ClickHouse answers to GET / without a query
@@ -468,6 +466,24 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.Res
 	}
 }
 
+// takeBodySlot waits for one of the pipeline's body slots no longer than
+// the body itself may take.
+func (s *Server) takeBodySlot(ctx context.Context, started time.Time) bool {
+	select {
+	case s.bodies <- struct{}{}:
+		return true
+	default:
+	}
+	ctx, cancel := context.WithDeadline(ctx, started.Add(min(s.cfg.BodyTimeout, s.cfg.RequestTimeout)))
+	defer cancel()
+	select {
+	case s.bodies <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // asChError keeps a *chError as it is and gives anything else the status
 // and code of the stage that failed.
 func asChError(err error, status, code int) *chError {
@@ -496,16 +512,14 @@ func (s *Server) requestBody(w http.ResponseWriter, r *http.Request, opts option
 	encoded := body != io.Reader(limited)
 	// A decoder can inflate past the wire limit; bound the decoded size too.
 	body = &limitedBody{r: body, left: maxBytes, limit: maxBytes}
-	closeAll := closeDecoder
 	if opts.decompress {
-		blocks := newBlockReader(body, int(min(maxBytes, 1<<30)))
-		body, closeAll = blocks, func() { blocks.Close(); closeDecoder() }
+		body = newBlockReader(body, int(min(maxBytes, 1<<30)))
 		encoded = true
 	}
 	if encoded {
 		body = decodingReader{body}
 	}
-	return body, closeAll, nil
+	return body, closeDecoder, nil
 }
 
 // decodingReader reports a failure to decode the body as ClickHouse's
@@ -724,10 +738,4 @@ func contentType(format string, compressed bool) string {
 
 // newQueryID makes a random UUID, as ClickHouse does for requests without
 // a query_id.
-func newQueryID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+func newQueryID() string { return uuid.NewString() }
