@@ -116,6 +116,10 @@ func (g *guard) scan(src string, engines bool) *chError {
 			continue
 		}
 		name := strings.ToLower(unquoteIdent(l.text(t)))
+		interesting := g.refusedCalls[name] || name == "infile" || name == "outfile" || name == "function" || name == "engine" || isFileSetting(name)
+		if !interesting {
+			continue
+		}
 		probe := *l
 		next := probe.next()
 		switch {

@@ -432,3 +432,19 @@ func TestStartRefusesOpenAddressWithoutPasswords(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorsHideSpoolPaths: a failed INSERT must not tell the client where
+// the server keeps request data.
+func TestErrorsHideSpoolPaths(t *testing.T) {
+	db := newDatabase(t)
+	if status, body := rawQuery(shared, "CREATE TABLE "+db+".n (x UInt32) ENGINE = MergeTree ORDER BY x"); status != 200 {
+		t.Fatalf("create table: got %d %s", status, body)
+	}
+	resp, body := httpDo(t, "POST", vals("query", "INSERT INTO "+db+".n FORMAT CSV"), "1\nnot a number\n", nil)
+	if resp.StatusCode == 200 {
+		t.Fatalf("bad CSV: got 200; want an error")
+	}
+	if strings.Contains(body, "chembed-insert") || strings.Contains(body, shared.spoolDir) {
+		t.Fatalf("error: got %q; want no spool file path", clip(body))
+	}
+}
