@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chdb-io/chdb-go/chdb"
+	"github.com/google/uuid"
 )
 
 // engine owns the process's chDB session. chDB keeps per-session state
@@ -34,7 +35,7 @@ type engine struct {
 	baseline map[string]string // session-wide settings that resets return to
 	guard    *guard            // what outside SQL may not name, from the engine's own lists
 
-	// Guarded by slot.
+	// Guarded by gate.
 	closed    bool
 	currentDB string // "" when unknown, e.g. after a USE statement
 }
@@ -149,38 +150,20 @@ func (e *engine) closeFilesystemOverlay() error {
 	}
 	line := strings.TrimSpace(string(res.Buf()))
 	res.Free()
-	engineName, uuid, _ := strings.Cut(line, "\t")
+	engineName, id, _ := strings.Cut(line, "\t")
 	if engineName != "Overlay" {
 		return nil
 	}
-	if !validUUID(uuid) {
-		return fmt.Errorf("inspect database default: unexpected UUID %q", uuid)
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		return fmt.Errorf("inspect database default: unexpected UUID %q", id)
 	}
 	if err := e.exec("DETACH DATABASE default"); err != nil {
 		return fmt.Errorf("detach the filesystem overlay of database default: %w", err)
 	}
-	if err := e.exec("ATTACH DATABASE default UUID '" + uuid + "' ENGINE = Atomic"); err != nil {
+	if err := e.exec("ATTACH DATABASE default UUID '" + id + "' ENGINE = Atomic"); err != nil {
 		return fmt.Errorf("re-attach database default without the filesystem: %w", err)
 	}
 	return nil
-}
-
-func validUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if c != '-' {
-				return false
-			}
-		case !('0' <= c && c <= '9' || 'a' <= c && c <= 'f'):
-			return false
-		}
-	}
-	return true
 }
 
 // loadGuard asks the engine for every table function, table engine and

@@ -152,6 +152,9 @@ func lifecycle(dir string, logger *slog.Logger) error {
 	if _, err := Start(Config{DataDir: dir + "-other", Addr: "127.0.0.1:0", Logger: logger}); err == nil || !strings.Contains(err.Error(), "one per process") {
 		return fmt.Errorf("second start on another dir: got %v; want a 'one per process' error", err)
 	}
+	if status, body := rawQuery(s, "CREATE TABLE default.kept (x UInt8) ENGINE = MergeTree ORDER BY x AS SELECT 7"); status != 200 {
+		return fmt.Errorf("create a table in database default: got %d %q", status, body)
+	}
 	slow := make(chan string, 1)
 	go func() {
 		resp, err := http.Post("http://"+s.Addr()+"/", "text/plain", strings.NewReader("SELECT sleep(1)"))
@@ -186,6 +189,12 @@ func lifecycle(dir string, logger *slog.Logger) error {
 	status, body = rawQuery(s2, "SELECT 41 + 1")
 	if status != 200 || body != "42\n" {
 		return fmt.Errorf("query after restart: got %d %q; want 200 \"42\\n\"", status, body)
+	}
+	// The default database is re-attached without chDB's filesystem
+	// overlay at every start; its tables must survive that.
+	status, body = rawQuery(s2, "SELECT x FROM default.kept")
+	if status != 200 || body != "7\n" {
+		return fmt.Errorf("table in database default after restart: got %d %q; want 200 \"7\\n\"", status, body)
 	}
 	return nil
 }
