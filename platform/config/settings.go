@@ -293,7 +293,7 @@ func (c Config) validateEmbeddedClickHouse(bad func(string, string, ...any)) {
 			bad("clickhouse.embedded_cors_origins", "got %q; want origins such as https://grafana.example.com, never *", o)
 		}
 	}
-	if ch.Addr == "" && !LoopbackAddr(ch.EmbeddedAddr) {
+	if ch.Addr == "" && !loopbackAddr(ch.EmbeddedAddr) {
 		if ch.Password == "" {
 			bad("clickhouse.password", "must be set when clickhouse.embedded_addr (%s) is not a loopback address: anyone reaching it would have the pipeline user's rights", ch.EmbeddedAddr)
 		}
@@ -303,9 +303,9 @@ func (c Config) validateEmbeddedClickHouse(bad func(string, string, ...any)) {
 	}
 }
 
-// LoopbackAddr reports whether a listen address accepts connections from this machine only; an
+// loopbackAddr reports whether a listen address accepts connections from this machine only; an
 // empty host listens on every interface.
-func LoopbackAddr(addr string) bool {
+func loopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
 		return false
