@@ -54,6 +54,10 @@ const (
 	// maxOutsideQueryBytes bounds the SQL a dashboards request may send
 	// (ClickHouse's own max_query_size is 256 KiB).
 	maxOutsideQueryBytes = 1 << 20
+	// maxPipelineQueryBytes bounds the SQL text (and VALUES data) of a
+	// pipeline request, which is held in memory; other INSERT data streams
+	// to a spool file. The largest queries tally sends inline 10,000 ids.
+	maxPipelineQueryBytes = 8 << 20
 )
 
 // isLoopback reports whether a listen address only accepts connections

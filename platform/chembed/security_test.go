@@ -448,3 +448,39 @@ func TestErrorsHideSpoolPaths(t *testing.T) {
 		t.Fatalf("error: got %q; want no spool file path", clip(body))
 	}
 }
+
+// TestPipelineQueryTextIsBounded: only statements are held in memory, so
+// SQL text has a bound while INSERT data in a text format streams past it.
+func TestPipelineQueryTextIsBounded(t *testing.T) {
+	db := newDatabase(t)
+	if status, body := rawQuery(shared, "CREATE TABLE "+db+".j (x UInt64, s String) ENGINE = MergeTree ORDER BY x"); status != 200 {
+		t.Fatalf("create table: got %d %s", status, body)
+	}
+	var rows strings.Builder
+	rows.WriteString("INSERT INTO " + db + ".j FORMAT JSONEachRow\n")
+	n := 0
+	for rows.Len() <= maxPipelineQueryBytes+1<<20 {
+		fmt.Fprintf(&rows, "{\"x\":%d,\"s\":\"%s\"}\n", n, strings.Repeat("v", 100))
+		n++
+	}
+	tests := []struct {
+		name   string
+		body   string
+		status int
+	}{
+		{"JSONEachRow insert past the bound", rows.String(), 200},
+		{"SELECT past the bound", "SELECT '" + strings.Repeat("x", maxPipelineQueryBytes) + "'", 413},
+		{"VALUES past the bound", "INSERT INTO " + db + ".j VALUES " + strings.Repeat("(1, 'v'), ", maxPipelineQueryBytes/10+1) + "(1, 'v')", 413},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := rawQuery(shared, tc.body)
+			if status != tc.status {
+				t.Fatalf("got %d %q; want %d", status, clip(body), tc.status)
+			}
+		})
+	}
+	if status, body := rawQuery(shared, "SELECT count() FROM "+db+".j"); status != 200 || body != fmt.Sprintf("%d\n", n) {
+		t.Fatalf("rows: got %d %q; want %d", status, body, n)
+	}
+}

@@ -579,7 +579,11 @@ func (s *Server) readPlan(w http.ResponseWriter, r *http.Request, opts options, 
 		return plan{}, asChError(err, http.StatusBadRequest, codeCannotDecompress)
 	}
 	defer closeBody()
-	return s.plan(opts, body, func(sql string, st statement) *chError { return s.checkStatement(who, sql, st) })
+	maxQuery := int(min(maxBody, maxPipelineQueryBytes))
+	if who == roleReadonly {
+		maxQuery = int(min(maxBody, maxOutsideQueryBytes))
+	}
+	return s.plan(opts, body, maxQuery, func(sql string, st statement) *chError { return s.checkStatement(who, sql, st) })
 }
 
 // checkStatement refuses what reaches outside the engine, for everyone,
@@ -596,7 +600,7 @@ func (s *Server) checkStatement(who role, sql string, st statement) *chError {
 // data goes to a spool file (binary formats cannot travel inside the query,
 // which chDB receives as a C string) and the statement reads it with FROM
 // INFILE. check sees the statement (without INSERT data) first.
-func (s *Server) plan(opts options, body io.Reader, check func(string, statement) *chError) (plan, error) {
+func (s *Server) plan(opts options, body io.Reader, maxQuery int, check func(string, statement) *chError) (plan, error) {
 	if opts.query != "" {
 		head := opts.query + "\n"
 		if st := scanStatement(head); st.insert != nil {
@@ -604,11 +608,14 @@ func (s *Server) plan(opts options, body io.Reader, check func(string, statement
 				return plan{}, e
 			}
 			rest := io.MultiReader(strings.NewReader(head[st.insert.dataStart:]), body)
-			return s.spoolInsert(head, st, rest)
+			return s.spoolInsert(head, st, rest, maxQuery)
 		}
-		rest, err := io.ReadAll(body)
+		rest, truncated, err := readHead(body, maxQuery)
 		if err != nil {
 			return plan{}, fmt.Errorf("read request body: %w", err)
+		}
+		if truncated {
+			return plan{}, queryTooLarge(maxQuery)
 		}
 		sql := opts.query
 		if len(rest) > 0 {
@@ -620,13 +627,20 @@ func (s *Server) plan(opts options, body io.Reader, check func(string, statement
 		}
 		return plan{sql: sql, st: st}, nil
 	}
-	all, err := io.ReadAll(body)
+	// Only the statement is held in memory; an INSERT's data streams on
+	// to the spool file.
+	all, truncated, err := readHead(body, maxQuery)
 	if err != nil {
 		return plan{}, fmt.Errorf("read request body: %w", err)
 	}
 	sql := string(all)
 	st := scanStatement(sql)
-	if st.insert == nil {
+	if st.insert == nil || truncated && st.insert.dataStart > maxQuery/2 {
+		// A statement cut short could end anywhere, even in what looks
+		// like the start of INSERT data.
+		if truncated {
+			return plan{}, queryTooLarge(maxQuery)
+		}
 		if e := check(sql, st); e != nil {
 			return plan{}, e
 		}
@@ -635,17 +649,32 @@ func (s *Server) plan(opts options, body io.Reader, check func(string, statement
 	if e := check(sql[:st.insert.dataStart], st); e != nil {
 		return plan{}, e
 	}
-	return s.spoolInsert(sql, st, strings.NewReader(sql[st.insert.dataStart:]))
+	rest := io.MultiReader(strings.NewReader(sql[st.insert.dataStart:]), body)
+	return s.spoolInsert(sql[:st.insert.dataStart], st, rest, maxQuery)
+}
+
+// readHead reads up to n+1 bytes: more than n means the input is longer
+// than n (the extra byte is kept, for a caller that streams on).
+func readHead(r io.Reader, n int) ([]byte, bool, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(n)+1))
+	return b, len(b) > n, err
+}
+
+func queryTooLarge(n int) *chError {
+	return newError(http.StatusRequestEntityTooLarge, codeLimitExceeded, "query text exceeds %d bytes; send large INSERT data after a FORMAT clause", n)
 }
 
 // spoolInsert writes an INSERT's data to a spool file. The Values format
-// evaluates expressions it cannot parse as literals, so its data is SQL
-// and goes through the guard as well.
-func (s *Server) spoolInsert(head string, st statement, data io.Reader) (plan, error) {
+// evaluates expressions it cannot parse as literals, so its data is SQL:
+// it goes through the guard as well, and is held to the query size.
+func (s *Server) spoolInsert(head string, st statement, data io.Reader, maxQuery int) (plan, error) {
 	if strings.EqualFold(st.insert.format, "Values") {
-		all, err := io.ReadAll(data)
+		all, truncated, err := readHead(data, maxQuery)
 		if err != nil {
 			return plan{}, fmt.Errorf("read INSERT data: %w", err)
+		}
+		if truncated {
+			return plan{}, newError(http.StatusRequestEntityTooLarge, codeLimitExceeded, "VALUES data exceeds %d bytes; send large inserts in a format such as Native, RowBinary, CSV or JSONEachRow", maxQuery)
 		}
 		if e := s.eng.guard.scan(string(all), false); e != nil {
 			return plan{}, e
