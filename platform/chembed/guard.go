@@ -127,7 +127,7 @@ func (g *guard) scan(src string, engines bool) *chError {
 			return accessDenied("%s(...) is not allowed through the embedded server's HTTP interface: it reaches files, the network or programs outside the engine", unquoteIdent(l.text(t)))
 		case t.kind == tokWord && (name == "infile" || name == "outfile"):
 			return accessDenied("%s is not allowed through the embedded server's HTTP interface", strings.ToUpper(name))
-		case t.kind == tokWord && name == "function" && l.isWord(prev, "INTO"):
+		case t.kind == tokWord && name == "function" && (l.isWord(prev, "INTO") || l.isWord(prev, "TABLE")):
 			return accessDenied("INSERT INTO FUNCTION is not allowed through the embedded server's HTTP interface")
 		case engines && t.kind == tokWord && name == "engine":
 			e, named := next, false

@@ -135,6 +135,7 @@ func TestOutsideClientsReachNoFilesOrNetwork(t *testing.T) {
 		{name: "url", sql: "SELECT * FROM url('" + web.URL + "/', 'LineAsString', 's String')"},
 		{name: "URL upper case", sql: "SELECT * FROM URL('" + web.URL + "/', 'LineAsString', 's String')"},
 		{name: "insert into function file", sql: "INSERT INTO FUNCTION file('" + filepath.Join(dir, "a.tsv") + "', 'TSV', 's String') VALUES ('pwned')", created: filepath.Join(dir, "a.tsv")},
+		{name: "insert into table function", sql: "INSERT INTO TABLE FUNCTION null('s String') VALUES ('x')"},
 		{name: "into outfile", sql: "SELECT 'pwned' INTO OUTFILE '" + filepath.Join(dir, "b.tsv") + "'", created: filepath.Join(dir, "b.tsv")},
 		{name: "from infile", sql: "INSERT INTO " + db + ".lines FROM INFILE '/etc/passwd' FORMAT LineAsString"},
 		{name: "file in VALUES data", sql: "INSERT INTO " + db + ".lines VALUES (file('/etc/passwd'))"},
