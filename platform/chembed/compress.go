@@ -16,7 +16,6 @@ import (
 
 	chcompress "github.com/ClickHouse/ch-go/compress"
 	"github.com/andybalholm/brotli"
-	"github.com/go-faster/city"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 )
@@ -51,126 +50,99 @@ const (
 	blockHeaderSize   = 9
 	blockFrameSize    = blockChecksumSize + blockHeaderSize
 
-	blockMethodNone = 0x02
-	blockMethodLZ4  = 0x82
-	blockMethodZSTD = 0x90
-
 	// responseChunkSize matches ClickHouse's max_compress_block_size, so
 	// a reader never needs more than this per block.
 	responseChunkSize = 1 << 20
 )
 
-// blockReader reads the data inside a stream of native compressed blocks,
-// verifying each checksum. maxBlock bounds what a block header may claim,
-// so a forged header cannot make it allocate without limit.
+// blockReader reads the data inside a stream of native compressed blocks.
+// ch-go's compress.Reader verifies each block's checksum and decompresses
+// it; blockFrames, in front of it, reads the block headers as they pass, so
+// that a header claiming more than maxBlock is refused before ch-go
+// allocates for it, and so that an input ending between blocks reads as a
+// clean io.EOF while one ending inside a block is an error.
 type blockReader struct {
-	src      io.Reader
-	maxBlock int
-	frame    [blockFrameSize]byte
-	raw      []byte
-	data     []byte
-	pos      int
-	zstd     *zstd.Decoder
+	frames *blockFrames
+	r      *chcompress.Reader
 }
 
 func newBlockReader(src io.Reader, maxBlock int) *blockReader {
-	return &blockReader{src: src, maxBlock: maxBlock}
+	f := &blockFrames{src: src, max: int64(maxBlock)}
+	return &blockReader{frames: f, r: chcompress.NewReader(f)}
 }
 
 func (b *blockReader) Read(p []byte) (int, error) {
-	for b.pos >= len(b.data) {
-		if err := b.nextBlock(); err != nil {
-			return 0, err
-		}
+	n, err := b.r.Read(p)
+	if err == nil {
+		return n, nil
 	}
-	n := copy(p, b.data[b.pos:])
-	b.pos += n
-	return n, nil
+	var corrupt *chcompress.CorruptedDataErr
+	switch {
+	case b.frames.err != nil:
+		return n, b.frames.err
+	case b.frames.clean:
+		return n, io.EOF
+	case errors.As(err, &corrupt):
+		return n, errors.New("compressed block checksum does not match its data (CHECKSUM_DOESNT_MATCH)")
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return n, fmt.Errorf("read compressed block: %w", io.ErrUnexpectedEOF)
+	}
+	return n, fmt.Errorf("read compressed block: %w", err)
 }
 
-// Close releases the zstd decoder, if one was needed.
-func (b *blockReader) Close() {
-	if b.zstd != nil {
-		b.zstd.Close()
-		b.zstd = nil
-	}
+// blockFrames passes a compressed block stream through unchanged while
+// following its framing.
+type blockFrames struct {
+	src    io.Reader
+	max    int64
+	header [blockFrameSize]byte
+	have   int   // header bytes of the current block seen so far
+	left   int64 // payload bytes of the current block still to pass
+	clean  bool  // the input ended between blocks
+	err    error // a header was refused
 }
 
-// nextBlock reads and decodes one block; io.EOF means the stream ended
-// cleanly between blocks.
-func (b *blockReader) nextBlock() error {
-	if _, err := io.ReadFull(b.src, b.frame[:]); err != nil {
-		if errors.Is(err, io.EOF) {
-			return io.EOF
+func (f *blockFrames) Read(p []byte) (int, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
+	if f.have < blockFrameSize {
+		n, err := f.src.Read(p[:min(len(p), blockFrameSize-f.have)])
+		copy(f.header[f.have:], p[:n])
+		f.have += n
+		if n == 0 && f.have == 0 && errors.Is(err, io.EOF) {
+			f.clean = true
 		}
-		return fmt.Errorf("read compressed block header: %w", err)
-	}
-	method := b.frame[blockChecksumSize]
-	compressed := int64(binary.LittleEndian.Uint32(b.frame[blockChecksumSize+1:]))
-	size := int64(binary.LittleEndian.Uint32(b.frame[blockChecksumSize+5:]))
-	if compressed < blockHeaderSize || compressed-blockHeaderSize > int64(b.maxBlock) {
-		return fmt.Errorf("compressed block claims %d bytes; limit is %d", compressed, b.maxBlock)
-	}
-	if size > int64(b.maxBlock) {
-		return fmt.Errorf("compressed block claims %d decompressed bytes; limit is %d", size, b.maxBlock)
-	}
-	b.raw = append(b.raw[:0], b.frame[blockChecksumSize:]...)
-	b.raw = append(b.raw, make([]byte, compressed-blockHeaderSize)...)
-	if _, err := io.ReadFull(b.src, b.raw[blockHeaderSize:]); err != nil {
-		return fmt.Errorf("read compressed block payload: %w", noEOF(err))
-	}
-	sum := city.CH128(b.raw)
-	if sum.Low != binary.LittleEndian.Uint64(b.frame[0:8]) || sum.High != binary.LittleEndian.Uint64(b.frame[8:16]) {
-		return fmt.Errorf("compressed block checksum does not match its data (CHECKSUM_DOESNT_MATCH)")
-	}
-	payload := b.raw[blockHeaderSize:]
-	if cap(b.data) < int(size) {
-		b.data = make([]byte, size)
-	}
-	b.data, b.pos = b.data[:size], 0
-	switch method {
-	case blockMethodNone:
-		if len(payload) != int(size) {
-			return fmt.Errorf("uncompressed block holds %d bytes; header says %d", len(payload), size)
-		}
-		copy(b.data, payload)
-	case blockMethodLZ4:
-		n, err := lz4.UncompressBlock(payload, b.data)
-		if err != nil {
-			return fmt.Errorf("decompress LZ4 block: %w", err)
-		}
-		if n != int(size) {
-			return fmt.Errorf("LZ4 block holds %d bytes; header says %d", n, size)
-		}
-	case blockMethodZSTD:
-		if b.zstd == nil {
-			d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(b.maxBlock)))
-			if err != nil {
-				return fmt.Errorf("create zstd decoder: %w", err)
+		if f.have == blockFrameSize {
+			if f.err = f.checkHeader(); f.err != nil {
+				return 0, f.err
 			}
-			b.zstd = d
 		}
-		out, err := b.zstd.DecodeAll(payload, b.data[:0])
-		if err != nil {
-			return fmt.Errorf("decompress ZSTD block: %w", err)
-		}
-		if len(out) != int(size) {
-			return fmt.Errorf("ZSTD block holds %d bytes; header says %d", len(out), size)
-		}
-		b.data = out
-	default:
-		return fmt.Errorf("compressed block method 0x%02x is not supported", method)
+		return n, err
+	}
+	n, err := f.src.Read(p[:min(int64(len(p)), f.left)])
+	f.left -= int64(n)
+	if f.left == 0 {
+		f.have = 0
+	}
+	return n, err
+}
+
+// checkHeader reads the sizes of a complete header and bounds them.
+func (f *blockFrames) checkHeader() error {
+	compressed := int64(binary.LittleEndian.Uint32(f.header[blockChecksumSize+1:]))
+	size := int64(binary.LittleEndian.Uint32(f.header[blockChecksumSize+5:]))
+	if compressed < blockHeaderSize || compressed-blockHeaderSize > f.max {
+		return fmt.Errorf("compressed block claims %d bytes; limit is %d", compressed, f.max)
+	}
+	if size > f.max {
+		return fmt.Errorf("compressed block claims %d decompressed bytes; limit is %d", size, f.max)
+	}
+	f.left = compressed - blockHeaderSize
+	if f.left == 0 {
+		f.have = 0
 	}
 	return nil
-}
-
-// noEOF reports a stream that ends inside a block as truncated, not as a
-// clean end.
-func noEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }
 
 // compressBlocks frames src as native compressed blocks of at most

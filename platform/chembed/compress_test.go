@@ -47,7 +47,6 @@ func TestBlockReader(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newBlockReader(bytes.NewReader(tc.in), tc.max)
-			defer r.Close()
 			got, err := io.ReadAll(r)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -156,7 +155,6 @@ func FuzzBlockReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw, payload []byte) {
 		r := newBlockReader(bytes.NewReader(raw), 1<<16)
 		_, err := io.Copy(io.Discard, r)
-		r.Close()
 		if err != nil && errors.Is(err, io.EOF) {
 			t.Fatalf("garbage %x: got a bare EOF error %v; want nil or a descriptive error", raw, err)
 		}

@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/chdb-io/chdb-go/chdb"
+	"github.com/google/uuid"
 )
 
 // engine owns the process's chDB session. chDB keeps per-session state
@@ -24,15 +26,16 @@ import (
 type engine struct {
 	session  *chdb.Session
 	lockFile *os.File
-	slot     chan struct{} // one token: whoever holds it may use the session
-	closing  atomic.Bool   // set by close; waiting calls give up instead of running
+	gate     gate        // whoever holds it may use the session
+	closing  atomic.Bool // set by close; waiting calls give up instead of running
 	logger   *slog.Logger
 	version  string
 	tz       *time.Location
 	tzName   string
 	baseline map[string]string // session-wide settings that resets return to
+	guard    *guard            // what outside SQL may not name, from the engine's own lists
 
-	// Guarded by slot.
+	// Guarded by gate.
 	closed    bool
 	currentDB string // "" when unknown, e.g. after a USE statement
 }
@@ -79,7 +82,6 @@ func openEngine(dataDir string, baseline map[string]string, logger *slog.Logger)
 	e := &engine{
 		session:  session,
 		lockFile: lock,
-		slot:     make(chan struct{}, 1),
 		logger:   logger,
 		baseline: baseline,
 		tz:       time.UTC,
@@ -93,8 +95,10 @@ func openEngine(dataDir string, baseline map[string]string, logger *slog.Logger)
 	return e, nil
 }
 
-// probe reads what the HTTP interface reports about the server and applies
-// the session-wide baseline settings.
+// probe reads what the HTTP interface reports about the server, closes
+// the default database's window on the filesystem, learns the engine's
+// table functions and engines, and applies the session-wide baseline
+// settings.
 func (e *engine) probe() error {
 	res, err := e.session.Query("SELECT version(), timezone()", "TabSeparated")
 	if err != nil {
@@ -112,6 +116,14 @@ func (e *engine) probe() error {
 	} else {
 		e.logger.Warn("engine time zone unknown to Go; re-encoding Native results in UTC", "tz", tz, "err", err)
 	}
+	if err := e.closeFilesystemOverlay(); err != nil {
+		return err
+	}
+	g, err := e.loadGuard()
+	if err != nil {
+		return err
+	}
+	e.guard = g
 	if len(e.baseline) > 0 {
 		settings := make([]setting, 0, len(e.baseline))
 		for name, value := range e.baseline {
@@ -124,6 +136,64 @@ func (e *engine) probe() error {
 	return nil
 }
 
+// closeFilesystemOverlay re-attaches the database "default" as a plain
+// Atomic database. chDB opens it as an Overlay of its tables and of the
+// whole filesystem, where any table name that is not a table is read as a
+// file path (SELECT * FROM '/etc/passwd' works, even with readonly=1). The
+// tables stay where they are: DETACH keeps their metadata, and the
+// re-attached database has the same UUID and so the same directory. chDB
+// rebuilds the overlay at every start, so this runs at every start.
+func (e *engine) closeFilesystemOverlay() error {
+	res, err := e.session.Query("SELECT engine, toString(uuid) FROM system.databases WHERE name = 'default'", "TabSeparated")
+	if err != nil {
+		return fmt.Errorf("inspect database default: %w", err)
+	}
+	line := strings.TrimSpace(string(res.Buf()))
+	res.Free()
+	engineName, id, _ := strings.Cut(line, "\t")
+	if engineName != "Overlay" {
+		return nil
+	}
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		return fmt.Errorf("inspect database default: unexpected UUID %q", id)
+	}
+	if err := e.exec("DETACH DATABASE default"); err != nil {
+		return fmt.Errorf("detach the filesystem overlay of database default: %w", err)
+	}
+	if err := e.exec("ATTACH DATABASE default UUID '" + id + "' ENGINE = Atomic"); err != nil {
+		return fmt.Errorf("re-attach database default without the filesystem: %w", err)
+	}
+	return nil
+}
+
+// loadGuard asks the engine for every table function, table engine and
+// database engine it has: those not known to stay inside the engine are
+// refused to outside clients, so a chDB upgrade that adds a new way out is
+// refused by default.
+func (e *engine) loadGuard() (*guard, error) {
+	res, err := e.session.Query("SELECT 'f', name FROM system.table_functions UNION ALL SELECT 'e', name FROM system.table_engines UNION ALL SELECT 'd', name FROM system.database_engines", "TabSeparated")
+	if err != nil {
+		return nil, fmt.Errorf("list table functions and engines: %w", err)
+	}
+	defer res.Free()
+	var functions, engines []string
+	for _, line := range strings.Split(strings.TrimSpace(string(res.Buf())), "\n") {
+		kind, name, ok := strings.Cut(line, "\t")
+		if !ok {
+			continue
+		}
+		if kind == "f" {
+			functions = append(functions, name)
+		} else {
+			engines = append(engines, name)
+		}
+	}
+	if len(functions) == 0 || len(engines) == 0 {
+		return nil, fmt.Errorf("list table functions and engines: got %d functions and %d engines; want some of each", len(functions), len(engines))
+	}
+	return newGuard(functions, engines), nil
+}
+
 // call is one request's work for the engine.
 type call struct {
 	database string    // "" means default
@@ -133,6 +203,15 @@ type call struct {
 	format   string // output format when the SQL has no FORMAT clause
 	kind     string // statement kind, to undo what USE and SET leave behind
 	setNames []string
+	priority priority
+	// limits are applied after settings and readonly=1 after both, so
+	// the query can change neither (the engine refuses any setting change
+	// under readonly=1, SETTINGS clauses included).
+	limits   []setting
+	readonly bool
+	// maxOutput bounds the formatted result this call may copy out of
+	// the engine; 0 means no bound.
+	maxOutput int
 }
 
 // output is a copy of a result: chDB's buffer is freed before the slot is
@@ -150,12 +229,10 @@ func (e *engine) run(ctx context.Context, c call) (output, error) {
 	if e.closing.Load() {
 		return output{}, newError(http.StatusServiceUnavailable, codeAborted, "server is shutting down")
 	}
-	select {
-	case e.slot <- struct{}{}:
-	case <-ctx.Done():
-		return output{}, newError(http.StatusServiceUnavailable, codeTimeoutExceeded, "request timed out waiting for the engine: %v", ctx.Err())
+	if err := e.gate.acquire(ctx, c.priority); err != nil {
+		return output{}, newError(http.StatusServiceUnavailable, codeTimeoutExceeded, "request timed out waiting for the engine: %v", err)
 	}
-	defer func() { <-e.slot }()
+	defer e.gate.release()
 	if e.closed || e.closing.Load() {
 		return output{}, newError(http.StatusServiceUnavailable, codeAborted, "server is shutting down")
 	}
@@ -177,16 +254,23 @@ func (e *engine) runHeld(c call) (output, error) {
 		}
 		e.currentDB = db
 	}
-	if len(c.settings)+len(c.params) > 0 {
-		names := make([]string, len(c.settings))
-		for i, s := range c.settings {
+	settings := c.settings
+	if len(c.limits) > 0 || c.readonly {
+		settings = append(append([]setting(nil), c.settings...), c.limits...)
+		if c.readonly {
+			settings = append(settings, setting{"readonly", "1"})
+		}
+	}
+	if len(settings)+len(c.params) > 0 {
+		names := make([]string, len(settings))
+		for i, s := range settings {
 			names[i] = s.name
 		}
 		params := make([]string, len(c.params))
 		for i, p := range c.params {
 			params[i] = p.name
 		}
-		if err := e.exec(setStatement(c.settings, c.params)); err != nil {
+		if err := e.exec(setStatement(settings, c.params)); err != nil {
 			e.reset(names, params)
 			return output{}, err
 		}
@@ -208,6 +292,11 @@ func (e *engine) runHeld(c call) (output, error) {
 	if err != nil {
 		e.drain()
 		return output{}, engineError(err)
+	}
+	if c.maxOutput > 0 && res.Len() > c.maxOutput {
+		n := res.Len()
+		res.Free()
+		return output{}, newError(http.StatusInternalServerError, codeTooManyRowsOrBytes, "Limit for result exceeded, max bytes: %d, current bytes: %d", c.maxOutput, n)
 	}
 	out := output{
 		data:      bytes.Clone(res.Buf()),
@@ -234,6 +323,17 @@ func (e *engine) exec(sql string) error {
 // names are known; if the engine refuses it (an unknown name from a failed
 // request), each name is reset on its own so the good ones still are.
 func (e *engine) reset(names, params []string) {
+	if len(names)+len(params) == 0 {
+		return
+	}
+	if i := slices.Index(names, "readonly"); i >= 0 {
+		// Under readonly=1 the engine refuses to set anything to a new
+		// value; only "= DEFAULT" goes through. Lift it on its own first.
+		if err := e.exec(resetStatement([]string{"readonly"}, e.baseline, nil)); err != nil {
+			e.logger.Warn("reset readonly", "err", err)
+		}
+		names = slices.Delete(slices.Clone(names), i, i+1)
+	}
 	if len(names)+len(params) == 0 {
 		return
 	}
@@ -281,8 +381,8 @@ func (e *engine) drain() {
 // the data directory. Calls still waiting for the slot give up.
 func (e *engine) close() error {
 	e.closing.Store(true)
-	e.slot <- struct{}{}
-	defer func() { <-e.slot }()
+	_ = e.gate.acquire(context.Background(), pipelineFirst)
+	defer e.gate.release()
 	if e.closed {
 		return nil
 	}

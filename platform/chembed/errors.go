@@ -9,18 +9,22 @@ import (
 
 // ClickHouse error codes the handler raises itself (src/Common/ErrorCodes.cpp).
 const (
-	codeBadArguments       = 36
-	codeChecksumMismatch   = 40
-	codeNotImplemented     = 48
-	codeSyntaxError        = 62
-	codeReadonly           = 164
-	codeTimeoutExceeded    = 159
-	codeAborted            = 236
-	codeCannotDecompress   = 271
-	codeUnknownQueryParam  = 456
-	codeLimitExceeded      = 290
-	codeStdException       = 1001
-	defaultExceptionPrefix = "DB::Exception: "
+	codeBadArguments        = 36
+	codeChecksumMismatch    = 40
+	codeNotImplemented      = 48
+	codeSyntaxError         = 62
+	codeReadonly            = 164
+	codeTimeoutExceeded     = 159
+	codeTooManySimultaneous = 202
+	codeTooManyRowsOrBytes  = 396
+	codeAccessDenied        = 497
+	codeAuthFailed          = 516
+	codeAborted             = 236
+	codeCannotDecompress    = 271
+	codeUnknownQueryParam   = 456
+	codeLimitExceeded       = 290
+	codeStdException        = 1001
+	defaultExceptionPrefix  = "DB::Exception: "
 )
 
 // chError is an error in ClickHouse's HTTP shape: a status, the numeric
@@ -49,6 +53,14 @@ func codeName(code int) string {
 		return "READONLY"
 	case codeTimeoutExceeded:
 		return "TIMEOUT_EXCEEDED"
+	case codeTooManySimultaneous:
+		return "TOO_MANY_SIMULTANEOUS_QUERIES"
+	case codeTooManyRowsOrBytes:
+		return "TOO_MANY_ROWS_OR_BYTES"
+	case codeAccessDenied:
+		return "ACCESS_DENIED"
+	case codeAuthFailed:
+		return "AUTHENTICATION_FAILED"
 	case codeAborted:
 		return "ABORTED"
 	case codeCannotDecompress:

@@ -151,16 +151,16 @@ func TestHTTPHeadersAndCompression(t *testing.T) {
 			t.Fatalf("got %d %q; want 200 %q", resp.StatusCode, body, "from blocks\n")
 		}
 	})
-	t.Run("cors preflight", func(t *testing.T) {
-		resp, _ := httpDo(t, "OPTIONS", nil, "", nil)
-		if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
-			t.Fatalf("OPTIONS /: got %d with origin %q; want 204 with *", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+	t.Run("cors preflight from a configured origin", func(t *testing.T) {
+		resp, _ := httpDo(t, "OPTIONS", nil, "", http.Header{"Origin": {corsOrigin}})
+		if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != corsOrigin {
+			t.Fatalf("OPTIONS /: got %d with origin %q; want 204 with %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"), corsOrigin)
 		}
 	})
-	t.Run("cors", func(t *testing.T) {
-		resp, _ := httpDo(t, "GET", vals("query", "SELECT 1", "add_http_cors_header", "1"), "", nil)
-		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "*" {
-			t.Fatalf("Access-Control-Allow-Origin: got %q; want *", got)
+	t.Run("cors from a configured origin", func(t *testing.T) {
+		resp, _ := httpDo(t, "GET", vals("query", "SELECT 1", "add_http_cors_header", "1"), "", http.Header{"Origin": {corsOrigin}})
+		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != corsOrigin {
+			t.Fatalf("Access-Control-Allow-Origin: got %q; want %q", got, corsOrigin)
 		}
 	})
 }

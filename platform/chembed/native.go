@@ -3,6 +3,7 @@ package chembed
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,9 @@ func reencodeNative(src []byte, revision uint64, tz *time.Location) ([]byte, err
 			}
 			return nil, fmt.Errorf("read native block %d: %w", n, err)
 		}
+		if err := checkBlockHeader(br, len(src)); err != nil {
+			return nil, fmt.Errorf("read native block %d: %w", n, err)
+		}
 		block := proto.Block{ServerContext: &ctx}
 		if err := block.Decode(reader, 0); err != nil {
 			return nil, fmt.Errorf("decode native block %d: %w", n, err)
@@ -45,4 +49,24 @@ func reencodeNative(src []byte, revision uint64, tz *time.Location) ([]byte, err
 			return nil, fmt.Errorf("encode native block %d for revision %d: %w", n, revision, err)
 		}
 	}
+}
+
+// checkBlockHeader refuses a block whose header claims more rows than the
+// whole input could hold, before the decoder sizes its columns by that
+// claim. Every column type the engine emits takes at least a byte a row,
+// except the rare empty Tuple(), which the slack allows for small blocks.
+func checkBlockHeader(br *bufio.Reader, total int) error {
+	head, _ := br.Peek(2 * binary.MaxVarintLen64)
+	columns, n := binary.Uvarint(head)
+	if n <= 0 {
+		return nil // the decoder reports the short read
+	}
+	rows, m := binary.Uvarint(head[n:])
+	if m <= 0 || columns == 0 {
+		return nil
+	}
+	if rows > uint64(total)+1<<16 {
+		return fmt.Errorf("block claims %d rows in %d bytes of input", rows, total)
+	}
+	return nil
 }

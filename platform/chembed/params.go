@@ -33,8 +33,9 @@ type options struct {
 }
 
 // ignoredParams are ClickHouse HTTP parameters that are not settings and
-// that this server has no use for: there is no authentication, output is
-// always buffered, and quotas do not exist.
+// that the query options have no use for: user and password are read by
+// authenticate, output is always buffered, and quotas and roles do not
+// exist.
 const ignoredParams = " user password quota_key buffer_size wait_end_of_query stacktrace role session_timeout session_check "
 
 // transportSettings are settings that only shape the HTTP exchange, which

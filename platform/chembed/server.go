@@ -7,18 +7,22 @@
 // unless libchdb.so is found (CHDB_LIB_PATH). A Server owns the process's
 // single chDB session, its listener and its serving goroutine from Start
 // until Close. Requests are served concurrently but reach the engine one at
-// a time, and the settings, query parameters and current database of one
-// request never carry over to the next.
+// a time, pipeline calls before outside ones, and the settings, query
+// parameters and current database of one request never carry over to the
+// next.
 //
-// Unlike a ClickHouse server it has no users, sessions (session_id) or
-// external data, and buffers each result before sending it. It must only
-// listen where the data is meant to be readable and writable by anyone
-// who can connect: queries can also read local files.
+// Two users exist: the pipeline user (tally's components; anything inside
+// the engine) and a read-only dashboards user whose queries run with
+// readonly=1 and time and result limits the client cannot raise. Neither
+// reaches files, the network or programs: the guard refuses table
+// functions, engines and clauses that would (guard.go). Unlike a ClickHouse
+// server it has no sessions (session_id) or external data, and buffers each
+// result before sending it.
 package chembed
 
 import (
+	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +35,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Config configures Start.
@@ -47,16 +53,40 @@ type Config struct {
 	MaxBodyBytes int64
 	// RequestTimeout bounds a request from its first byte to its last,
 	// including the wait for the engine; it also becomes the engine's
-	// max_execution_time. Default 5 minutes.
+	// max_execution_time for pipeline queries. Default 5 minutes.
 	RequestTimeout time.Duration
+	// Pipeline is the user tally's components connect as; Name defaults to
+	// "default". On a loopback address it may have no password.
+	Pipeline User
+	// Readonly is the dashboards user; Name defaults to "dashboards".
+	Readonly User
+	// Limits bound the dashboards user's queries.
+	Limits Limits
+	// CORSOrigins are the browser origins that may read answers
+	// (Access-Control-Allow-Origin); none by default, never a wildcard.
+	CORSOrigins []string
+	// BodyTimeout bounds the time from a request's first byte to the last
+	// byte of its body; default 30s. A client trickling a body is cut off.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long; default 30s.
+	IdleTimeout time.Duration
+	// MaxOutsideRequests bounds the dashboards user's requests in progress;
+	// one more is answered 503 at once. Default 8.
+	MaxOutsideRequests int
+	// MaxPipelineBodies bounds the pipeline requests reading their bodies
+	// at once; more wait. Default 32.
+	MaxPipelineBodies int
 }
 
 const (
 	defaultAddr           = "127.0.0.1:8123"
 	defaultMaxBodyBytes   = 1 << 30
 	defaultRequestTimeout = 5 * time.Minute
-	readHeaderTimeout     = 30 * time.Second
-	idleTimeout           = 2 * time.Minute
+	defaultBodyTimeout    = 30 * time.Second
+	defaultIdleTimeout    = 30 * time.Second
+	defaultMaxOutside     = 8
+	defaultMaxBodies      = 32
+	readHeaderTimeout     = 10 * time.Second
 )
 
 // Server is a running chembed instance.
@@ -68,6 +98,9 @@ type Server struct {
 	http     *http.Server
 	served   chan struct{}
 	spoolDir string
+	accounts []account
+	outside  chan struct{} // a token per dashboards request in progress
+	bodies   chan struct{} // a token per pipeline request reading its body
 
 	closeOnce sync.Once
 	closeErr  error
@@ -91,6 +124,37 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = defaultRequestTimeout
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = defaultBodyTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = defaultIdleTimeout
+	}
+	if cfg.MaxOutsideRequests <= 0 {
+		cfg.MaxOutsideRequests = defaultMaxOutside
+	}
+	if cfg.MaxPipelineBodies <= 0 {
+		cfg.MaxPipelineBodies = defaultMaxBodies
+	}
+	if cfg.Pipeline.Name == "" {
+		cfg.Pipeline.Name = "default"
+	}
+	if cfg.Readonly.Name == "" {
+		cfg.Readonly.Name = "dashboards"
+	}
+	if cfg.Limits.MaxExecutionTime <= 0 {
+		cfg.Limits.MaxExecutionTime = defaultMaxExecutionTime
+	}
+	if cfg.Limits.MaxResultRows == 0 {
+		cfg.Limits.MaxResultRows = defaultMaxResultRows
+	}
+	if cfg.Limits.MaxResultBytes == 0 {
+		cfg.Limits.MaxResultBytes = defaultMaxResultBytes
+	}
+	accounts, err := newAccounts(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start chembed: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("start chembed: listen on %s: %w", cfg.Addr, err)
@@ -111,12 +175,19 @@ func Start(cfg Config) (*Server, error) {
 		ln:       ln,
 		served:   make(chan struct{}),
 		spoolDir: pickSpoolDir(),
+		accounts: accounts,
+		outside:  make(chan struct{}, cfg.MaxOutsideRequests),
+		bodies:   make(chan struct{}, cfg.MaxPipelineBodies),
 	}
 	s.http = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		// Each request moves its own deadlines (ServeHTTP); these bound
+		// the header and body, and a connection's idle time.
+		ReadTimeout:  cfg.BodyTimeout,
+		WriteTimeout: cfg.RequestTimeout + writeSlack(cfg.RequestTimeout),
+		IdleTimeout:  cfg.IdleTimeout,
+		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	go func() {
 		defer close(s.served)
@@ -162,30 +233,40 @@ func pickSpoolDir() string {
 	return os.TempDir()
 }
 
+// writeSlack is the time to send an answer after the engine used all of
+// RequestTimeout, even if that answer is the timeout.
+func writeSlack(requestTimeout time.Duration) time.Duration {
+	return max(10*time.Second, requestTimeout/2)
+}
+
 // ServeHTTP routes ClickHouse's HTTP endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// net/http keeps a connection's deadlines across keep-alive requests;
-	// every request sets its own so none inherits an expired one.
-	deadline := time.Now().Add(s.cfg.RequestTimeout)
+	// every request sets its own so none inherits an expired one. Until
+	// its body is in, a request may only read for BodyTimeout.
+	start := time.Now()
+	deadline := start.Add(s.cfg.RequestTimeout)
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(deadline)
-	// The engine may use all of RequestTimeout (max_execution_time) and
-	// still needs to send its answer, even if that answer is the timeout.
-	_ = rc.SetWriteDeadline(deadline.Add(max(10*time.Second, s.cfg.RequestTimeout/2)))
+	_ = rc.SetReadDeadline(start.Add(min(s.cfg.BodyTimeout, s.cfg.RequestTimeout)))
+	_ = rc.SetWriteDeadline(deadline.Add(writeSlack(s.cfg.RequestTimeout)))
 	switch r.URL.Path {
 	case "/", "":
 		if r.Method == http.MethodOptions {
 			// A browser dashboard's CORS preflight before a query with
-			// add_http_cors_header=1.
+			// add_http_cors_header=1; only configured origins get an answer
+			// that lets them go on.
+			if !s.allowOrigin(w, r) {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
 			h := w.Header()
-			h.Set("Access-Control-Allow-Origin", "*")
 			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
 			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Content-Encoding, Accept-Encoding, X-ClickHouse-User, X-ClickHouse-Key, X-ClickHouse-Format, X-ClickHouse-Database")
 			h.Set("Access-Control-Max-Age", "86400")
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		s.serveQuery(w, r, deadline)
+		s.serveQuery(w, r, rc, deadline)
 	case "/ping", "/replicas_status":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			writeError(w, newError(http.StatusMethodNotAllowed, codeBadArguments, "%s %s is not allowed; use GET", r.Method, r.URL.Path))
@@ -204,7 +285,7 @@ func writeOK(w http.ResponseWriter) {
 	_, _ = io.WriteString(w, "Ok.\n")
 }
 
-func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, deadline time.Time) {
+func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, deadline time.Time) {
 	started := time.Now()
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
@@ -212,6 +293,23 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, deadline tim
 	if r.Method != http.MethodGet && r.Method != http.MethodPost && r.Method != http.MethodHead {
 		writeError(w, newError(http.StatusMethodNotAllowed, codeBadArguments, "method %s is not allowed; use GET or POST", r.Method))
 		return
+	}
+	who, aerr := s.authenticate(r)
+	if aerr != nil {
+		if aerr.status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Basic realm="ClickHouse", charset="UTF-8"`)
+		}
+		writeError(w, aerr)
+		return
+	}
+	if who == roleReadonly {
+		select {
+		case s.outside <- struct{}{}:
+			defer func() { <-s.outside }()
+		default:
+			writeError(w, newError(http.StatusServiceUnavailable, codeTooManySimultaneous, "Too many simultaneous queries from user %s. Maximum: %d", s.cfg.Readonly.Name, s.cfg.MaxOutsideRequests))
+			return
+		}
 	}
 	opts, perr := parseOptions(r.URL.Query())
 	queryID := opts.queryID
@@ -222,14 +320,19 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, deadline tim
 	h.Set("X-ClickHouse-Query-Id", queryID)
 	h.Set("X-ClickHouse-Timezone", s.eng.tzName)
 	if opts.cors {
-		h.Set("Access-Control-Allow-Origin", "*")
+		s.allowOrigin(w, r)
 	}
 	status, kind := http.StatusOK, ""
 	defer func() {
 		s.log.Debug("chembed query", "query_id", queryID, "kind", kind, "status", status, "duration", time.Since(started))
 	}()
+	var spool string
 	fail := func(e *chError) {
 		status = e.status
+		if spool != "" && strings.Contains(e.text, spool) {
+			// The spool file's path is ours, not the client's business.
+			e.text = strings.ReplaceAll(e.text, spool, "<request data>")
+		}
 		if e.code == codeStdException {
 			s.log.Warn("chembed request failed", "query_id", queryID, "err", e.text)
 		}
@@ -239,19 +342,41 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, deadline tim
 		fail(perr)
 		return
 	}
+	for _, st := range opts.settings {
+		if isFileSetting(st.name) {
+			fail(accessDenied("setting %s is not allowed through the embedded server's HTTP interface: it names a file", st.name))
+			return
+		}
+	}
+	settings, limits := s.pipelineSettings(opts.settings), []setting(nil)
+	maxBody, maxOutput := s.cfg.MaxBodyBytes, 0
+	if who == roleReadonly {
+		var e *chError
+		if settings, limits, e = s.dashboardsSettings(opts.settings); e != nil {
+			fail(e)
+			return
+		}
+		maxBody = min(maxBody, maxOutsideQueryBytes)
+		maxOutput = int(min(s.cfg.Limits.MaxResultBytes, 1<<40))*2 + 1<<20
+	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
 		fail(newError(http.StatusNotImplemented, codeNotImplemented, "external data (multipart/form-data) is not supported by the embedded server"))
 		return
 	}
 
-	body, closeBody, err := s.requestBody(w, r, opts)
-	if err != nil {
-		fail(asChError(err, http.StatusBadRequest, codeCannotDecompress))
-		return
+	if who == rolePipeline {
+		// Bodies of outside requests are bounded by s.outside; the
+		// pipeline's wait here, within the body's own time.
+		if !s.takeBodySlot(ctx, started) {
+			fail(newError(http.StatusServiceUnavailable, codeTooManySimultaneous, "too many requests sending their bodies at once (%d)", s.cfg.MaxPipelineBodies))
+			return
+		}
 	}
-	defer closeBody()
-
-	p, err := s.plan(opts, body)
+	p, err := s.readPlan(w, r, opts, maxBody, who)
+	if who == rolePipeline {
+		<-s.bodies
+	}
+	spool = p.spool
 	if p.spool != "" {
 		defer func() {
 			if err := os.Remove(p.spool); err != nil {
@@ -263,6 +388,11 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, deadline tim
 		fail(asChError(err, http.StatusBadRequest, codeBadArguments))
 		return
 	}
+	// The body is in: from here on, reading only watches for the client
+	// going away. That read must outlast the write deadline: if it timed
+	// out first, net/http would cancel the context of every later request
+	// on this keep-alive connection.
+	_ = rc.SetReadDeadline(deadline.Add(2 * writeSlack(s.cfg.RequestTimeout)))
 	kind = p.st.kind
 	if p.sql == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		writeOK(w) // what ClickHouse answers to GET / without a query
@@ -277,14 +407,22 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, deadline tim
 	if format == "" {
 		format = "TabSeparated"
 	}
+	prio := pipelineFirst
+	if who == roleReadonly {
+		prio = outsideLast
+	}
 	out, err := s.eng.run(ctx, call{
-		database: opts.database,
-		settings: opts.settings,
-		params:   opts.params,
-		sql:      p.sql,
-		format:   format,
-		kind:     p.st.kind,
-		setNames: p.st.setNames,
+		database:  opts.database,
+		settings:  settings,
+		params:    opts.params,
+		sql:       p.sql,
+		format:    format,
+		kind:      p.st.kind,
+		setNames:  p.st.setNames,
+		priority:  prio,
+		limits:    limits,
+		readonly:  who == roleReadonly,
+		maxOutput: maxOutput,
 	})
 	if err != nil {
 		fail(asChError(err, http.StatusInternalServerError, codeStdException))
@@ -328,6 +466,24 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, deadline tim
 	}
 }
 
+// takeBodySlot waits for one of the pipeline's body slots no longer than
+// the body itself may take.
+func (s *Server) takeBodySlot(ctx context.Context, started time.Time) bool {
+	select {
+	case s.bodies <- struct{}{}:
+		return true
+	default:
+	}
+	ctx, cancel := context.WithDeadline(ctx, started.Add(min(s.cfg.BodyTimeout, s.cfg.RequestTimeout)))
+	defer cancel()
+	select {
+	case s.bodies <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // asChError keeps a *chError as it is and gives anything else the status
 // and code of the stage that failed.
 func asChError(err error, status, code int) *chError {
@@ -347,25 +503,23 @@ func asChError(err error, status, code int) *chError {
 
 // requestBody returns the body with the size limit applied, HTTP
 // Content-Encoding undone and, with decompress=1, native blocks decoded.
-func (s *Server) requestBody(w http.ResponseWriter, r *http.Request, opts options) (io.Reader, func(), error) {
-	limited := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+func (s *Server) requestBody(w http.ResponseWriter, r *http.Request, opts options, maxBytes int64) (io.Reader, func(), error) {
+	limited := http.MaxBytesReader(w, r.Body, maxBytes)
 	body, closeDecoder, err := decodeBody(limited, r.Header.Get("Content-Encoding"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("decode request body: %w", err)
 	}
 	encoded := body != io.Reader(limited)
 	// A decoder can inflate past the wire limit; bound the decoded size too.
-	body = &limitedBody{r: body, left: s.cfg.MaxBodyBytes, limit: s.cfg.MaxBodyBytes}
-	closeAll := closeDecoder
+	body = &limitedBody{r: body, left: maxBytes, limit: maxBytes}
 	if opts.decompress {
-		blocks := newBlockReader(body, int(min(s.cfg.MaxBodyBytes, 1<<30)))
-		body, closeAll = blocks, func() { blocks.Close(); closeDecoder() }
+		body = newBlockReader(body, int(min(maxBytes, 1<<30)))
 		encoded = true
 	}
 	if encoded {
 		body = decodingReader{body}
 	}
-	return body, closeAll, nil
+	return body, closeDecoder, nil
 }
 
 // decodingReader reports a failure to decode the body as ClickHouse's
@@ -417,46 +571,121 @@ type plan struct {
 	spool string // file holding INSERT data; removed after the request
 }
 
+// readPlan reads the request's body and plans its SQL, refusing what the
+// user may not run before any INSERT data is spooled.
+func (s *Server) readPlan(w http.ResponseWriter, r *http.Request, opts options, maxBody int64, who role) (plan, error) {
+	body, closeBody, err := s.requestBody(w, r, opts, maxBody)
+	if err != nil {
+		return plan{}, asChError(err, http.StatusBadRequest, codeCannotDecompress)
+	}
+	defer closeBody()
+	maxQuery := int(min(maxBody, maxPipelineQueryBytes))
+	if who == roleReadonly {
+		maxQuery = int(min(maxBody, maxOutsideQueryBytes))
+	}
+	return s.plan(opts, body, maxQuery, func(sql string, st statement) *chError { return s.checkStatement(who, sql, st) })
+}
+
+// checkStatement refuses what reaches outside the engine, for everyone,
+// and anything but reads for the dashboards user.
+func (s *Server) checkStatement(who role, sql string, st statement) *chError {
+	if who == roleReadonly && st.kind != "" && !strings.Contains(readonlyKinds, " "+st.kind+" ") {
+		return newError(http.StatusForbidden, codeReadonly, "%s: Cannot execute query in readonly mode", s.cfg.Readonly.Name)
+	}
+	return s.eng.guard.check(sql, st)
+}
+
 // plan assembles the request's SQL as ClickHouse does: the query parameter,
 // a newline, then the body. When that makes an INSERT with inline data, the
 // data goes to a spool file (binary formats cannot travel inside the query,
 // which chDB receives as a C string) and the statement reads it with FROM
-// INFILE.
-func (s *Server) plan(opts options, body io.Reader) (plan, error) {
+// INFILE. check sees the statement (without INSERT data) first.
+func (s *Server) plan(opts options, body io.Reader, maxQuery int, check func(string, statement) *chError) (plan, error) {
 	if opts.query != "" {
 		head := opts.query + "\n"
 		if st := scanStatement(head); st.insert != nil {
-			rest := io.MultiReader(strings.NewReader(head[st.insert.dataStart:]), body)
-			path, err := s.spool(rest)
-			if err != nil {
-				return plan{spool: path}, err
+			if e := check(head[:st.insert.dataStart], st); e != nil {
+				return plan{}, e
 			}
-			return plan{sql: st.insert.rewrite(head, path), st: st, spool: path}, nil
+			rest := io.MultiReader(strings.NewReader(head[st.insert.dataStart:]), body)
+			return s.spoolInsert(head, st, rest, maxQuery)
 		}
-		rest, err := io.ReadAll(body)
+		rest, truncated, err := readHead(body, maxQuery)
 		if err != nil {
 			return plan{}, fmt.Errorf("read request body: %w", err)
+		}
+		if truncated {
+			return plan{}, queryTooLarge(maxQuery)
 		}
 		sql := opts.query
 		if len(rest) > 0 {
 			sql += "\n" + string(rest)
 		}
-		return plan{sql: sql, st: scanStatement(sql)}, nil
+		st := scanStatement(sql)
+		if e := check(sql, st); e != nil {
+			return plan{}, e
+		}
+		return plan{sql: sql, st: st}, nil
 	}
-	all, err := io.ReadAll(body)
+	// Only the statement is held in memory; an INSERT's data streams on
+	// to the spool file.
+	all, truncated, err := readHead(body, maxQuery)
 	if err != nil {
 		return plan{}, fmt.Errorf("read request body: %w", err)
 	}
 	sql := string(all)
 	st := scanStatement(sql)
-	if st.insert == nil {
+	if st.insert == nil || truncated && st.insert.dataStart > maxQuery/2 {
+		// A statement cut short could end anywhere, even in what looks
+		// like the start of INSERT data.
+		if truncated {
+			return plan{}, queryTooLarge(maxQuery)
+		}
+		if e := check(sql, st); e != nil {
+			return plan{}, e
+		}
 		return plan{sql: sql, st: st}, nil
 	}
-	path, err := s.spool(strings.NewReader(sql[st.insert.dataStart:]))
+	if e := check(sql[:st.insert.dataStart], st); e != nil {
+		return plan{}, e
+	}
+	rest := io.MultiReader(strings.NewReader(sql[st.insert.dataStart:]), body)
+	return s.spoolInsert(sql[:st.insert.dataStart], st, rest, maxQuery)
+}
+
+// readHead reads up to n+1 bytes: more than n means the input is longer
+// than n (the extra byte is kept, for a caller that streams on).
+func readHead(r io.Reader, n int) ([]byte, bool, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(n)+1))
+	return b, len(b) > n, err
+}
+
+func queryTooLarge(n int) *chError {
+	return newError(http.StatusRequestEntityTooLarge, codeLimitExceeded, "query text exceeds %d bytes; send large INSERT data after a FORMAT clause", n)
+}
+
+// spoolInsert writes an INSERT's data to a spool file. The Values format
+// evaluates expressions it cannot parse as literals, so its data is SQL:
+// it goes through the guard as well, and is held to the query size.
+func (s *Server) spoolInsert(head string, st statement, data io.Reader, maxQuery int) (plan, error) {
+	if strings.EqualFold(st.insert.format, "Values") {
+		all, truncated, err := readHead(data, maxQuery)
+		if err != nil {
+			return plan{}, fmt.Errorf("read INSERT data: %w", err)
+		}
+		if truncated {
+			return plan{}, newError(http.StatusRequestEntityTooLarge, codeLimitExceeded, "VALUES data exceeds %d bytes; send large inserts in a format such as Native, RowBinary, CSV or JSONEachRow", maxQuery)
+		}
+		if e := s.eng.guard.scan(string(all), false); e != nil {
+			return plan{}, e
+		}
+		data = bytes.NewReader(all)
+	}
+	path, err := s.spool(data)
 	if err != nil {
 		return plan{spool: path}, err
 	}
-	return plan{sql: st.insert.rewrite(sql, path), st: st, spool: path}, nil
+	return plan{sql: st.insert.rewrite(head, path), st: st, spool: path}, nil
 }
 
 // spool copies INSERT data to a new file and returns its path; on error
@@ -538,10 +767,4 @@ func contentType(format string, compressed bool) string {
 
 // newQueryID makes a random UUID, as ClickHouse does for requests without
 // a query_id.
-func newQueryID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+func newQueryID() string { return uuid.NewString() }

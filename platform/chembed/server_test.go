@@ -46,7 +46,15 @@ func TestMain(m *testing.M) {
 	}
 	sharedDir = dir
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	shared, err = Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, RequestTimeout: time.Minute})
+	shared, err = Start(Config{
+		DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, RequestTimeout: time.Minute,
+		Readonly:           User{Name: dashUser, Password: dashPassword},
+		Limits:             Limits{MaxExecutionTime: dashMaxExecution},
+		CORSOrigins:        []string{corsOrigin},
+		BodyTimeout:        testBodyTimeout,
+		IdleTimeout:        testIdleTimeout,
+		MaxOutsideRequests: testMaxOutside,
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start shared server:", err)
 		os.Exit(1)
@@ -103,6 +111,13 @@ func runHelper(mode, dir string) int {
 		var p *eventRow
 		fmt.Println(p.ID)
 		return 0
+	case "auth":
+		if err := pipelinePassword(dir, logger); err != nil {
+			fmt.Println("auth error:", err)
+			return 0
+		}
+		fmt.Println("auth ok")
+		return 0
 	case "lifecycle":
 		if err := lifecycle(dir, logger); err != nil {
 			fmt.Println("lifecycle error:", err)
@@ -136,6 +151,9 @@ func lifecycle(dir string, logger *slog.Logger) error {
 	}
 	if _, err := Start(Config{DataDir: dir + "-other", Addr: "127.0.0.1:0", Logger: logger}); err == nil || !strings.Contains(err.Error(), "one per process") {
 		return fmt.Errorf("second start on another dir: got %v; want a 'one per process' error", err)
+	}
+	if status, body := rawQuery(s, "CREATE TABLE default.kept (x UInt8) ENGINE = MergeTree ORDER BY x AS SELECT 7"); status != 200 {
+		return fmt.Errorf("create a table in database default: got %d %q", status, body)
 	}
 	slow := make(chan string, 1)
 	go func() {
@@ -171,6 +189,53 @@ func lifecycle(dir string, logger *slog.Logger) error {
 	status, body = rawQuery(s2, "SELECT 41 + 1")
 	if status != 200 || body != "42\n" {
 		return fmt.Errorf("query after restart: got %d %q; want 200 \"42\\n\"", status, body)
+	}
+	// The default database is re-attached without chDB's filesystem
+	// overlay at every start; its tables must survive that.
+	status, body = rawQuery(s2, "SELECT x FROM default.kept")
+	if status != 200 || body != "7\n" {
+		return fmt.Errorf("table in database default after restart: got %d %q; want 200 \"7\\n\"", status, body)
+	}
+	return nil
+}
+
+// pipelinePassword checks, in a fresh process, a server whose pipeline
+// user has a password: requests without it are refused, clickhouse-go
+// with it works.
+func pipelinePassword(dir string, logger *slog.Logger) error {
+	s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Name: "tally", Password: "pipe-secret"}})
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer func() { _ = s.Close(context.Background()) }()
+	resp, err := http.Post("http://"+s.Addr()+"/", "text/plain", strings.NewReader("SELECT 1"))
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("X-ClickHouse-Exception-Code") != "516" {
+		return fmt.Errorf("no credentials: got %d code %q; want 401 code 516", resp.StatusCode, resp.Header.Get("X-ClickHouse-Exception-Code"))
+	}
+	for _, auth := range []clickhouse.Auth{{Username: "tally", Password: "wrong"}, {Username: "default"}} {
+		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}, Protocol: clickhouse.HTTP, Auth: auth})
+		if err != nil {
+			return err
+		}
+		err = conn.Ping(context.Background())
+		_ = conn.Close()
+		var ex *clickhouse.Exception
+		if !errors.As(err, &ex) || ex.Code != 516 {
+			return fmt.Errorf("ping as %s with password %q: got %v; want exception 516", auth.Username, auth.Password, err)
+		}
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}, Protocol: clickhouse.HTTP, Auth: clickhouse.Auth{Username: "tally", Password: "pipe-secret"}})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var n uint64
+	if err := conn.QueryRow(context.Background(), "SELECT count() FROM numbers(5)").Scan(&n); err != nil || n != 5 {
+		return fmt.Errorf("query with the password: got %d, %v; want 5", n, err)
 	}
 	return nil
 }

@@ -79,6 +79,12 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"header bound over read bound", nil, []string{"--collector.read_header_timeout", "40s"}, "collector.read_header_timeout"},
 		{"no idle timeout", nil, []string{"--collector.idle_timeout", "-1s"}, "collector.idle_timeout"},
 		{"no ingest bodies", nil, []string{"--collector.max_concurrent_bodies", "0"}, "collector.max_concurrent_bodies"},
+		{"embedded clickhouse on all interfaces without password", nil, []string{"--clickhouse.embedded_addr", "0.0.0.0:8123"}, "clickhouse.password"},
+		{"embedded clickhouse on a LAN address without dashboards password", nil,
+			[]string{"--clickhouse.embedded_addr", "10.1.2.3:8123", "--clickhouse.password", "p"}, "clickhouse.embedded_readonly_password"},
+		{"dashboards user named as the pipeline user", nil, []string{"--clickhouse.embedded_readonly_user", "default"}, "clickhouse.embedded_readonly_user"},
+		{"cors wildcard", nil, []string{"--clickhouse.embedded_cors_origins", "*"}, "clickhouse.embedded_cors_origins"},
+		{"no time limit", nil, []string{"--clickhouse.embedded_max_execution_time", "0s"}, "clickhouse.embedded_max_execution_time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -60,12 +60,20 @@ type KafkaSASL struct {
 }
 
 type ClickHouse struct {
-	Addr         string        `mapstructure:"addr"`
-	EmbeddedAddr string        `mapstructure:"embedded_addr"`
-	Database     string        `mapstructure:"database"`
-	Username     string        `mapstructure:"username"`
-	Password     string        `mapstructure:"password"`
-	TLS          tlsconf.Files `mapstructure:"tls"`
+	Addr         string `mapstructure:"addr"`
+	EmbeddedAddr string `mapstructure:"embedded_addr"`
+	Database     string `mapstructure:"database"`
+	Username     string `mapstructure:"username"`
+	Password     string `mapstructure:"password"`
+
+	// The embedded engine's dashboards user and its limits.
+	ReadonlyUser     string        `mapstructure:"embedded_readonly_user"`
+	ReadonlyPassword string        `mapstructure:"embedded_readonly_password"`
+	MaxExecutionTime time.Duration `mapstructure:"embedded_max_execution_time"`
+	MaxResultRows    int           `mapstructure:"embedded_max_result_rows"`
+	MaxResultBytes   int           `mapstructure:"embedded_max_result_bytes"`
+	CORSOrigins      []string      `mapstructure:"embedded_cors_origins"`
+	TLS              tlsconf.Files `mapstructure:"tls"`
 }
 
 // Options is what chclient.Open needs of these settings.
@@ -104,8 +112,8 @@ type Collector struct {
 	WriteTimeout        time.Duration `mapstructure:"write_timeout"`
 	IdleTimeout         time.Duration `mapstructure:"idle_timeout"`
 	MaxConcurrentBodies int           `mapstructure:"max_concurrent_bodies"`
-	AdminAddr    string        `mapstructure:"admin_addr"`
-	Auth         CollectorAuth `mapstructure:"auth"`
+	AdminAddr           string        `mapstructure:"admin_addr"`
+	Auth                CollectorAuth `mapstructure:"auth"`
 }
 
 type Aggregator struct {
@@ -168,8 +176,14 @@ func settings() []setting {
 		{"clickhouse.addr", "", "ClickHouse HTTP endpoint host:port; empty runs the embedded engine (all-in-one only)"},
 		{"clickhouse.embedded_addr", "127.0.0.1:8123", "listen address of the embedded ClickHouse HTTP interface"},
 		{"clickhouse.database", "tally", "ClickHouse database holding tally's tables"},
-		{"clickhouse.username", "default", "ClickHouse user"},
-		{"clickhouse.password", "", "ClickHouse password"},
+		{"clickhouse.username", "default", "ClickHouse user (the embedded engine's pipeline user: full access inside the engine)"},
+		{"clickhouse.password", "", "ClickHouse password; required when the embedded engine listens on a non-loopback address"},
+		{"clickhouse.embedded_readonly_user", "dashboards", "embedded engine: the read-only user for dashboards and curl (readonly, no table functions, limits below)"},
+		{"clickhouse.embedded_readonly_password", "", "embedded engine: the read-only user's password; required on a non-loopback address"},
+		{"clickhouse.embedded_max_execution_time", 3 * time.Second, "embedded engine: the read-only user's max_execution_time, which clients can only lower; pipeline queries wait at most this long behind one"},
+		{"clickhouse.embedded_max_result_rows", 1000000, "embedded engine: the read-only user's max_result_rows (clients can only lower it)"},
+		{"clickhouse.embedded_max_result_bytes", 32 << 20, "embedded engine: the read-only user's max_result_bytes (clients can only lower it)"},
+		{"clickhouse.embedded_cors_origins", []string{}, "embedded engine: browser origins allowed to read answers (CORS); never a wildcard"},
 		{"clickhouse.tls.enabled", false, "connect to ClickHouse over TLS (certificates are always verified)"},
 		{"clickhouse.tls.ca_file", "", "PEM CA bundle ClickHouse's certificate must chain to; empty: the system's roots"},
 		{"clickhouse.tls.cert_file", "", "PEM client certificate for ClickHouse (with clickhouse.tls.key_file), if it requires one"},
@@ -265,6 +279,7 @@ func (c Config) Validate() error {
 	if !identifier(c.ClickHouse.Database) {
 		bad("clickhouse.database", "got %q; want letters, digits and underscores", c.ClickHouse.Database)
 	}
+	c.validateEmbeddedClickHouse(bad)
 	if c.Redis.Addr != "" {
 		checkHostPort(bad, "redis.addr", c.Redis.Addr)
 	}
@@ -333,6 +348,54 @@ func (c Config) Validate() error {
 	}
 	positive(bad, "shutdown.timeout", c.Shutdown.Timeout)
 	return errors.Join(errs...)
+}
+
+// validateEmbeddedClickHouse checks the embedded engine's users and limits. An engine anyone on
+// the network can reach must have passwords: without them its users could read every table and
+// the pipeline user could change them.
+func (c Config) validateEmbeddedClickHouse(bad func(string, string, ...any)) {
+	ch := c.ClickHouse
+	if !identifier(ch.ReadonlyUser) {
+		bad("clickhouse.embedded_readonly_user", "got %q; want letters, digits and underscores", ch.ReadonlyUser)
+	} else if ch.ReadonlyUser == ch.Username {
+		bad("clickhouse.embedded_readonly_user", "got %q, the same as clickhouse.username; want a different user", ch.ReadonlyUser)
+	}
+	if ch.MaxExecutionTime < 100*time.Millisecond {
+		bad("clickhouse.embedded_max_execution_time", "got %s; want at least 100ms", ch.MaxExecutionTime)
+	}
+	if ch.MaxResultRows < 1 {
+		bad("clickhouse.embedded_max_result_rows", "got %d; want at least 1", ch.MaxResultRows)
+	}
+	if ch.MaxResultBytes < 1024 {
+		bad("clickhouse.embedded_max_result_bytes", "got %d; want at least 1024", ch.MaxResultBytes)
+	}
+	for _, o := range ch.CORSOrigins {
+		if o == "*" || !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
+			bad("clickhouse.embedded_cors_origins", "got %q; want origins such as https://grafana.example.com, never *", o)
+		}
+	}
+	if ch.Addr == "" && !loopbackAddr(ch.EmbeddedAddr) {
+		if ch.Password == "" {
+			bad("clickhouse.password", "must be set when clickhouse.embedded_addr (%s) is not a loopback address: anyone reaching it would have the pipeline user's rights", ch.EmbeddedAddr)
+		}
+		if ch.ReadonlyPassword == "" {
+			bad("clickhouse.embedded_readonly_password", "must be set when clickhouse.embedded_addr (%s) is not a loopback address", ch.EmbeddedAddr)
+		}
+	}
+}
+
+// loopbackAddr reports whether a listen address accepts connections from this machine only; an
+// empty host listens on every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func positive(bad func(string, string, ...any), key string, d time.Duration) {

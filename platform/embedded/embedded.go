@@ -55,7 +55,20 @@ func Parts(cfg *config.Config, logger *slog.Logger) []lifecycle.Part {
 				if err != nil {
 					return err
 				}
-				s, err = chembed.Start(chembed.Config{DataDir: dir, Addr: cfg.ClickHouse.EmbeddedAddr, Logger: logger.With("part", "clickhouse")})
+				ch := cfg.ClickHouse
+				s, err = chembed.Start(chembed.Config{
+					DataDir:  dir,
+					Addr:     ch.EmbeddedAddr,
+					Logger:   logger.With("part", "clickhouse"),
+					Pipeline: chembed.User{Name: ch.Username, Password: ch.Password},
+					Readonly: chembed.User{Name: ch.ReadonlyUser, Password: ch.ReadonlyPassword},
+					Limits: chembed.Limits{
+						MaxExecutionTime: ch.MaxExecutionTime,
+						MaxResultRows:    uint64(ch.MaxResultRows),
+						MaxResultBytes:   uint64(ch.MaxResultBytes),
+					},
+					CORSOrigins: ch.CORSOrigins,
+				})
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,75 @@
+package chembed
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestGateServesPipelineFirst queues outside and pipeline callers behind a
+// held gate: on release every pipeline caller goes before any outside one,
+// each kind in arrival order, and a caller that gives up leaves the queue.
+func TestGateServesPipelineFirst(t *testing.T) {
+	var g gate
+	if err := g.acquire(context.Background(), outsideLast); err != nil {
+		t.Fatalf("acquire a free gate: %v", err)
+	}
+	order := make(chan string, 8)
+	enqueue := func(name string, p priority) {
+		before := queued(&g, p)
+		go func() {
+			if err := g.acquire(context.Background(), p); err != nil {
+				order <- name + " failed"
+				return
+			}
+			order <- name
+			g.release()
+		}()
+		waitQueued(t, &g, p, before, name)
+	}
+	enqueue("outside 1", outsideLast)
+	enqueue("pipeline 1", pipelineFirst)
+	enqueue("outside 2", outsideLast)
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	before := queued(&g, pipelineFirst)
+	go func() { gaveUp <- g.acquire(ctx, pipelineFirst) }()
+	waitQueued(t, &g, pipelineFirst, before, "pipeline giving up")
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Fatalf("cancelled acquire: got nil; want the context's error")
+	}
+	enqueue("pipeline 2", pipelineFirst)
+	g.release()
+	want := []string{"pipeline 1", "pipeline 2", "outside 1", "outside 2"}
+	for i, w := range want {
+		select {
+		case got := <-order:
+			if got != w {
+				t.Fatalf("turn %d: got %q; want %q", i, got, w)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("turn %d: nobody got the gate; want %q", i, w)
+		}
+	}
+	if err := g.acquire(context.Background(), outsideLast); err != nil {
+		t.Fatalf("acquire after everyone left: %v", err)
+	}
+	g.release()
+}
+
+func queued(g *gate, p priority) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiting[p])
+}
+
+func waitQueued(t *testing.T, g *gate, p priority, before int, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if queued(g, p) > before {
+			return
+		}
+	}
+	t.Fatalf("%s never queued", name)
+}
