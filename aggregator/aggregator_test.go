@@ -21,15 +21,15 @@ func TestMain(m *testing.M) {
 }
 
 // A table or view dropped behind the migrations' back (they stay recorded as applied) is
-// re-created when the aggregator starts again, and the rollup chain works through it.
+// re-created when the aggregator starts again, and the totals work through it.
 func TestStartRecreatesDroppedSchemaObjects(t *testing.T) {
 	tests := []struct {
 		name string
 		drop string
 	}{
-		{"all-time totals", "DROP TABLE views_total"},
-		{"a rollup's materialized view", "DROP TABLE views_total_mv"},
-		{"the deltas every rollup reads", "DROP TABLE view_deltas"},
+		{"the all-time totals view", "DROP TABLE views_total"},
+		{"the all-time totals by day", "DROP TABLE views_total_by_day"},
+		{"the deltas every rollup is repaired from", "DROP TABLE view_deltas"},
 		{"the sketches", "DROP TABLE unique_viewers"},
 		{"the dead letters", "DROP TABLE dead_letters"},
 	}
@@ -55,7 +55,7 @@ func TestStartRecreatesDroppedSchemaObjects(t *testing.T) {
 			}
 			defer conn.Close()
 			var missing uint64
-			if err := conn.QueryRow(ctx, `SELECT count() FROM (SELECT arrayJoin(['view_deltas', 'views_total', 'views_total_mv', 'unique_viewers', 'dead_letters']) AS name)
+			if err := conn.QueryRow(ctx, `SELECT count() FROM (SELECT arrayJoin(['view_deltas', 'views_total', 'views_total_by_day', 'unique_viewers', 'dead_letters']) AS name)
 				WHERE name NOT IN (SELECT name FROM system.tables WHERE database = currentDatabase())`).Scan(&missing); err != nil {
 				t.Fatal(err)
 			}
@@ -63,6 +63,10 @@ func TestStartRecreatesDroppedSchemaObjects(t *testing.T) {
 				t.Fatalf("after %s and a restart: got %d objects missing; want none", tt.drop, missing)
 			}
 			if err := conn.Exec(ctx, "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views) VALUES (0, 1, now(), 'x', now(), 3)"); err != nil {
+				t.Fatal(err)
+			}
+			// The aggregator writes the rollups after the deltas; the view sums the days.
+			if err := conn.Exec(ctx, "INSERT INTO views_total_by_day (item_id, day, views) VALUES ('x', today(), 3)"); err != nil {
 				t.Fatal(err)
 			}
 			var total uint64

@@ -148,19 +148,47 @@ func Apply(ctx context.Context, conn driver.Conn, logger *slog.Logger) (uint32, 
 	return version, nil
 }
 
-// createRe matches a statement creating a table or view, capturing the object's name.
-var createRe = regexp.MustCompile(`(?is)^CREATE\s+(?:MATERIALIZED\s+VIEW|VIEW|TABLE)\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\b`)
+// createRe matches a statement creating a table or view, capturing the object's name; dropRe a
+// statement dropping one, and renameRe one renaming one (its old name is gone).
+var (
+	createRe = regexp.MustCompile(`(?is)^CREATE\s+(?:MATERIALIZED\s+VIEW|VIEW|TABLE)\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\b`)
+	dropRe   = regexp.MustCompile(`(?is)^DROP\s+(?:VIEW|TABLE)\s+IF\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\b`)
+	renameRe = regexp.MustCompile(`(?is)^RENAME\s+TABLE\s+(?:IF\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)\s+TO\b`)
+)
 
-// creates returns the objects m's statements create, with the statement creating each.
-func (m Migration) creates() (names []string, stmt map[string]string) {
-	stmt = map[string]string{}
-	for _, s := range m.Statements {
-		if g := createRe.FindStringSubmatch(s); g != nil {
-			names = append(names, g[1])
-			stmt[g[1]] = s
+// schemaObject is a table or view the migrations leave in place, with the statement that
+// creates it and the migration it comes from.
+type schemaObject struct {
+	name, stmt string
+	m          Migration
+}
+
+// objects returns what ms create and leave in place, in the order they were last created: an
+// object a later migration drops or renames away is not expected, and one created again (a
+// table replaced by a view of the same name) is expected as it was created last.
+func objects(ms []Migration) []schemaObject {
+	var out []schemaObject
+	remove := func(name string) {
+		for i, o := range out {
+			if o.name == name {
+				out = append(out[:i], out[i+1:]...)
+				return
+			}
 		}
 	}
-	return names, stmt
+	for _, m := range ms {
+		for _, s := range m.Statements {
+			if g := createRe.FindStringSubmatch(s); g != nil {
+				remove(g[1])
+				out = append(out, schemaObject{g[1], s, m})
+			} else if g := dropRe.FindStringSubmatch(s); g != nil {
+				remove(g[1])
+			} else if g := renameRe.FindStringSubmatch(s); g != nil {
+				remove(g[1])
+			}
+		}
+	}
+	return out
 }
 
 // Repair re-creates every table or view of the migrations that is missing from the connection's
@@ -190,20 +218,17 @@ func Repair(ctx context.Context, conn driver.Conn, logger *slog.Logger) ([]strin
 		return nil, fmt.Errorf("check schema: list tables: %w", err)
 	}
 	var repaired []string
-	for _, m := range ms {
-		names, stmt := m.creates()
-		for _, n := range names {
-			if existing[n] {
-				continue
-			}
-			if err := conn.Exec(ctx, stmt[n]); err != nil {
-				return repaired, fmt.Errorf("schema check: %s of migration %03d_%s is missing and re-creating it failed (restore it by hand, or drop the database to start over): %w",
-					n, m.Version, m.Name, err)
-			}
-			existing[n] = true
-			repaired = append(repaired, n)
-			logger.Warn("schema object was missing; re-created empty", "object", n, "migration", fmt.Sprintf("%03d_%s", m.Version, m.Name))
+	for _, o := range objects(ms) {
+		if existing[o.name] {
+			continue
 		}
+		if err := conn.Exec(ctx, o.stmt); err != nil {
+			return repaired, fmt.Errorf("schema check: %s of migration %03d_%s is missing and re-creating it failed (restore it by hand, or drop the database to start over): %w",
+				o.name, o.m.Version, o.m.Name, err)
+		}
+		existing[o.name] = true
+		repaired = append(repaired, o.name)
+		logger.Warn("schema object was missing; re-created empty", "object", o.name, "migration", fmt.Sprintf("%03d_%s", o.m.Version, o.m.Name))
 	}
 	return repaired, nil
 }
