@@ -76,9 +76,11 @@ func TestPoisonRecordsSetAside(t *testing.T) {
 		return n
 	}
 	// The good record after the bad ones is counted: counting went on.
+	// The rollups are written after the deltas, in their own INSERTs.
 	testinfra.WaitFor(t, 20*time.Second, "both good views counted", func() (bool, string) {
 		n := query("SELECT toUInt64(sum(views)) FROM view_deltas WHERE item_id = ?", item)
-		return n >= 2, fmt.Sprintf("%d counted", n)
+		r := query("SELECT toUInt64(sum(views)) FROM views_total WHERE item_id = ?", item)
+		return n >= 2 && r >= 2, fmt.Sprintf("%d counted, %d in the all-time total", n, r)
 	})
 	tests := []struct {
 		name  string

@@ -154,13 +154,16 @@ var (
 	createRe = regexp.MustCompile(`(?is)^CREATE\s+(?:MATERIALIZED\s+VIEW|VIEW|TABLE)\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\b`)
 	dropRe   = regexp.MustCompile(`(?is)^DROP\s+(?:VIEW|TABLE)\s+IF\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\b`)
 	renameRe = regexp.MustCompile(`(?is)^RENAME\s+TABLE\s+(?:IF\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)\s+TO\b`)
+	alterRe  = regexp.MustCompile(`(?is)^ALTER\s+TABLE\s+([A-Za-z_][A-Za-z0-9_]*)\s`)
 )
 
-// schemaObject is a table or view the migrations leave in place, with the statement that
-// creates it and the migration it comes from.
+// schemaObject is a table or view the migrations leave in place, with the statements that make
+// it as it is now (its CREATE, then every later ALTER of it, all idempotent) and the migration
+// that created it.
 type schemaObject struct {
-	name, stmt string
-	m          Migration
+	name  string
+	stmts []string
+	m     Migration
 }
 
 // objects returns what ms create and leave in place, in the order they were last created: an
@@ -180,7 +183,13 @@ func objects(ms []Migration) []schemaObject {
 		for _, s := range m.Statements {
 			if g := createRe.FindStringSubmatch(s); g != nil {
 				remove(g[1])
-				out = append(out, schemaObject{g[1], s, m})
+				out = append(out, schemaObject{g[1], []string{s}, m})
+			} else if g := alterRe.FindStringSubmatch(s); g != nil {
+				for i := range out {
+					if out[i].name == g[1] {
+						out[i].stmts = append(out[i].stmts, s)
+					}
+				}
 			} else if g := dropRe.FindStringSubmatch(s); g != nil {
 				remove(g[1])
 			} else if g := renameRe.FindStringSubmatch(s); g != nil {
@@ -222,9 +231,11 @@ func Repair(ctx context.Context, conn driver.Conn, logger *slog.Logger) ([]strin
 		if existing[o.name] {
 			continue
 		}
-		if err := conn.Exec(ctx, o.stmt); err != nil {
-			return repaired, fmt.Errorf("schema check: %s of migration %03d_%s is missing and re-creating it failed (restore it by hand, or drop the database to start over): %w",
-				o.name, o.m.Version, o.m.Name, err)
+		for _, stmt := range o.stmts {
+			if err := conn.Exec(ctx, stmt); err != nil {
+				return repaired, fmt.Errorf("schema check: %s of migration %03d_%s is missing and re-creating it failed (restore it by hand, or drop the database to start over): %w",
+					o.name, o.m.Version, o.m.Name, err)
+			}
 		}
 		existing[o.name] = true
 		repaired = append(repaired, o.name)
