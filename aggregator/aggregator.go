@@ -48,13 +48,13 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		},
 		{
 			// The item totals the collector reads; a Redis that is down only delays them.
-			Name:  "aggregator redis",
+			Name: "aggregator redis",
 			Start: func(context.Context) error {
 				var err error
 				rdb, err = redisclient.New(cfg.Redis.Options())
 				return err
 			},
-			Stop:  func(context.Context) error { return rdb.Close() },
+			Stop: func(context.Context) error { return rdb.Close() },
 		},
 		{
 			Name: "views consumer",

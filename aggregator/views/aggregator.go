@@ -45,8 +45,8 @@ type Aggregator struct {
 	logger *slog.Logger
 
 	tot        *totals.Store
-	partitions int // of the views topic, to map items to partitions when rebuilding Redis
-	progress progress // for readiness (health.go)
+	partitions int      // of the views topic, to map items to partitions when rebuilding Redis
+	progress   progress // for readiness (health.go)
 
 	mu         sync.Mutex
 	parts      map[int32]*partition

@@ -121,4 +121,3 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	post(b, 3)
 	check("after an outage of redis", true)
 }
-
