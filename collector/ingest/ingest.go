@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,8 @@ type Handler struct {
 	now    func() time.Time
 	logger *slog.Logger
 	events *prometheus.CounterVec
+	// builders holds *recordBuilder of batches Kafka has acknowledged, for reuse.
+	builders sync.Pool
 }
 
 // New returns a handler producing to cl. now is the server clock used for absent or bounded ts.
@@ -96,7 +99,7 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 	now := h.now()
 	resp := batchResponse{Rejected: []Rejection{}}
 	recs := make([]*kgo.Record, 0, bytes.Count(body, []byte{'\n'})+1)
-	rb := newRecordBuilder(cap(recs), len(body))
+	rb := h.recordBuilder(cap(recs), len(body))
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
 	line := 0
@@ -125,9 +128,12 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 		return api.JSON(w, http.StatusBadRequest, resp)
 	}
 	if err := h.produce(r.Context(), recs); err != nil {
+		// Records may still be in flight: the builder is not reused.
 		h.events.WithLabelValues("view", "unavailable").Add(float64(len(recs)))
 		return h.unavailable(w, err)
 	}
+	// Every record is acknowledged, so the producer holds none of them any more.
+	h.builders.Put(rb)
 	h.events.WithLabelValues("view", "accepted").Add(float64(len(recs)))
 	resp.Accepted = len(recs)
 	return api.JSON(w, http.StatusAccepted, resp)
@@ -175,8 +181,9 @@ func viewRecord(v schemas.View) *kgo.Record {
 	return &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: schemas.AppendView(nil, v)}
 }
 
-// recordBuilder makes the Kafka records of one batch out of two allocations, one for the
-// records and one for their keys and values, instead of three allocations per view.
+// recordBuilder makes the Kafka records of one batch in two buffers, one for the records and
+// one for their keys and values, instead of three allocations per view. A builder is reused
+// (Handler.builders) once Kafka has acknowledged all its records, never before.
 type recordBuilder struct {
 	recs []kgo.Record
 	buf  []byte
@@ -187,6 +194,16 @@ type recordBuilder struct {
 // aside); beyond either it allocates more, leaving built records where they are.
 func newRecordBuilder(n, size int) *recordBuilder {
 	return &recordBuilder{recs: make([]kgo.Record, 0, n), buf: make([]byte, 0, size)}
+}
+
+// recordBuilder returns an empty builder for about n records of size bytes, reused if one is free.
+func (h *Handler) recordBuilder(n, size int) *recordBuilder {
+	rb, _ := h.builders.Get().(*recordBuilder)
+	if rb == nil || cap(rb.recs) < n || cap(rb.buf) < size {
+		return newRecordBuilder(n, size)
+	}
+	rb.recs, rb.buf = rb.recs[:0], rb.buf[:0]
+	return rb
 }
 
 // view returns v's record, as viewRecord builds it.
