@@ -40,7 +40,9 @@ var errShort = errors.New("truncated record")
 // DecodeView reads a view from a record value and validates it: the log can hold records that
 // never passed the collector (written straight to Kafka, by an old or broken producer), and what
 // is counted and stored must be what the collector would have accepted. Ids must pass CheckID
-// and the time must lie in [MinEventTS, MaxEventTS). The returned strings do not alias b.
+// and the time must lie in [MinEventTS, MaxEventTS). The returned strings do not alias b; they
+// share one copy of the record's string bytes, so a decode costs one allocation, not one per
+// field.
 func DecodeView(b []byte) (View, error) {
 	r, err := header(b, KindView)
 	if err != nil {
@@ -87,17 +89,18 @@ func DecodeLike(b []byte) (Like, error) {
 	return l, nil
 }
 
-func header(b []byte, want Kind) (*reader, error) {
+// header checks the version and kind bytes and returns a reader over a copy of the rest.
+func header(b []byte, want Kind) (reader, error) {
 	if len(b) < 2 {
-		return nil, fmt.Errorf("decode %s: %w", want, errShort)
+		return reader{}, fmt.Errorf("decode %s: %w", want, errShort)
 	}
 	if b[0] != wireVersion {
-		return nil, fmt.Errorf("decode %s: unknown wire version %d", want, b[0])
+		return reader{}, fmt.Errorf("decode %s: unknown wire version %d", want, b[0])
 	}
 	if Kind(b[1]) != want {
-		return nil, fmt.Errorf("decode %s: record is a %s", want, Kind(b[1]))
+		return reader{}, fmt.Errorf("decode %s: record is a %s", want, Kind(b[1]))
 	}
-	return &reader{b: b[2:], kind: want}, nil
+	return reader{s: string(b[2:]), kind: want}, nil
 }
 
 func appendString(dst []byte, s string) []byte {
@@ -105,29 +108,34 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
+// reader reads fields from s, a copy of the record after its header: strings are substrings
+// of it. The first failure sticks in err and makes every later read return a zero value.
 type reader struct {
-	b    []byte
+	s    string
 	kind Kind
 	err  error
 }
 
 func (r *reader) int64() int64 {
-	if r.err != nil || len(r.b) < 8 {
+	if r.err != nil || len(r.s) < 8 {
 		r.fail()
 		return 0
 	}
-	v := int64(binary.BigEndian.Uint64(r.b))
-	r.b = r.b[8:]
-	return v
+	var v uint64
+	for i := range 8 {
+		v = v<<8 | uint64(r.s[i])
+	}
+	r.s = r.s[8:]
+	return int64(v)
 }
 
 func (r *reader) byte() byte {
-	if r.err != nil || len(r.b) < 1 {
+	if r.err != nil || len(r.s) < 1 {
 		r.fail()
 		return 0
 	}
-	c := r.b[0]
-	r.b = r.b[1:]
+	c := r.s[0]
+	r.s = r.s[1:]
 	return c
 }
 
@@ -135,14 +143,36 @@ func (r *reader) string() string {
 	if r.err != nil {
 		return ""
 	}
-	n, k := binary.Uvarint(r.b)
-	if k <= 0 || n > MaxIDLen*4 || uint64(len(r.b)-k) < n {
+	n, k := uvarint(r.s)
+	if k <= 0 || n > MaxIDLen*4 || uint64(len(r.s)-k) < n {
 		r.fail()
 		return ""
 	}
-	s := string(r.b[k : k+int(n)])
-	r.b = r.b[k+int(n):]
+	s := r.s[k : k+int(n)]
+	r.s = r.s[k+int(n):]
 	return s
+}
+
+// uvarint is binary.Uvarint on a string: the value and the bytes read, 0 if s ends first,
+// negative if the value overflows 64 bits.
+func uvarint(s string) (uint64, int) {
+	var x uint64
+	var shift uint
+	for i := 0; i < len(s); i++ {
+		if i == binary.MaxVarintLen64 {
+			return 0, -(i + 1)
+		}
+		c := s[i]
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				return 0, -(i + 1)
+			}
+			return x | uint64(c)<<shift, i + 1
+		}
+		x |= uint64(c&0x7f) << shift
+		shift += 7
+	}
+	return 0, 0
 }
 
 func (r *reader) fail() {
@@ -152,8 +182,8 @@ func (r *reader) fail() {
 }
 
 func (r *reader) done() error {
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%d trailing bytes", len(r.b))
+	if r.err == nil && len(r.s) != 0 {
+		r.err = fmt.Errorf("%d trailing bytes", len(r.s))
 	}
 	if r.err != nil {
 		return fmt.Errorf("decode %s: %w", r.kind, r.err)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/axiomhq/hyperloglog"
+	metro "github.com/dgryski/go-metro"
 
 	"tally/aggregator/dedupe"
 	"tally/schemas"
@@ -43,7 +44,16 @@ type sketch struct {
 	loaded  bool // merged with the stored version, so writing it loses nothing
 	dirty   bool
 	touched time.Time
+	// all is, for a day sketch, the item's all-time sketch, so that a record costs one map
+	// lookup rather than two; it is looked up again once evicted (dropped from the map).
+	all     *sketch
+	evicted bool
 }
+
+// viewerHash is the 64-bit hash a viewer id enters the sketches with. It is the hash axiomhq's
+// Insert applies (metro, seed 1337), so sketches stored before and after agree; computing it
+// once serves both sketches a view goes into.
+func viewerHash(viewer string) uint64 { return metro.Hash64([]byte(viewer), 1337) }
 
 type stateRow struct {
 	pair uint64
@@ -116,9 +126,13 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 		}
 		return
 	}
-	day := int32(floorDiv(v.TS, 86_400_000))
-	p.touch(sketchKey{v.ItemID, day}, v.ViewerID, now)
-	p.touch(sketchKey{v.ItemID, allTime}, v.ViewerID, now)
+	h := viewerHash(v.ViewerID)
+	ds := p.sketch(sketchKey{v.ItemID, int32(floorDiv(v.TS, 86_400_000))})
+	if ds.all == nil || ds.all.evicted {
+		ds.all = p.sketch(sketchKey{v.ItemID, allTime})
+	}
+	ds.insert(h, now)
+	ds.all.insert(h, now)
 	if !counted {
 		return
 	}
@@ -128,13 +142,19 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 	}
 }
 
-func (p *partition) touch(k sketchKey, viewer string, now time.Time) {
+// sketch returns the sketch of k, created empty if the partition holds none.
+func (p *partition) sketch(k sketchKey) *sketch {
 	s := p.sketches[k]
 	if s == nil {
 		s = &sketch{hll: hyperloglog.New14()}
 		p.sketches[k] = s
 	}
-	s.hll.Insert([]byte(viewer))
+	return s
+}
+
+// insert adds a viewer by its viewerHash.
+func (s *sketch) insert(h uint64, now time.Time) {
+	s.hll.InsertHash(h)
 	s.dirty = true
 	s.touched = now
 }
@@ -162,6 +182,7 @@ func (p *partition) markSketched(end int64, now time.Time, idle time.Duration) {
 		s.dirty = false
 		if now.Sub(s.touched) > idle {
 			delete(p.sketches, k)
+			s.evicted = true
 		}
 	}
 }

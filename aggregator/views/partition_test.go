@@ -1,11 +1,14 @@
 package views
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/axiomhq/hyperloglog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/schemas"
@@ -158,5 +161,56 @@ func TestProcessIgnoresOffsetsAlreadyApplied(t *testing.T) {
 	}
 	if a.parts[0].next != 12 {
 		t.Errorf("got next offset %d; want 12", a.parts[0].next)
+	}
+}
+
+// Sketches are filled with viewerHash through InsertHash; they must come out byte for byte as
+// axiomhq's Insert makes them, or the stored sketches and the new ones would count a viewer twice.
+func TestViewerHashIsInsertHash(t *testing.T) {
+	for _, n := range []int{1, 100, 5000} { // sparse, and past the switch to dense registers
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			byInsert, byHash := hyperloglog.New14(), hyperloglog.New14()
+			for i := range n {
+				viewer := "viewer-" + strconv.Itoa(i*7919)
+				byInsert.Insert([]byte(viewer))
+				byHash.InsertHash(viewerHash(viewer))
+			}
+			a, err := byInsert.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := byHash.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(a, b) {
+				t.Errorf("got a sketch of %d bytes (estimate %d) by hash; want the %d bytes (estimate %d) Insert makes",
+					len(b), byHash.Estimate(), len(a), byInsert.Estimate())
+			}
+		})
+	}
+}
+
+// A day sketch keeps a pointer to its item's all-time sketch. If the all-time sketch is evicted
+// while the day sketch stays (possible when the clock steps back between records), the next view
+// must go into an all-time sketch the partition holds, not into the evicted one.
+func TestAllTimeSketchLookedUpAgainAfterEviction(t *testing.T) {
+	t1 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ts := t1.UnixMilli()
+	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
+	p.process(0, view("i", "a", ts), t1)
+	p.process(1, view("i", "b", ts-86_400_000), t1.Add(-2*time.Minute)) // the clock stepped back
+	p.markSketched(p.next, t1.Add(30*time.Second), time.Minute)
+	day := sketchKey{"i", int32(ts / 86_400_000)}
+	if _, ok := p.sketches[day]; !ok || len(p.sketches) != 1 {
+		t.Fatalf("got %d sketches after eviction; want only the day sketch %v", len(p.sketches), day)
+	}
+	p.process(2, view("i", "c", ts), t1.Add(30*time.Second))
+	all := p.sketches[sketchKey{"i", allTime}]
+	if all == nil || all.hll.Estimate() != 1 || !all.dirty {
+		t.Fatalf("got all-time sketch %+v after a view; want a dirty one holding 1 viewer", all)
+	}
+	if p.sketches[day].all != all {
+		t.Errorf("got the day sketch pointing at another all-time sketch; want the one the partition holds")
 	}
 }
