@@ -28,39 +28,28 @@ func rollups() []rollup {
 	}
 }
 
-type bucketKey struct {
-	item   string
-	bucket int64 // Unix seconds of the bucket's start
-}
-
-// writeRollups adds the batches of parts to every rollup, one INSERT per table. Each INSERT is
-// one part; a crash between them leaves the batch's rollups incomplete, which the next owner
-// finds through the batch's marker (rolled_up_to) and repairs.
+// writeRollups adds the batches of parts to every rollup in one INSERT into view_rollup_input,
+// whose materialized views fill the four tables. One statement keeps the tables from being
+// written apart by anything but a server crash inside it, and a batch whose rollups a crash
+// left incomplete is found through its marker (rolled_up_to) and repaired.
 func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
-	for _, r := range rollups() {
-		sums := map[bucketKey]int64{}
-		for _, p := range parts {
-			for k, n := range p.deltas {
-				b := floorDiv(k.second, r.width) * r.width
-				sums[bucketKey{k.item, b}] += int64(n)
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_rollup_input (item_id, second, views)")
+	if err != nil {
+		return fmt.Errorf("prepare rollup insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		for k, n := range p.deltas {
+			if err := b.Append(k.item, time.Unix(k.second, 0).UTC(), int64(n)); err != nil {
+				return fmt.Errorf("append rollup row of partition %d: %w", p.id, err)
 			}
 		}
-		if len(sums) == 0 {
-			continue
-		}
-		b, err := s.conn.PrepareBatch(ctx, fmt.Sprintf("INSERT INTO %s (item_id, %s, views)", r.table, r.column))
-		if err != nil {
-			return fmt.Errorf("prepare %s insert: %w", r.table, err)
-		}
-		for k, n := range sums {
-			if err := b.Append(k.item, time.Unix(k.bucket, 0).UTC(), n); err != nil {
-				b.Abort()
-				return fmt.Errorf("append %s row: %w", r.table, err)
-			}
-		}
-		if err := b.Send(); err != nil {
-			return fmt.Errorf("insert %s: %w", r.table, err)
-		}
+	}
+	if b.Rows() == 0 {
+		return nil
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert rollups: %w", err)
 	}
 	return nil
 }

@@ -1,12 +1,13 @@
 -- Views: rollups exact after kill -9 of ClickHouse itself, and fencing of zombie aggregators
 -- (docs/EXACTLY_ONCE.md).
 --
--- Materialized views wrote the rollups as separate parts inside the deltas INSERT, with no
--- envelope around the parts: a server killed in the middle kept the deltas and lost rollup
--- blocks. The aggregator now writes every rollup itself, one INSERT per table after the deltas
--- INSERT, and repairs the rollups of the batches it cannot vouch for by comparing them with the
--- deltas (the source of truth). A correction can be negative (a zombie's batch undone), so the
--- rollups' views are signed.
+-- Materialized views on view_deltas wrote the rollups as separate parts inside the deltas
+-- INSERT, with no envelope around the parts: a server killed in the middle kept the deltas and
+-- lost rollup blocks, or the reverse. The aggregator now writes the rollups in an INSERT of its
+-- own, into view_rollup_input (a Null table whose materialized views fill every rollup), only
+-- after the deltas INSERT succeeded, and repairs the rollups of the batches it cannot vouch for
+-- by comparing them with the deltas (the source of truth). A correction can be negative (a
+-- zombie's batch undone), so the rollups' views are signed.
 DROP VIEW IF EXISTS views_by_minute_mv;
 DROP VIEW IF EXISTS views_by_hour_mv;
 DROP VIEW IF EXISTS views_by_day_mv;
@@ -38,6 +39,17 @@ WHERE views != 0 AND (SELECT count() FROM views_total_by_day) = 0;
 DROP TABLE IF EXISTS views_total_legacy;
 CREATE VIEW IF NOT EXISTS views_total AS
 SELECT item_id, sum(views) AS views FROM views_total_by_day GROUP BY item_id;
+
+-- One INSERT of a flush's per-(item, second) views fills every rollup. It keeps nothing itself.
+CREATE TABLE IF NOT EXISTS view_rollup_input (item_id String, second DateTime('UTC'), views Int64) ENGINE = Null;
+CREATE MATERIALIZED VIEW IF NOT EXISTS views_by_minute_rollup TO views_by_minute AS
+SELECT item_id, toStartOfMinute(second) AS minute, sum(views) AS views FROM view_rollup_input GROUP BY item_id, minute;
+CREATE MATERIALIZED VIEW IF NOT EXISTS views_by_hour_rollup TO views_by_hour AS
+SELECT item_id, toStartOfHour(second) AS hour, sum(views) AS views FROM view_rollup_input GROUP BY item_id, hour;
+CREATE MATERIALIZED VIEW IF NOT EXISTS views_by_day_rollup TO views_by_day AS
+SELECT item_id, toDate(second) AS day, sum(views) AS views FROM view_rollup_input GROUP BY item_id, day;
+CREATE MATERIALIZED VIEW IF NOT EXISTS views_total_by_day_rollup TO views_total_by_day AS
+SELECT item_id, toDate(second) AS day, sum(views) AS views FROM view_rollup_input GROUP BY item_id, day;
 
 -- The marker row of a batch carries the epoch of the claim it was written under and the end
 -- offset up to which the partition's rollups were complete when it was written (-1: unknown,
