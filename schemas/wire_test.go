@@ -1,9 +1,9 @@
 package schemas
 
 import (
-	"strings"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
