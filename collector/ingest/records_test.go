@@ -71,7 +71,7 @@ func TestReusedBuildersKeepAcceptedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	const posters, batches, lines = 8, 5, 200
-	cfg := Config{MaxBodyBytes: 1 << 20, MaxLines: lines, Bounds: schemas.TimeBounds{Future: time.Minute, Late: time.Hour}}
+	cfg := Config{MaxBodyBytes: 1 << 20, MaxLines: lines, MaxConcurrentBodies: posters, Bounds: schemas.TimeBounds{Future: time.Minute, Late: time.Hour}}
 	h := New(cfg, cl, time.Now, quiet, prometheus.NewRegistry())
 	mux := http.NewServeMux()
 	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
