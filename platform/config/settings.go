@@ -374,7 +374,7 @@ func (c Config) validateEmbeddedClickHouse(bad func(string, string, ...any)) {
 			bad("clickhouse.embedded_cors_origins", "got %q; want origins such as https://grafana.example.com, never *", o)
 		}
 	}
-	if ch.Addr == "" && !loopbackAddr(ch.EmbeddedAddr) {
+	if ch.Addr == "" && !Loopback(ch.EmbeddedAddr) {
 		if ch.Password == "" {
 			bad("clickhouse.password", "must be set when clickhouse.embedded_addr (%s) is not a loopback address: anyone reaching it would have the pipeline user's rights", ch.EmbeddedAddr)
 		}
@@ -382,20 +382,6 @@ func (c Config) validateEmbeddedClickHouse(bad func(string, string, ...any)) {
 			bad("clickhouse.embedded_readonly_password", "must be set when clickhouse.embedded_addr (%s) is not a loopback address", ch.EmbeddedAddr)
 		}
 	}
-}
-
-// loopbackAddr reports whether a listen address accepts connections from this machine only; an
-// empty host listens on every interface.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func positive(bad func(string, string, ...any), key string, d time.Duration) {
