@@ -1,12 +1,13 @@
 package load
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // viewsMetrics are the aggregator's counters at one moment.
@@ -35,25 +36,50 @@ func scrapeViewsMetrics(ctx context.Context, cl *http.Client, base string) views
 }
 
 // metricSum adds up every sample of metric name (all label sets) in a Prometheus text
-// exposition; ok is false when there is none.
+// exposition; ok is false when there is none. A histogram's _sum and _count are named as in the
+// text. Parsing is prometheus/common's, the format's reference parser.
 func metricSum(text []byte, name string) (sum float64, ok bool) {
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, found := strings.CutPrefix(line, name)
-		if !found || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		return 0, false
+	}
+	base, part := name, ""
+	if f, found := families[name]; found {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				sum += m.GetUntyped().GetValue()
+			default:
+				continue
+			}
+			ok = true
+		}
+		return sum, ok
+	}
+	for _, suffix := range []string{"_sum", "_count"} {
+		if b, found := strings.CutSuffix(name, suffix); found {
+			base, part = b, suffix
+		}
+	}
+	f, found := families[base]
+	if !found || part == "" {
+		return 0, false
+	}
+	for _, m := range f.GetMetric() {
+		h := m.GetHistogram()
+		if h == nil {
 			continue
 		}
-		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
-		if len(fields) == 0 {
-			continue
+		if part == "_sum" {
+			sum += h.GetSampleSum()
+		} else {
+			sum += float64(h.GetSampleCount())
 		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		sum += v
 		ok = true
 	}
 	return sum, ok

@@ -10,6 +10,9 @@ func TestMetricSum(t *testing.T) {
 # TYPE tally_views_records_total counter
 tally_views_records_total 12345
 tally_views_records_total_extra 99
+# TYPE tally_views_flush_seconds histogram
+tally_views_flush_seconds_bucket{le="0.5"} 2
+tally_views_flush_seconds_bucket{le="+Inf"} 3
 tally_views_flush_seconds_sum 1.5
 tally_views_flush_seconds_count 3
 tally_ingest_events_total{result="accepted",type="view"} 100
@@ -22,7 +25,8 @@ tally_ingest_events_total{result="rejected",type="view"} 2 1700000000000
 		wantOK bool
 	}{
 		{"plain counter, not its longer namesake", "tally_views_records_total", 12345, true},
-		{"sum", "tally_views_flush_seconds_sum", 1.5, true},
+		{"histogram sum", "tally_views_flush_seconds_sum", 1.5, true},
+		{"histogram count", "tally_views_flush_seconds_count", 3, true},
 		{"labels summed, timestamp ignored", "tally_ingest_events_total", 102, true},
 		{"absent", "tally_nothing", 0, false},
 	}
