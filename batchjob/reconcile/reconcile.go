@@ -8,14 +8,13 @@
 // stored offset is at or above the snapshot's end) are newer than what the job knows: they are
 // neither counted as drift nor touched by repairs, and the next run checks them.
 //
-// Concurrency and lifecycle: Run holds a Redis lock (LockKey) for its whole duration, so two
-// copies never repair or version reports at once; the lock's refresher is the only goroutine,
-// and it ends before Run returns.
+// Concurrency and lifecycle: Run holds a Redis lock (LockKey, package runlock) for its whole
+// duration, so two copies never repair or version reports at once; the lock's refresher is the
+// only goroutine, and it ends before Run returns.
 package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -25,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/batchjob/runlock"
 	"tally/collector/likes"
 )
 
@@ -71,24 +71,18 @@ type Diff struct {
 	Repaired bool
 }
 
-// Run checks and repairs the job's scope and writes the report. It fails with ErrLocked if
-// another run holds the lock.
+// LockKey is the Redis key that lets one run of batchjob likes at a time.
+const LockKey = "batchjob:likes:lock"
+
+// Run checks and repairs the job's scope and writes the report. It fails with
+// runlock.ErrLocked if another run holds the lock.
 func Run(ctx context.Context, job Job, d Deps) (Report, error) {
-	lock, ctx, err := Acquire(ctx, d.Redis, LockKey, d.LockTTL, d.Logger)
-	if err != nil {
-		return Report{}, err
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := lock.Release(rctx); err != nil {
-			d.Logger.Warn("release run lock; it expires by itself", "err", err)
-		}
-	}()
-	rep, err := run(ctx, job, d)
-	if cause := context.Cause(ctx); errors.Is(cause, errLockLost) {
-		return rep, cause
-	}
+	var rep Report
+	err := runlock.Hold(ctx, d.Redis, LockKey, d.LockTTL, d.Logger, func(ctx context.Context) error {
+		var err error
+		rep, err = run(ctx, job, d)
+		return err
+	})
 	return rep, err
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	aggload "tally/aggregator/likes"
+	"tally/batchjob/runlock"
 	"tally/collector/likes"
 	"tally/platform/testinfra"
 	"tally/schemas"
@@ -368,11 +369,11 @@ func TestSecondCopyExitsLocked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	f := newFixture(t, ctx, "lock")
-	lock, _, err := Acquire(ctx, f.rdb, LockKey, 5*time.Second, infra.Logger)
+	lock, _, err := runlock.Acquire(ctx, f.rdb, LockKey, 5*time.Second, infra.Logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Run(ctx, Job{All: true}, f.deps()); !errors.Is(err, ErrLocked) {
+	if _, err := Run(ctx, Job{All: true}, f.deps()); !errors.Is(err, runlock.ErrLocked) {
 		t.Fatalf("in-process run while locked: got %v; want ErrLocked", err)
 	}
 	args := []string{"likes", "--all", "--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
@@ -411,37 +412,5 @@ func TestSecondCopyExitsLocked(t *testing.T) {
 	}
 	if got := f.runs(t, ctx); len(got) != 1 {
 		t.Fatalf("got %d runs recorded; want 1 (the locked copy writes nothing)", len(got))
-	}
-}
-
-// A run whose lock is taken from it (expired while the process stalled, or Redis emptied) has
-// its context ended with errLockLost, and its release leaves the new holder's lock alone.
-func TestLockLostEndsRun(t *testing.T) {
-	testinfra.VerifyNoLeaks(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
-	defer rdb.Close()
-	const key = "test:reconcile:lock-lost"
-	lock, runCtx, err := Acquire(ctx, rdb, key, 300*time.Millisecond, infra.Logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Set(ctx, key, "another run", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-runCtx.Done():
-	case <-ctx.Done():
-		t.Fatal("run context still alive after its lock was taken")
-	}
-	if cause := context.Cause(runCtx); !errors.Is(cause, errLockLost) {
-		t.Fatalf("cause: got %v; want errLockLost", cause)
-	}
-	if err := lock.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := rdb.Get(ctx, key).Val(); got != "another run" {
-		t.Fatalf("lock after the old run's release: got %q; want the other run's %q", got, "another run")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"tally/batchjob/reconcile"
+	"tally/batchjob/runlock"
 	"tally/collector/likes"
 	"tally/platform/chclient"
 	"tally/platform/config"
@@ -89,7 +90,7 @@ func run(args []string) int {
 		LockTTL: 30 * time.Second, Logger: logger, Now: time.Now,
 	})
 	switch {
-	case errors.Is(err, reconcile.ErrLocked):
+	case errors.Is(err, runlock.ErrLocked):
 		logger.Error("not running", "err", err)
 		return exitLocked
 	case err != nil:
