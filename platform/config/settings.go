@@ -27,6 +27,7 @@ type Config struct {
 	Aggregator Aggregator `mapstructure:"aggregator"`
 	Demo       Demo       `mapstructure:"demo"`
 	Shutdown   Shutdown   `mapstructure:"shutdown"`
+	Batchjob   Batchjob   `mapstructure:"batchjob"`
 }
 
 type Log struct {
@@ -137,6 +138,11 @@ type Demo struct {
 	Items   int  `mapstructure:"items"`
 }
 
+type Batchjob struct {
+	ClicksLookback time.Duration `mapstructure:"clicks_lookback"`
+	ClicksSkew     time.Duration `mapstructure:"clicks_skew"`
+}
+
 type Shutdown struct {
 	Timeout time.Duration `mapstructure:"timeout"`
 }
@@ -234,6 +240,9 @@ func settings() []setting {
 		{"demo.items", 50, "demo workload: number of items"},
 
 		{"shutdown.timeout", 20 * time.Second, "bound on graceful shutdown"},
+
+		{"batchjob.clicks_lookback", 24 * time.Hour, "batchjob clicks: clicks stamped this long before the day are read too, so a repeat of an earlier day's click is not counted again (at least the longest a click id is accepted after its render)"},
+		{"batchjob.clicks_skew", time.Hour, "batchjob clicks: allowance for clock skew between the collectors' and the brokers' clocks when the log is read by produce time (around collector.future_bound and collector.late_bound)"},
 	}
 }
 
@@ -299,6 +308,8 @@ func (c Config) Validate() error {
 	}
 	positive(bad, "collector.future_bound", c.Collector.FutureBound)
 	positive(bad, "collector.late_bound", c.Collector.LateBound)
+	positive(bad, "batchjob.clicks_lookback", c.Batchjob.ClicksLookback)
+	positive(bad, "batchjob.clicks_skew", c.Batchjob.ClicksSkew)
 	positive(bad, "collector.read_header_timeout", c.Collector.ReadHeaderTimeout)
 	positive(bad, "collector.read_timeout", c.Collector.ReadTimeout)
 	positive(bad, "collector.idle_timeout", c.Collector.IdleTimeout)

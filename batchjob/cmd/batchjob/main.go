@@ -1,19 +1,28 @@
-// Command batchjob runs tally's nightly jobs. `batchjob likes --date YYYY-MM-DD | --all`
-// rebuilds exact like state from the like log, reconciles Redis and ClickHouse with it and
-// writes a versioned report (see package reconcile and `batchjob --help`).
+// Command batchjob runs tally's nightly jobs:
+//   - `batchjob likes --date YYYY-MM-DD | --all` rebuilds exact like state from the like log,
+//     reconciles Redis and ClickHouse with it and writes a versioned report (package reconcile);
+//   - `batchjob clicks --date YYYY-MM-DD` writes the day's exact, versioned click counts per ad
+//     from the click log, and `batchjob clicks audit --ad X --date D` lists the clicks behind one
+//     ad's count (package clicks).
+//
+// See `batchjob --help`.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
+	"tally/batchjob/clicks"
 	"tally/batchjob/reconcile"
 	"tally/batchjob/runlock"
 	"tally/collector/likes"
@@ -25,7 +34,7 @@ import (
 	"tally/schemas/migrate"
 )
 
-// Exit codes, documented in reconcile.Usage.
+// Exit codes, documented in reconcile.Usage and clicks.Usage.
 const (
 	exitOK     = 0
 	exitError  = 1
@@ -33,70 +42,157 @@ const (
 	exitLocked = 3
 )
 
+// lockTTL is how long a dead run keeps its lock.
+const lockTTL = 30 * time.Second
+
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "clicks" {
+		return runClicks(args)
+	}
 	job, rest, err := reconcile.ParseArgs(args)
 	if errors.Is(err, reconcile.ErrHelp) {
-		_, _ = os.Stdout.WriteString(reconcile.Usage)
-		_, _ = config.Load("batchjob likes", []string{"--help"})
+		_, _ = os.Stdout.WriteString(reconcile.Usage + clicks.Usage)
+		_, _ = config.Load("batchjob", []string{"--help"})
 		return exitOK
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "batchjob: %v\n\n%s", err, reconcile.Usage)
 		return exitUsage
 	}
-	cfg, err := config.Load("batchjob likes", rest)
-	if errors.Is(err, pflag.ErrHelp) {
+	env, code := open("likes", rest)
+	if env == nil {
+		return code
+	}
+	defer env.close()
+	store := likes.NewStore(env.rdb)
+	dial, err := env.cfg.Kafka.Security().Options()
+	if err != nil {
+		env.logger.Error("kafka client options", "err", err)
+		return exitError
+	}
+	rep, err := reconcile.Run(env.ctx, job, reconcile.Deps{
+		Brokers: env.cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, ClickHouse: env.conn, Store: store, Redis: env.rdb,
+		LockTTL: lockTTL, Logger: env.logger, Now: time.Now,
+	})
+	switch {
+	case errors.Is(err, runlock.ErrLocked):
+		env.logger.Error("not running", "err", err)
+		return exitLocked
+	case err != nil:
+		env.logger.Error("like reconciliation failed", "err", err)
+		return exitError
+	}
+	fmt.Println(rep.Summary())
+	return exitOK
+}
+
+func runClicks(args []string) int {
+	cmd, rest, err := clicks.ParseArgs(args)
+	if errors.Is(err, clicks.ErrHelp) {
+		_, _ = os.Stdout.WriteString(clicks.Usage)
+		_, _ = config.Load("batchjob clicks", []string{"--help"})
 		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "batchjob: %v\n\n%s", err, clicks.Usage)
+		return exitUsage
+	}
+	env, code := open("clicks", rest)
+	if env == nil {
+		return code
+	}
+	defer env.close()
+	dial, err := env.cfg.Kafka.Security().Options()
+	if err != nil {
+		env.logger.Error("kafka client options", "err", err)
+		return exitError
+	}
+	cfg := env.cfg
+	deps := clicks.Deps{
+		Source: clicks.NewKafkaSource(clicks.KafkaOptions{Brokers: cfg.Kafka.Brokers, Dial: dial,
+			ClicksTopic: schemas.TopicClicks, VerdictsTopic: schemas.TopicFraudVerdicts,
+			Early: cfg.Collector.FutureBound + cfg.Batchjob.ClicksSkew, Late: cfg.Collector.LateBound + cfg.Batchjob.ClicksSkew,
+			Logger: env.logger}),
+		ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
+		Lookback: cfg.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
+	}
+	if cmd.Audit {
+		ar, err := clicks.Audit(env.ctx, cmd.Date, cmd.AdID, deps)
+		if err == nil {
+			err = ar.Write(os.Stdout)
+		}
+		if err != nil {
+			env.logger.Error("click audit failed", "err", err)
+			return exitError
+		}
+		return exitOK
+	}
+	rep, err := clicks.Run(env.ctx, cmd.Date, deps)
+	switch {
+	case errors.Is(err, runlock.ErrLocked):
+		env.logger.Error("not running", "err", err)
+		return exitLocked
+	case err != nil:
+		env.logger.Error("click report failed", "err", err)
+		return exitError
+	}
+	fmt.Println(rep.Summary())
+	return exitOK
+}
+
+// env is what every job opens: settings, logger, a context ended by SIGINT/SIGTERM, ClickHouse
+// with the migrations applied, and Redis.
+type env struct {
+	cfg    config.Config
+	logger *slog.Logger
+	ctx    context.Context
+	stop   context.CancelFunc
+	conn   driver.Conn
+	rdb    *redis.Client
+}
+
+// open loads the settings from rest and opens what a job needs. On failure it returns nil and
+// the exit code (0 when only help was asked for).
+func open(job string, rest []string) (*env, int) {
+	cfg, err := config.Load("batchjob "+job, rest)
+	if errors.Is(err, pflag.ErrHelp) {
+		return nil, exitOK
 	}
 	if err == nil {
 		err = cfg.UseInfraDefaults()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return exitUsage
+		return nil, exitUsage
 	}
-	logger := logging.New(cfg.Log, os.Stderr).With("binary", "batchjob", "job", "likes")
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	octx, cancel := context.WithTimeout(ctx, time.Minute)
-	conn, err := chclient.Open(octx, cfg.ClickHouse.Options())
+	e := &env{cfg: cfg, logger: logging.New(cfg.Log, os.Stderr).With("binary", "batchjob", "job", job)}
+	e.ctx, e.stop = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	octx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	e.conn, err = chclient.Open(octx, cfg.ClickHouse.Options())
 	if err == nil {
-		_, err = migrate.Apply(octx, conn, logger)
+		if _, err = migrate.Apply(octx, e.conn, e.logger); err != nil {
+			e.conn.Close()
+		}
 	}
 	cancel()
 	if err != nil {
-		logger.Error("open clickhouse", "err", err)
-		return exitError
+		e.logger.Error("open clickhouse", "err", err)
+		e.stop()
+		return nil, exitError
 	}
-	defer conn.Close()
-	rdb, err := redisclient.New(cfg.Redis.Options())
-	if err != nil {
-		logger.Error("open redis", "err", err)
-		return exitError
+	if e.rdb, err = redisclient.New(cfg.Redis.Options()); err != nil {
+		e.logger.Error("open redis", "err", err)
+		e.conn.Close()
+		e.stop()
+		return nil, exitError
 	}
-	defer rdb.Close()
-	store := likes.NewStore(rdb)
-	dial, err := cfg.Kafka.Security().Options()
-	if err != nil {
-		logger.Error("kafka client options", "err", err)
-		return exitError
-	}
+	return e, exitOK
+}
 
-	rep, err := reconcile.Run(ctx, job, reconcile.Deps{
-		Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, ClickHouse: conn, Store: store, Redis: rdb,
-		LockTTL: 30 * time.Second, Logger: logger, Now: time.Now,
-	})
-	switch {
-	case errors.Is(err, runlock.ErrLocked):
-		logger.Error("not running", "err", err)
-		return exitLocked
-	case err != nil:
-		logger.Error("like reconciliation failed", "err", err)
-		return exitError
-	}
-	fmt.Println(rep.Summary())
-	return exitOK
+func (e *env) close() {
+	e.rdb.Close()
+	e.conn.Close()
+	e.stop()
 }

@@ -1,0 +1,285 @@
+package clicks
+
+import (
+	"sort"
+	"time"
+)
+
+// Rules say how a day's clicks become counts.
+type Rules struct {
+	// FraudScoreThreshold, when above 0, makes a click whose fraud_score is above it not
+	// billable, unless a verdict decided otherwise: an explicit verdict of the fraud system
+	// outranks the ad server's score.
+	FraudScoreThreshold float64
+}
+
+// occurrence is where one occurrence of a click id sits: its event time, then its place in the
+// log. The first occurrence is the least in this order.
+type occurrence struct {
+	ts        int64
+	partition int32
+	offset    int64
+}
+
+func (a occurrence) before(b occurrence) bool {
+	if a.ts != b.ts {
+		return a.ts < b.ts
+	}
+	if a.partition != b.partition {
+		return a.partition < b.partition
+	}
+	return a.offset < b.offset
+}
+
+// first is a click id's first occurrence so far and what the run needs of it.
+type first struct {
+	occurrence
+	ad         uint32 // index into tally.ads
+	score      float64
+	hasScore   bool
+	onDay      uint32 // occurrences stamped on the day (the first included, if it is on the day)
+	hasVerdict bool
+	verdict    verdictState
+}
+
+// verdictState is the verdict that wins for a click: the latest decided_at; on a tie, fraud
+// (billing must not rest on a doubt), then the later place in the log, so the same records give
+// the same answer whatever order they are read in.
+type verdictState struct {
+	fraud     bool
+	decidedAt int64
+	reason    string
+	partition int32
+	offset    int64
+}
+
+func (a verdictState) wins(b verdictState) bool {
+	if a.decidedAt != b.decidedAt {
+		return a.decidedAt > b.decidedAt
+	}
+	if a.fraud != b.fraud {
+		return a.fraud
+	}
+	if a.partition != b.partition {
+		return a.partition > b.partition
+	}
+	return a.offset > b.offset
+}
+
+// Tally holds one run's state: the first occurrence of every click id read and the verdict on
+// it. Feed it every click first, then the verdicts, then read Rows. A Tally is used by one
+// goroutine.
+type Tally struct {
+	day, next int64 // the day's bounds, Unix ms
+	rules     Rules
+	clicks    map[string]*first
+	ads       []string
+	adIndex   map[string]uint32
+
+	audit      string  // the ad whose occurrences are kept (Audit), "" for none
+	auditClick []Click // the audited ad's occurrences, in the order read
+	stats      TallyStats
+}
+
+// TallyStats counts what a Tally saw.
+type TallyStats struct {
+	Clicks          int64 // click records passed in
+	VerdictsRead    int64 // verdict records passed in
+	VerdictsApplied int64 // of those, on a click the run holds
+}
+
+// NewTally returns a tally of day (any time in the UTC day) under rules. audit, when not "",
+// keeps every occurrence of that ad for Audit.
+func NewTally(day time.Time, rules Rules, audit string) *Tally {
+	d := DayOf(day)
+	return &Tally{day: d.UnixMilli(), next: d.AddDate(0, 0, 1).UnixMilli(), rules: rules,
+		clicks: map[string]*first{}, adIndex: map[string]uint32{}, audit: audit}
+}
+
+// DayOf returns the UTC midnight that opens t's day.
+func DayOf(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
+// AddClicks records clicks; the caller passes the day's clicks and those of the lookback before
+// it (to recognize a repeat of an earlier day's click), never later ones.
+func (t *Tally) AddClicks(cs []Click) {
+	for i := range cs {
+		c := &cs[i]
+		t.stats.Clicks++
+		if t.audit != "" && c.AdID == t.audit {
+			t.auditClick = append(t.auditClick, *c)
+		}
+		o := occurrence{c.TS, c.Partition, c.Offset}
+		f := t.clicks[c.ClickID]
+		if f == nil {
+			f = &first{occurrence: o, ad: t.adOf(c.AdID), score: c.FraudScore, hasScore: c.HasFraudScore}
+			t.clicks[c.ClickID] = f
+		} else if o.before(f.occurrence) {
+			f.occurrence, f.ad, f.score, f.hasScore = o, t.adOf(c.AdID), c.FraudScore, c.HasFraudScore
+		}
+		if c.TS >= t.day && c.TS < t.next {
+			f.onDay++
+		}
+	}
+}
+
+func (t *Tally) adOf(ad string) uint32 {
+	i, ok := t.adIndex[ad]
+	if !ok {
+		i = uint32(len(t.ads))
+		t.ads = append(t.ads, ad)
+		t.adIndex[ad] = i
+	}
+	return i
+}
+
+// AddVerdicts applies verdicts to the clicks held; verdicts on other clicks are ignored.
+func (t *Tally) AddVerdicts(vs []Verdict) {
+	for i := range vs {
+		v := &vs[i]
+		t.stats.VerdictsRead++
+		f := t.clicks[v.ClickID]
+		if f == nil {
+			continue
+		}
+		t.stats.VerdictsApplied++
+		s := verdictState{fraud: v.Fraud, decidedAt: v.DecidedAt, reason: v.Reason, partition: v.Partition, offset: v.Offset}
+		if !f.hasVerdict || s.wins(f.verdict) {
+			f.verdict, f.hasVerdict = s, true
+		}
+	}
+}
+
+// Stats says what the tally saw.
+func (t *Tally) Stats() TallyStats { return t.stats }
+
+// billable says whether a counted click is billed, and why not.
+func (t *Tally) billable(f *first) (bool, string) {
+	if f.hasVerdict {
+		if f.verdict.fraud {
+			return false, "fraud verdict"
+		}
+		return true, "valid verdict"
+	}
+	if t.rules.FraudScoreThreshold > 0 && f.hasScore && f.score > t.rules.FraudScoreThreshold {
+		return false, "fraud_score above threshold"
+	}
+	return true, ""
+}
+
+// Row is one ad's exact numbers for the day.
+type Row struct {
+	AdID          string
+	ExactCount    uint64 // distinct click ids whose first occurrence is on the day, for this ad
+	BillableCount uint64 // of those, the ones billed
+}
+
+// DayStats sums a day's rows and what was left out of them.
+type DayStats struct {
+	Ads        uint64
+	Exact      uint64
+	Billable   uint64
+	Duplicates uint64 // occurrences on the day that were repeats of a counted or earlier click
+	Fraud      uint64 // counted clicks not billed
+}
+
+// Rows returns the day's rows sorted by ad id, and their sums.
+func (t *Tally) Rows() ([]Row, DayStats) {
+	exact := make([]uint64, len(t.ads))
+	billable := make([]uint64, len(t.ads))
+	var st DayStats
+	for _, f := range t.clicks {
+		if f.ts < t.day || f.ts >= t.next {
+			continue
+		}
+		exact[f.ad]++
+		st.Exact++
+		if ok, _ := t.billable(f); ok {
+			billable[f.ad]++
+			st.Billable++
+		} else {
+			st.Fraud++
+		}
+	}
+	// A duplicate is an occurrence on the day that is not a click's first: a repeat of a click
+	// counted on the day, or of one counted the day before.
+	for _, f := range t.clicks {
+		st.Duplicates += uint64(f.onDay)
+		if f.ts >= t.day {
+			st.Duplicates--
+		}
+	}
+	var rows []Row
+	for i, ad := range t.ads {
+		if exact[i] > 0 {
+			rows = append(rows, Row{AdID: ad, ExactCount: exact[i], BillableCount: billable[i]})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].AdID < rows[j].AdID })
+	st.Ads = uint64(len(rows))
+	return rows, st
+}
+
+// Status is what became of one occurrence of a click in the day's count.
+type Status string
+
+const (
+	StatusCounted   Status = "counted"   // counted and billed
+	StatusFraud     Status = "fraud"     // counted, not billed (verdict or score)
+	StatusDuplicate Status = "duplicate" // a repeat of an earlier occurrence: not counted again
+)
+
+// AuditLine is one occurrence of the audited ad's clicks on the day.
+type AuditLine struct {
+	ClickID   string
+	TS        int64
+	Partition int32
+	Offset    int64
+	Status    Status
+	// Why explains the status: the verdict or score behind "fraud", or the first occurrence a
+	// duplicate repeats (its time, and its ad when another).
+	Why       string
+	Verdict   string // "fraud", "valid" or "" (none arrived)
+	Reason    string // the verdict's reason
+	DecidedAt int64  // the verdict's time, Unix ms; 0 without one
+}
+
+// Audit lists every occurrence of the audited ad's clicks stamped on the day, in event-time
+// order, with what became of it: the counted and fraud lines of it add up to the ad's row.
+func (t *Tally) Audit() []AuditLine {
+	var out []AuditLine
+	for _, c := range t.auditClick {
+		if c.TS < t.day || c.TS >= t.next {
+			continue
+		}
+		f := t.clicks[c.ClickID]
+		l := AuditLine{ClickID: c.ClickID, TS: c.TS, Partition: c.Partition, Offset: c.Offset}
+		if f.hasVerdict {
+			l.Verdict, l.Reason, l.DecidedAt = "valid", f.verdict.reason, f.verdict.decidedAt
+			if f.verdict.fraud {
+				l.Verdict = "fraud"
+			}
+		}
+		switch {
+		case f.occurrence != (occurrence{c.TS, c.Partition, c.Offset}):
+			l.Status = StatusDuplicate
+			l.Why = "repeat of the click at " + time.UnixMilli(f.ts).UTC().Format(time.RFC3339Nano)
+			if ad := t.ads[f.ad]; ad != c.AdID {
+				l.Why += " for ad " + ad
+			}
+		default:
+			ok, why := t.billable(f)
+			l.Status, l.Why = StatusCounted, why
+			if !ok {
+				l.Status = StatusFraud
+			}
+		}
+		out = append(out, l)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		return occurrence{out[i].TS, out[i].Partition, out[i].Offset}.before(occurrence{out[j].TS, out[j].Partition, out[j].Offset})
+	})
+	return out
+}

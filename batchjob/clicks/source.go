@@ -1,0 +1,49 @@
+package clicks
+
+import (
+	"context"
+	"time"
+)
+
+// Click is one click record of the raw log, with where the log holds it: (Partition, Offset)
+// breaks ties between occurrences of one click id stamped in the same millisecond, so every
+// run picks the same one.
+type Click struct {
+	ClickID       string
+	AdID          string
+	TS            int64 // event time, Unix ms
+	FraudScore    float64
+	HasFraudScore bool
+	Partition     int32
+	Offset        int64
+}
+
+// Verdict is one fraud verdict record of the log.
+type Verdict struct {
+	ClickID   string
+	Fraud     bool // false: "valid"
+	Reason    string
+	DecidedAt int64 // Unix ms
+	Partition int32
+	Offset    int64
+}
+
+// ReadStats says what a read of the log covered.
+type ReadStats struct {
+	Records     int64 // records read, decodable or not
+	Undecodable int64 // records skipped because they could not be decoded
+}
+
+// Source is the raw log a run counts: the day's clicks and the verdicts. The Kafka topics are
+// one source (KafkaSource); the sink's hourly Parquet files of the same records are another, and
+// a run does not care which it is given. Calls are made one at a time.
+type Source interface {
+	// Clicks calls fn with every click whose event time lies in [from, to), in batches. Records
+	// outside the range may be read but are not passed on.
+	Clicks(ctx context.Context, from, to time.Time, fn func([]Click) error) (ReadStats, error)
+	// Verdicts calls fn with every verdict on a click stamped at or after since (and possibly
+	// older ones), in batches.
+	Verdicts(ctx context.Context, since time.Time, fn func([]Verdict) error) (ReadStats, error)
+	// Name says which source it is, for the report ("kafka", "parquet").
+	Name() string
+}

@@ -1,0 +1,223 @@
+package clicks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/kafka"
+	"tally/schemas"
+)
+
+// KafkaOptions configure a KafkaSource.
+type KafkaOptions struct {
+	Brokers       []string
+	Dial          []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options
+	ClicksTopic   string
+	VerdictsTopic string
+	// Early and Late bound a click's produce time (the record's timestamp) around its event
+	// time: a click stamped t was produced in [t-Early, t+Late). The collector's future and
+	// late bounds plus clock skew between hosts; they let a run read only the stretch of the
+	// log that can hold its range instead of the whole retention.
+	Early, Late time.Duration
+	Logger      *slog.Logger
+}
+
+// KafkaSource reads the clicks and verdicts topics. Each read snapshots the topics' end
+// offsets first and reads up to them, with read_committed isolation; the topics are written
+// without transactions, so a partition's last record sits right below its end offset.
+type KafkaSource struct{ o KafkaOptions }
+
+// NewKafkaSource returns a source reading the topics o names.
+func NewKafkaSource(o KafkaOptions) *KafkaSource { return &KafkaSource{o: o} }
+
+// Name implements Source.
+func (s *KafkaSource) Name() string { return "kafka" }
+
+// Clicks implements Source.
+func (s *KafkaSource) Clicks(ctx context.Context, from, to time.Time, fn func([]Click) error) (ReadStats, error) {
+	fromMs, toMs := from.UnixMilli(), to.UnixMilli()
+	var batch []Click
+	return s.read(ctx, s.o.ClicksTopic, from.Add(-s.o.Early).UnixMilli(), to.Add(s.o.Late).UnixMilli(),
+		func(recs []*kgo.Record, st *ReadStats) error {
+			batch = batch[:0]
+			for _, r := range recs {
+				c, err := schemas.DecodeClick(r.Value)
+				if err != nil {
+					st.Undecodable++
+					continue
+				}
+				if c.TS < fromMs || c.TS >= toMs {
+					continue
+				}
+				batch = append(batch, Click{ClickID: c.ClickID, AdID: c.AdID, TS: c.TS, FraudScore: c.FraudScore,
+					HasFraudScore: c.HasFraudScore, Partition: r.Partition, Offset: r.Offset})
+			}
+			return fn(batch)
+		})
+}
+
+// Verdicts implements Source: every verdict produced since the earliest time a click stamped
+// since could have been produced, up to the end of the log.
+func (s *KafkaSource) Verdicts(ctx context.Context, since time.Time, fn func([]Verdict) error) (ReadStats, error) {
+	var batch []Verdict
+	return s.read(ctx, s.o.VerdictsTopic, since.Add(-s.o.Early).UnixMilli(), -1,
+		func(recs []*kgo.Record, st *ReadStats) error {
+			batch = batch[:0]
+			for _, r := range recs {
+				v, err := schemas.DecodeFraudVerdict(r.Value)
+				if err != nil {
+					st.Undecodable++
+					continue
+				}
+				batch = append(batch, Verdict{ClickID: v.ClickID, Fraud: v.Verdict == schemas.VerdictFraud, Reason: v.Reason,
+					DecidedAt: v.DecidedAt, Partition: r.Partition, Offset: r.Offset})
+			}
+			return fn(batch)
+		})
+}
+
+// read calls fn with the records of topic produced in [fromMs, toMs) (toMs < 0: up to the
+// end), as far as the log's timestamps tell, and below the end offsets snapshotted first.
+// Progress is logged every 2 s.
+func (s *KafkaSource) read(ctx context.Context, topic string, fromMs, toMs int64, fn func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
+	var st ReadStats
+	ranges, err := s.ranges(ctx, topic, fromMs, toMs)
+	if err != nil {
+		return st, err
+	}
+	want := map[int32]kgo.Offset{}
+	stop := map[int32]int64{}
+	var total int64
+	for p, r := range ranges {
+		if r[1] > r[0] {
+			want[p] = kgo.NewOffset().At(r[0])
+			stop[p] = r[1]
+			total += r[1] - r[0]
+		}
+	}
+	if len(want) == 0 {
+		return st, nil
+	}
+	cl, err := kgo.NewClient(append(append(kafka.ClientOptions(s.o.Brokers, "tally-batchjob-clicks", s.o.Logger, nil), s.o.Dial...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.FetchMaxBytes(64<<20),
+	)...)
+	if err != nil {
+		return st, fmt.Errorf("create reader of %s: %w", topic, err)
+	}
+	defer cl.Close()
+
+	t0, lastLog := time.Now(), time.Now()
+	var recs []*kgo.Record
+	for len(stop) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return st, fmt.Errorf("read %s: %w", topic, err)
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			s.o.Logger.Warn("fetch error; retrying", "topic", t, "partition", p, "err", err)
+		})
+		recs = recs[:0]
+		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			end, ok := stop[ftp.Partition]
+			if !ok {
+				return
+			}
+			for _, r := range ftp.Records {
+				if r.Offset >= end {
+					delete(stop, ftp.Partition)
+					break
+				}
+				st.Records++
+				recs = append(recs, r)
+				if r.Offset+1 >= end {
+					delete(stop, ftp.Partition)
+					break
+				}
+			}
+		})
+		if err := fn(recs, &st); err != nil {
+			return st, err
+		}
+		if time.Since(lastLog) >= 2*time.Second {
+			lastLog = time.Now()
+			took := time.Since(t0)
+			s.o.Logger.Info("reading log", "topic", topic, "read", st.Records, "of", total, "partitions_left", len(stop),
+				"per_second", int64(float64(st.Records)/took.Seconds()), "took", took.Round(time.Millisecond))
+		}
+	}
+	if st.Undecodable > 0 {
+		s.o.Logger.Warn("log holds undecodable records; skipped", "topic", topic, "count", st.Undecodable)
+	}
+	return st, nil
+}
+
+// ranges returns, per partition of topic, the offsets [first, stop) to read: from the first
+// record produced at or after fromMs (or the log start) to the first produced at or after toMs
+// (or the end offset now). A topic that does not exist yet is an empty log.
+func (s *KafkaSource) ranges(ctx context.Context, topic string, fromMs, toMs int64) (map[int32][2]int64, error) {
+	cl, err := kgo.NewClient(append(kafka.ClientOptions(s.o.Brokers, "tally-batchjob-clicks", s.o.Logger, nil), s.o.Dial...)...)
+	if err != nil {
+		return nil, fmt.Errorf("create admin client for %s: %w", topic, err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	list := func(what string, f func() (kadm.ListedOffsets, error)) (map[int32]int64, error) {
+		listed, err := f()
+		if err != nil {
+			return nil, fmt.Errorf("list %s offsets of %s: %w", what, topic, err)
+		}
+		out := map[int32]int64{}
+		var lerr error
+		listed.Each(func(o kadm.ListedOffset) {
+			switch {
+			case errors.Is(o.Err, kerr.UnknownTopicOrPartition) && o.Partition < 0:
+			case o.Err != nil:
+				lerr = errors.Join(lerr, fmt.Errorf("list %s offset of %s/%d: %w", what, topic, o.Partition, o.Err))
+			default:
+				out[o.Partition] = o.Offset
+			}
+		})
+		return out, lerr
+	}
+	ends, err := list("end", func() (kadm.ListedOffsets, error) { return adm.ListCommittedOffsets(ctx, topic) })
+	if err != nil {
+		return nil, err
+	}
+	starts, err := list("start", func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topic) })
+	if err != nil {
+		return nil, err
+	}
+	firsts, err := list("first-after-time", func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, fromMs, topic) })
+	if err != nil {
+		return nil, err
+	}
+	lasts := ends
+	if toMs >= 0 {
+		if lasts, err = list("stop-time", func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, toMs, topic) }); err != nil {
+			return nil, err
+		}
+	}
+	out := map[int32][2]int64{}
+	for p, end := range ends {
+		first := starts[p]
+		if f, ok := firsts[p]; ok && f >= 0 {
+			first = max(first, f)
+		}
+		stop := end
+		if l, ok := lasts[p]; ok && l >= 0 {
+			stop = min(stop, l)
+		}
+		out[p] = [2]int64{first, stop}
+	}
+	return out, nil
+}
