@@ -22,6 +22,7 @@ import (
 	"tally/collector/ingest"
 	"tally/collector/likes"
 	"tally/collector/read"
+	"tally/collector/reports"
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/kafka"
@@ -65,6 +66,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			runner.AddCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 			likeStore = likes.NewStore(rdb)
 			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likes.QueueTotals, Now: now, Logger: logger, Registry: reg}).Register(routes)
+			reports.New(reports.Options{ClickHouse: conn, Logger: logger}).Register(routes)
 			return nil
 		},
 		Stop: func(context.Context) error {

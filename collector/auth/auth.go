@@ -41,6 +41,9 @@ const (
 	ScopeRead Scope = "read"
 	// ScopeLike likes and unlikes, on behalf of the user a token names.
 	ScopeLike Scope = "like"
+	// ScopeBilling reads the exact daily click reports billing invoices from (GET
+	// /v1/reports/daily/{date}): money figures of every advertiser, so not part of read.
+	ScopeBilling Scope = "billing"
 	// ScopeAdmin holds every scope, and alone reaches routes the policy does not list.
 	ScopeAdmin Scope = "admin"
 )
@@ -118,7 +121,7 @@ func New(opts Options) (*Guard, error) {
 		k := &key{id: c.ID, scopes: map[Scope]bool{}, limiter: rate.NewLimiter(rate.Limit(c.Rate), c.Burst)}
 		for _, s := range c.Scopes {
 			switch sc := Scope(s); sc {
-			case ScopeIngest, ScopeRead, ScopeLike, ScopeAdmin:
+			case ScopeIngest, ScopeRead, ScopeLike, ScopeBilling, ScopeAdmin:
 				k.scopes[sc] = true
 			default:
 				return nil, fmt.Errorf("key %d (%q): unknown scope %q", i, c.ID, s)
@@ -146,6 +149,7 @@ func CollectorRoutes() []Route {
 		{Pattern: "GET /v1/counts", Scope: ScopeRead},
 		{Pattern: "GET /v1/items/{item_id}/views", Scope: ScopeRead},
 		{Pattern: "GET /v1/users/{user_id}/likes", Scope: ScopeRead},
+		{Pattern: "GET /v1/reports/daily/{date}", Scope: ScopeBilling},
 		{Pattern: "PUT /v1/items/{item_id}/likes/{user_id}", Scope: ScopeLike, User: "user_id"},
 		{Pattern: "DELETE /v1/items/{item_id}/likes/{user_id}", Scope: ScopeLike, User: "user_id"},
 	}

@@ -34,6 +34,7 @@ const (
 	likeSecret   = "tally_like-secret-for-tests-00000000000000"
 	adminSecret  = "tally_admin-secret-for-tests-0000000000000"
 	slowSecret   = "tally_slow-secret-for-tests-00000000000000"
+	billSecret   = "tally_bill-secret-for-tests-00000000000000"
 )
 
 // server is the guard in front of a stand-in API (the real handlers need Kafka and Redis; the
@@ -49,6 +50,7 @@ func server(t *testing.T, clk *clock) (*httptest.Server, *prometheus.Registry) {
 			{ID: "like", SHA256: HashSecret(likeSecret), Scopes: []string{"like", "read"}, Rate: 1000, Burst: 1000},
 			{ID: "admin", SHA256: HashSecret(adminSecret), Scopes: []string{"admin"}, Rate: 1000, Burst: 1000},
 			{ID: "slow", SHA256: HashSecret(slowSecret), Scopes: []string{"ingest"}, Rate: 0.5, Burst: 2},
+			{ID: "billing", SHA256: HashSecret(billSecret), Scopes: []string{"billing"}, Rate: 1000, Burst: 1000},
 		},
 		UserTokenKey: []byte(tokenKey), Now: clk.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg,
 	})
@@ -123,6 +125,10 @@ func TestScopes(t *testing.T) {
 		{"counts with ingest", "GET", "/v1/counts?ids=a", ingestSecret, 403, "lacks the read scope"},
 		{"counts without a key", "GET", "/v1/counts?ids=a", "", 401, "X-API-Key"},
 		{"like with read", "PUT", "/v1/items/a/likes/u42", readSecret, 403, "lacks the like scope"},
+		{"daily report with billing", "GET", "/v1/reports/daily/2026-11-28", billSecret, 200, `"key":"billing"`},
+		{"daily report with read", "GET", "/v1/reports/daily/2026-11-28", readSecret, 403, "lacks the billing scope"},
+		{"daily report with admin", "GET", "/v1/reports/daily/2026-11-28", adminSecret, 200, "/v1/reports/daily/"},
+		{"counts with billing", "GET", "/v1/counts?ids=a", billSecret, 403, "lacks the read scope"},
 		{"everything with admin", "POST", "/v1/views", adminSecret, 200, `"key":"admin"`},
 		{"unlisted route with read", "GET", "/v1/unlisted", readSecret, 403, "admin"},
 		{"unlisted route with admin", "GET", "/v1/unlisted", adminSecret, 200, "unlisted"},
@@ -147,7 +153,7 @@ func TestScopes(t *testing.T) {
 			}
 		})
 	}
-	if got := counter(t, reg, "read", "forbidden"); got != 3 {
+	if got := counter(t, reg, "read", "forbidden"); got != 4 {
 		t.Errorf("got tally_auth_requests_total{key=read,outcome=forbidden} %v; want 3 (views, like, unlisted)", got)
 	}
 }
