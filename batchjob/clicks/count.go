@@ -1,15 +1,17 @@
 package clicks
 
 import (
+	"fmt"
 	"sort"
 	"time"
 )
 
-// Rules say how a day's clicks become counts.
+// Rules say how a day's clicks become counts: the streaming path's rule, so that the two
+// numbers differ only by what the stream cannot know (repeats beyond its window, verdicts after
+// its flush).
 type Rules struct {
-	// FraudScoreThreshold, when above 0, makes a click whose fraud_score is above it not
-	// billable, unless a verdict decided otherwise: an explicit verdict of the fraud system
-	// outranks the ad server's score.
+	// FraudScoreThreshold: a click whose fraud_score is above it is counted but not billable,
+	// whatever verdict it gets (clicks.fraud_score_threshold; 1 disables, as no score exceeds 1).
 	FraudScoreThreshold float64
 }
 
@@ -155,16 +157,17 @@ func (t *Tally) AddVerdicts(vs []Verdict) {
 // Stats says what the tally saw.
 func (t *Tally) Stats() TallyStats { return t.stats }
 
-// billable says whether a counted click is billed, and why not.
+// billable says whether a counted click is billed, and why not: not when its score is above
+// the threshold, nor when its latest verdict is fraud.
 func (t *Tally) billable(f *first) (bool, string) {
+	if f.hasScore && f.score > t.rules.FraudScoreThreshold {
+		return false, fmt.Sprintf("fraud_score %g above the threshold %g", f.score, t.rules.FraudScoreThreshold)
+	}
 	if f.hasVerdict {
 		if f.verdict.fraud {
 			return false, "fraud verdict"
 		}
 		return true, "valid verdict"
-	}
-	if t.rules.FraudScoreThreshold > 0 && f.hasScore && f.score > t.rules.FraudScoreThreshold {
-		return false, "fraud_score above threshold"
 	}
 	return true, ""
 }

@@ -28,37 +28,37 @@ func TestTallyRows(t *testing.T) {
 		want     []Row
 		wantDay  DayStats
 	}{
-		{"one click", Rules{}, []clk{c("k1", "a", at(1, 0))}, nil,
+		{"one click", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(1, 0))}, nil,
 			[]Row{{"a", 1, 1}}, DayStats{Ads: 1, Exact: 1, Billable: 1}},
-		{"repeat 5 minutes later counts once", Rules{}, []clk{c("k1", "a", at(1, 0)), c("k1", "a", at(1, 5))}, nil,
+		{"repeat 5 minutes later counts once", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(1, 0)), c("k1", "a", at(1, 5))}, nil,
 			[]Row{{"a", 1, 1}}, DayStats{Ads: 1, Exact: 1, Billable: 1, Duplicates: 1}},
-		{"repeat 20 minutes later counts once", Rules{}, []clk{c("k1", "a", at(1, 20)), c("k1", "a", at(1, 0))}, nil,
+		{"repeat 20 minutes later counts once", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(1, 20)), c("k1", "a", at(1, 0))}, nil,
 			[]Row{{"a", 1, 1}}, DayStats{Ads: 1, Exact: 1, Billable: 1, Duplicates: 1}},
-		{"repeat of yesterday's click is not counted", Rules{}, []clk{c("k1", "a", at(-1, 0)), c("k1", "a", at(0, 10)), c("k2", "a", at(0, 11))}, nil,
+		{"repeat of yesterday's click is not counted", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(-1, 0)), c("k1", "a", at(0, 10)), c("k2", "a", at(0, 11))}, nil,
 			[]Row{{"a", 1, 1}}, DayStats{Ads: 1, Exact: 1, Billable: 1, Duplicates: 1}},
-		{"yesterday's clicks alone make no row", Rules{}, []clk{c("k1", "a", at(-3, 0))}, nil, nil, DayStats{}},
-		{"same id for two ads: the first occurrence's ad", Rules{}, []clk{c("k1", "b", at(2, 0)), c("k1", "a", at(1, 0))}, nil,
+		{"yesterday's clicks alone make no row", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(-3, 0))}, nil, nil, DayStats{}},
+		{"same id for two ads: the first occurrence's ad", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "b", at(2, 0)), c("k1", "a", at(1, 0))}, nil,
 			[]Row{{"a", 1, 1}}, DayStats{Ads: 1, Exact: 1, Billable: 1, Duplicates: 1}},
-		{"fraud verdict", Rules{}, []clk{c("k1", "a", at(1, 0)), c("k2", "a", at(1, 1))},
+		{"fraud verdict", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(1, 0)), c("k2", "a", at(1, 1))},
 			[]Verdict{{ClickID: "k1", Fraud: true, DecidedAt: at(5, 0)}},
 			[]Row{{"a", 2, 1}}, DayStats{Ads: 1, Exact: 2, Billable: 1, Fraud: 1}},
-		{"latest verdict wins whatever the order read", Rules{}, []clk{c("k1", "a", at(1, 0))},
+		{"latest verdict wins whatever the order read", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(1, 0))},
 			[]Verdict{{ClickID: "k1", Fraud: false, DecidedAt: at(9, 0)}, {ClickID: "k1", Fraud: true, DecidedAt: at(5, 0)}},
 			[]Row{{"a", 1, 1}}, DayStats{Ads: 1, Exact: 1, Billable: 1}},
-		{"repeated verdict is harmless", Rules{}, []clk{c("k1", "a", at(1, 0))},
+		{"repeated verdict is harmless", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(1, 0))},
 			[]Verdict{{ClickID: "k1", Fraud: true, DecidedAt: at(5, 0)}, {ClickID: "k1", Fraud: true, DecidedAt: at(5, 0), Offset: 1}},
 			[]Row{{"a", 1, 0}}, DayStats{Ads: 1, Exact: 1, Fraud: 1}},
-		{"tie on decided_at: fraud", Rules{}, []clk{c("k1", "a", at(1, 0))},
+		{"tie on decided_at: fraud", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(1, 0))},
 			[]Verdict{{ClickID: "k1", Fraud: true, DecidedAt: at(5, 0)}, {ClickID: "k1", Fraud: false, DecidedAt: at(5, 0), Offset: 1}},
 			[]Row{{"a", 1, 0}}, DayStats{Ads: 1, Exact: 1, Fraud: 1}},
-		{"verdict on an unknown click is ignored", Rules{}, []clk{c("k1", "a", at(1, 0))},
+		{"verdict on an unknown click is ignored", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "a", at(1, 0))},
 			[]Verdict{{ClickID: "zz", Fraud: true, DecidedAt: at(5, 0)}},
 			[]Row{{"a", 1, 1}}, DayStats{Ads: 1, Exact: 1, Billable: 1}},
-		{"score above threshold is not billed; a valid verdict outranks it", Rules{FraudScoreThreshold: 0.8},
-			[]clk{{"k1", "a", at(1, 0), 0.9}, {"k2", "a", at(1, 1), 0.95}, {"k3", "a", at(1, 2), 0.5}},
+		{"score above threshold is not billed, even with a valid verdict", Rules{FraudScoreThreshold: 0.8},
+			[]clk{{"k1", "a", at(1, 0), 0.9}, {"k2", "a", at(1, 1), 0.95}, {"k3", "a", at(1, 2), 0.5}, {"k4", "a", at(1, 3), 0.8}},
 			[]Verdict{{ClickID: "k2", Fraud: false, DecidedAt: at(5, 0)}},
-			[]Row{{"a", 3, 2}}, DayStats{Ads: 1, Exact: 3, Billable: 2, Fraud: 1}},
-		{"rows sorted by ad", Rules{}, []clk{c("k1", "b", at(1, 0)), c("k2", "a", at(1, 0)), c("k3", "b", at(23, 59))}, nil,
+			[]Row{{"a", 4, 2}}, DayStats{Ads: 1, Exact: 4, Billable: 2, Fraud: 2}},
+		{"rows sorted by ad", Rules{FraudScoreThreshold: 1}, []clk{c("k1", "b", at(1, 0)), c("k2", "a", at(1, 0)), c("k3", "b", at(23, 59))}, nil,
 			[]Row{{"a", 1, 1}, {"b", 2, 2}}, DayStats{Ads: 2, Exact: 3, Billable: 3}},
 	}
 	for _, tt := range tests {
@@ -89,7 +89,7 @@ func TestTallyOrderIndependent(t *testing.T) {
 	vs := []Verdict{{ClickID: "k2", Fraud: true, DecidedAt: at(3, 0)}, {ClickID: "k2", Fraud: false, DecidedAt: at(4, 0)}}
 	want := []Row{{"a", 1, 1}, {"b", 1, 1}}
 	for _, perm := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}} {
-		ta := NewTally(testDay, Rules{}, "")
+		ta := NewTally(testDay, Rules{FraudScoreThreshold: 1}, "")
 		for _, i := range perm {
 			ta.AddClicks([]Click{cs[i]})
 		}
@@ -102,7 +102,7 @@ func TestTallyOrderIndependent(t *testing.T) {
 }
 
 func TestTallyAudit(t *testing.T) {
-	ta := NewTally(testDay, Rules{}, "a")
+	ta := NewTally(testDay, Rules{FraudScoreThreshold: 1}, "a")
 	ta.AddClicks([]Click{
 		{ClickID: "k0", AdID: "a", TS: at(-1, 0), Offset: 0}, // yesterday: not listed
 		{ClickID: "k0", AdID: "a", TS: at(0, 5), Offset: 1},  // its repeat today
