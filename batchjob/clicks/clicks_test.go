@@ -547,7 +547,7 @@ func TestKillMidRunThenRerun(t *testing.T) {
 	defer cancel()
 	f := newFixture(t, ctx, "kill", 20)
 	// Many ads, so that the run is still writing when it is killed.
-	produce(t, ctx, genDay(f.day, 250_000, 200_000, 3))
+	produce(t, ctx, genDay(f.day, 100_000, 80_000, 3))
 	want := oracle(t, ctx, f.day)
 
 	cmd := exec.CommandContext(ctx, bin, f.args("clicks", "--date", f.day.Format(time.DateOnly))...)
