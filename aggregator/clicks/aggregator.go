@@ -27,7 +27,7 @@ type Config struct {
 	// its id that arrive after it (a repeat counted again); at least Window + Grace. Match it
 	// to the counted clicks' retention.
 	VerdictHold time.Duration
-	Owner          string        // names this aggregator in its claims (logs and debugging)
+	Owner       string // names this aggregator in its claims (logs and debugging)
 }
 
 // Aggregator holds the state of the assigned click partitions and writes their batches.

@@ -260,23 +260,23 @@ func TestMinuteCountsFollowTheStreamingRule(t *testing.T) {
 		clk("a1", "k2", 30*time.Second, 0.9), // over the threshold: counted, not billable
 		clk("a1", "k3", time.Minute, 0.5),
 		clk("a1", "k4", 2*time.Minute, -1),
-		clk("a1", "k1", 5*time.Minute, -1),  // double tap 5 minutes later: dropped
+		clk("a1", "k1", 5*time.Minute, -1), // double tap 5 minutes later: dropped
 		clk("a2", "k5", 3*time.Minute, -1),
 		clk("a1", "k1", 20*time.Minute, -1), // 20 minutes later: counted again
 		vrd("a1", "k3", schemas.VerdictFraud, time.Hour),
 		vrd("a1", "k3", schemas.VerdictFraud, time.Hour), // repeated: no change
 		vrd("a1", "k4", schemas.VerdictFraud, time.Hour),
-		vrd("a1", "k4", schemas.VerdictValid, 2*time.Hour), // reversed later: billable again
+		vrd("a1", "k4", schemas.VerdictValid, 2*time.Hour),    // reversed later: billable again
 		vrd("a1", "k3", schemas.VerdictValid, 30*time.Minute), // decided before the fraud verdict: ignored
-		vrd("a1", "k1", schemas.VerdictFraud, 3*time.Hour), // both counted k1 clicks lose billable
-		vrd("a2", "k9", schemas.VerdictFraud, time.Hour),   // no such click
+		vrd("a1", "k1", schemas.VerdictFraud, 3*time.Hour),    // both counted k1 clicks lose billable
+		vrd("a2", "k9", schemas.VerdictFraud, time.Hour),      // no such click
 	}
 	want := map[minuteKey]delta{
-		{"a1", base.Unix()}:                           {clicks: 2, billable: 0}, // k1 fraud, k2 over
-		{"a1", base.Add(time.Minute).Unix()}:          {clicks: 1, billable: 0}, // k3 fraud
-		{"a1", base.Add(2 * time.Minute).Unix()}:      {clicks: 1, billable: 1}, // k4 valid at last
-		{"a2", base.Add(3 * time.Minute).Unix()}:      {clicks: 1, billable: 1},
-		{"a1", base.Add(20 * time.Minute).Unix()}:     {clicks: 1, billable: 0}, // k1 fraud
+		{"a1", base.Unix()}:                       {clicks: 2, billable: 0}, // k1 fraud, k2 over
+		{"a1", base.Add(time.Minute).Unix()}:      {clicks: 1, billable: 0}, // k3 fraud
+		{"a1", base.Add(2 * time.Minute).Unix()}:  {clicks: 1, billable: 1}, // k4 valid at last
+		{"a2", base.Add(3 * time.Minute).Unix()}:  {clicks: 1, billable: 1},
+		{"a1", base.Add(20 * time.Minute).Unix()}: {clicks: 1, billable: 0}, // k1 fraud
 	}
 	if got := oracle(log, testCfg.Window, testCfg.Grace, testCfg.FraudThreshold); diff(got, want) != "[]" {
 		t.Fatalf("oracle disagrees with the hand count: %s", diff(got, want))

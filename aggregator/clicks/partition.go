@@ -106,9 +106,9 @@ type partition struct {
 	// ids, so that a flush retried after a failure resolves each verdict once.
 	resolved    int
 	resolvedIDs map[string]bool
-	latest   map[string]verdictState // cache of recent verdicts, by click id
-	dirty    map[hourKey]struct{}    // hours touched since the last rollup
-	poison   int
+	latest      map[string]verdictState // cache of recent verdicts, by click id
+	dirty       map[hourKey]struct{}    // hours touched since the last rollup
+	poison      int
 
 	epoch uint64
 }

@@ -211,7 +211,6 @@ func (s *Source) adjustOffsets(ctx context.Context, fetch map[string]map[int32]k
 	return fetch, nil
 }
 
-
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	ctx, cancel := s.untilStop(ctx)
 	defer cancel()
