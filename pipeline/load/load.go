@@ -177,7 +177,9 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	done := make(chan struct{})
 	var pw sync.WaitGroup
 	if c.Progress > 0 {
-		pw.Go(func() { printProgress(progress, c.Progress, start, end, done, []*viewsRun{views, clicks}, reads, likes) })
+		pw.Go(func() {
+			printProgress(progress, c.Progress, start, end, done, []*viewsRun{views, clicks}, reads, likes)
+		})
 	}
 	wg.Wait()
 	close(done)
