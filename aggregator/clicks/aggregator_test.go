@@ -358,7 +358,12 @@ func TestCrashesAndReplaysMatchTheOracle(t *testing.T) {
 			conn := openMigrated(t, ctx, fmt.Sprintf("clicks_crash_%d", seed))
 			f := newFeeder(log)
 			for round := 0; ; round++ {
-				a := New(testCfg, conn, func() time.Time { return base.Add(time.Hour) }, infra.Logger, prometheus.NewRegistry())
+				cfg := testCfg
+				if round%2 == 1 {
+					// Hours stay unrolled until the crash: the next owner must recompute them.
+					cfg.RollupInterval = 24 * time.Hour
+				}
+				a := New(cfg, conn, func() time.Time { return base.Add(time.Hour) }, infra.Logger, prometheus.NewRegistry())
 				res, err := a.Assign(ctx, []int32{0})
 				if err != nil {
 					t.Fatal(err)
