@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"tally/aggregator/clicks"
 	"tally/aggregator/likes"
 	"tally/aggregator/views"
 	"tally/platform/chclient"
@@ -93,6 +94,41 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			Stop: func(ctx context.Context) error { return src.Stop(ctx) },
 		},
 	}
+	var clickSrc *clicks.Source
+	parts = append(parts, lifecycle.Part{
+		Name: "clicks consumer",
+		Start: func(context.Context) error {
+			agg := clicks.New(clicks.Config{
+				Window:         cfg.Clicks.DedupeWindow,
+				Grace:          cfg.Clicks.DedupeGrace,
+				FraudThreshold: cfg.Clicks.FraudScoreThreshold,
+				FlushInterval:  cfg.Aggregator.FlushInterval,
+				RollupInterval: cfg.Aggregator.SketchInterval,
+				MaxBatch:       cfg.Aggregator.MaxBatch,
+				VerdictHold:    cfg.Clicks.CountedTTL,
+				Owner:          owner(cfg.Aggregator.InstanceID),
+			}, conn, now, logger, reg)
+			dial, err := cfg.Kafka.Security().Options()
+			if err != nil {
+				return err
+			}
+			group := clicks.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: cfg.Clicks.Group,
+				InstanceID: cfg.Aggregator.InstanceID, SessionTimeout: cfg.Aggregator.SessionTimeout}
+			if clickSrc, err = clicks.NewSource(group, agg, cfg.Aggregator.FlushInterval, logger); err != nil {
+				return err
+			}
+			runner.AddCheck("aggregator clicks kafka", clickSrc.Check)
+			clickSrc.Start()
+			go func() {
+				<-clickSrc.Done()
+				if err := clickSrc.Err(); err != nil && !errors.Is(err, context.Canceled) {
+					runner.Fail(fmt.Errorf("clicks consumer: %w", err))
+				}
+			}()
+			return nil
+		},
+		Stop: func(ctx context.Context) error { return clickSrc.Stop(ctx) },
+	})
 	var loader *likes.Loader
 	parts = append(parts, lifecycle.Part{
 		Name: "likes loader",
@@ -134,7 +170,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, logger *slog.Logger
 		conn.Close()
 		return nil, err
 	}
-	if err := setRetention(octx, conn, cfg.Aggregator); err != nil {
+	if err := setRetention(octx, conn, cfg.Aggregator, cfg.Clicks.CountedTTL); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -144,7 +180,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, logger *slog.Logger
 
 // setRetention applies the configured TTLs. It changes table metadata only; existing parts are
 // trimmed by later merges rather than rewritten now.
-func setRetention(ctx context.Context, conn driver.Conn, c config.Aggregator) error {
+func setRetention(ctx context.Context, conn driver.Conn, c config.Aggregator, countedTTL time.Duration) error {
 	days := func(d time.Duration) int { return int(d / (24 * time.Hour)) }
 	for _, t := range []struct {
 		table, column string
@@ -154,6 +190,10 @@ func setRetention(ctx context.Context, conn driver.Conn, c config.Aggregator) er
 		{"views_by_minute", "minute", days(c.TTLMinutes)},
 		{"views_by_hour", "hour", days(c.TTLDays)},
 		{"views_by_day", "day", days(c.TTLDays)},
+		{"click_deltas", "minute", days(c.TTLMinutes)},
+		{"clicks_by_hour", "hour", days(c.TTLDays)},
+		{"clicks_counted", "toDateTime(ts)", days(countedTTL)},
+		{"click_verdicts", "toDateTime(decided_at)", days(countedTTL)},
 	} {
 		q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL %s + INTERVAL %d DAY SETTINGS materialize_ttl_after_modify = 0", t.table, t.column, t.days)
 		if err := conn.Exec(ctx, q); err != nil {

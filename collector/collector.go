@@ -87,17 +87,23 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			}
 			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			if err := kafka.EnsureTopics(tctx, cl, int32(cfg.Kafka.Partitions), schemas.TopicViews, schemas.TopicLikes); err != nil {
+			if err := kafka.EnsureTopics(tctx, cl, int32(cfg.Kafka.Partitions), schemas.TopicViews, schemas.TopicLikes, schemas.TopicClicks, schemas.TopicFraudVerdicts); err != nil {
 				cl.Close()
 				return err
 			}
 			runner.AddCheck("collector kafka", cl.Ping)
+			keys, err := clickKeys(cfg.Clicks)
+			if err != nil {
+				return err
+			}
 			ing := ingest.New(ingest.Config{
 				MaxBodyBytes: int64(cfg.Collector.MaxBodyBytes),
 				MaxLines:     cfg.Collector.MaxLines,
 				Bounds:       schemas.TimeBounds{Future: cfg.Collector.FutureBound, Late: cfg.Collector.LateBound},
 
 				MaxConcurrentBodies: cfg.Collector.MaxConcurrentBodies,
+				ClickKeys:           keys,
+				MaxRenderAge:        cfg.Clicks.MaxRenderAge,
 			}, cl, now, logger, reg)
 			ing.Register(routes)
 			return nil
@@ -139,4 +145,24 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		WriteTimeout: cfg.Collector.WriteTimeout, IdleTimeout: cfg.Collector.IdleTimeout,
 	})
 	return append(append([]lifecycle.Part{stores, producer, likesPart}, adminParts...), server), addrFn
+}
+
+// clickKeys builds the click-id keys from clicks.*; nil when no signing key is configured.
+func clickKeys(c config.Clicks) (*schemas.ClickIDKeys, error) {
+	if c.SigningKey == "" {
+		return nil, nil
+	}
+	keys, err := c.ClickIDKeys()
+	if err != nil {
+		return nil, fmt.Errorf("config: clicks.keys: %w", err)
+	}
+	ks := make([]schemas.ClickIDKey, len(keys))
+	for i, k := range keys {
+		ks[i] = schemas.ClickIDKey{ID: k.ID, Secret: k.Secret}
+	}
+	out, err := schemas.NewClickIDKeys(c.SigningKey, ks)
+	if err != nil {
+		return nil, fmt.Errorf("config: clicks.keys: %w", err)
+	}
+	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -49,10 +50,25 @@ func decodeStrict(b []byte, dst any) error {
 // with typeRequired the object must carry "type":"click"; an absent ts is now). The click id's
 // signature is not checked here (ClickIDKeys.VerifyClick).
 func ParseClickJSON(b []byte, typeRequired bool, now time.Time, bounds TimeBounds) (Click, error) {
+	in, ok := decodeClickFast(b)
+	if !ok {
+		return parseClickJSONStd(b, typeRequired, now, bounds)
+	}
+	return in.click(typeRequired, now, bounds)
+}
+
+// parseClickJSONStd is ParseClickJSON on encoding/json alone: the fallback, and the reference
+// the fast path is fuzzed against.
+func parseClickJSONStd(b []byte, typeRequired bool, now time.Time, bounds TimeBounds) (Click, error) {
 	var in inputClick
 	if err := decodeStrict(b, &in); err != nil {
 		return Click{}, err
 	}
+	return in.click(typeRequired, now, bounds)
+}
+
+// click checks a decoded click and turns it into a Click.
+func (in *inputClick) click(typeRequired bool, now time.Time, bounds TimeBounds) (Click, error) {
 	switch {
 	case in.Type == "" && typeRequired:
 		return Click{}, &FieldError{"type", `is required ("click")`}
@@ -130,6 +146,10 @@ func ParseEventJSON(b []byte, now time.Time, bounds TimeBounds) (Event, error) {
 		v, err := in.view(true, now, bounds)
 		return Event{Kind: KindView, View: v}, err
 	}
+	if in, ok := decodeClickFast(b); ok && in.Type == "click" {
+		c, err := in.click(true, now, bounds)
+		return Event{Kind: KindClick, Click: c}, err
+	}
 	// Only the type is read here; ill-formed input goes to the view parser, whose errors say what
 	// is wrong with it.
 	var peek struct {
@@ -147,4 +167,130 @@ func ParseEventJSON(b []byte, now time.Time, bounds TimeBounds) (Event, error) {
 	}
 	v, err := parseViewJSONStd(b, true, now, bounds)
 	return Event{Kind: KindView, View: v}, err
+}
+
+// decodeClickFast is decodeInputFast for clicks: one flat object of the click's keys (exact
+// spelling, each at most once) with plain string values or null, ts also an integer and
+// fraud_score a plain JSON number, and only whitespace around. For such input it yields what
+// encoding/json would; for any other it reports false and encoding/json decides.
+func decodeClickFast(b []byte) (in inputClick, ok bool) {
+	s := string(b)
+	i := skipSpace(s, 0)
+	if i == len(s) || s[i] != '{' {
+		return in, false
+	}
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return in, skipSpace(s, i+1) == len(s)
+	}
+	var seen uint16
+	for {
+		key, j, ok := plainString(s, i)
+		if !ok {
+			return in, false
+		}
+		i = skipSpace(s, j)
+		if i == len(s) || s[i] != ':' {
+			return in, false
+		}
+		i = skipSpace(s, i+1)
+		var bit uint16
+		var dst *string
+		var raw *json.RawMessage
+		switch key {
+		case "type":
+			bit, dst = 1, &in.Type
+		case "click_id":
+			bit, dst = 2, &in.ClickID
+		case "ad_id":
+			bit, dst = 4, &in.AdID
+		case "campaign_id":
+			bit, dst = 8, &in.CampaignID
+		case "user_hash":
+			bit, dst = 16, &in.UserHash
+		case "ip_hash":
+			bit, dst = 32, &in.IPHash
+		case "device":
+			bit, dst = 64, &in.Device
+		case "ts":
+			bit, raw = 128, &in.TS
+		case "fraud_score":
+			bit, raw = 256, &in.FraudScore
+		default:
+			return in, false
+		}
+		if seen&bit != 0 {
+			return in, false
+		}
+		seen |= bit
+		switch {
+		case strings.HasPrefix(s[i:], "null"):
+			j = i + len("null")
+			if raw != nil {
+				*raw = b[i:j]
+			}
+		case dst != nil:
+			if *dst, j, ok = plainString(s, i); !ok {
+				return in, false
+			}
+		case key == "ts":
+			if _, j, ok = plainString(s, i); !ok {
+				if j, ok = jsonInt(s, i); !ok {
+					return in, false
+				}
+			}
+			*raw = b[i:j]
+		default:
+			if j, ok = jsonNumber(s, i); !ok {
+				return in, false
+			}
+			*raw = b[i:j]
+		}
+		i = skipSpace(s, j)
+		if i == len(s) {
+			return in, false
+		}
+		switch s[i] {
+		case ',':
+			i = skipSpace(s, i+1)
+		case '}':
+			return in, skipSpace(s, i+1) == len(s)
+		default:
+			return in, false
+		}
+	}
+}
+
+// jsonNumber returns the index after a JSON number at s[i] (integer part, optional fraction,
+// optional exponent, as the JSON grammar has them).
+func jsonNumber(s string, i int) (int, bool) {
+	j, ok := jsonInt(s, i)
+	if !ok {
+		return i, false
+	}
+	if j < len(s) && s[j] == '.' {
+		k := j + 1
+		for k < len(s) && s[k] >= '0' && s[k] <= '9' {
+			k++
+		}
+		if k == j+1 {
+			return i, false
+		}
+		j = k
+	}
+	if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
+		k := j + 1
+		if k < len(s) && (s[k] == '+' || s[k] == '-') {
+			k++
+		}
+		d := k
+		for k < len(s) && s[k] >= '0' && s[k] <= '9' {
+			k++
+		}
+		if k == d {
+			return i, false
+		}
+		j = k
+	}
+	return j, true
 }

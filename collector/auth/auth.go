@@ -35,12 +35,15 @@ type Scope string
 const (
 	// Public routes need no key: health checks.
 	Public Scope = ""
-	// ScopeIngest sends events: POST /v1/views, /v1/events.
+	// ScopeIngest sends events (POST /v1/views, /v1/events, /v1/clicks) and mints click ids.
 	ScopeIngest Scope = "ingest"
 	// ScopeRead reads counts, series and a user's likes.
 	ScopeRead Scope = "read"
 	// ScopeLike likes and unlikes, on behalf of the user a token names.
 	ScopeLike Scope = "like"
+	// ScopeFraud posts fraud verdicts, which change what advertisers are billed: the fraud
+	// system's key, not the ad servers'.
+	ScopeFraud Scope = "fraud"
 	// ScopeBilling reads the exact daily click reports billing invoices from (GET
 	// /v1/reports/daily/{date}): money figures of every advertiser, so not part of read.
 	ScopeBilling Scope = "billing"
@@ -121,7 +124,7 @@ func New(opts Options) (*Guard, error) {
 		k := &key{id: c.ID, scopes: map[Scope]bool{}, limiter: rate.NewLimiter(rate.Limit(c.Rate), c.Burst)}
 		for _, s := range c.Scopes {
 			switch sc := Scope(s); sc {
-			case ScopeIngest, ScopeRead, ScopeLike, ScopeBilling, ScopeAdmin:
+			case ScopeIngest, ScopeRead, ScopeLike, ScopeFraud, ScopeBilling, ScopeAdmin:
 				k.scopes[sc] = true
 			default:
 				return nil, fmt.Errorf("key %d (%q): unknown scope %q", i, c.ID, s)
@@ -145,6 +148,10 @@ func CollectorRoutes() []Route {
 		{Pattern: "GET /readyz", Scope: Public},
 		{Pattern: "POST /v1/views", Scope: ScopeIngest},
 		{Pattern: "POST /v1/events", Scope: ScopeIngest},
+		{Pattern: "POST /v1/clicks", Scope: ScopeIngest},
+		{Pattern: "POST /v1/ads/{ad_id}/click-ids", Scope: ScopeIngest},
+		{Pattern: "POST /v1/fraud-verdicts", Scope: ScopeFraud},
+		{Pattern: "GET /v1/ads/{ad_id}/clicks", Scope: ScopeRead},
 		{Pattern: "GET /v1/items/{item_id}/counts", Scope: ScopeRead},
 		{Pattern: "GET /v1/counts", Scope: ScopeRead},
 		{Pattern: "GET /v1/items/{item_id}/views", Scope: ScopeRead},

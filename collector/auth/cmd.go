@@ -58,7 +58,7 @@ func command(args []string, env CommandEnv) error {
 	switch {
 	case len(args) >= 2 && args[0] == "keys" && args[1] == "new":
 		id := fs.String("id", "", "key id (names the client in logs and metrics)")
-		scopes := fs.StringSlice("scopes", nil, "scopes: ingest, read, like, billing, admin")
+		scopes := fs.StringSlice("scopes", nil, "scopes: ingest, read, like, fraud, billing, admin")
 		rate := fs.Float64("rate", 100, "requests per second")
 		burst := fs.Int("burst", 200, "requests at once above the rate")
 		if err := fs.Parse(args[2:]); err != nil {

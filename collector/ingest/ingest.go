@@ -35,9 +35,14 @@ type Config struct {
 	// (or stall mid-body) together; values below 1 count as 1.
 	MaxConcurrentBodies int
 	Bounds              schemas.TimeBounds
+	// ClickKeys, when set, signs minted click ids and verifies every click's id (forged, for
+	// another ad, or rendered longer than MaxRenderAge ago: 400); nil accepts unsigned ids.
+	ClickKeys    *schemas.ClickIDKeys
+	MaxRenderAge time.Duration
 }
 
-// Handler serves POST /v1/views and POST /v1/events.
+// Handler serves POST /v1/views, /v1/events, /v1/clicks, /v1/fraud-verdicts and
+// /v1/ads/{ad_id}/click-ids.
 type Handler struct {
 	cfg    Config
 	cl     *kgo.Client
@@ -74,6 +79,9 @@ func New(cfg Config, cl *kgo.Client, now func() time.Time, logger *slog.Logger, 
 func (h *Handler) Register(r *api.Router) {
 	r.Handle("POST /v1/views", "views", h.bounded(h.serveView))
 	r.Handle("POST /v1/events", "events", h.bounded(h.serveEvents))
+	r.Handle("POST /v1/clicks", "clicks", h.bounded(h.serveClick))
+	r.Handle("POST /v1/fraud-verdicts", "fraud_verdicts", h.bounded(h.serveVerdicts))
+	r.Handle("POST /v1/ads/{ad_id}/click-ids", "click_ids", h.mintClickIDs)
 }
 
 // bounded runs serve only while fewer than MaxConcurrentBodies requests are in flight; beyond
@@ -126,34 +134,55 @@ func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) int {
 }
 
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
+	return h.serveBatch(w, r, h.parseEvents)
+}
+
+// serveBatch answers an NDJSON body: parse turns it into records (built by rb) and per-line
+// rejections; the records are produced and the answer is 202 once Kafka has them all.
+func (h *Handler) serveBatch(w http.ResponseWriter, r *http.Request, parse func(body []byte, now time.Time, rb *recordBuilder) (batch, error)) int {
 	body, code, err := h.readBody(w, r)
 	if err != nil {
 		return api.Error(w, code, "body", err.Error())
 	}
 	rb := h.recordBuilder(bytes.Count(body, []byte{'\n'})+1, len(body))
-	recs, rejected, err := parseBatch(body, h.cfg.MaxLines, h.now(), h.cfg.Bounds, rb)
+	b, err := parse(body, h.now(), rb)
 	if err != nil {
 		return api.Error(w, http.StatusRequestEntityTooLarge, "body", err.Error())
 	}
-	resp := batchResponse{Rejected: rejected}
-	h.events.WithLabelValues("view", "rejected").Add(float64(len(resp.Rejected)))
-	if len(recs) == 0 {
+	resp := batchResponse{Rejected: b.rejected}
+	for typ, n := range b.rejectedBy {
+		h.events.WithLabelValues(typ, "rejected").Add(float64(n))
+	}
+	if len(b.recs) == 0 {
 		if len(resp.Rejected) == 0 {
 			return api.Error(w, http.StatusBadRequest, "body", "holds no events; want one JSON object per line")
 		}
 		resp.Error = "every line was rejected"
 		return api.JSON(w, http.StatusBadRequest, resp)
 	}
-	if err := h.produce(r.Context(), recs); err != nil {
+	if err := h.produce(r.Context(), b.recs); err != nil {
 		// Records may still be in flight: the builder is not reused.
-		h.events.WithLabelValues("view", "unavailable").Add(float64(len(recs)))
+		for typ, n := range b.acceptedBy {
+			h.events.WithLabelValues(typ, "unavailable").Add(float64(n))
+		}
 		return h.unavailable(w, err)
 	}
 	// Every record is acknowledged, so the producer holds none of them any more.
 	h.builders.Put(rb)
-	h.events.WithLabelValues("view", "accepted").Add(float64(len(recs)))
-	resp.Accepted = len(recs)
+	for typ, n := range b.acceptedBy {
+		h.events.WithLabelValues(typ, "accepted").Add(float64(n))
+	}
+	resp.Accepted = len(b.recs)
 	return api.JSON(w, http.StatusAccepted, resp)
+}
+
+// batch is a parsed NDJSON body: the records of its good lines, a rejection per bad one, and
+// both counted by event type for the metrics.
+type batch struct {
+	recs       []*kgo.Record
+	rejected   []Rejection
+	acceptedBy map[string]int
+	rejectedBy map[string]int
 }
 
 // lines yields the lines of an NDJSON body with their 1-based numbers: split on "\n", trimmed
@@ -173,24 +202,46 @@ func lines(body []byte) iter.Seq2[int, []byte] {
 	}
 }
 
-// parseBatch parses an NDJSON body of views: the records of the good lines (built by rb) and a
-// rejection per bad one, in line order. It fails only when a line numbered beyond maxLines holds
-// an event.
-func parseBatch(body []byte, maxLines int, now time.Time, bounds schemas.TimeBounds, rb *recordBuilder) ([]*kgo.Record, []Rejection, error) {
-	recs := make([]*kgo.Record, 0, bytes.Count(body, []byte{'\n'})+1)
-	rejected := []Rejection{}
-	for n, b := range lines(body) {
+// eachLine runs fn on every line of an NDJSON body with its number, and rejects the lines fn
+// fails, naming the type fn says the line was. It fails only when a line numbered beyond
+// maxLines holds an event.
+func eachLine(body []byte, maxLines int, fn func(line []byte) (typ string, rec *kgo.Record, err error)) (batch, error) {
+	b := batch{recs: make([]*kgo.Record, 0, bytes.Count(body, []byte{'\n'})+1), rejected: []Rejection{},
+		acceptedBy: map[string]int{}, rejectedBy: map[string]int{}}
+	for n, line := range lines(body) {
 		if n > maxLines {
-			return nil, nil, fmt.Errorf("has more than %d lines; split the batch", maxLines)
+			return batch{}, fmt.Errorf("has more than %d lines; split the batch", maxLines)
 		}
-		v, err := schemas.ParseViewJSON(b, true, now, bounds)
+		typ, rec, err := fn(line)
 		if err != nil {
-			rejected = append(rejected, rejection(n, err))
+			b.rejected = append(b.rejected, rejection(n, err))
+			b.rejectedBy[typ]++
 			continue
 		}
-		recs = append(recs, rb.view(v))
+		b.recs = append(b.recs, rec)
+		b.acceptedBy[typ]++
 	}
-	return recs, rejected, nil
+	return b, nil
+}
+
+// parseEvents parses a POST /v1/events body of views and clicks.
+func (h *Handler) parseEvents(body []byte, now time.Time, rb *recordBuilder) (batch, error) {
+	return eachLine(body, h.cfg.MaxLines, func(line []byte) (string, *kgo.Record, error) {
+		ev, err := schemas.ParseEventJSON(line, now, h.cfg.Bounds)
+		if ev.Kind == schemas.KindClick {
+			if err == nil {
+				err = h.verifyClick(ev.Click, now)
+			}
+			if err != nil {
+				return "click", nil, err
+			}
+			return "click", rb.click(ev.Click), nil
+		}
+		if err != nil {
+			return "view", nil, err
+		}
+		return "view", rb.view(ev.View), nil
+	})
 }
 
 // readBody reads at most MaxBodyBytes; beyond that the answer is 413, and a body still
@@ -239,6 +290,7 @@ func (h *Handler) unavailable(w http.ResponseWriter, err error) int {
 	return api.Unavailable(w, msg)
 }
 
+// viewRecord returns v's record as recordBuilder.view builds it.
 func viewRecord(v schemas.View) *kgo.Record {
 	return &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: schemas.AppendView(nil, v)}
 }
@@ -270,15 +322,26 @@ func (h *Handler) recordBuilder(n, size int) *recordBuilder {
 
 // view returns v's record, as viewRecord builds it.
 func (rb *recordBuilder) view(v schemas.View) *kgo.Record {
+	start, mid := rb.key(v.ItemID)
+	rb.buf = schemas.AppendView(rb.buf, v)
+	return rb.record(schemas.TopicViews, start, mid)
+}
+
+// key appends a record's key to the buffer and returns where it starts and ends; the value is
+// appended next, then record makes the record.
+func (rb *recordBuilder) key(k string) (start, mid int) {
+	start = len(rb.buf)
+	rb.buf = append(rb.buf, k...)
+	return start, len(rb.buf)
+}
+
+// record makes a record of topic from the key at buf[start:mid] and the value after it.
+func (rb *recordBuilder) record(topic string, start, mid int) *kgo.Record {
 	if len(rb.recs) == cap(rb.recs) {
 		rb.recs = make([]kgo.Record, 0, max(16, cap(rb.recs)))
 	}
-	start := len(rb.buf)
-	rb.buf = append(rb.buf, v.ItemID...)
-	mid := len(rb.buf)
-	rb.buf = schemas.AppendView(rb.buf, v)
 	// Full slice expressions: nothing appended to one record's bytes can reach the next's.
-	rb.recs = append(rb.recs, kgo.Record{Topic: schemas.TopicViews, Key: rb.buf[start:mid:mid], Value: rb.buf[mid:len(rb.buf):len(rb.buf)]})
+	rb.recs = append(rb.recs, kgo.Record{Topic: topic, Key: rb.buf[start:mid:mid], Value: rb.buf[mid:len(rb.buf):len(rb.buf)]})
 	return &rb.recs[len(rb.recs)-1]
 }
 

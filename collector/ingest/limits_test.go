@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
 	"tally/platform/lifecycle"
@@ -174,6 +175,13 @@ func TestSlowBodyGets408(t *testing.T) {
 	}
 }
 
+// parseBatch parses an NDJSON body of POST /v1/events as a handler without click keys does.
+func parseBatch(body []byte, maxLines int, now time.Time, bounds schemas.TimeBounds, rb *recordBuilder) ([]*kgo.Record, []Rejection, error) {
+	h := &Handler{cfg: Config{MaxLines: maxLines, Bounds: bounds}}
+	b, err := h.parseEvents(body, now, rb)
+	return b.recs, b.rejected, err
+}
+
 // The records parseBatch returns decode back to valid views of the good lines.
 func TestParseBatch(t *testing.T) {
 	now := time.Now()
@@ -300,6 +308,13 @@ func FuzzParseBatch(f *testing.F) {
 			prev = r.Line
 		}
 		for _, r := range recs {
+			if r.Topic == schemas.TopicClicks {
+				c, err := schemas.DecodeClick(r.Value)
+				if err != nil || string(r.Key) != c.AdID {
+					t.Fatalf("record %q/%q does not decode to a click keyed by its ad: %v", r.Key, r.Value, err)
+				}
+				continue
+			}
 			v, err := schemas.DecodeView(r.Value)
 			if err != nil || string(r.Key) != v.ItemID || r.Topic != schemas.TopicViews {
 				t.Fatalf("record %q/%q does not decode to a view keyed by its item: %v", r.Key, r.Value, err)

@@ -53,6 +53,27 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 			t.Errorf("got %d errors, %d 503s; want none", rep.Errors, v.Status503)
 		}
 	})
+	t.Run("clicks", func(t *testing.T) {
+		rep := runLoad(t, ctx, "--url", api, "--brokers", brokers, "--scenario", "clicks",
+			"--duration", "3s", "--click-rate", "2000", "--click-batch", "100", "--click-concurrency", "2", "--items", "50",
+			"--warmup", "1s", "--probe-every", "300ms", "--probe-poll", "50ms", "--probe-timeout", "20s", "--drain", "20s")
+		c := rep.Clicks
+		if c == nil {
+			t.Fatalf("got report %+v; want a clicks section", rep)
+		}
+		if c.AcceptedEvents <= 0 || c.Latency.Count != int(c.Requests) {
+			t.Errorf("got %d accepted clicks, %d latency samples for %d requests; want some, one per request", c.AcceptedEvents, c.Latency.Count, c.Requests)
+		}
+		if c.Visibility.Visible == 0 || c.Visibility.NotVisible != 0 {
+			t.Errorf("got visibility %+v; want every probe click measured visible in its minute", c.Visibility)
+		}
+		if len(c.Lag.Samples) == 0 || !c.Lag.Drained || c.Lag.Group != "tally-aggregator-clicks" {
+			t.Errorf("got lag %+v; want samples of the clicks group and a drained lag", c.Lag)
+		}
+		if rep.Errors != 0 || c.Status503 != 0 {
+			t.Errorf("got %d errors, %d 503s; want none", rep.Errors, c.Status503)
+		}
+	})
 	t.Run("likes", func(t *testing.T) {
 		rep := runLoad(t, ctx, "--url", api, "--scenario", "likes", "--duration", "2s",
 			"--like-rate", "200", "--users", "50", "--liked-by-rate", "50")

@@ -38,6 +38,12 @@ type Config struct {
 	ProbePoll   time.Duration
 	ProbeWait   time.Duration
 
+	// clicks
+	ClickRate        int
+	ClickBatch       int
+	ClickConcurrency int
+	ClickGroup       string
+
 	// reads
 	ReadRate int
 	ReadIDs  int
@@ -54,7 +60,7 @@ type Config struct {
 
 // Scenarios says which workloads run at once.
 type Scenarios struct {
-	Views, Reads, Likes bool
+	Views, Clicks, Reads, Likes bool
 }
 
 func (s Scenarios) String() string {
@@ -62,7 +68,7 @@ func (s Scenarios) String() string {
 	for _, p := range []struct {
 		on   bool
 		name string
-	}{{s.Views, "views"}, {s.Reads, "reads"}, {s.Likes, "likes"}} {
+	}{{s.Views, "views"}, {s.Clicks, "clicks"}, {s.Reads, "reads"}, {s.Likes, "likes"}} {
 		if p.on {
 			parts = append(parts, p.name)
 		}
@@ -70,22 +76,24 @@ func (s Scenarios) String() string {
 	return strings.Join(parts, "+")
 }
 
-// ParseScenarios reads a '+'-joined set of views, reads and likes (e.g. "views+reads").
+// ParseScenarios reads a '+'-joined set of views, clicks, reads and likes (e.g. "views+reads").
 func ParseScenarios(s string) (Scenarios, error) {
 	var sc Scenarios
 	if s == "" {
-		return sc, errors.New("is empty; want views, reads, likes or a '+'-joined set such as views+reads")
+		return sc, errors.New("is empty; want views, clicks, reads, likes or a '+'-joined set such as views+clicks")
 	}
 	for _, p := range strings.Split(s, "+") {
 		switch p {
 		case "views":
 			sc.Views = true
+		case "clicks":
+			sc.Clicks = true
 		case "reads":
 			sc.Reads = true
 		case "likes":
 			sc.Likes = true
 		default:
-			return sc, fmt.Errorf("has %q; want views, reads, likes or a '+'-joined set such as views+reads", p)
+			return sc, fmt.Errorf("has %q; want views, clicks, reads, likes or a '+'-joined set such as views+clicks", p)
 		}
 	}
 	return sc, nil
@@ -109,7 +117,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "collector base URL (loopback only)")
 	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers for the consumer-lag monitor (loopback only)")
 	fs.StringVar(&c.Group, "group", "tally-aggregator", "consumer group whose lag on topic views is sampled every second")
-	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, reads, likes, or a '+'-joined set (views+reads)")
+	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, clicks, reads, likes, or a '+'-joined set (views+clicks)")
 	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "how long the load runs (at most 30m)")
 	fs.StringVar(&c.RunID, "run-id", "", "prefix of every item and user id (default: load-<random>), so runs do not mix")
 	fs.DurationVar(&c.Timeout, "timeout", 15*time.Second, "per-request timeout")
@@ -132,6 +140,10 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 
 	fs.IntVar(&c.ReadRate, "read-rate", 1000, "reads: GET /v1/counts requests per second, open loop")
 	fs.IntVar(&c.ReadIDs, "read-ids", 20, "reads: item ids per GET /v1/counts (1..100): a feed page, the hot item and ids drawn from the catalog")
+	fs.IntVar(&c.ClickRate, "click-rate", 50000, "clicks: target clicks per second (NDJSON to POST /v1/events; --hot-share of them on one ad, the rest over --items ads)")
+	fs.IntVar(&c.ClickBatch, "click-batch", 1000, "clicks: NDJSON lines per POST /v1/events")
+	fs.IntVar(&c.ClickConcurrency, "click-concurrency", 8, "clicks: concurrent posters")
+	fs.StringVar(&c.ClickGroup, "click-group", "tally-aggregator-clicks", "clicks: consumer group whose lag on topic clicks is sampled every second")
 	fs.IntVar(&c.Catalog, "catalog", 10000, "reads: items a feed page draws its ids from, uniformly (items 1..N; the views scenario posts to items 1..--items, so set both alike for views over the whole catalog)")
 
 	fs.IntVar(&c.LikeRate, "like-rate", 5000, "likes: PUT/DELETE requests per second on the hot item, open loop")
@@ -179,9 +191,9 @@ func (c Config) validate() error {
 	case !loopback(u.Hostname()):
 		bad("url", "host %q is not a loopback address; load is only sent to this machine", u.Hostname())
 	}
-	if c.Scenarios.Views {
+	if c.Scenarios.Views || c.Scenarios.Clicks {
 		if len(c.Brokers) == 0 {
-			bad("brokers", "is empty; the views scenario samples consumer lag")
+			bad("brokers", "is empty; the views and clicks scenarios sample consumer lag")
 		}
 		for _, b := range c.Brokers {
 			host, _, err := net.SplitHostPort(b)
@@ -235,6 +247,14 @@ func (c Config) validate() error {
 		positive("probe-every", c.ProbeEvery)
 		positive("probe-poll", c.ProbePoll)
 		positive("probe-timeout", c.ProbeWait)
+	}
+	if c.Scenarios.Clicks {
+		inRange("click-rate", c.ClickRate, 1, maxRate)
+		inRange("click-batch", c.ClickBatch, 1, 10000)
+		inRange("click-concurrency", c.ClickConcurrency, 1, maxConcurrency)
+		if c.ClickGroup == "" {
+			bad("click-group", "is empty")
+		}
 	}
 	if c.Scenarios.Reads {
 		inRange("read-rate", c.ReadRate, 1, maxRate)

@@ -10,9 +10,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// viewsTopic is the topic the aggregator consumes (schemas.TopicViews; not imported, so this
-// package stays a pure HTTP and Kafka-admin client).
-const viewsTopic = "views"
+// The topics the aggregator consumes (schemas.TopicViews and TopicClicks; not imported, so
+// this package stays a pure HTTP and Kafka-admin client).
+const (
+	viewsTopic  = "views"
+	clicksTopic = "clicks"
+)
 
 // LagSample is the consumer lag at T seconds after the load started.
 type LagSample struct {
@@ -41,13 +44,14 @@ type LagReport struct {
 	ErrorSamples []string `json:"error_samples,omitempty"`
 }
 
-// lagMonitor samples the group's lag on the views topic: the sum over partitions of the end
+// lagMonitor samples the group's lag on one topic (views or clicks): the sum over partitions of the end
 // offset minus the committed offset (a partition with no commit counts from 0, the start of a
 // fresh log). The views topic is written without transactions, so offsets are records.
 type lagMonitor struct {
 	cl    *kgo.Client
 	adm   *kadm.Client
 	group string
+	topic string
 	errs  errorLog
 	err   error // creating the client
 
@@ -55,8 +59,8 @@ type lagMonitor struct {
 	samples []LagSample
 }
 
-func newLagMonitor(brokers []string, group string) *lagMonitor {
-	m := &lagMonitor{group: group}
+func newLagMonitor(brokers []string, group, topic string) *lagMonitor {
+	m := &lagMonitor{group: group, topic: topic}
 	m.cl, m.err = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequestTimeoutOverhead(time.Second))
 	if m.err == nil {
 		m.adm = kadm.NewClient(m.cl)
@@ -75,12 +79,12 @@ func (m *lagMonitor) lag(ctx context.Context) (int64, error) {
 	if m.err != nil {
 		return 0, fmt.Errorf("create kafka admin client: %w", m.err)
 	}
-	ends, err := m.adm.ListEndOffsets(ctx, viewsTopic)
+	ends, err := m.adm.ListEndOffsets(ctx, m.topic)
 	if err != nil {
-		return 0, fmt.Errorf("list end offsets of %s: %w", viewsTopic, err)
+		return 0, fmt.Errorf("list end offsets of %s: %w", m.topic, err)
 	}
 	if err := ends.Error(); err != nil {
-		return 0, fmt.Errorf("list end offsets of %s: %w", viewsTopic, err)
+		return 0, fmt.Errorf("list end offsets of %s: %w", m.topic, err)
 	}
 	committed, err := m.adm.FetchOffsets(ctx, m.group)
 	if err != nil {

@@ -5,6 +5,8 @@
 //   - views: NDJSON batches to POST /v1/events at a target event rate with one hot item, while
 //     the aggregator group's consumer lag is sampled every second (Kafka admin API) and marker
 //     views are probed for visibility through GET /v1/items/{id}/counts;
+//   - clicks: the same for clicks (one hot ad), the click group's lag on topic clicks, and
+//     marker clicks probed through the minute series GET /v1/ads/{id}/clicks;
 //   - reads: GET /v1/counts with a feed page, open loop: the hot item and ids drawn uniformly
 //     from a catalog of --catalog items;
 //   - likes: like/unlike on one hot item and GET /v1/users/{id}/likes, open loop.
@@ -51,6 +53,7 @@ type Report struct {
 	// (in tests, where the pipeline runs in the same process, it is everything).
 	GeneratorCPU float64       `json:"generator_cpu_s"`
 	Views        *ViewsReport  `json:"views,omitempty"`
+	Clicks       *ViewsReport  `json:"clicks,omitempty"`
 	Reads        *StreamReport `json:"reads,omitempty"`
 	Likes        *LikesReport  `json:"likes,omitempty"`
 	Errors       int           `json:"errors"` // every unexpected outcome of every stream
@@ -131,11 +134,14 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	var views *viewsRun
+	var views, clicks *viewsRun
 	var reads *openLoop
 	var likes *likesStreams
 	if c.Scenarios.Views {
-		views = newViewsRun(c, cl, prefix)
+		views = newViewsRun(c, viewsStream(c), cl, prefix)
+	}
+	if c.Scenarios.Clicks {
+		clicks = newViewsRun(c, clicksStream(c), cl, prefix)
 	}
 	if c.Scenarios.Reads {
 		reads = readsStream(c, cl, prefix)
@@ -154,6 +160,9 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	if views != nil {
 		wg.Go(func() { r := views.run(ctx, start, end, seed+1); rep.Views = &r })
 	}
+	if clicks != nil {
+		wg.Go(func() { r := clicks.run(ctx, start, end, seed+5); rep.Clicks = &r })
+	}
 	if reads != nil {
 		wg.Go(func() { r := reads.run(ctx, start, end, seed+2); rep.Reads = &r })
 	}
@@ -168,7 +177,9 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	done := make(chan struct{})
 	var pw sync.WaitGroup
 	if c.Progress > 0 {
-		pw.Go(func() { printProgress(progress, c.Progress, start, end, done, views, reads, likes) })
+		pw.Go(func() {
+			printProgress(progress, c.Progress, start, end, done, []*viewsRun{views, clicks}, reads, likes)
+		})
 	}
 	wg.Wait()
 	close(done)
@@ -176,8 +187,10 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 
 	rep.ElapsedS = time.Since(start).Seconds()
 	rep.GeneratorCPU = (cpuTime() - cpu0).Seconds()
-	if rep.Views != nil {
-		rep.Errors += rep.Views.Errors + rep.Views.Lag.Errors + rep.Views.Visibility.Errors
+	for _, r := range []*ViewsReport{rep.Views, rep.Clicks} {
+		if r != nil {
+			rep.Errors += r.Errors + r.Lag.Errors + r.Visibility.Errors
+		}
 	}
 	if rep.Reads != nil {
 		rep.Errors += rep.Reads.Errors
@@ -206,7 +219,7 @@ func checkReady(ctx context.Context, cl *http.Client, base string) error {
 	return nil
 }
 
-func printProgress(w io.Writer, every time.Duration, start, end time.Time, done <-chan struct{}, views *viewsRun, reads *openLoop, likes *likesStreams) {
+func printProgress(w io.Writer, every time.Duration, start, end time.Time, done <-chan struct{}, streams []*viewsRun, reads *openLoop, likes *likesStreams) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -217,9 +230,11 @@ func printProgress(w io.Writer, every time.Duration, start, end time.Time, done 
 		}
 		el := min(time.Since(start), end.Sub(start))
 		line := fmt.Sprintf("load: %5.0fs", el.Seconds())
-		if views != nil {
-			n := views.accepted.Load()
-			line += fmt.Sprintf("  views %d accepted (%.0f/s), 503s %d, lag %d", n, float64(n)/el.Seconds(), views.unavailable.Load(), views.lag.latest())
+		for _, v := range streams {
+			if v != nil {
+				n := v.accepted.Load()
+				line += fmt.Sprintf("  %s %d accepted (%.0f/s), 503s %d, lag %d", v.s.name, n, float64(n)/el.Seconds(), v.unavailable.Load(), v.lag.latest())
+			}
 		}
 		if reads != nil {
 			line += fmt.Sprintf("  reads %d", reads.fired.Load())

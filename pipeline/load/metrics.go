@@ -10,17 +10,18 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// viewsMetrics are the aggregator's counters at one moment.
+// viewsMetrics are the aggregator's counters of one path (views or clicks) at one moment.
 type viewsMetrics struct {
 	ok                   bool
-	records              float64 // tally_views_records_total
-	flushSum, flushCount float64 // tally_views_flush_seconds
+	records              float64 // tally_<path>_records_total
+	flushSum, flushCount float64 // tally_<path>_flush_seconds
 }
 
 // scrapeViewsMetrics reads the aggregator's counters from the collector's /metrics, which in
 // the all-in-one serves every component. ok is false when they are not there (an aggregator
 // running as its own process serves them on its own admin address).
-func scrapeViewsMetrics(ctx context.Context, cl *http.Client, base string) viewsMetrics {
+// prefix names the path's metrics: "tally_views_" or "tally_clicks_".
+func scrapeViewsMetrics(ctx context.Context, cl *http.Client, base, prefix string) viewsMetrics {
 	var buf bytes.Buffer
 	code, err := do(ctx, cl, http.MethodGet, base+"/metrics", nil, &buf)
 	if err != nil || code != http.StatusOK {
@@ -28,9 +29,9 @@ func scrapeViewsMetrics(ctx context.Context, cl *http.Client, base string) views
 	}
 	var m viewsMetrics
 	var ok1, ok2, ok3 bool
-	m.records, ok1 = metricSum(buf.Bytes(), "tally_views_records_total")
-	m.flushSum, ok2 = metricSum(buf.Bytes(), "tally_views_flush_seconds_sum")
-	m.flushCount, ok3 = metricSum(buf.Bytes(), "tally_views_flush_seconds_count")
+	m.records, ok1 = metricSum(buf.Bytes(), prefix+"records_total")
+	m.flushSum, ok2 = metricSum(buf.Bytes(), prefix+"flush_seconds_sum")
+	m.flushCount, ok3 = metricSum(buf.Bytes(), prefix+"flush_seconds_count")
 	m.ok = ok1 && ok2 && ok3
 	return m
 }

@@ -3,6 +3,7 @@ package load
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -10,7 +11,8 @@ import (
 	"time"
 )
 
-// VisReport is how long a view took from its 202 to being visible through the read API.
+// VisReport is how long a view (or a click) took from its 202 to being visible through the read
+// API.
 type VisReport struct {
 	Probes       int64    `json:"probes"`
 	Visible      int64    `json:"visible"`
@@ -32,6 +34,7 @@ type prober struct {
 	prefix string
 	poll   time.Duration
 	wait   time.Duration
+	kind   probeKind
 
 	wg                          sync.WaitGroup
 	errs                        errorLog
@@ -56,42 +59,91 @@ func (p *prober) run(stop, reqCtx context.Context, every time.Duration) {
 	}
 }
 
-func (p *prober) probe(ctx context.Context, item string) {
+// probeKind is what a probe posts and how it reads the count back.
+type probeKind int
+
+const (
+	// viewProbe posts a view of a new item and reads GET /v1/items/{item}/counts.
+	viewProbe probeKind = iota
+	// clickProbe posts a click on a new ad and reads that ad's minute series
+	// (GET /v1/ads/{ad}/clicks), summing the counts.
+	clickProbe
+)
+
+// post returns the path and body that post one event for id.
+func (k probeKind) post(id string) (string, []byte) {
+	if k == clickProbe {
+		return "/v1/clicks", []byte(`{"click_id":"` + id + `","ad_id":"` + id + `","campaign_id":"probe","user_hash":"probe","ip_hash":"probe","device":"probe"}`)
+	}
+	return "/v1/views", []byte(`{"item_id":"` + id + `","viewer_id":"probe"}`)
+}
+
+// readURL is where the count of id is read, posted at t.
+func (k probeKind) readURL(base, id string, t time.Time) string {
+	if k == clickProbe {
+		from := t.Add(-time.Minute).UnixMilli()
+		return fmt.Sprintf("%s/v1/ads/%s/clicks?granularity=minute&from=%d&to=%d", base, id, from, t.Add(time.Minute).UnixMilli())
+	}
+	return base + "/v1/items/" + id + "/counts"
+}
+
+// count reads the count of a read's answer: the item's views, or the sum of the series' counts.
+func (k probeKind) count(body []byte) (int64, bool) {
+	if k == viewProbe {
+		return jsonInt(body, "views")
+	}
+	var s struct {
+		Points []struct {
+			Count int64 `json:"count"`
+		} `json:"points"`
+	}
+	if json.Unmarshal(body, &s) != nil || len(s.Points) == 0 {
+		return 0, false
+	}
+	var n int64
+	for _, pt := range s.Points {
+		n += pt.Count
+	}
+	return n, true
+}
+
+func (p *prober) probe(ctx context.Context, id string) {
 	var buf bytes.Buffer
-	body := []byte(`{"item_id":"` + item + `","viewer_id":"probe"}`)
-	code, err := do(ctx, p.cl, http.MethodPost, p.url+"/v1/views", body, &buf)
+	path, body := p.kind.post(id)
+	posted := time.Now()
+	code, err := do(ctx, p.cl, http.MethodPost, p.url+path, body, &buf)
 	switch {
 	case err != nil:
-		p.errs.add(ctx, "probe POST /v1/views", err)
+		p.errs.add(ctx, "probe POST "+path, err)
 		return
 	case code != http.StatusAccepted:
-		p.errs.status(ctx, "probe POST /v1/views", code, buf.Bytes())
+		p.errs.status(ctx, "probe POST "+path, code, buf.Bytes())
 		return
 	}
 	accepted := time.Now()
 	deadline := accepted.Add(p.wait)
-	countsURL := p.url + "/v1/items/" + item + "/counts"
+	readURL := p.kind.readURL(p.url, id, posted)
 	for {
-		code, err := do(ctx, p.cl, http.MethodGet, countsURL, nil, &buf)
+		code, err := do(ctx, p.cl, http.MethodGet, readURL, nil, &buf)
 		switch {
 		case err != nil:
-			p.errs.add(ctx, "probe GET counts", err)
+			p.errs.add(ctx, "probe GET count", err)
 			return
 		case code != http.StatusOK:
-			p.errs.status(ctx, "probe GET counts", code, buf.Bytes())
+			p.errs.status(ctx, "probe GET count", code, buf.Bytes())
 			return
 		}
-		views, ok := jsonInt(buf.Bytes(), "views")
+		n, ok := p.kind.count(buf.Bytes())
 		switch {
 		case !ok:
-			p.errs.status(ctx, "probe GET counts without views", code, buf.Bytes())
+			p.errs.status(ctx, "probe GET count without a count", code, buf.Bytes())
 			return
-		case views == 1:
+		case n == 1:
 			p.lat.add(time.Since(accepted))
 			p.visible.Add(1)
 			return
-		case views > 1:
-			p.errs.add(ctx, "probe GET counts", fmt.Errorf("item %s shows %d views; one was posted", item, views))
+		case n > 1:
+			p.errs.add(ctx, "probe GET count", fmt.Errorf("%s shows %d; one was posted", id, n))
 			return
 		}
 		if time.Now().After(deadline) {

@@ -32,13 +32,20 @@ func WriteText(w io.Writer, r *Report) {
 	p("load: %s against %s, run %s, %.0fs of load (%.1fs with drain and probes); the generator used %.1f CPU s",
 		r.Scenario, r.URL, r.RunID, r.DurationS, r.ElapsedS, r.GeneratorCPU)
 	var samples []string
-	if v := r.Views; v != nil {
-		p("views: target %d events/s, batches of %d lines from %d posters, hot item %.0f%%", v.TargetRate, v.Batch, v.Concurrency, v.HotShare*100)
-		p("  accepted    %d events = %.0f events/s (%.0f%% of target); %d requests, %d answered 503, %d errors",
-			v.AcceptedEvents, v.EventsPerSec, 100*v.EventsPerSec/float64(v.TargetRate), v.Requests, v.Status503, v.Errors)
+	for _, st := range []struct {
+		name, unit, path string
+		v                *ViewsReport
+	}{{"views", "events", "GET /v1/items/{probe}/counts", r.Views}, {"clicks", "clicks", "GET /v1/ads/{probe}/clicks (minute series)", r.Clicks}} {
+		v := st.v
+		if v == nil {
+			continue
+		}
+		p("%s: target %d %s/s, batches of %d lines from %d posters, hot share %.0f%%", st.name, v.TargetRate, st.unit, v.Batch, v.Concurrency, v.HotShare*100)
+		p("  accepted    %d %s = %.0f/s (%.0f%% of target); %d requests, %d answered 503, %d errors",
+			v.AcceptedEvents, st.unit, v.EventsPerSec, 100*v.EventsPerSec/float64(v.TargetRate), v.Requests, v.Status503, v.Errors)
 		p("  request     %s", fmtSummary(v.Latency))
 		if v.ConsumedPerSec > 0 {
-			p("  aggregator  consumed %.0f records/s during the load, flush mean %.0f ms (tally_views_* at /metrics)", v.ConsumedPerSec, v.FlushMeanMs)
+			p("  aggregator  consumed %.0f records/s during the load, flush mean %.0f ms (tally_%s_* at /metrics)", v.ConsumedPerSec, v.FlushMeanMs, st.name)
 		}
 		l := v.Lag
 		verdict := "not growing"
@@ -54,7 +61,7 @@ func WriteText(w io.Writer, r *Report) {
 			p("              %s", l.DrainError)
 		}
 		vis := v.Visibility
-		p("  visibility  202 -> GET /v1/items/{probe}/counts shows it (poll %.0f ms): %s", vis.PollMs, fmtSummary(vis.Latency))
+		p("  visibility  202 -> %s shows it (poll %.0f ms): %s", st.path, vis.PollMs, fmtSummary(vis.Latency))
 		p("              %d probes, %d visible, %d not visible in time, %d errors", vis.Probes, vis.Visible, vis.NotVisible, vis.Errors)
 		samples = append(samples, v.ErrorSamples...)
 		samples = append(samples, l.ErrorSamples...)

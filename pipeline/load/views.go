@@ -31,12 +31,38 @@ type ViewsReport struct {
 	ErrorSamples   []string  `json:"error_samples,omitempty"`
 }
 
+// eventStream says what a viewsRun posts: views, or clicks (the clicks scenario posts its
+// NDJSON batches the same way, to the same endpoint, and watches its own topic and group).
+type eventStream struct {
+	name              string // "views" or "clicks", in messages
+	rate, batch, conc int
+	newBatch          func(prefix string, n int) lineBatch
+	topic, group      string // whose consumer lag is sampled
+	metrics           string // prefix of the aggregator's metrics of this path
+	probe             probeKind
+}
+
+// lineBatch is a poster's reusable NDJSON body, redrawn before each post.
+type lineBatch interface {
+	fill(rng *rand.Rand, hot float64, items, ids int)
+	body() []byte
+}
+
+func (b *viewBatch) body() []byte { return b.buf }
+
+func viewsStream(c Config) eventStream {
+	return eventStream{name: "views", rate: c.Rate, batch: c.Batch, conc: c.Concurrency,
+		newBatch: func(prefix string, n int) lineBatch { return newViewBatch(prefix, n) },
+		topic:    viewsTopic, group: c.Group, metrics: "tally_views_", probe: viewProbe}
+}
+
 // viewsRun posts NDJSON batches from Concurrency closed-loop posters paced to the target rate:
 // batch i is due at start + i*batch/rate and a poster that is behind posts at once. A poster
 // waits for its 202 before its next batch, so when the collector is slower than the target the
 // achieved rate says so (and the lag monitor says whether the aggregator kept up).
 type viewsRun struct {
 	cfg    Config
+	s      eventStream
 	cl     *http.Client
 	prefix string
 	errs   errorLog
@@ -46,20 +72,20 @@ type viewsRun struct {
 	lat                             recorder
 }
 
-func newViewsRun(c Config, cl *http.Client, prefix string) *viewsRun {
-	return &viewsRun{cfg: c, cl: cl, prefix: prefix, lag: newLagMonitor(c.Brokers, c.Group)}
+func newViewsRun(c Config, s eventStream, cl *http.Client, prefix string) *viewsRun {
+	return &viewsRun{cfg: c, s: s, cl: cl, prefix: prefix, lag: newLagMonitor(c.Brokers, s.group, s.topic)}
 }
 
 func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) {
-	c := v.cfg
-	rate := float64(c.Rate) / float64(c.Batch) // batches per second
+	c, s := v.cfg, v.s
+	rate := float64(s.rate) / float64(s.batch) // batches per second
 	p := newPacer(start, rate, slotsFor(rate, end.Sub(start)))
 	url := c.URL + "/v1/events"
 	var wg sync.WaitGroup
-	for w := range c.Concurrency {
+	for w := range s.conc {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
-			batch := newViewBatch(v.prefix, c.Batch)
+			batch := s.newBatch(v.prefix, s.batch)
 			var buf bytes.Buffer
 			sl, err := newSleeper(p.rate)
 			if err != nil {
@@ -73,7 +99,7 @@ func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) 
 				}
 				batch.fill(rng, c.HotShare, c.Items, c.Viewers)
 				t0 := time.Now()
-				code, err := do(ctx, v.cl, http.MethodPost, url, batch.buf, &buf)
+				code, err := do(ctx, v.cl, http.MethodPost, url, batch.body(), &buf)
 				if ctx.Err() != nil {
 					return
 				}
@@ -85,7 +111,7 @@ func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) 
 				case code == http.StatusAccepted:
 					n, _ := jsonInt(buf.Bytes(), "accepted")
 					v.accepted.Add(n)
-					if n != int64(c.Batch) {
+					if n != int64(s.batch) {
 						v.errs.status(ctx, "POST /v1/events accepted fewer lines than sent", code, buf.Bytes())
 					}
 				case code == http.StatusServiceUnavailable:
@@ -106,8 +132,8 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 	c := v.cfg
 	lag := v.lag
 	defer lag.close()
-	probes := &prober{cl: v.cl, url: c.URL, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait}
-	before := scrapeViewsMetrics(ctx, v.cl, c.URL)
+	probes := &prober{cl: v.cl, url: c.URL, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait, kind: v.s.probe}
+	before := scrapeViewsMetrics(ctx, v.cl, c.URL, v.s.metrics)
 
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(ctx)
@@ -116,7 +142,7 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 
 	v.post(ctx, start, end, seed)
 	elapsed := time.Since(start)
-	after := scrapeViewsMetrics(ctx, v.cl, c.URL)
+	after := scrapeViewsMetrics(ctx, v.cl, c.URL, v.s.metrics)
 	stopBG()
 	bg.Wait()
 	// The lag drains while the last probes wait to become visible.
@@ -127,7 +153,7 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 	bg.Wait()
 
 	rep := ViewsReport{
-		TargetRate: c.Rate, Batch: c.Batch, Concurrency: c.Concurrency, HotShare: c.HotShare,
+		TargetRate: v.s.rate, Batch: v.s.batch, Concurrency: v.s.conc, HotShare: c.HotShare,
 		Requests: v.requests.Load(), AcceptedEvents: v.accepted.Load(), Status503: v.unavailable.Load(),
 		EventsPerSec: float64(v.accepted.Load()) / elapsed.Seconds(),
 		Latency:      v.lat.summary(),

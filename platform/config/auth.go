@@ -18,7 +18,7 @@ const (
 
 // scopeList names the scopes an API key may hold. The collector's auth package defines what
 // each allows; the names are repeated here so a misspelt scope stops the start naming the key.
-const scopeList = "ingest, read, like, billing, admin"
+const scopeList = "ingest, read, like, fraud, billing, admin"
 
 // MinUserTokenKey is the shortest accepted collector.auth.user_token_key in bytes: an HMAC-SHA256
 // key shorter than the hash output is weaker than the hash.
@@ -177,7 +177,7 @@ func (c Collector) validateAuth(bad func(string, string, ...any)) {
 
 func knownScope(s string) bool {
 	switch s {
-	case "ingest", "read", "like", "billing", "admin":
+	case "ingest", "read", "like", "fraud", "billing", "admin":
 		return true
 	}
 	return false

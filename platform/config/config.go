@@ -136,6 +136,8 @@ func (s setting) addFlag(fs *pflag.FlagSet) {
 		fs.Int(s.key, d, help)
 	case bool:
 		fs.Bool(s.key, d, help)
+	case float64:
+		fs.Float64(s.key, d, help)
 	case time.Duration:
 		fs.Duration(s.key, d, help)
 	case []string:

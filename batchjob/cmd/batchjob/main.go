@@ -116,6 +116,7 @@ func runClicks(args []string) int {
 			Early: cfg.Collector.FutureBound + cfg.Batchjob.ClicksSkew, Late: cfg.Collector.LateBound + cfg.Batchjob.ClicksSkew,
 			Logger: env.logger}),
 		ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
+		Rules:    clicks.Rules{FraudScoreThreshold: cfg.Clicks.FraudScoreThreshold},
 		Lookback: cfg.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
 	}
 	if cmd.Audit {

@@ -1,0 +1,340 @@
+package clicks
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/platform/retry"
+	"tally/schemas"
+)
+
+// Config tunes the click path.
+type Config struct {
+	Window         time.Duration // a click id counts once within this much event time
+	Grace          time.Duration // how late a click is still deduplicated against full state
+	FraudThreshold float64       // clicks scored above it are not billable; 1 disables
+	FlushInterval  time.Duration
+	RollupInterval time.Duration // how often touched hours are recomputed
+	MaxBatch       int           // records of one partition before an early flush
+	// VerdictHold is how long, in click event time, a verdict stays in memory to meet clicks of
+	// its id that arrive after it (a repeat counted again); at least Window + Grace. Match it
+	// to the counted clicks' retention.
+	VerdictHold time.Duration
+	Owner       string // names this aggregator in its claims (logs and debugging)
+}
+
+// Aggregator holds the state of the assigned click partitions and writes their batches.
+type Aggregator struct {
+	cfg    Config
+	store  store
+	now    func() time.Time
+	logger *slog.Logger
+
+	mu         sync.Mutex
+	parts      map[int32]*partition
+	lastFlush  time.Time
+	lastRollup time.Time
+
+	records, countedN, poison, verdicts prometheus.Counter
+	flushSeconds                        prometheus.Histogram
+	flushErrors, fenced                 prometheus.Counter
+}
+
+// New returns an aggregator writing through conn.
+func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
+	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastRollup: now(),
+		records:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_records_total", Help: "Click and fraud-verdict records consumed."}),
+		countedN: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_counted_total", Help: "Clicks counted after click-id dedupe."}),
+		poison:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_undecodable_total", Help: "Click or verdict records skipped because they did not decode or validate."}),
+		verdicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_verdicts_total", Help: "Fraud verdicts resolved against counted clicks."}),
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_clicks_flush_seconds", Help: "Time to write one click flush to ClickHouse.",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
+		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_flush_errors_total", Help: "Click-path ClickHouse steps that failed and were retried."}),
+		fenced:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_fenced_partitions_total", Help: "Click partitions dropped before writing because a newer owner had claimed them."}),
+	}
+	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.flushErrors, a.fenced)
+	return a
+}
+
+// Assign claims newly assigned partitions, undoes batches written by a previous owner after it
+// lost the partition, recomputes the hours the previous owner may not have rolled up, loads the
+// dedupe window and the verdict cache, and returns where each partition with a checkpoint
+// resumes in each topic.
+func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]offsets, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	resume := map[int32]offsets{}
+	for _, id := range ids {
+		t0 := time.Now()
+		claims, err := a.store.loadClaims(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		invalid := invalidSQL(claims)
+		cp, err := a.store.loadCheckpoint(ctx, id, invalid)
+		if err != nil {
+			return nil, err
+		}
+		var epoch uint64 = 1
+		if n := len(claims); n > 0 {
+			epoch = claims[n-1].epoch + 1
+		}
+		c := claim{epoch: epoch, start: cp.at}
+		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, a.now()); err != nil {
+			return nil, err
+		}
+		invalid = invalidSQL(append(claims, c))
+		hours, err := a.store.hoursAfter(ctx, id, cp.rolled, invalid)
+		if err != nil {
+			return nil, err
+		}
+		if err := a.store.deleteInvalid(ctx, id, invalid); err != nil {
+			return nil, err
+		}
+		p := newPartition(id, a.cfg.Window.Milliseconds(), a.cfg.Grace.Milliseconds(), a.cfg.VerdictHold.Milliseconds(), a.cfg.FraudThreshold)
+		p.epoch, p.next, p.flushed = epoch, cp.at, cp.at
+		if err := a.store.rollUp(ctx, hours, invalid, version(p)); err != nil {
+			return nil, err
+		}
+		p.rolled = cp.at
+		if cp.found {
+			p.win.Restore(cp.watermark)
+			if err := a.store.loadDedupe(ctx, id, cp.at, p.win); err != nil {
+				return nil, err
+			}
+			if p.latest, err = a.store.loadVerdicts(ctx, id, cp.at, nil, cp.watermark-p.hold); err != nil {
+				return nil, err
+			}
+			resume[id] = cp.at
+		}
+		a.parts[id] = p
+		a.logger.Info("click partition assigned", "partition", id, "epoch", epoch, "clicks_offset", cp.at.clicks, "verdicts_offset", cp.at.verdicts,
+			"found", cp.found, "hours_rolled_up", len(hours), "took", time.Since(t0).Round(time.Millisecond))
+	}
+	return resume, nil
+}
+
+// version orders hour rollup writes: a newer owner (epoch) beats an older one, and within an
+// owner a later checkpoint beats an earlier.
+func version(p *partition) uint64 {
+	return p.epoch<<40 | uint64(p.flushed.clicks+p.flushed.verdicts)&(1<<40-1)
+}
+
+// Process applies records of one topic's partition id. Records below the partition's position
+// (a fetch raced with a seek) are ignored, so each offset is applied once.
+func (a *Aggregator) Process(topic string, id int32, offs []int64, values [][]byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.parts[id]
+	if p == nil {
+		return
+	}
+	counted0, poison0, n := len(p.counted), p.poison, 0
+	for i, off := range offs {
+		switch {
+		case topic == schemas.TopicClicks && off >= p.next.clicks:
+			p.click(off, values[i])
+		case topic == schemas.TopicFraudVerdicts && off >= p.next.verdicts:
+			p.verdict(off, values[i])
+		default:
+			continue
+		}
+		n++
+	}
+	a.records.Add(float64(n))
+	a.countedN.Add(float64(len(p.counted) - counted0))
+	a.poison.Add(float64(p.poison - poison0))
+}
+
+// FlushDue reports whether the interval has passed or a partition's batch is full.
+func (a *Aggregator) FlushDue() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.now().Sub(a.lastFlush) >= a.cfg.FlushInterval {
+		return true
+	}
+	for _, p := range a.parts {
+		if p.records >= a.cfg.MaxBatch {
+			return true
+		}
+	}
+	return false
+}
+
+// Flush writes every pending batch, and the rollups of touched hours when the rollup interval
+// has passed, and returns the new checkpoint of each partition written. ClickHouse errors are
+// retried with backoff until ctx ends; consumption waits meanwhile.
+func (a *Aggregator) Flush(ctx context.Context) (map[int32]offsets, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.flushLocked(ctx, nil, a.now().Sub(a.lastRollup) >= a.cfg.RollupInterval)
+}
+
+// FlushAll is Flush with the rollups written whatever the interval, for a clean stop.
+func (a *Aggregator) FlushAll(ctx context.Context) (map[int32]offsets, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.flushLocked(ctx, nil, true)
+}
+
+// Revoke writes the pending batches and rollups of ids and forgets them.
+func (a *Aggregator) Revoke(ctx context.Context, ids []int32) (map[int32]offsets, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	only := map[int32]bool{}
+	for _, id := range ids {
+		only[id] = true
+	}
+	done, err := a.flushLocked(ctx, only, true)
+	for _, id := range ids {
+		delete(a.parts, id)
+	}
+	a.logger.Info("click partitions revoked", "partitions", ids)
+	return done, err
+}
+
+// Lost forgets ids without writing: another consumer may already own them.
+func (a *Aggregator) Lost(ids []int32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range ids {
+		delete(a.parts, id)
+	}
+	a.logger.Warn("click partitions lost; pending batches dropped, the new owner replays them", "partitions", ids)
+}
+
+func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withRollups bool) (map[int32]offsets, error) {
+	now := a.now()
+	a.lastFlush = now
+	var parts, all []*partition
+	for id, p := range a.parts {
+		if only != nil && !only[id] {
+			continue
+		}
+		all = append(all, p)
+		if p.pending() {
+			parts = append(parts, p)
+		}
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
+	t0 := time.Now()
+	// Verdicts first: their corrections go into this batch's deltas.
+	for _, p := range parts {
+		if p.resolved == len(p.verdicts) {
+			continue
+		}
+		ids := p.verdictIDs()
+		var before map[string]verdictState
+		var stored map[string][]storedClick
+		if err := a.retry(ctx, "look up verdicts' clicks", func() error {
+			var err error
+			if before, err = a.store.loadVerdicts(ctx, p.id, p.flushed, ids, 0); err != nil {
+				return err
+			}
+			stored, err = a.store.loadCounted(ctx, p.id, p.flushed, ids)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		a.verdicts.Add(float64(len(p.verdicts) - p.resolved))
+		p.resolve(before, stored)
+	}
+	if len(parts) > 0 {
+		if err := a.retry(ctx, "write counted clicks and verdicts", func() error { return a.store.writeFacts(ctx, parts) }); err != nil {
+			return nil, err
+		}
+	}
+	attempts := 0
+	if err := a.retry(ctx, "write click deltas", func() error {
+		if err := a.fenceCheck(ctx, &parts); err != nil || len(parts) == 0 {
+			return err
+		}
+		if attempts > 0 {
+			done, err := a.store.batchWritten(ctx, parts[0].id, parts[0].epoch, parts[0].next)
+			if err != nil || done {
+				return err
+			}
+		}
+		attempts++
+		return a.store.writeDeltas(ctx, parts, now)
+	}); err != nil {
+		return nil, err
+	}
+	done := make(map[int32]offsets, len(parts))
+	for _, p := range parts {
+		done[p.id] = p.next
+		p.markFlushed()
+	}
+	if withRollups {
+		if only == nil {
+			a.lastRollup = now
+		}
+		for _, p := range all {
+			if a.parts[p.id] == nil || len(p.dirty) == 0 {
+				continue
+			}
+			hours := make([]hourKey, 0, len(p.dirty))
+			for h := range p.dirty {
+				hours = append(hours, h)
+			}
+			if err := a.retry(ctx, "roll up click hours", func() error {
+				return a.store.rollUp(ctx, hours, "0", version(p))
+			}); err != nil {
+				return nil, err
+			}
+			clear(p.dirty)
+			// The next marker vouches for the rollups of every batch so far.
+			p.rolled = p.flushed
+		}
+	}
+	if len(parts) > 0 {
+		a.flushSeconds.Observe(time.Since(t0).Seconds())
+	}
+	return done, nil
+}
+
+// fenceCheck drops from parts, and from this aggregator, every partition a newer owner has
+// claimed since this one did: its batch must not be written.
+func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error {
+	if len(*parts) == 0 {
+		return nil
+	}
+	ids := make([]int32, len(*parts))
+	for i, p := range *parts {
+		ids[i] = p.id
+	}
+	epochs, err := a.store.maxEpochs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	kept := (*parts)[:0]
+	for _, p := range *parts {
+		if e := epochs[p.id]; e > p.epoch {
+			a.fenced.Inc()
+			a.logger.Warn("click partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
+			delete(a.parts, p.id)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	*parts = kept
+	return nil
+}
+
+func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
+	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
+		a.flushErrors.Inc()
+		a.logger.Warn("clickhouse step of the click path failed; retrying", "step", what, "err", err, "backoff", wait)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}

@@ -1,0 +1,392 @@
+package clicks
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/platform/testinfra"
+	"tally/schemas"
+	"tally/schemas/migrate"
+)
+
+// One infrastructure per test binary (chDB allows one engine per process).
+var infra *testinfra.Infra
+
+func TestMain(m *testing.M) {
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
+}
+
+func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
+	t.Helper()
+	conn := infra.DB(t, ctx, db)
+	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+var base = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// event is one record of the log of one partition: a click or a verdict.
+type event struct {
+	click   *schemas.Click
+	verdict *schemas.FraudVerdict
+}
+
+func clk(ad, id string, at time.Duration, score float64) event {
+	c := schemas.Click{ClickID: id, AdID: ad, CampaignID: "c", UserHash: "u", IPHash: "i", Device: "web", TS: base.Add(at).UnixMilli()}
+	if score >= 0 {
+		c.FraudScore, c.HasFraudScore = score, true
+	}
+	return event{click: &c}
+}
+
+func vrd(ad, id string, v schemas.Verdict, decided time.Duration) event {
+	return event{verdict: &schemas.FraudVerdict{ClickID: id, AdID: ad, Verdict: v, Reason: "test", DecidedAt: base.Add(decided).UnixMilli()}}
+}
+
+// oracle computes the streaming rule over the log: dedupe of click ids by event time within the
+// window (held for window + grace behind the newest click), billable unless scored over the
+// threshold or condemned by the id's latest verdict (a later decision wins, fraud wins a tie).
+func oracle(log []event, window, grace time.Duration, threshold float64) map[minuteKey]delta {
+	type cc struct {
+		ad   string
+		ts   int64
+		over bool
+	}
+	held := map[string][]int64{}
+	var wm int64 = -1 << 62
+	var countedClicks = map[string][]cc{}
+	latest := map[string]verdictState{}
+	for _, e := range log {
+		if e.click != nil {
+			c := e.click
+			wm = max(wm, c.TS)
+			cut := wm - (window + grace).Milliseconds()
+			dup := false
+			for _, t := range held[c.ClickID+"\x00"+c.AdID] {
+				if t >= cut && abs(c.TS-t) < window.Milliseconds() {
+					dup = true
+				}
+			}
+			if dup || c.TS < cut {
+				if !dup {
+					countedClicks[c.ClickID] = append(countedClicks[c.ClickID], cc{c.AdID, c.TS, c.HasFraudScore && c.FraudScore > threshold})
+				}
+				continue
+			}
+			held[c.ClickID+"\x00"+c.AdID] = append(held[c.ClickID+"\x00"+c.AdID], c.TS)
+			countedClicks[c.ClickID] = append(countedClicks[c.ClickID], cc{c.AdID, c.TS, c.HasFraudScore && c.FraudScore > threshold})
+			continue
+		}
+		v := e.verdict
+		s := verdictState{verdict: v.Verdict, decided: v.DecidedAt}
+		cur, have := latest[v.ClickID]
+		if newer(s, cur, have) {
+			latest[v.ClickID] = s
+		}
+	}
+	out := map[minuteKey]delta{}
+	for id, cs := range countedClicks {
+		for _, c := range cs {
+			k := minuteKey{c.ad, floorDiv(c.ts, 60_000) * 60}
+			d := out[k]
+			d.clicks++
+			v, have := latest[id]
+			d.billable += b2i(billable(c.over, v, have))
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// feeder plays a partition's log into aggregators: clicks and verdicts are two topics, read
+// from their own offsets.
+type feeder struct {
+	clicks, verdicts [][]byte
+}
+
+func newFeeder(log []event) *feeder {
+	f := &feeder{}
+	for _, e := range log {
+		if e.click != nil {
+			f.clicks = append(f.clicks, schemas.AppendClick(nil, *e.click))
+		} else {
+			f.verdicts = append(f.verdicts, schemas.AppendFraudVerdict(nil, *e.verdict))
+		}
+	}
+	return f
+}
+
+// play feeds records from the given positions up to (not including) toC and toV in chunks of
+// one to five records, alternating topics by rng, flushing when flushEvery records went in.
+func (f *feeder) play(t *testing.T, ctx context.Context, a *Aggregator, id int32, at offsets, toC, toV int, rng *rand.Rand, flushEvery int) {
+	t.Helper()
+	c, v, since := int(at.clicks), int(at.verdicts), 0
+	for c < toC || v < toV {
+		n := 1 + rng.IntN(5)
+		if v >= toV || (c < toC && rng.IntN(2) == 0) {
+			end := min(c+n, toC)
+			a.Process(schemas.TopicClicks, id, seq(c, end), f.clicks[c:end])
+			since += end - c
+			c = end
+		} else {
+			end := min(v+n, toV)
+			a.Process(schemas.TopicFraudVerdicts, id, seq(v, end), f.verdicts[v:end])
+			since += end - v
+			v = end
+		}
+		if since >= flushEvery {
+			if _, err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			since = 0
+		}
+	}
+}
+
+func seq(from, to int) []int64 {
+	out := make([]int64, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, int64(i))
+	}
+	return out
+}
+
+func minutes(t *testing.T, ctx context.Context, conn driver.Conn) map[minuteKey]delta {
+	t.Helper()
+	rows, err := conn.Query(ctx, `SELECT ad_id, toInt64(toUnixTimestamp(minute)), sum(clicks), sum(billable) FROM click_deltas
+		WHERE ad_id != '' GROUP BY ad_id, minute`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[minuteKey]delta{}
+	for rows.Next() {
+		var k minuteKey
+		var d delta
+		if err := rows.Scan(&k.ad, &k.minute, &d.clicks, &d.billable); err != nil {
+			t.Fatal(err)
+		}
+		if d != (delta{}) {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func hours(t *testing.T, ctx context.Context, conn driver.Conn) map[hourKey]delta {
+	t.Helper()
+	rows, err := conn.Query(ctx, `SELECT ad_id, toInt64(toUnixTimestamp(hour)), clicks, billable FROM clicks_by_hour FINAL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[hourKey]delta{}
+	for rows.Next() {
+		var k hourKey
+		var d delta
+		if err := rows.Scan(&k.ad, &k.hour, &d.clicks, &d.billable); err != nil {
+			t.Fatal(err)
+		}
+		if d != (delta{}) {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func hoursOf(m map[minuteKey]delta) map[hourKey]delta {
+	out := map[hourKey]delta{}
+	for k, d := range m {
+		h := hourKey{k.ad, k.minute - k.minute%3600}
+		s := out[h]
+		s.clicks += d.clicks
+		s.billable += d.billable
+		out[h] = s
+	}
+	for k, d := range out {
+		if d == (delta{}) {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+func diff[K comparable](got, want map[K]delta) string {
+	var out []string
+	for k, w := range want {
+		if g := got[k]; g != w {
+			out = append(out, fmt.Sprintf("%v: got %+v; want %+v", k, g, w))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			out = append(out, fmt.Sprintf("%v: got %+v; want nothing", k, g))
+		}
+	}
+	sort.Strings(out)
+	if len(out) > 10 {
+		out = append(out[:10], fmt.Sprintf("... %d more", len(out)-10))
+	}
+	return fmt.Sprint(out)
+}
+
+var testCfg = Config{Window: 10 * time.Minute, Grace: 10 * time.Minute, FraudThreshold: 0.8, FlushInterval: time.Second,
+	RollupInterval: 0, MaxBatch: 1000, VerdictHold: 8 * 24 * time.Hour, Owner: "test"}
+
+// The streaming rule on a hand-made log: duplicates inside and outside 10 minutes, scores over
+// the threshold, late, repeated, reversed and stale verdicts.
+func TestMinuteCountsFollowTheStreamingRule(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := []event{
+		clk("a1", "k1", 10*time.Second, -1),
+		clk("a1", "k2", 30*time.Second, 0.9), // over the threshold: counted, not billable
+		clk("a1", "k3", time.Minute, 0.5),
+		clk("a1", "k4", 2*time.Minute, -1),
+		clk("a1", "k1", 5*time.Minute, -1), // double tap 5 minutes later: dropped
+		clk("a2", "k5", 3*time.Minute, -1),
+		clk("a1", "k1", 20*time.Minute, -1), // 20 minutes later: counted again
+		vrd("a1", "k3", schemas.VerdictFraud, time.Hour),
+		vrd("a1", "k3", schemas.VerdictFraud, time.Hour), // repeated: no change
+		vrd("a1", "k4", schemas.VerdictFraud, time.Hour),
+		vrd("a1", "k4", schemas.VerdictValid, 2*time.Hour),    // reversed later: billable again
+		vrd("a1", "k3", schemas.VerdictValid, 30*time.Minute), // decided before the fraud verdict: ignored
+		vrd("a1", "k1", schemas.VerdictFraud, 3*time.Hour),    // both counted k1 clicks lose billable
+		vrd("a2", "k9", schemas.VerdictFraud, time.Hour),      // no such click
+	}
+	want := map[minuteKey]delta{
+		{"a1", base.Unix()}:                       {clicks: 2, billable: 0}, // k1 fraud, k2 over
+		{"a1", base.Add(time.Minute).Unix()}:      {clicks: 1, billable: 0}, // k3 fraud
+		{"a1", base.Add(2 * time.Minute).Unix()}:  {clicks: 1, billable: 1}, // k4 valid at last
+		{"a2", base.Add(3 * time.Minute).Unix()}:  {clicks: 1, billable: 1},
+		{"a1", base.Add(20 * time.Minute).Unix()}: {clicks: 1, billable: 0}, // k1 fraud
+	}
+	if got := oracle(log, testCfg.Window, testCfg.Grace, testCfg.FraudThreshold); diff(got, want) != "[]" {
+		t.Fatalf("oracle disagrees with the hand count: %s", diff(got, want))
+	}
+	tests := []struct {
+		name       string
+		flushEvery int
+	}{
+		{"one batch", 1000},
+		{"a flush every record", 1},
+		{"a flush every three records", 3},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn := openMigrated(t, ctx, fmt.Sprintf("clicks_rule_%d", i))
+			a := New(testCfg, conn, func() time.Time { return base.Add(time.Hour) }, infra.Logger, prometheus.NewRegistry())
+			at, err := a.Assign(ctx, []int32{0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newFeeder(log)
+			// Clicks first, then verdicts: the verdicts come late, after the click batches.
+			f.play(t, ctx, a, 0, at[0], len(f.clicks), 0, rand.New(rand.NewPCG(1, uint64(i))), tt.flushEvery)
+			f.play(t, ctx, a, 0, offsets{int64(len(f.clicks)), 0}, len(f.clicks), len(f.verdicts), rand.New(rand.NewPCG(2, uint64(i))), tt.flushEvery)
+			if _, err := a.FlushAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d := diff(minutes(t, ctx, conn), want); d != "[]" {
+				t.Errorf("minutes: %s", d)
+			}
+			if d := diff(hours(t, ctx, conn), hoursOf(want)); d != "[]" {
+				t.Errorf("hours: %s", d)
+			}
+		})
+	}
+}
+
+// Random logs played with random batch boundaries, interleavings of the two topics and
+// crashes (the aggregator's memory lost, a new one resuming from ClickHouse and replaying)
+// end with the oracle's minute and hour counts.
+func TestCrashesAndReplaysMatchTheOracle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 42))
+			var log []event
+			ids := []string{}
+			for i := range 400 {
+				at := time.Duration(i)*5*time.Second + time.Duration(rng.IntN(60))*time.Second
+				switch r := rng.IntN(10); {
+				case r < 6 || len(ids) == 0:
+					id := fmt.Sprintf("k%d", i)
+					if len(ids) > 0 && rng.IntN(4) == 0 {
+						id = ids[rng.IntN(len(ids))] // a repeat, inside or outside the window
+					}
+					ids = append(ids, id)
+					score := -1.0
+					if rng.IntN(3) == 0 {
+						score = rng.Float64()
+					}
+					log = append(log, clk(fmt.Sprintf("ad%d", rng.IntN(3)), id, at, score))
+				default:
+					id := ids[rng.IntN(len(ids))]
+					ad := ""
+					for _, e := range log {
+						if e.click != nil && e.click.ClickID == id {
+							ad = e.click.AdID
+						}
+					}
+					v := schemas.VerdictFraud
+					if rng.IntN(3) == 0 {
+						v = schemas.VerdictValid
+					}
+					log = append(log, vrd(ad, id, v, at+time.Duration(rng.IntN(3))*time.Hour))
+				}
+			}
+			want := oracle(log, testCfg.Window, testCfg.Grace, testCfg.FraudThreshold)
+			conn := openMigrated(t, ctx, fmt.Sprintf("clicks_crash_%d", seed))
+			f := newFeeder(log)
+			for round := 0; ; round++ {
+				cfg := testCfg
+				if round%2 == 1 {
+					// Hours stay unrolled until the crash: the next owner must recompute them.
+					cfg.RollupInterval = 24 * time.Hour
+				}
+				a := New(cfg, conn, func() time.Time { return base.Add(time.Hour) }, infra.Logger, prometheus.NewRegistry())
+				res, err := a.Assign(ctx, []int32{0})
+				if err != nil {
+					t.Fatal(err)
+				}
+				at := res[0]
+				if round == 4 {
+					f.play(t, ctx, a, 0, at, len(f.clicks), len(f.verdicts), rng, 1+rng.IntN(40))
+					if _, err := a.FlushAll(ctx); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+				// Play part of the rest, flushing now and then, and crash (drop a) without a last flush.
+				toC := int(at.clicks) + rng.IntN(len(f.clicks)-int(at.clicks)+1)
+				toV := int(at.verdicts) + rng.IntN(len(f.verdicts)-int(at.verdicts)+1)
+				f.play(t, ctx, a, 0, at, toC, toV, rng, 1+rng.IntN(40))
+			}
+			if d := diff(minutes(t, ctx, conn), want); d != "[]" {
+				t.Errorf("minutes: %s", d)
+			}
+			if d := diff(hours(t, ctx, conn), hoursOf(want)); d != "[]" {
+				t.Errorf("hours: %s", d)
+			}
+		})
+	}
+}

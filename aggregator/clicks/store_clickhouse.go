@@ -1,0 +1,356 @@
+package clicks
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"tally/aggregator/dedupe"
+	"tally/platform/chclient"
+	"tally/schemas"
+)
+
+// store reads and writes the click tables (schemas/migrations/006_clicks.sql).
+type store struct {
+	conn driver.Conn
+}
+
+// claim is one assignment of a partition: the epoch its owner writes under and the checkpoint
+// it resumed from.
+type claim struct {
+	epoch uint64
+	start offsets
+}
+
+// invalidSQL is the fence of docs/EXACTLY_ONCE.md over the columns epoch, clicks_end and
+// verdicts_end: a batch of epoch e is invalid when a claim of a later epoch started before the
+// batch's end (in either topic). Such a batch was written by an owner that had lost the
+// partition after the new owner read the checkpoint; the new owner replays its records itself.
+func invalidSQL(claims []claim) string {
+	var terms []string
+	for _, c := range claims {
+		terms = append(terms, fmt.Sprintf("(epoch < %d AND (clicks_end > %d OR verdicts_end > %d))", c.epoch, c.start.clicks, c.start.verdicts))
+	}
+	if len(terms) == 0 {
+		return "0"
+	}
+	return strings.Join(terms, " OR ")
+}
+
+func (s store) loadClaims(ctx context.Context, p int32) ([]claim, error) {
+	rows, err := s.conn.Query(ctx, `SELECT epoch, start_clicks, start_verdicts FROM click_partition_claims WHERE partition = ? ORDER BY epoch`, uint16(p))
+	if err != nil {
+		return nil, fmt.Errorf("load claims of click partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	var out []claim
+	for rows.Next() {
+		var c claim
+		if err := rows.Scan(&c.epoch, &c.start.clicks, &c.start.verdicts); err != nil {
+			return nil, fmt.Errorf("scan claim of click partition %d: %w", p, err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (s store) insertClaim(ctx context.Context, p int32, c claim, owner string, now time.Time) error {
+	if err := s.conn.Exec(ctx, `INSERT INTO click_partition_claims (partition, epoch, start_clicks, start_verdicts, owner, claimed_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		uint16(p), c.epoch, c.start.clicks, c.start.verdicts, owner, now); err != nil {
+		return fmt.Errorf("claim click partition %d epoch %d: %w", p, c.epoch, err)
+	}
+	return nil
+}
+
+// maxEpochs returns the newest claim epoch of each of ids.
+func (s store) maxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, error) {
+	ps := make([]uint16, len(ids))
+	for i, id := range ids {
+		ps[i] = uint16(id)
+	}
+	rows, err := s.conn.Query(ctx, `SELECT partition, max(epoch) FROM click_partition_claims WHERE partition IN (?) GROUP BY partition`, ps)
+	if err != nil {
+		return nil, fmt.Errorf("read click claim epochs: %w", err)
+	}
+	defer rows.Close()
+	out := map[int32]uint64{}
+	for rows.Next() {
+		var p uint16
+		var e uint64
+		if err := rows.Scan(&p, &e); err != nil {
+			return nil, fmt.Errorf("scan click claim epoch: %w", err)
+		}
+		out[int32(p)] = e
+	}
+	return out, rows.Err()
+}
+
+// checkpoint is where a partition resumes and what its state was there.
+type checkpoint struct {
+	at        offsets
+	rolled    offsets
+	watermark int64
+	found     bool
+}
+
+// loadCheckpoint reads partition p's checkpoint from the marker of its last valid batch.
+func (s store) loadCheckpoint(ctx context.Context, p int32, invalid string) (checkpoint, error) {
+	var cp checkpoint
+	var n uint64
+	err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(clicks_end), max(verdicts_end),
+			argMax(toUnixTimestamp64Milli(watermark), (clicks_end, verdicts_end)),
+			argMax(rolled_clicks, (clicks_end, verdicts_end)), argMax(rolled_verdicts, (clicks_end, verdicts_end))
+		FROM click_deltas WHERE ad_id = '' AND partition = ? AND NOT (%s)`, invalid), uint16(p)).
+		Scan(&n, &cp.at.clicks, &cp.at.verdicts, &cp.watermark, &cp.rolled.clicks, &cp.rolled.verdicts)
+	if err != nil {
+		return cp, fmt.Errorf("load checkpoint of click partition %d: %w", p, err)
+	}
+	cp.found = n > 0
+	return cp, nil
+}
+
+// hoursAfter lists the (ad, hour) buckets of partition p's batches that end beyond rolled or
+// match extra (zombie batches): the hours whose rollups are not vouched for.
+func (s store) hoursAfter(ctx context.Context, p int32, rolled offsets, extra string) ([]hourKey, error) {
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT ad_id, toInt64(toUnixTimestamp(toStartOfHour(minute))) FROM click_deltas
+		WHERE partition = ? AND ad_id != '' AND (clicks_end > ? OR verdicts_end > ? OR (%s))`, extra), uint16(p), rolled.clicks, rolled.verdicts)
+	if err != nil {
+		return nil, fmt.Errorf("find unrolled hours of click partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	var out []hourKey
+	for rows.Next() {
+		var k hourKey
+		if err := rows.Scan(&k.ad, &k.hour); err != nil {
+			return nil, fmt.Errorf("scan unrolled hour: %w", err)
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// deleteInvalid removes the deltas of partition p's zombie batches.
+func (s store) deleteInvalid(ctx context.Context, p int32, invalid string) error {
+	if err := s.conn.Exec(ctx, fmt.Sprintf(`DELETE FROM click_deltas WHERE partition = %d AND (%s)`, p, invalid)); err != nil {
+		return fmt.Errorf("delete zombie batches of click partition %d: %w", p, err)
+	}
+	return nil
+}
+
+// loadDedupe restores into win the clicks counted in batches up to the checkpoint that are still
+// held.
+func (s store) loadDedupe(ctx context.Context, p int32, at offsets, win *dedupe.Window) error {
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT click_id, ad_id, toUnixTimestamp64Milli(ts) FROM clicks_counted
+		WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND toUnixTimestamp64Milli(ts) >= ?`,
+		uint16(p), at.clicks, at.verdicts, win.LiveSince())
+	if err != nil {
+		return fmt.Errorf("load counted clicks of partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, ad string
+		var ts int64
+		if err := rows.Scan(&id, &ad, &ts); err != nil {
+			return fmt.Errorf("scan counted click: %w", err)
+		}
+		win.RestorePair(dedupe.Key(id, ad), ts)
+	}
+	return rows.Err()
+}
+
+// loadVerdicts returns the latest verdict, up to the checkpoint at, of each click id in ids, or
+// (ids nil) of every click id whose verdict was held at or after heldSince.
+func (s store) loadVerdicts(ctx context.Context, p int32, at offsets, ids []string, heldSince int64) (map[string]verdictState, error) {
+	cond, args := "held_from >= ?", []any{uint16(p), at.clicks, at.verdicts, heldSince}
+	if ids != nil {
+		ctx = chclient.FitList(ctx, ids, 1)
+		cond, args = "click_id IN (?)", []any{uint16(p), at.clicks, at.verdicts, ids}
+	}
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT click_id, argMax(verdict, (decided_at, verdict)), toUnixTimestamp64Milli(max(decided_at)), max(held_from)
+		FROM click_verdicts WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND %s GROUP BY click_id`, cond), args...)
+	if err != nil {
+		return nil, fmt.Errorf("load verdicts of partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	out := map[string]verdictState{}
+	for rows.Next() {
+		var id string
+		var v uint8
+		var st verdictState
+		if err := rows.Scan(&id, &v, &st.decided, &st.held); err != nil {
+			return nil, fmt.Errorf("scan verdict: %w", err)
+		}
+		st.verdict = schemas.Verdict(v)
+		out[id] = st
+	}
+	return out, rows.Err()
+}
+
+// loadCounted returns the clicks counted up to the checkpoint at with the given ids.
+func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []string) (map[string][]storedClick, error) {
+	ctx = chclient.FitList(ctx, ids, 1)
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT click_id, ad_id, toUnixTimestamp64Milli(ts), score_over FROM clicks_counted
+		WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND click_id IN (?)`, uint16(p), at.clicks, at.verdicts, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load counted clicks of partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	out := map[string][]storedClick{}
+	for rows.Next() {
+		var id string
+		var c storedClick
+		var over uint8
+		if err := rows.Scan(&id, &c.ad, &c.ts, &over); err != nil {
+			return nil, fmt.Errorf("scan counted click: %w", err)
+		}
+		c.scoreOver = over == 1
+		out[id] = append(out[id], c)
+	}
+	return out, rows.Err()
+}
+
+// writeFacts writes the counted clicks and verdicts of parts' pending batches, tagged with the
+// batch. Written before the deltas; a replay writes the same facts again.
+func (s store) writeFacts(ctx context.Context, parts []*partition) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO clicks_counted (partition, clicks_end, verdicts_end, ad_id, click_id, ts, score_over)")
+	if err != nil {
+		return fmt.Errorf("prepare counted clicks insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		for _, c := range p.counted {
+			if err := b.Append(uint16(p.id), p.next.clicks, p.next.verdicts, c.ad, c.id, time.UnixMilli(c.ts), b2i(c.scoreOver)); err != nil {
+				return fmt.Errorf("append counted click: %w", err)
+			}
+		}
+	}
+	if b.Rows() > 0 {
+		if err := b.Send(); err != nil {
+			return fmt.Errorf("insert counted clicks: %w", err)
+		}
+	}
+	vb, err := s.conn.PrepareBatch(ctx, "INSERT INTO click_verdicts (partition, clicks_end, verdicts_end, click_id, ad_id, verdict, reason, decided_at, held_from)")
+	if err != nil {
+		return fmt.Errorf("prepare verdicts insert: %w", err)
+	}
+	defer vb.Abort()
+	for _, p := range parts {
+		wm := p.win.Watermark()
+		for _, v := range p.verdicts {
+			if err := vb.Append(uint16(p.id), p.next.clicks, p.next.verdicts, v.ClickID, v.AdID, uint8(v.Verdict), v.Reason, time.UnixMilli(v.DecidedAt), wm); err != nil {
+				return fmt.Errorf("append verdict: %w", err)
+			}
+		}
+	}
+	if vb.Rows() > 0 {
+		if err := vb.Send(); err != nil {
+			return fmt.Errorf("insert verdicts: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeDeltas writes every pending batch of parts, deltas and marker, in one INSERT.
+func (s store) writeDeltas(ctx context.Context, parts []*partition, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, `INSERT INTO click_deltas (partition, epoch, clicks_end, verdicts_end, watermark, rolled_clicks, rolled_verdicts, ad_id, minute, clicks, billable)`)
+	if err != nil {
+		return fmt.Errorf("prepare click deltas insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		wm := time.UnixMilli(max(p.win.Watermark(), 0))
+		row := func(ad string, minute time.Time, d delta) error {
+			return b.Append(uint16(p.id), p.epoch, p.next.clicks, p.next.verdicts, wm, p.rolled.clicks, p.rolled.verdicts, ad, minute, d.clicks, d.billable)
+		}
+		for k, d := range p.deltas {
+			if d.clicks == 0 && d.billable == 0 {
+				continue
+			}
+			if err := row(k.ad, time.Unix(k.minute, 0), *d); err != nil {
+				return fmt.Errorf("append click delta: %w", err)
+			}
+		}
+		if err := row("", now.Truncate(time.Minute), delta{}); err != nil {
+			return fmt.Errorf("append click marker: %w", err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert click deltas: %w", err)
+	}
+	return nil
+}
+
+// batchWritten reports whether partition p's batch ending at end was written (by an attempt
+// whose answer was lost).
+func (s store) batchWritten(ctx context.Context, p int32, epoch uint64, end offsets) (bool, error) {
+	var n uint64
+	if err := s.conn.QueryRow(ctx, `SELECT count() FROM click_deltas WHERE ad_id = '' AND partition = ? AND epoch = ? AND clicks_end = ? AND verdicts_end = ?`,
+		uint16(p), epoch, end.clicks, end.verdicts).Scan(&n); err != nil {
+		return false, fmt.Errorf("look for the marker of click partition %d at %v: %w", p, end, err)
+	}
+	return n > 0, nil
+}
+
+// rollUp recomputes the full value of each hour in hours from click_deltas and writes it with
+// version, so a later write (a newer checkpoint) replaces it and an equal one is the same value.
+// An hour with no deltas left (its only batch was a zombie's) is written as zero.
+func (s store) rollUp(ctx context.Context, hours []hourKey, invalid string, version uint64) error {
+	if len(hours) == 0 {
+		return nil
+	}
+	tuples := make([]string, len(hours))
+	lo, hi := hours[0].hour, hours[0].hour
+	ads := map[string]bool{}
+	var adList []string
+	for i, h := range hours {
+		tuples[i] = fmt.Sprintf("(%s,%d)", quote(h.ad), h.hour)
+		lo, hi = min(lo, h.hour), max(hi, h.hour)
+		if !ads[h.ad] {
+			ads[h.ad] = true
+			adList = append(adList, h.ad)
+		}
+	}
+	qctx := chclient.FitList(ctx, append(append([]string{}, adList...), tuples...), 1)
+	rows, err := s.conn.Query(qctx, fmt.Sprintf(`SELECT ad_id, hs, sum(clicks), sum(billable) FROM (
+			SELECT ad_id, toInt64(toUnixTimestamp(toStartOfHour(minute))) AS hs, clicks, billable FROM click_deltas
+			WHERE ad_id IN (?) AND minute >= toDateTime(%d) AND minute < toDateTime(%d) AND NOT (%s)
+		) WHERE (ad_id, hs) IN (%s) GROUP BY ad_id, hs`, lo, hi+3600, invalid, strings.Join(tuples, ",")), adList)
+	if err != nil {
+		return fmt.Errorf("sum %d click hours: %w", len(hours), err)
+	}
+	sums := make(map[hourKey]delta, len(hours))
+	for rows.Next() {
+		var k hourKey
+		var d delta
+		if err := rows.Scan(&k.ad, &k.hour, &d.clicks, &d.billable); err != nil {
+			rows.Close()
+			return fmt.Errorf("scan click hour: %w", err)
+		}
+		sums[k] = d
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read click hours: %w", err)
+	}
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO clicks_by_hour (ad_id, hour, clicks, billable, version)")
+	if err != nil {
+		return fmt.Errorf("prepare click hours insert: %w", err)
+	}
+	defer b.Abort()
+	for _, h := range hours {
+		d := sums[h]
+		if err := b.Append(h.ad, time.Unix(h.hour, 0), d.clicks, d.billable, version); err != nil {
+			return fmt.Errorf("append click hour: %w", err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert click hours: %w", err)
+	}
+	return nil
+}
+
+// quote is a ClickHouse string literal of an id (ids hold no quotes or backslashes: CheckID).
+func quote(s string) string { return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'" }
