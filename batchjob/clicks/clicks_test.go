@@ -76,7 +76,7 @@ type fixture struct {
 	api  *httptest.Server
 }
 
-func newFixture(t *testing.T, ctx context.Context, name string, dayOffset int) *fixture {
+func newFixture(t testing.TB, ctx context.Context, name string, dayOffset int) *fixture {
 	t.Helper()
 	f := &fixture{day: base.AddDate(0, 0, dayOffset), db: "clicks_" + name}
 	f.rdb = redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
