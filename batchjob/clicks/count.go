@@ -3,6 +3,7 @@ package clicks
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -33,15 +34,15 @@ func (a occurrence) before(b occurrence) bool {
 	return a.offset < b.offset
 }
 
-// first is a click id's first occurrence so far and what the run needs of it.
+// first is a click id's first occurrence so far and what the run needs of it. It holds no
+// pointers and sits in the map by value, so a day of click ids costs the collector nothing to
+// scan beyond the keys.
 type first struct {
 	occurrence
-	ad         uint32 // index into tally.ads
-	score      float64
-	hasScore   bool
-	onDay      uint32 // occurrences stamped on the day (the first included, if it is on the day)
-	hasVerdict bool
-	verdict    verdictState
+	ad       uint32 // index into tally.ads
+	onDay    uint32 // occurrences stamped on the day (the first included, if it is on the day)
+	score    float64
+	hasScore bool
 }
 
 // verdictState is the verdict that wins for a click: the latest decided_at; on a tie, fraud
@@ -74,7 +75,8 @@ func (a verdictState) wins(b verdictState) bool {
 type Tally struct {
 	day, next int64 // the day's bounds, Unix ms
 	rules     Rules
-	clicks    map[string]*first
+	clicks    map[string]first
+	verdicts  map[string]verdictState // the winning verdict of held clicks that have one
 	ads       []string
 	adIndex   map[string]uint32
 
@@ -95,7 +97,7 @@ type TallyStats struct {
 func NewTally(day time.Time, rules Rules, audit string) *Tally {
 	d := DayOf(day)
 	return &Tally{day: d.UnixMilli(), next: d.AddDate(0, 0, 1).UnixMilli(), rules: rules,
-		clicks: map[string]*first{}, adIndex: map[string]uint32{}, audit: audit}
+		clicks: map[string]first{}, verdicts: map[string]verdictState{}, adIndex: map[string]uint32{}, audit: audit}
 }
 
 // DayOf returns the UTC midnight that opens t's day.
@@ -114,16 +116,22 @@ func (t *Tally) AddClicks(cs []Click) {
 			t.auditClick = append(t.auditClick, *c)
 		}
 		o := occurrence{c.TS, c.Partition, c.Offset}
-		f := t.clicks[c.ClickID]
-		if f == nil {
-			f = &first{occurrence: o, ad: t.adOf(c.AdID), score: c.FraudScore, hasScore: c.HasFraudScore}
-			t.clicks[c.ClickID] = f
+		f, seen := t.clicks[c.ClickID]
+		if !seen {
+			f = first{occurrence: o, ad: t.adOf(c.AdID), score: c.FraudScore, hasScore: c.HasFraudScore}
 		} else if o.before(f.occurrence) {
 			f.occurrence, f.ad, f.score, f.hasScore = o, t.adOf(c.AdID), c.FraudScore, c.HasFraudScore
 		}
 		if c.TS >= t.day && c.TS < t.next {
 			f.onDay++
 		}
+		id := c.ClickID
+		if !seen {
+			// A decoded record's strings share one allocation: a key of its own keeps the rest
+			// of the record collectable.
+			id = strings.Clone(id)
+		}
+		t.clicks[id] = f
 	}
 }
 
@@ -131,6 +139,7 @@ func (t *Tally) adOf(ad string) uint32 {
 	i, ok := t.adIndex[ad]
 	if !ok {
 		i = uint32(len(t.ads))
+		ad = strings.Clone(ad)
 		t.ads = append(t.ads, ad)
 		t.adIndex[ad] = i
 	}
@@ -142,14 +151,13 @@ func (t *Tally) AddVerdicts(vs []Verdict) {
 	for i := range vs {
 		v := &vs[i]
 		t.stats.VerdictsRead++
-		f := t.clicks[v.ClickID]
-		if f == nil {
+		if _, held := t.clicks[v.ClickID]; !held {
 			continue
 		}
 		t.stats.VerdictsApplied++
 		s := verdictState{fraud: v.Fraud, decidedAt: v.DecidedAt, reason: v.Reason, partition: v.Partition, offset: v.Offset}
-		if !f.hasVerdict || s.wins(f.verdict) {
-			f.verdict, f.hasVerdict = s, true
+		if cur, ok := t.verdicts[v.ClickID]; !ok || s.wins(cur) {
+			t.verdicts[v.ClickID] = s
 		}
 	}
 }
@@ -159,12 +167,12 @@ func (t *Tally) Stats() TallyStats { return t.stats }
 
 // billable says whether a counted click is billed, and why not: not when its score is above
 // the threshold, nor when its latest verdict is fraud.
-func (t *Tally) billable(f *first) (bool, string) {
+func (t *Tally) billable(id string, f first) (bool, string) {
 	if f.hasScore && f.score > t.rules.FraudScoreThreshold {
 		return false, fmt.Sprintf("fraud_score %g above the threshold %g", f.score, t.rules.FraudScoreThreshold)
 	}
-	if f.hasVerdict {
-		if f.verdict.fraud {
+	if v, ok := t.verdicts[id]; ok {
+		if v.fraud {
 			return false, "fraud verdict"
 		}
 		return true, "valid verdict"
@@ -193,13 +201,13 @@ func (t *Tally) Rows() ([]Row, DayStats) {
 	exact := make([]uint64, len(t.ads))
 	billable := make([]uint64, len(t.ads))
 	var st DayStats
-	for _, f := range t.clicks {
+	for id, f := range t.clicks {
 		if f.ts < t.day || f.ts >= t.next {
 			continue
 		}
 		exact[f.ad]++
 		st.Exact++
-		if ok, _ := t.billable(f); ok {
+		if ok, _ := t.billable(id, f); ok {
 			billable[f.ad]++
 			st.Billable++
 		} else {
@@ -259,9 +267,9 @@ func (t *Tally) Audit() []AuditLine {
 		}
 		f := t.clicks[c.ClickID]
 		l := AuditLine{ClickID: c.ClickID, TS: c.TS, Partition: c.Partition, Offset: c.Offset}
-		if f.hasVerdict {
-			l.Verdict, l.Reason, l.DecidedAt = "valid", f.verdict.reason, f.verdict.decidedAt
-			if f.verdict.fraud {
+		if v, ok := t.verdicts[c.ClickID]; ok {
+			l.Verdict, l.Reason, l.DecidedAt = "valid", v.reason, v.decidedAt
+			if v.fraud {
 				l.Verdict = "fraud"
 			}
 		}
@@ -273,7 +281,7 @@ func (t *Tally) Audit() []AuditLine {
 				l.Why += " for ad " + ad
 			}
 		default:
-			ok, why := t.billable(f)
+			ok, why := t.billable(c.ClickID, f)
 			l.Status, l.Why = StatusCounted, why
 			if !ok {
 				l.Status = StatusFraud
