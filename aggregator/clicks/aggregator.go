@@ -44,6 +44,7 @@ type Aggregator struct {
 
 	records, countedN, poison, verdicts prometheus.Counter
 	flushSeconds                        prometheus.Histogram
+	stepSeconds                         *prometheus.HistogramVec
 	flushErrors, fenced                 prometheus.Counter
 }
 
@@ -56,10 +57,12 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		verdicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_verdicts_total", Help: "Fraud verdicts resolved against counted clicks."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_clicks_flush_seconds", Help: "Time to write one click flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
+		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tally_clicks_step_seconds", Help: "Time of each ClickHouse step of a click flush, retries included.",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}, []string{"step"}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_flush_errors_total", Help: "Click-path ClickHouse steps that failed and were retried."}),
 		fenced:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_fenced_partitions_total", Help: "Click partitions dropped before writing because a newer owner had claimed them."}),
 	}
-	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.flushErrors, a.fenced)
+	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.stepSeconds, a.flushErrors, a.fenced)
 	return a
 }
 
@@ -329,6 +332,7 @@ func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error 
 }
 
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
+	defer prometheus.NewTimer(a.stepSeconds.WithLabelValues(what)).ObserveDuration()
 	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
 		a.flushErrors.Inc()
 		a.logger.Warn("clickhouse step of the click path failed; retrying", "step", what, "err", err, "backoff", wait)

@@ -301,23 +301,21 @@ func (s store) rollUp(ctx context.Context, hours []hourKey, invalid string, vers
 	if len(hours) == 0 {
 		return nil
 	}
-	tuples := make([]string, len(hours))
 	lo, hi := hours[0].hour, hours[0].hour
 	ads := map[string]bool{}
 	var adList []string
-	for i, h := range hours {
-		tuples[i] = fmt.Sprintf("(%s,%d)", quote(h.ad), h.hour)
+	for _, h := range hours {
 		lo, hi = min(lo, h.hour), max(hi, h.hour)
 		if !ads[h.ad] {
 			ads[h.ad] = true
 			adList = append(adList, h.ad)
 		}
 	}
-	qctx := chclient.FitList(ctx, append(append([]string{}, adList...), tuples...), 1)
-	rows, err := s.conn.Query(qctx, fmt.Sprintf(`SELECT ad_id, hs, sum(clicks), sum(billable) FROM (
-			SELECT ad_id, toInt64(toUnixTimestamp(toStartOfHour(minute))) AS hs, clicks, billable FROM click_deltas
-			WHERE ad_id IN (?) AND minute >= toDateTime(%d) AND minute < toDateTime(%d) AND NOT (%s)
-		) WHERE (ad_id, hs) IN (%s) GROUP BY ad_id, hs`, lo, hi+3600, invalid, strings.Join(tuples, ",")), adList)
+	// The ads and the hours' span select the rows; the hours wanted are picked out below
+	// (a literal list of (ad, hour) tuples costs the server more to parse than the rows cost).
+	rows, err := s.conn.Query(chclient.FitList(ctx, adList, 1), fmt.Sprintf(`SELECT ad_id, toInt64(toUnixTimestamp(toStartOfHour(minute))) AS hs, sum(clicks), sum(billable)
+		FROM click_deltas WHERE ad_id IN (?) AND minute >= toDateTime(%d) AND minute < toDateTime(%d) AND NOT (%s)
+		GROUP BY ad_id, hs`, lo, hi+3600, invalid), adList)
 	if err != nil {
 		return fmt.Errorf("sum %d click hours: %w", len(hours), err)
 	}
