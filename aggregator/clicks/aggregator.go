@@ -103,7 +103,11 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]offsets
 		}
 		p := newPartition(id, a.cfg.Window.Milliseconds(), a.cfg.Grace.Milliseconds(), a.cfg.VerdictHold.Milliseconds(), a.cfg.FraudThreshold)
 		p.epoch, p.next, p.flushed = epoch, cp.at, cp.at
-		if err := a.store.rollUp(ctx, hours, invalid, version(p)); err != nil {
+		vs := make([]uint64, len(hours))
+		for i := range vs {
+			vs[i] = version(p)
+		}
+		if err := a.store.rollUp(ctx, hours, vs, invalid); err != nil {
 			return nil, err
 		}
 		p.rolled = cp.at
@@ -279,19 +283,29 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 		if only == nil {
 			a.lastRollup = now
 		}
+		// One statement for every partition's touched hours: the engine runs one query at a
+		// time, and each has a fixed cost.
+		var hours []hourKey
+		var versions []uint64
+		var rolled []*partition
 		for _, p := range all {
 			if a.parts[p.id] == nil || len(p.dirty) == 0 {
 				continue
 			}
-			hours := make([]hourKey, 0, len(p.dirty))
 			for h := range p.dirty {
 				hours = append(hours, h)
+				versions = append(versions, version(p))
 			}
+			rolled = append(rolled, p)
+		}
+		if len(hours) > 0 {
 			if err := a.retry(ctx, "roll up click hours", func() error {
-				return a.store.rollUp(ctx, hours, "0", version(p))
+				return a.store.rollUp(ctx, hours, versions, "0")
 			}); err != nil {
 				return nil, err
 			}
+		}
+		for _, p := range rolled {
 			clear(p.dirty)
 			// The next marker vouches for the rollups of every batch so far.
 			p.rolled = p.flushed

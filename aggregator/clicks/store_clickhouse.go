@@ -232,6 +232,13 @@ func (s store) writeFacts(ctx context.Context, parts []*partition) error {
 			return fmt.Errorf("insert counted clicks: %w", err)
 		}
 	}
+	n := 0
+	for _, p := range parts {
+		n += len(p.verdicts)
+	}
+	if n == 0 {
+		return nil
+	}
 	vb, err := s.conn.PrepareBatch(ctx, "INSERT INTO click_verdicts (partition, clicks_end, verdicts_end, click_id, ad_id, verdict, reason, decided_at, held_from)")
 	if err != nil {
 		return fmt.Errorf("prepare verdicts insert: %w", err)
@@ -295,9 +302,10 @@ func (s store) batchWritten(ctx context.Context, p int32, epoch uint64, end offs
 }
 
 // rollUp recomputes the full value of each hour in hours from click_deltas and writes it with
-// version, so a later write (a newer checkpoint) replaces it and an equal one is the same value.
-// An hour with no deltas left (its only batch was a zombie's) is written as zero.
-func (s store) rollUp(ctx context.Context, hours []hourKey, invalid string, version uint64) error {
+// its version (the version of the partition it belongs to), so a later write (a newer
+// checkpoint) replaces it and an equal one is the same value. An hour with no deltas left (its
+// only batch was a zombie's) is written as zero. invalid excludes zombie batches.
+func (s store) rollUp(ctx context.Context, hours []hourKey, versions []uint64, invalid string) error {
 	if len(hours) == 0 {
 		return nil
 	}
@@ -338,9 +346,9 @@ func (s store) rollUp(ctx context.Context, hours []hourKey, invalid string, vers
 		return fmt.Errorf("prepare click hours insert: %w", err)
 	}
 	defer b.Abort()
-	for _, h := range hours {
+	for i, h := range hours {
 		d := sums[h]
-		if err := b.Append(h.ad, time.Unix(h.hour, 0), d.clicks, d.billable, version); err != nil {
+		if err := b.Append(h.ad, time.Unix(h.hour, 0), d.clicks, d.billable, versions[i]); err != nil {
 			return fmt.Errorf("append click hour: %w", err)
 		}
 	}
