@@ -4,6 +4,7 @@ go 1.26.8
 
 replace (
 	tally/aggregator => ../aggregator
+	tally/client => ../client
 	tally/collector => ../collector
 	tally/platform => ../platform
 	tally/schemas => ../schemas
@@ -19,6 +20,7 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	golang.org/x/sys v0.49.0
 	tally/aggregator v0.0.0-00010101000000-000000000000
+	tally/client v0.0.0-00010101000000-000000000000
 	tally/collector v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
