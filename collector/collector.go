@@ -21,6 +21,7 @@ import (
 	"tally/collector/api"
 	"tally/collector/ingest"
 	"tally/collector/likes"
+	"tally/collector/openapi"
 	"tally/collector/read"
 	"tally/collector/web"
 	"tally/platform/chclient"
@@ -43,6 +44,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	mux := http.NewServeMux()
 	routes := api.NewRouter(mux, reg)
 	web.Register(mux)
+	openapi.Register(mux)
 	stores := lifecycle.Part{
 		Name: "collector clickhouse, redis and reads",
 		Start: func(ctx context.Context) error {
