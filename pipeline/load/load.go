@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"tally/platform/progress"
 )
 
 // Report is the outcome of one run.
@@ -76,6 +78,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if !c.ProgressForced && !progress.Interactive(stderr) {
+		c.Progress = 0 // quiet under cron and in pipes
+	}
 	rep, err := Run(ctx, c, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "load: %v\n", err)
@@ -216,7 +221,7 @@ func printProgress(w io.Writer, every time.Duration, start, end time.Time, done 
 		case <-tick.C:
 		}
 		el := min(time.Since(start), end.Sub(start))
-		line := fmt.Sprintf("load: %5.0fs", el.Seconds())
+		line := fmt.Sprintf("load: %5.0fs, %.0fs left", el.Seconds(), max(0, time.Until(end).Seconds()))
 		if views != nil {
 			n := views.accepted.Load()
 			line += fmt.Sprintf("  views %d accepted (%.0f/s), 503s %d, lag %d", n, float64(n)/el.Seconds(), views.unavailable.Load(), views.lag.latest())
