@@ -10,6 +10,12 @@ import (
 	"time"
 )
 
+// Ready asks the collector whether it serves (GET /readyz, no key needed); an *APIError with
+// status 503 says it does not yet, or no longer.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.call(ctx, request{method: http.MethodGet, path: "/readyz", want: http.StatusOK})
+}
+
 // Counts is an item's totals: views, the unique-viewer estimate and exact likes.
 type Counts struct {
 	ItemID        string `json:"item_id"`
