@@ -45,7 +45,7 @@ type Aggregator struct {
 	records, countedN, poison, verdicts prometheus.Counter
 	flushSeconds                        prometheus.Histogram
 	stepSeconds                         *prometheus.HistogramVec
-	flushErrors, fenced                 prometheus.Counter
+	flushErrors, fenced, zombies        prometheus.Counter
 }
 
 // New returns an aggregator writing through conn.
@@ -61,8 +61,9 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}, []string{"step"}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_flush_errors_total", Help: "Click-path ClickHouse steps that failed and were retried."}),
 		fenced:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_fenced_partitions_total", Help: "Click partitions dropped before writing because a newer owner had claimed them."}),
+		zombies:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_zombie_batches_total", Help: "Click batches written by an aggregator after it had lost the partition, found and undone."}),
 	}
-	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.stepSeconds, a.flushErrors, a.fenced)
+	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.stepSeconds, a.flushErrors, a.fenced, a.zombies)
 	return a
 }
 
@@ -102,7 +103,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]offsets
 			return nil, err
 		}
 		p := newPartition(id, a.cfg.Window.Milliseconds(), a.cfg.Grace.Milliseconds(), a.cfg.VerdictHold.Milliseconds(), a.cfg.FraudThreshold)
-		p.epoch, p.next, p.flushed = epoch, cp.at, cp.at
+		p.epoch, p.next, p.flushed, p.invalid = epoch, cp.at, cp.at, invalid
 		vs := make([]uint64, len(hours))
 		for i := range vs {
 			vs[i] = version(p)
@@ -282,6 +283,13 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 	if withRollups {
 		if only == nil {
 			a.lastRollup = now
+			// A zombie's batch may have landed after this owner's claim (its fence check passed
+			// just before): undo it now rather than at the next assignment.
+			for _, p := range all {
+				if err := a.retry(ctx, "undo zombie batches", func() error { return a.undoZombies(ctx, p) }); err != nil {
+					return nil, err
+				}
+			}
 		}
 		// One statement for every partition's touched hours: the engine runs one query at a
 		// time, and each has a fixed cost.
@@ -315,6 +323,33 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 		a.flushSeconds.Observe(time.Since(t0).Seconds())
 	}
 	return done, nil
+}
+
+// undoZombies deletes the deltas of batches the fence makes invalid that landed after this
+// owner's claim, and recomputes their hours. Finding them is cheap: a batch's marker is in the
+// same INSERT as its deltas, and markers (ad_id = ”) lead the table's sort order.
+func (a *Aggregator) undoZombies(ctx context.Context, p *partition) error {
+	n, err := a.store.invalidMarkers(ctx, p.id, p.invalid)
+	if err != nil || n == 0 {
+		return err
+	}
+	hours, err := a.store.hoursAfter(ctx, p.id, p.flushed, p.invalid)
+	if err != nil {
+		return err
+	}
+	if err := a.store.deleteInvalid(ctx, p.id, p.invalid); err != nil {
+		return err
+	}
+	vs := make([]uint64, len(hours))
+	for i := range vs {
+		vs[i] = version(p)
+	}
+	if err := a.store.rollUp(ctx, hours, vs, p.invalid); err != nil {
+		return err
+	}
+	a.zombies.Add(float64(n))
+	a.logger.Warn("undid click batches written by an aggregator after it lost the partition", "partition", p.id, "batches", n, "hours", len(hours))
+	return nil
 }
 
 // fenceCheck drops from parts, and from this aggregator, every partition a newer owner has

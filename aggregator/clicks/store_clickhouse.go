@@ -132,6 +132,15 @@ func (s store) hoursAfter(ctx context.Context, p int32, rolled offsets, extra st
 	return out, rows.Err()
 }
 
+// invalidMarkers counts the markers of partition p's batches that match invalid.
+func (s store) invalidMarkers(ctx context.Context, p int32, invalid string) (uint64, error) {
+	var n uint64
+	if err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count() FROM click_deltas WHERE ad_id = '' AND partition = %d AND (%s)`, p, invalid)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("look for zombie batches of click partition %d: %w", p, err)
+	}
+	return n, nil
+}
+
 // deleteInvalid removes the deltas of partition p's zombie batches.
 func (s store) deleteInvalid(ctx context.Context, p int32, invalid string) error {
 	if err := s.conn.Exec(ctx, fmt.Sprintf(`DELETE FROM click_deltas WHERE partition = %d AND (%s)`, p, invalid)); err != nil {
