@@ -44,7 +44,8 @@ type Aggregator struct {
 
 	records, countedN, poison, verdicts prometheus.Counter
 	flushSeconds                        prometheus.Histogram
-	flushErrors, fenced                 prometheus.Counter
+	stepSeconds                         *prometheus.HistogramVec
+	flushErrors, fenced, zombies        prometheus.Counter
 }
 
 // New returns an aggregator writing through conn.
@@ -56,10 +57,13 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		verdicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_verdicts_total", Help: "Fraud verdicts resolved against counted clicks."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_clicks_flush_seconds", Help: "Time to write one click flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
+		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tally_clicks_step_seconds", Help: "Time of each ClickHouse step of a click flush, retries included.",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}, []string{"step"}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_flush_errors_total", Help: "Click-path ClickHouse steps that failed and were retried."}),
 		fenced:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_fenced_partitions_total", Help: "Click partitions dropped before writing because a newer owner had claimed them."}),
+		zombies:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_zombie_batches_total", Help: "Click batches written by an aggregator after it had lost the partition, found and undone."}),
 	}
-	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.flushErrors, a.fenced)
+	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.stepSeconds, a.flushErrors, a.fenced, a.zombies)
 	return a
 }
 
@@ -99,8 +103,12 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]offsets
 			return nil, err
 		}
 		p := newPartition(id, a.cfg.Window.Milliseconds(), a.cfg.Grace.Milliseconds(), a.cfg.VerdictHold.Milliseconds(), a.cfg.FraudThreshold)
-		p.epoch, p.next, p.flushed = epoch, cp.at, cp.at
-		if err := a.store.rollUp(ctx, hours, invalid, version(p)); err != nil {
+		p.epoch, p.next, p.flushed, p.invalid = epoch, cp.at, cp.at, invalid
+		vs := make([]uint64, len(hours))
+		for i := range vs {
+			vs[i] = version(p)
+		}
+		if err := a.store.rollUp(ctx, hours, vs, invalid); err != nil {
 			return nil, err
 		}
 		p.rolled = cp.at
@@ -275,20 +283,37 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 	if withRollups {
 		if only == nil {
 			a.lastRollup = now
+			// A zombie's batch may have landed after this owner's claim (its fence check passed
+			// just before): undo it now rather than at the next assignment.
+			for _, p := range all {
+				if err := a.retry(ctx, "undo zombie batches", func() error { return a.undoZombies(ctx, p) }); err != nil {
+					return nil, err
+				}
+			}
 		}
+		// One statement for every partition's touched hours: the engine runs one query at a
+		// time, and each has a fixed cost.
+		var hours []hourKey
+		var versions []uint64
+		var rolled []*partition
 		for _, p := range all {
 			if a.parts[p.id] == nil || len(p.dirty) == 0 {
 				continue
 			}
-			hours := make([]hourKey, 0, len(p.dirty))
 			for h := range p.dirty {
 				hours = append(hours, h)
+				versions = append(versions, version(p))
 			}
+			rolled = append(rolled, p)
+		}
+		if len(hours) > 0 {
 			if err := a.retry(ctx, "roll up click hours", func() error {
-				return a.store.rollUp(ctx, hours, "0", version(p))
+				return a.store.rollUp(ctx, hours, versions, "0")
 			}); err != nil {
 				return nil, err
 			}
+		}
+		for _, p := range rolled {
 			clear(p.dirty)
 			// The next marker vouches for the rollups of every batch so far.
 			p.rolled = p.flushed
@@ -298,6 +323,33 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 		a.flushSeconds.Observe(time.Since(t0).Seconds())
 	}
 	return done, nil
+}
+
+// undoZombies deletes the deltas of batches the fence makes invalid that landed after this
+// owner's claim, and recomputes their hours. Finding them is cheap: a batch's marker is in the
+// same INSERT as its deltas, and markers (ad_id = ”) lead the table's sort order.
+func (a *Aggregator) undoZombies(ctx context.Context, p *partition) error {
+	n, err := a.store.invalidMarkers(ctx, p.id, p.invalid)
+	if err != nil || n == 0 {
+		return err
+	}
+	hours, err := a.store.hoursAfter(ctx, p.id, p.flushed, p.invalid)
+	if err != nil {
+		return err
+	}
+	if err := a.store.deleteInvalid(ctx, p.id, p.invalid); err != nil {
+		return err
+	}
+	vs := make([]uint64, len(hours))
+	for i := range vs {
+		vs[i] = version(p)
+	}
+	if err := a.store.rollUp(ctx, hours, vs, p.invalid); err != nil {
+		return err
+	}
+	a.zombies.Add(float64(n))
+	a.logger.Warn("undid click batches written by an aggregator after it lost the partition", "partition", p.id, "batches", n, "hours", len(hours))
+	return nil
 }
 
 // fenceCheck drops from parts, and from this aggregator, every partition a newer owner has
@@ -329,6 +381,7 @@ func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error 
 }
 
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
+	defer prometheus.NewTimer(a.stepSeconds.WithLabelValues(what)).ObserveDuration()
 	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
 		a.flushErrors.Inc()
 		a.logger.Warn("clickhouse step of the click path failed; retrying", "step", what, "err", err, "backoff", wait)

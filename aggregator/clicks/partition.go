@@ -111,6 +111,8 @@ type partition struct {
 	poison      int
 
 	epoch uint64
+	// invalid is the fence over the partition's claims up to this owner's (invalidSQL).
+	invalid string
 }
 
 func newPartition(id int32, window, grace, hold int64, threshold float64) *partition {

@@ -146,6 +146,10 @@ func CollectorRoutes() []Route {
 	return []Route{
 		{Pattern: "GET /healthz", Scope: Public},
 		{Pattern: "GET /readyz", Scope: Public},
+		// The live page is static; the API calls it makes carry the key the user enters.
+		{Pattern: "GET /{$}", Scope: Public},
+		{Pattern: "GET /ui/{file}", Scope: Public},
+		{Pattern: "GET /openapi.json", Scope: Public},
 		{Pattern: "POST /v1/views", Scope: ScopeIngest},
 		{Pattern: "POST /v1/events", Scope: ScopeIngest},
 		{Pattern: "POST /v1/clicks", Scope: ScopeIngest},

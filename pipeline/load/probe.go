@@ -1,14 +1,13 @@
 package load
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"tally/client"
 )
 
 // VisReport is how long a view (or a click) took from its 202 to being visible through the read
@@ -29,8 +28,7 @@ type VisReport struct {
 // includes the aggregator's flush and its Redis update, which is what an app sees. Each probe
 // runs in its own goroutine; finish waits for them.
 type prober struct {
-	cl     *http.Client
-	url    string
+	api    *client.Client
 	prefix string
 	poll   time.Duration
 	wait   time.Duration
@@ -70,73 +68,40 @@ const (
 	clickProbe
 )
 
-// post returns the path and body that post one event for id.
-func (k probeKind) post(id string) (string, []byte) {
-	if k == clickProbe {
-		return "/v1/clicks", []byte(`{"click_id":"` + id + `","ad_id":"` + id + `","campaign_id":"probe","user_hash":"probe","ip_hash":"probe","device":"probe"}`)
+// send posts one event for id; read returns the count a client reads back for it.
+func (p *prober) send(ctx context.Context, id string) error {
+	if p.kind == clickProbe {
+		return p.api.SendClick(ctx, client.Click{ClickID: id, AdID: id, CampaignID: "probe", UserHash: "probe", IPHash: "probe", Device: "probe"})
 	}
-	return "/v1/views", []byte(`{"item_id":"` + id + `","viewer_id":"probe"}`)
+	return p.api.SendView(ctx, client.View{ItemID: id, ViewerID: "probe"})
 }
 
-// readURL is where the count of id is read, posted at t.
-func (k probeKind) readURL(base, id string, t time.Time) string {
-	if k == clickProbe {
-		from := t.Add(-time.Minute).UnixMilli()
-		return fmt.Sprintf("%s/v1/ads/%s/clicks?granularity=minute&from=%d&to=%d", base, id, from, t.Add(time.Minute).UnixMilli())
+func (p *prober) read(ctx context.Context, id string, posted time.Time) (int64, error) {
+	if p.kind == viewProbe {
+		c, err := p.api.ItemCounts(ctx, id)
+		return c.Views, err
 	}
-	return base + "/v1/items/" + id + "/counts"
-}
-
-// count reads the count of a read's answer: the item's views, or the sum of the series' counts.
-func (k probeKind) count(body []byte) (int64, bool) {
-	if k == viewProbe {
-		return jsonInt(body, "views")
-	}
-	var s struct {
-		Points []struct {
-			Count int64 `json:"count"`
-		} `json:"points"`
-	}
-	if json.Unmarshal(body, &s) != nil || len(s.Points) == 0 {
-		return 0, false
-	}
+	s, err := p.api.AdClicks(ctx, id, client.SeriesQuery{From: posted.Add(-time.Minute), To: posted.Add(time.Minute), Granularity: client.Minute})
 	var n int64
 	for _, pt := range s.Points {
 		n += pt.Count
 	}
-	return n, true
+	return n, err
 }
 
 func (p *prober) probe(ctx context.Context, id string) {
-	var buf bytes.Buffer
-	path, body := p.kind.post(id)
 	posted := time.Now()
-	code, err := do(ctx, p.cl, http.MethodPost, p.url+path, body, &buf)
-	switch {
-	case err != nil:
-		p.errs.add(ctx, "probe POST "+path, err)
-		return
-	case code != http.StatusAccepted:
-		p.errs.status(ctx, "probe POST "+path, code, buf.Bytes())
+	if err := p.send(ctx, id); err != nil {
+		p.errs.add(ctx, "probe POST", err)
 		return
 	}
 	accepted := time.Now()
 	deadline := accepted.Add(p.wait)
-	readURL := p.kind.readURL(p.url, id, posted)
 	for {
-		code, err := do(ctx, p.cl, http.MethodGet, readURL, nil, &buf)
+		n, err := p.read(ctx, id, posted)
 		switch {
 		case err != nil:
 			p.errs.add(ctx, "probe GET count", err)
-			return
-		case code != http.StatusOK:
-			p.errs.status(ctx, "probe GET count", code, buf.Bytes())
-			return
-		}
-		n, ok := p.kind.count(buf.Bytes())
-		switch {
-		case !ok:
-			p.errs.status(ctx, "probe GET count without a count", code, buf.Bytes())
 			return
 		case n == 1:
 			p.lat.add(time.Since(accepted))

@@ -1,13 +1,15 @@
 package load
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"tally/client"
 )
 
 // ViewsReport is what the views scenario measured.
@@ -63,7 +65,8 @@ func viewsStream(c Config) eventStream {
 type viewsRun struct {
 	cfg    Config
 	s      eventStream
-	cl     *http.Client
+	api    *client.Client
+	web    *http.Client // the same connections, for /metrics
 	prefix string
 	errs   errorLog
 	lag    *lagMonitor
@@ -72,21 +75,19 @@ type viewsRun struct {
 	lat                             recorder
 }
 
-func newViewsRun(c Config, s eventStream, cl *http.Client, prefix string) *viewsRun {
-	return &viewsRun{cfg: c, s: s, cl: cl, prefix: prefix, lag: newLagMonitor(c.Brokers, s.group, s.topic)}
+func newViewsRun(c Config, s eventStream, api *client.Client, web *http.Client, prefix string) *viewsRun {
+	return &viewsRun{cfg: c, s: s, api: api, web: web, prefix: prefix, lag: newLagMonitor(c.Brokers, s.group, s.topic)}
 }
 
 func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) {
 	c, s := v.cfg, v.s
 	rate := float64(s.rate) / float64(s.batch) // batches per second
 	p := newPacer(start, rate, slotsFor(rate, end.Sub(start)))
-	url := c.URL + "/v1/events"
 	var wg sync.WaitGroup
 	for w := range s.conc {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			batch := s.newBatch(v.prefix, s.batch)
-			var buf bytes.Buffer
 			sl, err := newSleeper(p.rate)
 			if err != nil {
 				v.errs.add(ctx, "pace requests", err)
@@ -99,25 +100,22 @@ func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) 
 				}
 				batch.fill(rng, c.HotShare, c.Items, c.Viewers)
 				t0 := time.Now()
-				code, err := do(ctx, v.cl, http.MethodPost, url, batch.body(), &buf)
+				res, err := v.api.PostEvents(ctx, batch.body())
 				if ctx.Err() != nil {
 					return
 				}
 				v.lat.add(time.Since(t0))
 				v.requests.Add(1)
 				switch {
-				case err != nil:
-					v.errs.add(ctx, "POST /v1/events", err)
-				case code == http.StatusAccepted:
-					n, _ := jsonInt(buf.Bytes(), "accepted")
-					v.accepted.Add(n)
-					if n != int64(s.batch) {
-						v.errs.status(ctx, "POST /v1/events accepted fewer lines than sent", code, buf.Bytes())
+				case err == nil:
+					v.accepted.Add(int64(res.Accepted))
+					if res.Accepted != s.batch {
+						v.errs.add(ctx, "POST /v1/events", fmt.Errorf("accepted %d of %d lines: %+v", res.Accepted, s.batch, res.Rejected[:min(len(res.Rejected), 3)]))
 					}
-				case code == http.StatusServiceUnavailable:
+				case client.IsStatus(err, http.StatusServiceUnavailable):
 					v.unavailable.Add(1)
 				default:
-					v.errs.status(ctx, "POST /v1/events", code, buf.Bytes())
+					v.errs.add(ctx, "POST /v1/events", err)
 				}
 			}
 		})
@@ -132,8 +130,8 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 	c := v.cfg
 	lag := v.lag
 	defer lag.close()
-	probes := &prober{cl: v.cl, url: c.URL, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait, kind: v.s.probe}
-	before := scrapeViewsMetrics(ctx, v.cl, c.URL, v.s.metrics)
+	probes := &prober{api: v.api, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait, kind: v.s.probe}
+	before := scrapeViewsMetrics(ctx, v.web, c.URL, v.s.metrics)
 
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(ctx)
@@ -142,7 +140,7 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 
 	v.post(ctx, start, end, seed)
 	elapsed := time.Since(start)
-	after := scrapeViewsMetrics(ctx, v.cl, c.URL, v.s.metrics)
+	after := scrapeViewsMetrics(ctx, v.web, c.URL, v.s.metrics)
 	stopBG()
 	bg.Wait()
 	// The lag drains while the last probes wait to become visible.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +34,11 @@ func TestLoadPrecedence(t *testing.T) {
 		{"memory size flag", nil, []string{"--redis.embedded_maxmemory", "512MB"}, func(c Config) (any, any) { return c.Redis.EmbeddedMaxMemory, "512MB" }},
 		{"env list", map[string]string{"TALLY_KAFKA_BROKERS": "x:1,y:2"}, nil, func(c Config) (any, any) { return strings.Join(c.Kafka.Brokers, ","), "x:1,y:2" }},
 		{"env config file", map[string]string{"TALLY_CONFIG": file}, nil, func(c Config) (any, any) { return c.Collector.MaxLines, 7 }},
+		{"click keys from env", map[string]string{"TALLY_CLICKS_KEYS": "old:" + strings.Repeat("A", 43) + ",new:" + strings.Repeat("B", 43), "TALLY_CLICKS_SIGNING_KEY": "new"}, nil,
+			func(c Config) (any, any) {
+				k, err := c.Clicks.ClickIDKeys()
+				return fmt.Sprintln(len(k), err, len(k[1].Secret), c.Clicks.SigningKey), "2 <nil> 32 new\n"
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,6 +91,14 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"dashboards user named as the pipeline user", nil, []string{"--clickhouse.embedded_readonly_user", "default"}, "clickhouse.embedded_readonly_user"},
 		{"cors wildcard", nil, []string{"--clickhouse.embedded_cors_origins", "*"}, "clickhouse.embedded_cors_origins"},
 		{"no time limit", nil, []string{"--clickhouse.embedded_max_execution_time", "0s"}, "clickhouse.embedded_max_execution_time"},
+		{"click key not base64", nil, []string{"--clicks.keys", "k1:!!!", "--clicks.signing_key", "k1"}, "clicks.keys"},
+		{"click key too short", nil, []string{"--clicks.keys", "k1:c2hvcnQ", "--clicks.signing_key", "k1"}, "clicks.keys"},
+		{"click key without id", map[string]string{"TALLY_CLICKS_KEYS": "c2hvcnQ"}, nil, "clicks.keys"},
+		{"signing key not listed", nil, []string{"--clicks.keys", "k1:" + strings.Repeat("A", 43), "--clicks.signing_key", "k2"}, "clicks.signing_key"},
+		{"keys without a signing key", nil, []string{"--clicks.keys", "k1:" + strings.Repeat("A", 43)}, "clicks.signing_key"},
+		{"fraud threshold over 1", nil, []string{"--clicks.fraud_score_threshold", "1.5"}, "clicks.fraud_score_threshold"},
+		{"click group shared with views", nil, []string{"--clicks.group", "tally-aggregator"}, "clicks.group"},
+		{"counted clicks kept a day", nil, []string{"--clicks.counted_ttl", "24h"}, "clicks.counted_ttl"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

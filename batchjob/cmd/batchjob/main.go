@@ -29,6 +29,7 @@ import (
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/logging"
+	"tally/platform/progress"
 	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -72,10 +73,12 @@ func run(args []string) int {
 		env.logger.Error("kafka client options", "err", err)
 		return exitError
 	}
+	meter := progress.Start(progress.Options{What: "like records"}) // lines only on a terminal, none under cron
 	rep, err := reconcile.Run(env.ctx, job, reconcile.Deps{
 		Brokers: env.cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, ClickHouse: env.conn, Store: store, Redis: env.rdb,
-		LockTTL: lockTTL, Logger: env.logger, Now: time.Now,
+		LockTTL: lockTTL, Progress: meter, Logger: env.logger, Now: time.Now,
 	})
+	meter.Stop()
 	switch {
 	case errors.Is(err, runlock.ErrLocked):
 		env.logger.Error("not running", "err", err)
@@ -119,6 +122,9 @@ func runClicks(args []string) int {
 		Rules:    clicks.Rules{FraudScoreThreshold: cfg.Clicks.FraudScoreThreshold},
 		Lookback: cfg.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
 	}
+	meter := progress.Start(progress.Options{What: "click and verdict records"}) // lines only on a terminal, none under cron
+	defer meter.Stop()
+	deps.Progress = meter
 	if cmd.Audit {
 		ar, err := clicks.Audit(env.ctx, cmd.Date, cmd.AdID, deps)
 		if err == nil {
