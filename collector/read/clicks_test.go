@@ -68,7 +68,7 @@ func TestClickSeries(t *testing.T) {
 	// report, the point is final with the latest version's numbers.
 	exec(`CREATE TABLE IF NOT EXISTS click_reports_daily (ad_id String, date Date, exact_count UInt64, billable_count UInt64,
 		version UInt64, computed_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (date, ad_id, version)`)
-	exec(`INSERT INTO click_reports_daily VALUES ('ad-1', '2026-11-29', 4, 2, 1, now64()), ('ad-1', '2026-11-29', 4, 1, 2, now64()), ('ad-2', '2026-11-30', 1, 1, 1, now64())`)
+	exec(`INSERT INTO click_reports_daily (ad_id, date, exact_count, billable_count, version, computed_at) VALUES ('ad-1', '2026-11-29', 4, 2, 1, now64()), ('ad-1', '2026-11-29', 4, 1, 2, now64()), ('ad-2', '2026-11-30', 1, 1, 1, now64())`)
 	code, s = get("granularity=day&from=2026-11-29T00:00:00Z&to=2026-11-30T00:00:00Z")
 	want = []point{{day(29), 4, 1, true}, {day(30), 7, 6, false}}
 	if code != 200 || fmt.Sprint(s.Points) != fmt.Sprint(want) {
