@@ -31,6 +31,7 @@ import (
 const (
 	eoClicks      = 150_000
 	eoClickBatch  = 2000
+	eoClickRate   = 15_000 // per second, so that kills land while clicks are posted too
 	clickWindow   = 10 * time.Minute // clicks.dedupe_window and clicks.dedupe_grace defaults
 	clickMinKills = 4
 )
@@ -128,7 +129,11 @@ func postClicks(ctx context.Context, api string, n int, posted *atomic.Int64) er
 	type sent struct{ id, ad string }
 	var recent []sent
 	var clicks, verdicts bytes.Buffer
+	start := time.Now()
 	for i := 0; i < n; i++ {
+		if i%eoClickBatch == 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / eoClickRate)))
+		}
 		ad := "ad-hot"
 		if rng.IntN(2) == 0 {
 			ad = "ad-" + strconv.Itoa(rng.IntN(500))

@@ -90,14 +90,28 @@ func (s source) clickSeries(ctx context.Context, ad string, g Granularity, from,
 	return scanClickCounts(rows)
 }
 
-// clickReports returns the latest complete version of the nightly job's daily report of ad for
-// each day in [from, to) that has one, keyed by the day's start in Unix seconds. The view
-// click_reports_final reads only versions the job finished (migration 007).
+// clickReports returns, for each day in [from, to) that has a complete exact report from the
+// nightly job, ad's numbers in the latest complete version (zeros when the ad had no click that
+// day), keyed by the day's start in Unix seconds. The nightly job owns the tables (its
+// migration): click_report_versions lists complete versions, click_reports_final holds the rows
+// of each date's latest one. Before they exist there are no reports.
 func (s source) clickReports(ctx context.Context, ad string, from, to time.Time) (map[int64]clickCounts, error) {
-	rows, err := s.conn.Query(ctx, `SELECT toInt64(toUnixTimestamp(toDateTime(date))) AS t,
-			toInt64(exact_count), toInt64(billable_count)
-		FROM click_reports_final WHERE ad_id = ? AND date >= ? AND date < ?`,
-		ad, from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly))
+	var n uint64
+	if err := s.conn.QueryRow(ctx, `SELECT count() FROM system.tables WHERE database = currentDatabase()
+		AND name IN ('click_report_versions', 'click_reports_final')`).Scan(&n); err != nil {
+		return nil, fmt.Errorf("look for the nightly click reports: %w", err)
+	}
+	if n < 2 {
+		return nil, nil
+	}
+	lo, hi := from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly)
+	rows, err := s.conn.Query(ctx, `SELECT t, sum(c), sum(b) FROM (
+			SELECT toInt64(toUnixTimestamp(toDateTime(date))) AS t, toInt64(0) AS c, toInt64(0) AS b
+			FROM click_report_versions WHERE date >= ? AND date < ? GROUP BY t
+			UNION ALL
+			SELECT toInt64(toUnixTimestamp(toDateTime(date))) AS t, toInt64(exact_count) AS c, toInt64(billable_count) AS b
+			FROM click_reports_final WHERE ad_id = ? AND date >= ? AND date < ?
+		) GROUP BY t`, lo, hi, ad, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("query daily click reports of %s: %w", ad, err)
 	}
