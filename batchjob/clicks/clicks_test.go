@@ -504,6 +504,7 @@ func TestCommandExitCodes(t *testing.T) {
 		wantOut  string // in stdout
 		wantErr  string // in stderr
 	}{
+		{"unknown command", nil, f.args("bogus", "--date", date), 2, "", `unknown command "bogus"`},
 		{"no date", nil, f.args("clicks"), 2, "", "give --date YYYY-MM-DD"},
 		{"bad date", nil, f.args("clicks", "--date", "2026-13-01"), 2, "", `--date "2026-13-01": want YYYY-MM-DD`},
 		{"audit without an ad", nil, f.args("clicks", "audit", "--date", date), 2, "", "audit needs --ad"},

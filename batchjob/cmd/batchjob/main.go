@@ -49,8 +49,15 @@ const lockTTL = 30 * time.Second
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	if len(args) > 0 && args[0] == "clicks" {
-		return runClicks(args)
+	if len(args) > 0 {
+		switch args[0] {
+		case "clicks":
+			return runClicks(args)
+		case "likes", "-h", "--help":
+		default:
+			fmt.Fprintf(os.Stderr, "batchjob: unknown command %q; want likes or clicks\n\n%s%s", args[0], reconcile.Usage, clicks.Usage)
+			return exitUsage
+		}
 	}
 	job, rest, err := reconcile.ParseArgs(args)
 	if errors.Is(err, reconcile.ErrHelp) {
