@@ -15,6 +15,8 @@ type Kind uint8
 const (
 	KindView Kind = 1
 	KindLike Kind = 2
+	// KindCounted is not an event but a batch of deduplicated counts (counted.go).
+	KindCounted Kind = 3
 )
 
 func (k Kind) String() string {
@@ -23,6 +25,8 @@ func (k Kind) String() string {
 		return "view"
 	case KindLike:
 		return "like"
+	case KindCounted:
+		return "counted"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
