@@ -1,9 +1,9 @@
 package schemas
 
 import (
-	"slices"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,7 +55,6 @@ func TestCountedRoundTrip(t *testing.T) {
 		})
 	}
 }
-
 
 func head(c []BucketCount) []BucketCount { return c[:min(len(c), 4)] }
 
