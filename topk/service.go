@@ -176,18 +176,23 @@ func (s *Service) Tracker() *tracker.Tracker { return s.tr }
 
 func (s *Service) consume(ctx context.Context) {
 	lastSave := time.Now()
+	dirty := false // records read since the last save
 	for {
-		fs := s.cl.PollFetches(ctx)
+		// The poll is bounded so that a quiet topic still gets its snapshot saved.
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.SnapshotInterval)
+		fs := s.cl.PollFetches(pctx)
+		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				s.logger.Warn("fetch counted records", "partition", p, "err", err)
 			}
 		})
 		skipped0 := s.tr.Skipped()
 		fs.EachRecord(func(r *kgo.Record) {
+			dirty = true
 			c, err := schemas.DecodeCounted(r.Value)
 			if err != nil {
 				s.m.undecodable.Inc()
@@ -200,9 +205,10 @@ func (s *Service) consume(ctx context.Context) {
 			}
 		})
 		s.m.skipped.Add(float64(s.tr.Skipped() - skipped0))
-		if time.Since(lastSave) >= s.cfg.SnapshotInterval {
-			lastSave = time.Now()
+		if dirty && time.Since(lastSave) >= s.cfg.SnapshotInterval {
+			lastSave, dirty = time.Now(), false
 			if err := s.save(); err != nil {
+				dirty = true
 				s.m.snapshotErrors.Inc()
 				s.logger.Warn("save topk snapshot; retrying at the next interval", "err", err)
 			}

@@ -9,13 +9,16 @@
 // untracked key's true count is at most min_h, where min_h <= N_h/m (0 while counters are
 // free).
 //
-// The window is the 24 complete hours before the hour holding the clock's now, [end-24h, end).
+// The window is the 24 complete hours before the hour holding the clock's now, plus that hour
+// in progress: [end-24h, end+1h) with end the start of the current hour, so the list always
+// covers at least the last 24 hours and slides on hour boundaries (a complete-hours-only window
+// would leave the list an hour stale, and empty for an hour after a first start).
 // A key's estimate is the sum of its counters over those hours. Its error either way is at most
 // B = sum of min_h over the window's hours (over when the key was tracked, under when it was
 // not), and B <= N/m for the N events in the window: epsilon = 1/m, deterministic (delta = 0).
 // Every listed count is within B of the true count, and a key not listed has a true count of at
-// most the last listed count plus B (at most B when the list is shorter than k). Memory: 26 summaries (the window, the hour in progress,
-// one ahead) of m counters, about 120 bytes each plus the key: m = 4096 holds about 13 MB per
+// most the last listed count plus B (at most B when the list is shorter than k). Memory: 27 summaries (the window, the hour in progress,
+// two ahead) of m counters, about 120 bytes each plus the key: m = 4096 holds about 13 MB per
 // kind.
 //
 // Concurrency: a Sketch has one mutex; every method may be called from any goroutine.
@@ -47,7 +50,7 @@ type Entry struct {
 type Sketch struct {
 	mu      sync.Mutex
 	m       int
-	end     int64 // hour number: the window is [end-Hours, end)
+	end     int64 // hour number of the hour in progress: the window is [end-Hours, end]
 	hours   map[int64]*summary
 	dropped uint64
 }
@@ -93,11 +96,12 @@ func (s *Sketch) Advance(nowSec int64) {
 	}
 }
 
-// Bounds returns the window's event-time range [from, to) in Unix seconds.
+// Bounds returns the window's event-time range [from, to) in Unix seconds; to is the end of
+// the hour in progress.
 func (s *Sketch) Bounds() (from, to int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return (s.end - Hours) * hourSeconds, s.end * hourSeconds
+	return (s.end - Hours) * hourSeconds, (s.end + 1) * hourSeconds
 }
 
 // Top returns the k keys with the largest estimates (equal estimates by key ascending), the
@@ -107,7 +111,7 @@ func (s *Sketch) Top(k int) (list []Entry, bound, total uint64) {
 	defer s.mu.Unlock()
 	est := map[string]uint64{}
 	for h, sm := range s.hours {
-		if h < s.end-Hours || h >= s.end {
+		if h < s.end-Hours || h > s.end {
 			continue
 		}
 		bound += sm.min()

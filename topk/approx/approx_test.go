@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestBoundHoldsOnSkewedWorkload runs Zipf-distributed weighted counts over 30 hours (so hours
+// TestBoundHoldsOnSkewedWorkload runs Zipf-distributed weighted counts over 31 hours (so hours
 // leave the window) through a sketch far smaller than the key space, then checks the stated
 // bound against exact counts: every listed estimate within B of the truth, B <= N/m, and no key
 // left out whose true count exceeds the last listed count plus B.
@@ -31,17 +31,18 @@ func TestBoundHoldsOnSkewedWorkload(t *testing.T) {
 			start := int64(1_796_000_400) / 3600 * 3600
 			s := New(tt.m, start)
 			truth := map[string]uint64{}
-			for h := range int64(30) {
+			// 31 hours: the window at the end is hours 6 to 29, complete, and 30, in progress.
+			for h := range int64(31) {
+				s.Advance(start + h*3600)
 				for range 20_000 {
 					sec := start + h*3600 + rng.Int64N(3600)
 					key := fmt.Sprintf("key-%d", zipf.Uint64())
 					n := uint64(1 + rng.IntN(4))
 					s.Add(key, sec, n)
 					if h >= 30-Hours {
-						truth[key] += n // the window at the end: the 24 complete hours
+						truth[key] += n
 					}
 				}
-				s.Advance(start + (h+1)*3600)
 			}
 			list, bound, total := s.Top(k)
 			var n uint64
