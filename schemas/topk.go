@@ -24,7 +24,7 @@ type TopList struct {
 	To   time.Time `json:"to"`
 	// Exact is true for 1m and 1h. For 24h, ErrorBound bounds how far every count is from the
 	// true count, either way, and a key missing from the list has a true count of at most the
-	// last entry's count plus twice the bound (docs/ARCHITECTURE.md, "top-K").
+	// last entry's count plus the bound (docs/ARCHITECTURE.md, "top-K").
 	Exact      bool       `json:"exact"`
 	ErrorBound *uint64    `json:"error_bound,omitempty"`
 	Entries    []TopEntry `json:"entries"`

@@ -32,7 +32,9 @@ func top1m(t *testing.T, tr *Tracker, kind schemas.CountKind) []schemas.TopEntry
 // batch twice, a batch cut short and published again whole, an older epoch after a newer one.
 func TestGuardAppliesEachChunkOnce(t *testing.T) {
 	sec := t0.Unix() - 30
-	c := func(key string, n uint64) schemas.BucketCount { return schemas.BucketCount{Key: key, Second: sec, Count: n} }
+	c := func(key string, n uint64) schemas.BucketCount {
+		return schemas.BucketCount{Key: key, Second: sec, Count: n}
+	}
 	many := make([]schemas.BucketCount, schemas.MaxCountedChunk+1)
 	for i := range many {
 		many[i] = c(fmt.Sprintf("k%05d", i), 1)

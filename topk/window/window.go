@@ -106,7 +106,9 @@ func New(specs []Spec, shards int, nowSec int64) *Set {
 // Specs returns the windows.
 func (s *Set) Specs() []Spec { return s.specs }
 
-func (s *Set) shardOf(key string) *shard { return s.shards[xxhash.Sum64String(key)%uint64(len(s.shards))] }
+func (s *Set) shardOf(key string) *shard {
+	return s.shards[xxhash.Sum64String(key)%uint64(len(s.shards))]
+}
 
 // Add counts n events of key at event-time second sec.
 func (s *Set) Add(key string, sec int64, n uint64) {
