@@ -139,43 +139,38 @@ func (t *Tracker) write(f io.Writer) error {
 // Load reads the snapshot at path into a new tracker whose windows end at now. A missing file
 // returns (nil, nil): a first start.
 func Load(path string, o Options, now time.Time) (*Tracker, error) {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load topk snapshot: %w", err)
 	}
-	defer f.Close()
 	t := New(o, now)
-	if err := t.read(bufio.NewReaderSize(f, 1<<20)); err != nil {
+	if err := t.read(b); err != nil {
 		return nil, fmt.Errorf("load topk snapshot %s: %w", path, err)
 	}
 	return t, nil
 }
 
+// reader reads fields from b; the first failure sticks in err and zeroes every later read.
 type reader struct {
-	r   *bufio.Reader
-	crc uint32
+	b   []byte
 	err error
-	one [1]byte
 }
 
-func (r *reader) ReadByte() (byte, error) {
-	b, err := r.r.ReadByte()
-	if err == nil {
-		r.one[0] = b
-		r.crc = crc32.Update(r.crc, crcTable, r.one[:])
-	}
-	return b, err
-}
+var errTruncated = errors.New("truncated")
 
 func (r *reader) u() uint64 {
 	if r.err != nil {
 		return 0
 	}
-	v, err := binary.ReadUvarint(r)
-	r.err = err
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errTruncated
+		return 0
+	}
+	r.b = r.b[n:]
 	return v
 }
 
@@ -183,35 +178,38 @@ func (r *reader) i() int64 {
 	if r.err != nil {
 		return 0
 	}
-	v, err := binary.ReadVarint(r)
-	r.err = err
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errTruncated
+		return 0
+	}
+	r.b = r.b[n:]
 	return v
 }
 
-func (r *reader) bytes(n uint64) []byte {
+func (r *reader) s() string {
+	n := r.u()
 	if r.err != nil {
-		return nil
+		return ""
 	}
-	if n > 1<<16 {
-		r.err = fmt.Errorf("field of %d bytes", n)
-		return nil
+	if n > uint64(len(r.b)) {
+		r.err = errTruncated
+		return ""
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r.r, b); err != nil {
-		r.err = err
-		return nil
-	}
-	r.crc = crc32.Update(r.crc, crcTable, b)
-	return b
+	v := string(r.b[:n])
+	r.b = r.b[n:]
+	return v
 }
 
-func (r *reader) s() string { return string(r.bytes(r.u())) }
-
-func (t *Tracker) read(br *bufio.Reader) error {
-	r := &reader{r: br}
-	if string(r.bytes(uint64(len(magic)))) != magic {
+func (t *Tracker) read(b []byte) error {
+	if len(b) < len(magic)+4 || string(b[:len(magic)]) != magic {
 		return errors.New("not a topk snapshot")
 	}
+	body := b[:len(b)-4]
+	if got, want := binary.BigEndian.Uint32(b[len(b)-4:]), crc32.Checksum(body, crcTable); got != want {
+		return fmt.Errorf("checksum %08x; want %08x (the file is damaged)", got, want)
+	}
+	r := &reader{b: body[len(magic):]}
 	if v := r.u(); v != snapshotVersion {
 		return fmt.Errorf("snapshot version %d; this topk reads %d", v, snapshotVersion)
 	}
@@ -234,10 +232,10 @@ func (t *Tracker) read(br *bufio.Reader) error {
 		}
 		for r.u() == 1 && r.err == nil {
 			start, total, n := r.i(), r.u(), r.u()
-			if n > 1<<24 {
-				return fmt.Errorf("summary of %d counters", n)
+			if n > uint64(len(r.b)) {
+				return fmt.Errorf("summary of %d counters in %d bytes", n, len(r.b))
 			}
-			cs := make([]approx.Counter, 0, min(n, 1<<16))
+			cs := make([]approx.Counter, 0, n)
 			for ; n > 0 && r.err == nil; n-- {
 				cs = append(cs, approx.Counter{Key: r.s(), Count: r.u(), Err: r.u()})
 			}
@@ -247,16 +245,8 @@ func (t *Tracker) read(br *bufio.Reader) error {
 	if r.err != nil {
 		return r.err
 	}
-	want := r.crc
-	var sum [4]byte
-	if _, err := io.ReadFull(br, sum[:]); err != nil {
-		return fmt.Errorf("read checksum: %w", err)
-	}
-	if got := binary.BigEndian.Uint32(sum[:]); got != want {
-		return fmt.Errorf("checksum %08x; want %08x (the file is damaged)", got, want)
-	}
-	if _, err := br.ReadByte(); err != io.EOF {
-		return errors.New("trailing bytes after the checksum")
+	if len(r.b) != 0 {
+		return fmt.Errorf("%d trailing bytes", len(r.b))
 	}
 	return nil
 }

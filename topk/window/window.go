@@ -22,6 +22,7 @@ package window
 import (
 	"cmp"
 	"container/heap"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -70,33 +71,44 @@ type Set struct {
 	shards []*shard
 }
 
+// MaxWindows is how many windows a Set holds at most (topk's exact ones: 1m and 1h).
+const MaxWindows = 2
+
+// keyState is one key's entry in its shard's dense slice: scanning a contiguous slice is what
+// keeps a top-K pass over a million keys cheap (no pointer per key to chase).
 type keyState struct {
 	key    string
-	counts []uint64 // per window: the total over the window's buckets
-	refs   int32    // bucket entries holding this key
+	counts [MaxWindows]uint64 // per window: the total over the window's buckets
+	refs   int32              // bucket entries holding this key; 0: the slot is free
 }
 
 type win struct {
 	spec    Spec
 	end     int64 // window is [end-Buckets, end), in bucket numbers
-	buckets map[int64]map[*keyState]uint64
+	buckets map[int64]map[int32]uint64
 }
 
 type shard struct {
 	mu   sync.Mutex
-	keys map[string]*keyState
+	idx  map[string]int32 // key -> its slot in ks
+	ks   []keyState
+	free []int32 // free slots of ks
 	wins []win
 	// dropped counts what arrived after its bucket had left the window (late beyond the window).
 	dropped uint64
 }
 
-// New returns windows of specs with shards shards, their ends at the bucket holding nowSec.
+// New returns windows of specs (at most MaxWindows) with shards shards, their ends at the
+// bucket holding nowSec.
 func New(specs []Spec, shards int, nowSec int64) *Set {
+	if len(specs) > MaxWindows {
+		panic(fmt.Sprintf("window.New: %d windows; at most %d", len(specs), MaxWindows))
+	}
 	s := &Set{specs: specs, shards: make([]*shard, shards)}
 	for i := range s.shards {
-		sh := &shard{keys: map[string]*keyState{}, wins: make([]win, len(specs))}
+		sh := &shard{idx: map[string]int32{}, wins: make([]win, len(specs))}
 		for w, sp := range specs {
-			sh.wins[w] = win{spec: sp, end: floorDiv(nowSec, sp.BucketSeconds), buckets: map[int64]map[*keyState]uint64{}}
+			sh.wins[w] = win{spec: sp, end: floorDiv(nowSec, sp.BucketSeconds), buckets: map[int64]map[int32]uint64{}}
 		}
 		s.shards[i] = sh
 	}
@@ -119,40 +131,65 @@ func (s *Set) Add(key string, sec int64, n uint64) {
 }
 
 func (sh *shard) add(key string, sec int64, n uint64) {
-	var ks *keyState
+	i := int32(-1)
 	for w := range sh.wins {
-		ks = sh.put(w, floorDiv(sec, sh.wins[w].spec.BucketSeconds), key, n, ks)
+		i = sh.put(w, floorDiv(sec, sh.wins[w].spec.BucketSeconds), key, n, i)
 	}
 }
 
 // put adds n to key's count in window w's bucket b, unless b is out of the window's reach
-// (dropped). ks is key's state if the caller has it, else nil; put returns it (nil if dropped
-// and never created).
-func (sh *shard) put(w int, b int64, key string, n uint64, ks *keyState) *keyState {
+// (dropped). i is key's slot if the caller has it, else -1; put returns it (-1 if dropped and
+// never created).
+func (sh *shard) put(w int, b int64, key string, n uint64, i int32) int32 {
 	wn := &sh.wins[w]
 	if b < wn.end-wn.spec.Buckets || b >= wn.end+MaxAhead*wn.spec.Buckets {
 		sh.dropped += n
-		return ks
+		return i
 	}
-	if ks == nil {
-		if ks = sh.keys[key]; ks == nil {
-			ks = &keyState{key: key, counts: make([]uint64, len(sh.wins))}
-			sh.keys[key] = ks
-		}
+	if i < 0 {
+		i = sh.slot(key)
 	}
 	m := wn.buckets[b]
 	if m == nil {
-		m = map[*keyState]uint64{}
+		m = map[int32]uint64{}
 		wn.buckets[b] = m
 	}
-	if _, ok := m[ks]; !ok {
+	ks := &sh.ks[i]
+	if _, ok := m[i]; !ok {
 		ks.refs++
 	}
-	m[ks] += n
+	m[i] += n
 	if b < wn.end {
 		ks.counts[w] += n
 	}
-	return ks
+	return i
+}
+
+// slot returns key's slot, taking a free one (or a new one) for a new key.
+func (sh *shard) slot(key string) int32 {
+	if i, ok := sh.idx[key]; ok {
+		return i
+	}
+	var i int32
+	if n := len(sh.free); n > 0 {
+		i, sh.free = sh.free[n-1], sh.free[:n-1]
+	} else {
+		i = int32(len(sh.ks))
+		sh.ks = append(sh.ks, keyState{})
+	}
+	sh.ks[i] = keyState{key: key}
+	sh.idx[key] = i
+	return i
+}
+
+// release drops one bucket entry of slot i, freeing the slot with the last one.
+func (sh *shard) release(i int32) {
+	ks := &sh.ks[i]
+	if ks.refs--; ks.refs == 0 {
+		delete(sh.idx, ks.key)
+		*ks = keyState{}
+		sh.free = append(sh.free, i)
+	}
 }
 
 // Advance moves every window's end to the bucket holding nowSec; ends never move back.
@@ -177,19 +214,17 @@ func (sh *shard) advance(w int, end int64) {
 		is := b >= end-n && b < end
 		switch {
 		case was && !is:
-			for ks, c := range m {
-				ks.counts[w] -= c
+			for i, c := range m {
+				sh.ks[i].counts[w] -= c
 			}
 		case !was && is:
-			for ks, c := range m {
-				ks.counts[w] += c
+			for i, c := range m {
+				sh.ks[i].counts[w] += c
 			}
 		}
 		if b < end-n {
-			for ks := range m {
-				if ks.refs--; ks.refs == 0 {
-					delete(sh.keys, ks.key)
-				}
+			for i := range m {
+				sh.release(i)
 			}
 			delete(wn.buckets, b)
 		}
@@ -230,9 +265,11 @@ func (sh *shard) top(w, c int) []Entry {
 		return nil
 	}
 	h := make(minHeap, 0, c)
-	for _, ks := range sh.keys {
+	for i := range sh.ks {
+		ks := &sh.ks[i]
 		n := ks.counts[w]
-		if n == 0 {
+		// Free slots have no counts; most keys lose to the heap's worst on the count alone.
+		if n == 0 || len(h) == c && n < h[0].Count {
 			continue
 		}
 		e := Entry{ks.key, n}
@@ -272,7 +309,7 @@ func (s *Set) Stats() Stats {
 	var st Stats
 	for _, sh := range s.shards {
 		sh.mu.Lock()
-		st.Keys += len(sh.keys)
+		st.Keys += len(sh.idx)
 		for _, wn := range sh.wins {
 			for _, m := range wn.buckets {
 				st.Entries += len(m)
@@ -291,8 +328,8 @@ func (s *Set) Each(fn func(w int, bucketStart int64, key string, n uint64)) {
 		sh.mu.Lock()
 		for w, wn := range sh.wins {
 			for b, m := range wn.buckets {
-				for ks, c := range m {
-					fn(w, b*wn.spec.BucketSeconds, ks.key, c)
+				for i, c := range m {
+					fn(w, b*wn.spec.BucketSeconds, sh.ks[i].key, c)
 				}
 			}
 		}
@@ -305,7 +342,7 @@ func (s *Set) AddBucket(w int, bucketStart int64, key string, n uint64) {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.put(w, floorDiv(bucketStart, sh.wins[w].spec.BucketSeconds), key, n, nil)
+	sh.put(w, floorDiv(bucketStart, sh.wins[w].spec.BucketSeconds), key, n, -1)
 }
 
 func floorDiv(a, b int64) int64 {
