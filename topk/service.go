@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/kafka"
@@ -66,6 +67,7 @@ type metrics struct {
 	snapshotSeconds               prometheus.Histogram
 	snapshotErrors                prometheus.Counter
 	keys, entries, late           prometheus.GaugeFunc
+	lag                           prometheus.Gauge
 }
 
 // New loads the snapshot (or starts empty) and connects to Kafka; Start begins the work.
@@ -131,7 +133,8 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 		late: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_topk_dropped_events", Help: "Events whose bucket had already left its exact window when they arrived (counted by no list)."},
 			func() float64 { return float64(tr.Stats().Dropped) }),
 	}
-	reg.MustRegister(s.m.applied, s.m.skipped, s.m.undecodable, s.m.publishSeconds, s.m.publishErrors, s.m.snapshotSeconds, s.m.snapshotErrors,
+	s.m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_topk_lag_records", Help: "Counted records published but not yet read by topk, at the last publish."})
+	reg.MustRegister(s.m.lag, s.m.applied, s.m.skipped, s.m.undecodable, s.m.publishSeconds, s.m.publishErrors, s.m.snapshotSeconds, s.m.snapshotErrors,
 		s.m.keys, s.m.entries, s.m.late)
 	s.lastPublish.Store(now().UnixMilli())
 	return s, nil
@@ -266,4 +269,27 @@ func (s *Service) publish(ctx context.Context) {
 		s.lastPublish.Store(now.UnixMilli())
 	}
 	s.m.publishSeconds.Observe(time.Since(t0).Seconds())
+	s.measureLag(ctx)
+}
+
+// measureLag sets the lag gauge: the counted topic's end offsets minus topk's next offsets.
+func (s *Service) measureLag(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(s.cl).ListEndOffsets(ctx, schemas.TopicCounted)
+	if err != nil {
+		return // the fetches log Kafka's trouble
+	}
+	next := s.tr.Offsets()
+	var lag int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			if n, ok := next[o.Partition]; ok {
+				lag += max(0, o.Offset-n)
+			} else {
+				lag += o.Offset // nothing read yet: an upper bound
+			}
+		}
+	})
+	s.m.lag.Set(float64(lag))
 }
