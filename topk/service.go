@@ -92,7 +92,7 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 	}
 	s.tr = tr
 
-	opts := append(kafka.ClientOptions(cfg.Brokers, "tally-topk", logger, reg), cfg.Dial...)
+	opts := append(kafka.ClientOptions(cfg.Brokers, "tally-topk-admin", logger, nil), cfg.Dial...)
 	admin, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("topk kafka client: %w", err)
@@ -110,7 +110,7 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 			offsets[p] = cold
 		}
 	}
-	opts = append(kafka.ClientOptions(cfg.Brokers, "tally-topk", logger, nil), cfg.Dial...)
+	opts = append(kafka.ClientOptions(cfg.Brokers, "tally-topk", logger, reg), cfg.Dial...)
 	opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{schemas.TopicCounted: offsets}))
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("topk consumer: %w", err)
@@ -165,7 +165,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	return err
 }
 
-// Check is the readiness check: lists were published recently.
+// Check is the readiness check: lists reached Redis, which the API reads, recently.
 func (s *Service) Check(context.Context) error {
 	age := s.now().Sub(time.UnixMilli(s.lastPublish.Load()))
 	if age > 5*s.cfg.PublishInterval+5*time.Second {
@@ -256,16 +256,16 @@ func (s *Service) publish(ctx context.Context) {
 		}
 		lists = append(lists, ls...)
 	}
-	ok := true
-	for name, err := range s.out.Publish(ctx, lists) {
-		if ctx.Err() != nil {
-			return
-		}
+	errs := s.out.Publish(ctx, lists)
+	if ctx.Err() != nil {
+		return
+	}
+	for name, err := range errs {
 		s.m.publishErrors.WithLabelValues(name).Inc()
 		s.logger.Warn("publish top-K lists", "output", name, "err", err)
-		ok = false
 	}
-	if ok {
+	// Readiness follows what the API serves; the topic and the history lagging is logged.
+	if errs["redis"] == nil && errs["encode"] == nil {
 		s.lastPublish.Store(now.UnixMilli())
 	}
 	s.m.publishSeconds.Observe(time.Since(t0).Seconds())
