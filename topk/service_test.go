@@ -47,7 +47,7 @@ type workload struct {
 
 func newWorkload(t *testing.T) *workload {
 	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "test-counted", infra.Logger, nil),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(2<<20))...)
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

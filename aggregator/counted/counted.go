@@ -48,7 +48,7 @@ type Publisher struct {
 func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Publisher, error) {
 	opts := append(kafka.ClientOptions(cfg.Brokers, "tally-counted", logger, nil), cfg.Dial...)
 	opts = append(opts, kafka.ProducerOptions(10000, cfg.ProduceTimeout)...)
-	opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(2<<20))
+	opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("counted publisher: %w", err)
