@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/aggregator/clicks"
+	"tally/aggregator/counted"
 	"tally/aggregator/likes"
 	"tally/aggregator/views"
 	"tally/platform/chclient"
@@ -34,6 +35,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	var conn driver.Conn
 	var rdb *redis.Client
 	var src *views.Source
+	var pub *counted.Publisher
 	parts := []lifecycle.Part{
 		{
 			Name: "aggregator clickhouse",
@@ -59,7 +61,19 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		},
 		{
 			Name: "views consumer",
-			Start: func(context.Context) error {
+			Start: func(ctx context.Context) error {
+				dial, err := cfg.Kafka.Security().Options()
+				if err != nil {
+					return err
+				}
+				var pubTo views.Counted
+				if cfg.Aggregator.PublishCounted {
+					if pub, err = counted.New(ctx, counted.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
+						ProduceTimeout: cfg.Kafka.ProduceTimeout}, logger, reg); err != nil {
+						return err
+					}
+					pubTo = pub
+				}
 				agg := views.New(views.Config{
 					Window:         cfg.Aggregator.DedupeWindow,
 					Grace:          cfg.Aggregator.DedupeGrace,
@@ -70,11 +84,8 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					DeltasTTL:      cfg.Aggregator.TTLSeconds,
 					Owner:          owner(cfg.Aggregator.InstanceID),
 					Totals:         totals.New(rdb, "views"),
+					Counted:        pubTo,
 				}, conn, now, logger, reg)
-				dial, err := cfg.Kafka.Security().Options()
-				if err != nil {
-					return err
-				}
 				group := views.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: cfg.Aggregator.Group,
 					InstanceID: cfg.Aggregator.InstanceID, SessionTimeout: cfg.Aggregator.SessionTimeout}
 				if src, err = views.NewSource(group, agg, cfg.Aggregator.FlushInterval, logger, reg); err != nil {
@@ -91,7 +102,13 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				}()
 				return nil
 			},
-			Stop: func(ctx context.Context) error { return src.Stop(ctx) },
+			Stop: func(ctx context.Context) error {
+				err := src.Stop(ctx)
+				if pub != nil {
+					pub.Close()
+				}
+				return err
+			},
 		},
 	}
 	var clickSrc *clicks.Source

@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/redis/go-redis/v9"
 
 	"tally/collector/auth"
 	"tally/collector/openapi"
@@ -153,7 +155,11 @@ func TestOpenAPIContract(t *testing.T) {
 		{"unlike a bad item", "DELETE", "/v1/items/a%20b/likes/u42", "", AU, 400, true},
 		{"liked", "GET", "/v1/users/u42/likes?ids=contract-item", "", A, 200, false},
 		{"liked without ids", "GET", "/v1/users/u42/likes", "", A, 400, true},
+		{"top", "GET", "/v1/top?kind=ads&window=24h&k=2", "", A, 200, false},
+		{"top of a bad window", "GET", "/v1/top?kind=ads&window=2m", "", A, 400, true},
+		{"top not published yet", "GET", "/v1/top?kind=items&window=1m", "", A, 503, false},
 	}
+	publishTop(t, schemas.CountAds, "24h")
 	seen := map[string]bool{} // "METHOD path-template" with a 2xx answer
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -263,4 +269,25 @@ func holdBody(t *testing.T, addr, key string) net.Conn {
 	fmt.Fprintf(c, "POST /v1/views HTTP/1.1\r\nHost: %s\r\nX-API-Key: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"item_id\":", addr, key)
 	time.Sleep(300 * time.Millisecond) // the handler has taken the slot and waits for the body
 	return c
+}
+
+// publishTop writes a list of kind and window to Redis as topk does, and removes the list
+// of items over 1m, so that both answers of GET /v1/top can be checked.
+func publishTop(t *testing.T, kind schemas.CountKind, window string) {
+	t.Helper()
+	bound := uint64(3)
+	b, err := json.Marshal(schemas.TopList{Kind: kind.String(), Window: window, ComputedAt: time.Now().UTC(), From: time.Now().UTC().Add(-24 * time.Hour),
+		To: time.Now().UTC(), ErrorBound: &bound, Entries: []schemas.TopEntry{{Rank: 1, Key: "ad-1", Count: 9}, {Rank: 2, Key: "ad-2", Count: 4}, {Rank: 3, Key: "ad-3", Count: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.Set(ctx, schemas.TopRedisKey(kind, window), b, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, schemas.TopRedisKey(schemas.CountItems, "1m")).Err(); err != nil {
+		t.Fatal(err)
+	}
 }

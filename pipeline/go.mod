@@ -8,6 +8,7 @@ replace (
 	tally/collector => ../collector
 	tally/platform => ../platform
 	tally/schemas => ../schemas
+	tally/topk => ../topk
 )
 
 require (
@@ -25,6 +26,7 @@ require (
 	tally/collector v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
+	tally/topk v0.0.0-00010101000000-000000000000
 )
 
 require (

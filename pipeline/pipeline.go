@@ -15,6 +15,7 @@ import (
 	"tally/platform/cli"
 	"tally/platform/embedded"
 	"tally/platform/lifecycle"
+	"tally/topk"
 )
 
 // AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not
@@ -24,6 +25,7 @@ func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 	cfg := e.Config
 	parts := embedded.Parts(cfg, e.Logger)
 	parts = append(parts, aggregator.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
+	parts = append(parts, topk.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
 	coll, apiAddr := collector.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now)
 	parts = append(parts, coll...)
 	if cfg.Demo.Enabled && cfg.Collector.AuthOn() {
@@ -50,7 +52,7 @@ func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 			fmt.Fprintf(out, `
 tally is running (data in %s).
   Live page:   %s/
-  API:         %s   (POST /v1/views, POST /v1/events, GET /v1/counts?ids=, PUT /v1/items/{id}/likes/{user}; docs/API.md)
+  API:         %s   (POST /v1/views, POST /v1/events, GET /v1/counts?ids=, GET /v1/top?kind=items&window=1m, PUT /v1/items/{id}/likes/{user}; docs/API.md)
   Metrics:     %s/metrics   health: %s/healthz, %s/readyz
   ClickHouse:  http://%s/   e.g. curl -u %s: 'http://%s/?query=SELECT+item_id,sum(views)+FROM+%s.views_by_second+GROUP+BY+item_id+ORDER+BY+2+DESC+LIMIT+5'
   Kafka:       %v   Redis: %s

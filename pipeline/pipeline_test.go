@@ -61,6 +61,7 @@ func TestAllInOne(t *testing.T) {
 		}
 	})
 	t.Run("counts API", func(t *testing.T) { checkCounts(t, api) })
+	t.Run("top-K API", func(t *testing.T) { checkTop(t, api) })
 	t.Run("bad inputs", func(t *testing.T) { checkBadInputs(t, api) })
 	t.Run("go client", func(t *testing.T) { checkClient(t, api) })
 	t.Run("live page in a browser", func(t *testing.T) { checkLivePage(t, api) })
@@ -75,6 +76,46 @@ func TestAllInOne(t *testing.T) {
 
 	if err := r.Stop(); err != nil {
 		t.Errorf("shutdown: got %v; want a clean stop", err)
+	}
+}
+
+// checkTop finds e2e-item's 3 views in the 1m list topk published, through the collector.
+func checkTop(t *testing.T, api string) {
+	var got struct {
+		Window  string `json:"window"`
+		Exact   bool   `json:"exact"`
+		Entries []struct {
+			Key   string `json:"key"`
+			Count uint64 `json:"count"`
+		} `json:"entries"`
+	}
+	// The 5-second bucket of the views must be complete, then published (2 s).
+	waitFor(t, 30*time.Second, "e2e-item in the 1m top-K list", func() bool {
+		resp, err := http.Get(api + "/v1/top?kind=items&window=1m&k=1000")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&got) != nil {
+			return false
+		}
+		for _, e := range got.Entries {
+			if e.Key == "e2e-item" {
+				return e.Count == 3
+			}
+		}
+		return false
+	})
+	if got.Window != "1m" || !got.Exact {
+		t.Errorf("got window %q exact %v; want 1m, exact", got.Window, got.Exact)
+	}
+	resp, err := http.Get(api + "/v1/top?kind=items&window=2m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("window=2m: got %d; want 400", resp.StatusCode)
 	}
 }
 

@@ -8,6 +8,11 @@ package schemas
 const (
 	TopicViews = "views"
 	TopicLikes = "likes"
+	// TopicCounted carries the aggregators' deduplicated counts, one record per batch chunk,
+	// in the partition of the batch's source partition (counted.go); topk reads it.
+	TopicCounted = "counted"
+	// TopicTopK is compacted: one record per kind and window, the latest list (topk.go).
+	TopicTopK = "topk"
 )
 
 // Click topics. Clicks are keyed by ad_id; fraud verdicts are keyed by the ad_id of their

@@ -17,6 +17,8 @@ const (
 	KindLike         Kind = 2
 	KindClick        Kind = 3
 	KindFraudVerdict Kind = 4
+	// KindCounted is not an event but a batch of deduplicated counts (counted.go).
+	KindCounted Kind = 5
 )
 
 func (k Kind) String() string {
@@ -29,6 +31,8 @@ func (k Kind) String() string {
 		return "click"
 	case KindFraudVerdict:
 		return "fraud verdict"
+	case KindCounted:
+		return "counted"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -15,6 +15,7 @@ import (
 
 	"tally/platform/retry"
 	"tally/platform/totals"
+	"tally/schemas"
 )
 
 // Config tunes aggregation.
@@ -35,6 +36,8 @@ type Config struct {
 	Owner string
 	// Totals, when set, receives every item's views and unique-viewer estimate, for reads.
 	Totals *totals.Store
+	// Counted, when set, receives every batch's deduplicated counts, for topk.
+	Counted Counted
 }
 
 // Aggregator holds the state of the assigned partitions and writes their batches.
@@ -63,6 +66,7 @@ type metrics struct {
 	flushErrors              prometheus.Counter
 	repairs, zombies, fenced prometheus.Counter
 	totalsErrors             prometheus.Counter
+	countedErrors            prometheus.Counter
 	pairs                    prometheus.GaugeFunc
 	lagSeconds               prometheus.Gauge
 }
@@ -86,6 +90,8 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Help: "Batches written by an aggregator after it had lost the partition, found and undone."}),
 		totalsErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_totals_errors_total",
 			Help: "Failed attempts to bring the Redis item totals up to the ClickHouse checkpoint (retried at the next flush)."}),
+		countedErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_errors_total",
+			Help: "Failed attempts to bring the counted topic (topk's input) up to the ClickHouse checkpoint (retried at the next flush)."}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_fenced_partitions_total",
 			Help: "Partitions this aggregator dropped before writing because a newer owner had claimed them."}),
 	}
@@ -100,7 +106,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		return float64(n)
 	})
 	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.sketchSeconds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
-		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors)
+		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors, a.m.countedErrors)
 	return a
 }
 
@@ -174,6 +180,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 			a.logger.Warn("bring redis totals up to the checkpoint; retrying at the next flush", "err", err)
 		}
 	}
+	a.catchUpCountedAll(ctx, assigned)
 	return resume, nil
 }
 
@@ -406,9 +413,13 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 	done := make(map[int32]int64, len(parts))
 	mem := make(map[int32]map[string]int64, len(parts))
 	from := make(map[int32]int64, len(parts))
+	secs := make(map[int32][]schemas.BucketCount, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.next
 		mem[p.id], from[p.id] = p.itemDeltas(), p.flushed
+		if a.cfg.Counted != nil {
+			secs[p.id] = p.secondCounts()
+		}
 		p.markFlushed(p.next, now)
 		if rolled {
 			p.rolled = p.flushed
@@ -426,6 +437,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 	}
 	for _, p := range parts {
 		a.syncTotals(ctx, p, mem[p.id], from[p.id])
+		a.syncCounted(ctx, p, secs[p.id], from[p.id])
 	}
 	if withSketches && only == nil && a.tot != nil {
 		a.checkTotals(ctx)

@@ -89,21 +89,24 @@ type partition struct {
 	// redisClaimed whether Redis's guard carries this owner's epoch.
 	redisEnd     int64
 	redisClaimed bool
+	// countedEnd is the checkpoint the counted topic is known to hold (-1: unknown).
+	countedEnd int64
 }
 
 // newPartition starts a partition whose deltas are written up to flushed and whose sketches
 // are stored up to sketched; it resumes at the lower of the two.
 func newPartition(id int32, window, grace time.Duration, flushed, sketched int64) *partition {
 	return &partition{
-		id:       id,
-		win:      dedupe.New(window.Milliseconds(), grace.Milliseconds()),
-		next:     min(flushed, sketched),
-		flushed:  flushed,
-		sketched: sketched,
-		deltas:   make(map[deltaKey]uint64),
-		sketches: make(map[sketchKey]*sketch),
-		undone:   make(map[batchRef]time.Time),
-		redisEnd: -1,
+		id:         id,
+		win:        dedupe.New(window.Milliseconds(), grace.Milliseconds()),
+		next:       min(flushed, sketched),
+		flushed:    flushed,
+		sketched:   sketched,
+		deltas:     make(map[deltaKey]uint64),
+		sketches:   make(map[sketchKey]*sketch),
+		undone:     make(map[batchRef]time.Time),
+		redisEnd:   -1,
+		countedEnd: -1,
 	}
 }
 

@@ -161,6 +161,7 @@ func CollectorRoutes() []Route {
 		{Pattern: "GET /v1/items/{item_id}/views", Scope: ScopeRead},
 		{Pattern: "GET /v1/users/{user_id}/likes", Scope: ScopeRead},
 		{Pattern: "GET /v1/reports/daily/{date}", Scope: ScopeBilling},
+		{Pattern: "GET /v1/top", Scope: ScopeRead},
 		{Pattern: "PUT /v1/items/{item_id}/likes/{user_id}", Scope: ScopeLike, User: "user_id"},
 		{Pattern: "DELETE /v1/items/{item_id}/likes/{user_id}", Scope: ScopeLike, User: "user_id"},
 	}

@@ -122,6 +122,7 @@ func (h *Handler) Register(r *api.Router) {
 	r.Handle("GET /v1/counts", "counts", h.batchCounts)
 	r.Handle("GET /v1/items/{item_id}/views", "series", h.series)
 	r.Handle("GET /v1/ads/{ad_id}/clicks", "click_series", h.clickSeries)
+	r.Handle("GET /v1/top", "top", h.top)
 }
 
 // ItemCounts is one item's counts as the API returns them.

@@ -27,6 +27,7 @@ type Config struct {
 	Collector  Collector  `mapstructure:"collector"`
 	Aggregator Aggregator `mapstructure:"aggregator"`
 	Clicks     Clicks     `mapstructure:"clicks"`
+	TopK       TopK       `mapstructure:"topk"`
 	Demo       Demo       `mapstructure:"demo"`
 	Shutdown   Shutdown   `mapstructure:"shutdown"`
 	Batchjob   Batchjob   `mapstructure:"batchjob"`
@@ -132,6 +133,17 @@ type Aggregator struct {
 	TTLSeconds     time.Duration `mapstructure:"ttl_seconds"`
 	TTLMinutes     time.Duration `mapstructure:"ttl_minutes"`
 	TTLDays        time.Duration `mapstructure:"ttl_days"`
+	PublishCounted bool          `mapstructure:"publish_counted"`
+}
+
+type TopK struct {
+	Addr             string        `mapstructure:"addr"`
+	PublishInterval  time.Duration `mapstructure:"publish_interval"`
+	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
+	Shards           int           `mapstructure:"shards"`
+	DayCounters      int           `mapstructure:"day_counters"`
+	HistoryK         int           `mapstructure:"history_k"`
+	ColdReplay       time.Duration `mapstructure:"cold_replay"`
 }
 
 // Clicks configures the ad-click path: signed click ids at the collector and the streaming
@@ -279,6 +291,15 @@ func settings() []setting {
 		{"aggregator.ttl_seconds", 7 * day, "retention of per-second totals"},
 		{"aggregator.ttl_minutes", 90 * day, "retention of per-minute totals"},
 		{"aggregator.ttl_days", 730 * day, "retention of per-hour and per-day totals"},
+		{"aggregator.publish_counted", true, "publish each durable batch's deduplicated counts to the counted topic, topk's input"},
+
+		{"topk.addr", "127.0.0.1:8082", "topk admin listen address (/healthz, /readyz, /metrics)"},
+		{"topk.publish_interval", 2 * time.Second, "how often the top-K lists are published (Redis for the API, the compacted topk topic, ClickHouse topk_snapshots)"},
+		{"topk.snapshot_interval", 30 * time.Second, "how often topk saves its state and offsets to <data_dir>/topk/snapshot (a restart replays the counted topic from there)"},
+		{"topk.shards", 16, "shards of the exact 1m and 1h windows (each key counted in one; the lists are merged from each shard's top 1000)"},
+		{"topk.day_counters", 4096, "Space-Saving counters per hour of the 24h window: each 24h count is within N/day_counters of the truth, N the window's events"},
+		{"topk.history_k", 100, "entries of each published list written to ClickHouse topk_snapshots (0: none)"},
+		{"topk.cold_replay", 25 * time.Hour, "with no snapshot, how far back (in publish time) the counted topic is replayed; at least 1h5m keeps the 1m and 1h lists exact"},
 
 		{"clicks.signing_key", "", "id of the clicks.keys entry new click ids are signed with; empty: click ids are not signed and unsigned ids are accepted (docs/SECURITY.md)"},
 		{"clicks.keys", []string{}, "click-id keys as id:secret (secret: at least 32 random bytes in base64url; make one with: head -c32 /dev/urandom | basenc --base64url); clicks verify against every key, so keep an old key listed while its ids may still be clicked"},
@@ -406,6 +427,7 @@ func (c Config) Validate() error {
 		}
 	}
 	c.validateClicks(bad)
+	c.TopK.validate(bad)
 	if c.Demo.Rate < 1 {
 		bad("demo.rate", "got %d; want at least 1", c.Demo.Rate)
 	}
@@ -414,6 +436,28 @@ func (c Config) Validate() error {
 	}
 	positive(bad, "shutdown.timeout", c.Shutdown.Timeout)
 	return errors.Join(errs...)
+}
+
+func (t TopK) validate(bad func(string, string, ...any)) {
+	checkHostPort(bad, "topk.addr", t.Addr)
+	if t.PublishInterval < 100*time.Millisecond {
+		bad("topk.publish_interval", "got %s; want at least 100ms", t.PublishInterval)
+	}
+	if t.SnapshotInterval < time.Second {
+		bad("topk.snapshot_interval", "got %s; want at least 1s", t.SnapshotInterval)
+	}
+	if t.Shards < 1 || t.Shards > 1024 {
+		bad("topk.shards", "got %d; want 1..1024", t.Shards)
+	}
+	if t.DayCounters < 100 || t.DayCounters > 1<<20 {
+		bad("topk.day_counters", "got %d; want 100..1048576", t.DayCounters)
+	}
+	if t.HistoryK < 0 || t.HistoryK > 1000 {
+		bad("topk.history_k", "got %d; want 0..1000", t.HistoryK)
+	}
+	if t.ColdReplay < time.Hour+5*time.Minute {
+		bad("topk.cold_replay", "got %s; want at least 1h5m (the 1h window, its bucket and the future bound)", t.ColdReplay)
+	}
 }
 
 // validateEmbeddedClickHouse checks the embedded engine's users and limits. An engine anyone on

@@ -152,7 +152,7 @@
         note.hidden = !top.error_bound;
         if (top.error_bound) note.textContent = `24h counts are approximate (error bound: ${JSON.stringify(top.error_bound)}).`;
       } catch (e) {
-        if (e.status !== 404 || !/no such route/.test(e.message)) throw e;
+        if (!(e.status === 404 && /no such route/.test(e.message)) && !(e.status === 503 && /no top-K list/.test(e.message))) throw e;
         note.textContent = "Top lists appear once the top-K tracker runs.";
         note.hidden = false;
       }

@@ -1,0 +1,160 @@
+package views
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"tally/platform/chclient"
+	"tally/schemas"
+)
+
+// Deduplicated counts for topk (aggregator/counted): each batch's (item, second, views) is
+// published after the batch is durable in ClickHouse. A partition whose publish failed, or that
+// was just assigned, first publishes the valid batches ClickHouse holds past the last one the
+// counted topic holds, so a crash between the durable write and the publish loses nothing;
+// topk's guards skip whatever is published twice.
+
+// Counted publishes batches to the counted topic (*counted.Publisher).
+type Counted interface {
+	Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error
+	Last(ctx context.Context, kind schemas.CountKind, part int32) (schemas.BatchID, bool, error)
+}
+
+// secondCounts returns the pending batch's deltas as counted pairs.
+func (p *partition) secondCounts() []schemas.BucketCount {
+	out := make([]schemas.BucketCount, 0, len(p.deltas))
+	for k, n := range p.deltas {
+		out = append(out, schemas.BucketCount{Key: k.item, Second: k.second, Count: n})
+	}
+	return out
+}
+
+// syncCounted publishes the batch just written (counts, from offset from to p.flushed) when
+// the topic is known to hold every batch before it; otherwise it catches up from ClickHouse.
+// Errors are logged and retried at the next flush: topk lagging never stops counting.
+func (a *Aggregator) syncCounted(ctx context.Context, p *partition, counts []schemas.BucketCount, from int64) {
+	if a.cfg.Counted == nil {
+		return
+	}
+	if p.countedEnd == from {
+		b := schemas.BatchID{Partition: p.id, Epoch: p.epoch, Start: from, End: p.flushed}
+		err := a.cfg.Counted.Publish(ctx, schemas.CountItems, b, counts)
+		if err == nil {
+			p.countedEnd = p.flushed
+			return
+		}
+		a.logger.Warn("publish counted batch; catching up from clickhouse", "partition", p.id, "err", err)
+	}
+	if err := a.catchUpCounted(ctx, p); err != nil {
+		a.m.countedErrors.Inc()
+		p.countedEnd = -1
+		a.logger.Warn("bring the counted topic up to the checkpoint; retrying at the next flush", "partition", p.id, "err", err)
+	}
+}
+
+// catchUpCountedAll catches up newly assigned partitions: a new owner cannot know what the
+// previous one published. Errors are logged; the partition's next flush tries again.
+func (a *Aggregator) catchUpCountedAll(ctx context.Context, parts []*partition) {
+	if a.cfg.Counted == nil {
+		return
+	}
+	for _, p := range parts {
+		if err := a.catchUpCounted(ctx, p); err != nil {
+			a.m.countedErrors.Inc()
+			a.logger.Warn("bring the counted topic up to the checkpoint; retrying at the next flush", "partition", p.id, "err", err)
+		}
+	}
+}
+
+// catchUpCounted publishes p's valid batches that ClickHouse holds past the last batch the
+// counted topic holds, each with its own epoch and end, so that a batch published in part is
+// completed and none is skipped.
+func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
+	last, found, err := a.cfg.Counted.Last(ctx, schemas.CountItems, p.id)
+	if err != nil {
+		return err
+	}
+	// With nothing published yet, only the last day's batches matter (topk's longest window).
+	from, since := int64(-1), a.now().Add(-25*time.Hour)
+	if found {
+		// The last batch may be cut short: publish it again whole; topk skips its chunks seen.
+		from, since = last.Start, time.Time{}
+	}
+	batches, err := a.store.batchSeconds(ctx, p.id, from, p.flushed, since, p.fence.invalidSQL(p.fence.epochs()))
+	if err != nil {
+		return err
+	}
+	start := max(from, 0)
+	for _, b := range batches {
+		if found && b.epoch < last.Epoch {
+			continue // older than what topk has: it would refuse it anyway
+		}
+		if err := a.cfg.Counted.Publish(ctx, schemas.CountItems, schemas.BatchID{Partition: p.id, Epoch: b.epoch, Start: start, End: b.end}, b.counts); err != nil {
+			return err
+		}
+		start = b.end
+	}
+	if len(batches) > 0 {
+		a.logger.Info("counted topic caught up from clickhouse", "partition", p.id, "batches", len(batches), "from", from, "to", p.flushed)
+	}
+	p.countedEnd = p.flushed
+	return nil
+}
+
+// storedCounts is one batch's views per (item, second), read back from view_deltas.
+type storedCounts struct {
+	epoch  uint64
+	end    int64
+	counts []schemas.BucketCount
+}
+
+// batchSeconds reads partition p's valid batches ending in (after, to], in offset order, with
+// their counts of event-time seconds from since on.
+func (s *store) batchSeconds(ctx context.Context, p int32, after, to int64, since time.Time, invalid string) ([]storedCounts, error) {
+	if after >= to {
+		return nil, nil
+	}
+	items, err := s.strings(ctx, fmt.Sprintf(`SELECT DISTINCT item_id FROM batch_items WHERE partition = %d AND end_offset > %d AND end_offset <= %d`, p, after, to))
+	if err != nil {
+		return nil, err
+	}
+	byEnd := map[int64]*storedCounts{}
+	for round := range slices.Chunk(items, chclient.MaxListItems) {
+		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT epoch, end_offset, item_id, second, sum(views) FROM view_deltas
+			WHERE item_id IN (?) AND partition = %d AND end_offset > %d AND end_offset <= %d AND second >= %d AND NOT (%s)
+			GROUP BY epoch, end_offset, item_id, second`, p, after, to, since.Unix(), invalid), round)
+		if err != nil {
+			return nil, fmt.Errorf("read batch counts of partition %d after %d: %w", p, after, err)
+		}
+		for rows.Next() {
+			var epoch uint64
+			var end int64
+			var c schemas.BucketCount
+			var sec time.Time
+			if err := rows.Scan(&epoch, &end, &c.Key, &sec, &c.Count); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("scan batch counts of partition %d: %w", p, err)
+			}
+			c.Second = sec.Unix()
+			b := byEnd[end]
+			if b == nil {
+				b = &storedCounts{epoch: epoch, end: end}
+				byEnd[end] = b
+			}
+			b.counts = append(b.counts, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read batch counts of partition %d: %w", p, err)
+		}
+	}
+	// Batches with no counted view have no items but still ended: they need no publish.
+	out := make([]storedCounts, 0, len(byEnd))
+	for _, b := range byEnd {
+		out = append(out, *b)
+	}
+	slices.SortFunc(out, func(x, y storedCounts) int { return int(x.end - y.end) })
+	return out, nil
+}

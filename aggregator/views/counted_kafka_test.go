@@ -1,0 +1,181 @@
+package views
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/aggregator/counted"
+	"tally/platform/kafka"
+	"tally/schemas"
+)
+
+// cutShort publishes only the first chunk of a batch and then fails, like a crash in the middle
+// of a publish.
+type cutShort struct{ Counted }
+
+func (c cutShort) Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error {
+	recs := schemas.CountedRecords(kind, b, counts)
+	if err := c.Counted.Publish(ctx, kind, b, recs[0].Counts); err != nil {
+		return err
+	}
+	return errors.New("crashed after the first chunk")
+}
+
+// The counted topic, read with topk's rule (a chunk counts iff it comes after the last one
+// applied from its source partition), holds exactly ClickHouse's deltas: after plain flushes,
+// after a crash between the durable write and the publish (the next owner publishes the batch),
+// and after a publish cut short after its first chunk (published again whole; the reader skips
+// the chunk it has).
+func TestCountedTopicFollowsClickHouse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_counted_test")
+	pub, err := counted.New(ctx, counted.Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 2, ProduceTimeout: 10 * time.Second}, infra.Logger, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	newAgg := func() *Aggregator {
+		a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
+			MaxBatch: 100000, SketchIdle: time.Minute, Counted: pub}, conn, now, infra.Logger, prometheus.NewRegistry())
+		a.SetPartitions(2)
+		if _, err := a.Assign(ctx, []int32{0, 1}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	next := int64(0)
+	post := func(a *Aggregator, items int) {
+		offs := make([]int64, items)
+		vals := make([][]byte, items)
+		for j := range items {
+			offs[j] = next
+			vals[j] = view(fmt.Sprintf("c-%d", j), fmt.Sprintf("v%d", next), clock.UnixMilli()-int64(j%3)*1000)
+			next++
+		}
+		a.Process(0, offs, vals)
+		clock = clock.Add(time.Second)
+		if _, err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(step string) {
+		t.Helper()
+		want := map[string]uint64{}
+		rows, err := conn.Query(ctx, `SELECT item_id, toInt64(toUnixTimestamp(second)), sum(views) FROM views_by_second GROUP BY item_id, second`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var item string
+			var sec int64
+			var n uint64
+			if err := rows.Scan(&item, &sec, &n); err != nil {
+				t.Fatal(err)
+			}
+			want[fmt.Sprint(item, "@", sec)] = n
+		}
+		rows.Close()
+		got := readCounted(t, ctx)
+		if !maps.Equal(got, want) {
+			t.Fatalf("%s: the counted topic holds %d (item, second) counts summing to %d; ClickHouse %d summing to %d", step, len(got), sum(got), len(want), sum(want))
+		}
+	}
+
+	a := newAgg()
+	post(a, 10)
+	post(a, 20)
+	check("plain flushes")
+
+	a.cfg.Counted = nil // the process dies after the durable write, before the publish
+	post(a, 15)
+	a = newAgg()
+	check("crash before the publish")
+
+	a.cfg.Counted = cutShort{pub}
+	post(a, schemas.MaxCountedChunk+50) // two chunks; the second never leaves
+	a.cfg.Counted = nil
+	a = newAgg()
+	check("publish cut short")
+
+	post(a, 5)
+	check("after the catch-up")
+}
+
+func sum(m map[string]uint64) (n uint64) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// readCounted reads the whole counted topic and applies it with topk's guard rule.
+func readCounted(t *testing.T, ctx context.Context) map[string]uint64 {
+	t.Helper()
+	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "test-reader", infra.Logger, nil),
+		kgo.ConsumeTopics(schemas.TopicCounted), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	type guard struct {
+		epoch uint64
+		end   int64
+		chunk uint32
+	}
+	guards := map[int32]*guard{}
+	out := map[string]uint64{}
+	ends, err := kadmEnds(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int32]int64{}
+	for done := false; !done; {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			seen[r.Partition] = r.Offset + 1
+			c, err := schemas.DecodeCounted(r.Value)
+			if err != nil {
+				t.Fatalf("decode counted record: %v", err)
+			}
+			g := guards[c.Batch.Partition]
+			if g != nil && !(c.Batch.Epoch > g.epoch || c.Batch.Epoch == g.epoch && (c.Batch.End > g.end || c.Batch.End == g.end && c.Chunk > g.chunk)) {
+				return
+			}
+			guards[c.Batch.Partition] = &guard{c.Batch.Epoch, c.Batch.End, c.Chunk}
+			for _, e := range c.Counts {
+				out[fmt.Sprint(e.Key, "@", e.Second)] += e.Count
+			}
+		})
+		done = true
+		for p, e := range ends {
+			if seen[p] < e {
+				done = false
+			}
+		}
+	}
+	return out
+}
+
+func kadmEnds(ctx context.Context, cl *kgo.Client) (map[int32]int64, error) {
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, schemas.TopicCounted)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out, nil
+}

@@ -1,0 +1,18 @@
+// Command topk ranks the hottest items and ads per window (1m and 1h exact, 24h within a stated
+// bound) from the aggregators' deduplicated counts, and publishes the lists every few seconds.
+package main
+
+import (
+	"os"
+	"time"
+
+	"tally/platform/cli"
+	"tally/platform/lifecycle"
+	"tally/topk"
+)
+
+func main() {
+	os.Exit(cli.Run("topk", os.Args[1:], true, func(e cli.Env) ([]lifecycle.Part, error) {
+		return topk.Parts(e.Config, e.Runner, e.Logger, e.Registry, time.Now, true), nil
+	}))
+}

@@ -1,0 +1,109 @@
+package topk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/chclient"
+	"tally/platform/config"
+	"tally/platform/kafka"
+	"tally/platform/lifecycle"
+	"tally/platform/redisclient"
+	"tally/schemas/migrate"
+	"tally/topk/tracker"
+)
+
+// Parts returns topk's lifecycle parts; cfg is read when they start. withAdmin adds the admin
+// HTTP server (the all-in-one serves one admin endpoint for everything instead).
+func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
+	logger = logger.With("component", "topk")
+	var conn driver.Conn
+	var rdb *redis.Client
+	var prod *kgo.Client
+	var svc *Service
+	parts := []lifecycle.Part{
+		{
+			Name: "topk clickhouse",
+			Start: func(ctx context.Context) error {
+				octx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				var err error
+				if conn, err = chclient.Open(octx, cfg.ClickHouse.Options()); err != nil {
+					return err
+				}
+				if _, err := migrate.Apply(octx, conn, logger); err != nil {
+					conn.Close()
+					return err
+				}
+				return nil
+			},
+			Stop: func(context.Context) error { return conn.Close() },
+		},
+		{
+			Name: "topk redis",
+			Start: func(context.Context) error {
+				var err error
+				rdb, err = redisclient.New(cfg.Redis.Options())
+				return err
+			},
+			Stop: func(context.Context) error { return rdb.Close() },
+		},
+		{
+			Name: "topk",
+			Start: func(ctx context.Context) error {
+				dial, err := cfg.Kafka.Security().Options()
+				if err != nil {
+					return err
+				}
+				opts := append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-topk-out", logger, nil), dial...)
+				if prod, err = kgo.NewClient(append(opts, kafka.ProducerOptions(100, cfg.Kafka.ProduceTimeout)...)...); err != nil {
+					return fmt.Errorf("topk producer: %w", err)
+				}
+				if err := EnsureTopKTopic(ctx, prod); err != nil {
+					prod.Close()
+					return err
+				}
+				out := &Outputs{Redis: rdb, Kafka: prod, ClickHouse: conn, HistoryK: cfg.TopK.HistoryK}
+				svc, err = New(ctx, Config{
+					Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
+					PublishInterval: cfg.TopK.PublishInterval, SnapshotInterval: cfg.TopK.SnapshotInterval,
+					SnapshotPath: filepath.Join(cfg.DataDir, "topk", "snapshot"),
+					Tracker:      tracker.Options{Shards: cfg.TopK.Shards, Counters: cfg.TopK.DayCounters},
+					ColdReplay:   cfg.TopK.ColdReplay,
+				}, out, now, logger, reg)
+				if err != nil {
+					prod.Close()
+					return err
+				}
+				runner.AddCheck("topk published", svc.Check)
+				svc.Start()
+				return nil
+			},
+			Stop: func(ctx context.Context) error {
+				err := svc.Stop(ctx)
+				prod.Close()
+				if err != nil && !errors.Is(err, context.Canceled) {
+					return err
+				}
+				return nil
+			},
+		},
+	}
+	if withAdmin {
+		mux := http.NewServeMux()
+		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
+		admin, _ := lifecycle.HTTPServer("topk admin http", cfg.TopK.Addr, mux)
+		parts = append(parts, admin)
+	}
+	return parts
+}
