@@ -267,7 +267,7 @@ func (a *Archive) add(ctx context.Context, p *partition, r *kgo.Record) error {
 	if p.batch == nil {
 		p.first, p.opened, p.files, p.n = r.Offset, a.now(), map[time.Time]store.File{}, 0
 		p.batch = p.topic.NewBatch(func(hour time.Time) (io.Writer, error) {
-			f, err := a.store.Create(rawlog.FileName(p.topic.Name, hour, p.id, p.first, -1))
+			f, err := a.store.Create(rawlog.HourPrefix(p.topic.Name, hour))
 			if err != nil {
 				return nil, err
 			}
