@@ -65,7 +65,8 @@ func (p *sinkProc) stop(sig syscall.Signal) {
 func TestSinkExactlyOnceThroughKills(t *testing.T) {
 	const parts = 4
 	ctx := context.Background()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(infra.Kafka.Addr()), kgo.DefaultProduceTopic(schemas.TopicViews))
+	k := startKafka(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr()), kgo.DefaultProduceTopic(schemas.TopicViews))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestSinkExactlyOnceThroughKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &sinkProc{bin: sinkBin, log: filepath.Join(dir, "sink.log"), args: []string{
-		"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", "127.0.0.1:1", "--redis.addr", "127.0.0.1:1",
+		"--kafka.brokers", k.Addr(), "--clickhouse.addr", "127.0.0.1:1", "--redis.addr", "127.0.0.1:1",
 		"--data_dir", filepath.Join(dir, "data"), "--sink.dir", filepath.Join(dir, "files"), "--sink.addr", admin,
 		"--sink.instance_id", "sink-under-test", "--sink.rotation", "1s", "--sink.max_batch_bytes", "1048576",
 	}}
