@@ -9,3 +9,12 @@ const (
 	TopicViews = "views"
 	TopicLikes = "likes"
 )
+
+// Click topics. Clicks are keyed by ad_id; fraud verdicts are keyed by the ad_id of their
+// click. The two topics must have the same number of partitions (both are created with
+// kafka.partitions), so a verdict lands in the partition number of its click and the aggregator
+// that owns a clicks partition owns the same verdicts partition.
+const (
+	TopicClicks        = "clicks"
+	TopicFraudVerdicts = "fraud_verdicts"
+)

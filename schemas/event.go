@@ -13,8 +13,10 @@ const MaxIDLen = 128
 type Kind uint8
 
 const (
-	KindView Kind = 1
-	KindLike Kind = 2
+	KindView         Kind = 1
+	KindLike         Kind = 2
+	KindClick        Kind = 3
+	KindFraudVerdict Kind = 4
 )
 
 func (k Kind) String() string {
@@ -23,6 +25,10 @@ func (k Kind) String() string {
 		return "view"
 	case KindLike:
 		return "like"
+	case KindClick:
+		return "click"
+	case KindFraudVerdict:
+		return "fraud verdict"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

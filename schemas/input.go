@@ -1,7 +1,6 @@
 package schemas
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,14 +40,8 @@ func ParseViewJSON(b []byte, typeRequired bool, now time.Time, bounds TimeBounds
 // fast path is fuzzed against.
 func parseViewJSONStd(b []byte, typeRequired bool, now time.Time, bounds TimeBounds) (View, error) {
 	var in inputEvent
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return View{}, jsonError(err)
-	}
-	// Decoder.More would miss a stray closing bracket after the object.
-	if len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
-		return View{}, &FieldError{"body", "has data after the JSON object"}
+	if err := decodeStrict(b, &in); err != nil {
+		return View{}, err
 	}
 	return in.view(typeRequired, now, bounds)
 }

@@ -190,3 +190,83 @@ func (r *reader) done() error {
 	}
 	return nil
 }
+
+// AppendClick appends c's wire encoding to dst: the time, the six ids, then a presence byte and,
+// when present, the fraud score's 8 IEEE 754 bytes.
+func AppendClick(dst []byte, c Click) []byte {
+	dst = append(dst, wireVersion, byte(KindClick))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(c.TS))
+	dst = appendString(dst, c.ClickID)
+	dst = appendString(dst, c.AdID)
+	dst = appendString(dst, c.CampaignID)
+	dst = appendString(dst, c.UserHash)
+	dst = appendString(dst, c.IPHash)
+	dst = appendString(dst, c.Device)
+	if !c.HasFraudScore {
+		return append(dst, 0)
+	}
+	dst = append(dst, 1)
+	return binary.BigEndian.AppendUint64(dst, scoreBits(c.FraudScore))
+}
+
+// DecodeClick reads a click from a record value and validates it as DecodeView does.
+func DecodeClick(b []byte) (Click, error) {
+	r, err := header(b, KindClick)
+	if err != nil {
+		return Click{}, err
+	}
+	var c Click
+	c.TS = r.int64()
+	c.ClickID = r.string()
+	c.AdID = r.string()
+	c.CampaignID = r.string()
+	c.UserHash = r.string()
+	c.IPHash = r.string()
+	c.Device = r.string()
+	switch r.byte() {
+	case 0:
+	case 1:
+		c.HasFraudScore = true
+		c.FraudScore = scoreFromBits(uint64(r.int64()))
+	default:
+		r.err = errors.New("fraud score flag is neither 0 nor 1")
+	}
+	if err := r.done(); err != nil {
+		return Click{}, err
+	}
+	if err := c.checkStored(); err != nil {
+		return Click{}, fmt.Errorf("decode click: %w", err)
+	}
+	return c, nil
+}
+
+// AppendFraudVerdict appends v's wire encoding to dst.
+func AppendFraudVerdict(dst []byte, v FraudVerdict) []byte {
+	dst = append(dst, wireVersion, byte(KindFraudVerdict))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(v.DecidedAt))
+	dst = appendString(dst, v.ClickID)
+	dst = appendString(dst, v.AdID)
+	dst = append(dst, byte(v.Verdict))
+	return appendString(dst, v.Reason)
+}
+
+// DecodeFraudVerdict reads a fraud verdict from a record value and validates it.
+func DecodeFraudVerdict(b []byte) (FraudVerdict, error) {
+	r, err := header(b, KindFraudVerdict)
+	if err != nil {
+		return FraudVerdict{}, err
+	}
+	var v FraudVerdict
+	v.DecidedAt = r.int64()
+	v.ClickID = r.string()
+	v.AdID = r.string()
+	v.Verdict = Verdict(r.byte())
+	v.Reason = r.string()
+	if err := r.done(); err != nil {
+		return FraudVerdict{}, err
+	}
+	if err := v.checkStored(); err != nil {
+		return FraudVerdict{}, fmt.Errorf("decode fraud verdict: %w", err)
+	}
+	return v, nil
+}
