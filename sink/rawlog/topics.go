@@ -43,6 +43,8 @@ func Topics() []Topic {
 		define(schemas.TopicViews, 7*day, decodeView),
 		// Likes are state (the log is their source of truth): kept longer.
 		define(schemas.TopicLikes, 90*day, decodeLike),
+		define(schemas.TopicClicks, 7*day, decodeClick),
+		define(schemas.TopicFraudVerdicts, 7*day, decodeFraudVerdict),
 	}
 }
 
