@@ -21,24 +21,12 @@ import (
 func writeViews(t *testing.T, st store.Store, p int32, first int64, views []schemas.View) {
 	t.Helper()
 	topic, _ := rawlog.TopicByName(schemas.TopicViews)
-	files := map[time.Time]store.File{}
-	b := topic.NewBatch(func(hour time.Time) (io.Writer, error) {
-		f, err := st.Create(rawlog.HourPrefix(topic.Name, hour))
-		files[hour] = f
-		return f, err
-	})
+	values := make([][]byte, len(views))
 	for i, v := range views {
-		if err := b.Add(p, first+int64(i), schemas.AppendView(nil, v)); err != nil {
-			t.Fatal(err)
-		}
+		values[i] = schemas.AppendView(nil, v)
 	}
-	if _, err := b.Close(); err != nil {
+	if err := rawlog.WriteFlush(st, topic, p, first, values); err != nil {
 		t.Fatal(err)
-	}
-	for h, f := range files {
-		if err := f.Commit(rawlog.FileName(topic.Name, h, p, first, first+int64(len(views))-1)); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package rawlog
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
+
+	"tally/sink/store"
 )
 
 // OpenHour creates the file that will hold a flush's rows of one hour.
@@ -130,4 +133,43 @@ func (b *batch[T]) Close() (map[time.Time]int, error) {
 		out[h] = f.rows
 	}
 	return out, nil
+}
+
+// WriteFlush writes records (value i at offset first+i) of one partition as one flush into st,
+// committing each hour's file at once: for tools and tests that make sink files without Kafka.
+// Undecodable records are left out, as the sink leaves them out.
+func WriteFlush(st store.Store, topic Topic, partition int32, first int64, values [][]byte) error {
+	files := map[time.Time]store.File{}
+	abort := func() {
+		for _, f := range files {
+			f.Abort()
+		}
+	}
+	b := topic.NewBatch(func(hour time.Time) (io.Writer, error) {
+		f, err := st.Create(HourPrefix(topic.Name, hour))
+		if err != nil {
+			return nil, err
+		}
+		files[hour] = f
+		return f, nil
+	})
+	for i, v := range values {
+		var we *WriteError
+		if err := b.Add(partition, first+int64(i), v); errors.As(err, &we) {
+			abort()
+			return err
+		}
+	}
+	if _, err := b.Close(); err != nil {
+		abort()
+		return err
+	}
+	last := first + int64(len(values)) - 1
+	for h, f := range files {
+		if err := f.Commit(FileName(topic.Name, h, partition, first, last)); err != nil {
+			abort()
+			return err
+		}
+	}
+	return nil
 }

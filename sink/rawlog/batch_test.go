@@ -3,7 +3,6 @@ package rawlog
 import (
 	"context"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
@@ -11,32 +10,37 @@ import (
 	"tally/sink/store"
 )
 
-// writeFlush writes values (offsets from first) of partition p as one flush into st and returns
-// the rows per hour.
+// writeFlush writes values of partition p as one flush into st and returns the rows per hour.
 func writeFlush(t testing.TB, st store.Store, topic Topic, p int32, first int64, values [][]byte) map[time.Time]int {
 	t.Helper()
-	files := map[time.Time]store.File{}
-	b := topic.NewBatch(func(hour time.Time) (io.Writer, error) {
-		f, err := st.Create(HourPrefix(topic.Name, hour))
-		files[hour] = f
-		return f, err
-	})
-	for i, v := range values {
-		if err := b.Add(p, first+int64(i), v); err != nil {
-			t.Logf("record %d: %v", first+int64(i), err)
-		}
-	}
-	rows, err := b.Close()
-	if err != nil {
+	if err := WriteFlush(st, topic, p, first, values); err != nil {
 		t.Fatal(err)
 	}
-	last := first + int64(len(values)) - 1
-	for h, f := range files {
-		if err := f.Commit(FileName(topic.Name, h, p, first, last)); err != nil {
-			t.Fatal(err)
+	rows := map[time.Time]int{}
+	for _, v := range values {
+		if row, err := decodeAny(topic.Name, v); err == nil {
+			rows[HourOf(row)]++
 		}
 	}
 	return rows
+}
+
+// decodeAny is the event time of a record of topic.
+func decodeAny(topic string, v []byte) (int64, error) {
+	switch topic {
+	case "views":
+		r, _, err := decodeView(0, 0, v)
+		return r.TS, err
+	case "likes":
+		r, _, err := decodeLike(0, 0, v)
+		return r.TS, err
+	case "clicks":
+		r, _, err := decodeClick(0, 0, v)
+		return r.TS, err
+	default:
+		r, _, err := decodeFraudVerdict(0, 0, v)
+		return r.DecidedAt, err
+	}
 }
 
 func TestBatchWritesHourFilesReadBackInOrder(t *testing.T) {

@@ -1,6 +1,7 @@
 // Command batchjob runs tally's nightly jobs. `batchjob likes --date YYYY-MM-DD | --all`
 // rebuilds exact like state from the like log, reconciles Redis and ClickHouse with it and
-// writes a versioned report (see package reconcile and `batchjob --help`).
+// writes a versioned report (see package reconcile and `batchjob --help`). `batchjob views
+// --date YYYY-MM-DD` recounts a day's views from the sink's files (package recount, views.go).
 package main
 
 import (
@@ -35,6 +36,9 @@ const (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "views" {
+		return runViews(args[1:])
+	}
 	job, rest, err := reconcile.ParseArgs(args)
 	if errors.Is(err, reconcile.ErrHelp) {
 		_, _ = os.Stdout.WriteString(reconcile.Usage)
