@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
@@ -128,8 +130,82 @@ func cmpInt(a, b int64) int {
 
 // ReadInOrder reads files (sorted as List sorts them) and calls fn with each partition's rows in
 // offset order: the files of one flush (the same partition and range, different hours) are
-// merged by offset; a flush with one file is streamed.
+// merged by offset; a flush with one file is streamed. Partitions are decoded in parallel (one
+// goroutine each, at most GOMAXPROCS at once); fn is called from the calling goroutine only, and
+// runs of different partitions may interleave. All goroutines end before it returns.
 func ReadInOrder[T Row](ctx context.Context, st store.Store, refs []FileRef, fn func(int32, []T) error) error {
+	var groups [][]FileRef
+	for i := 0; i < len(refs); {
+		j := i + 1
+		for j < len(refs) && refs[j].Partition == refs[i].Partition {
+			j++
+		}
+		groups = append(groups, refs[i:j])
+		i = j
+	}
+	if len(groups) <= 1 {
+		for _, g := range groups {
+			if err := readPartition(ctx, st, g, fn); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	type run struct {
+		p    int32
+		rows []T
+		done chan struct{} // closed by the caller's goroutine once fn returned
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runs := make(chan run)
+	errs := make(chan error, len(groups))
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-ctx.Done():
+				return
+			}
+			errs <- readPartition(ctx, st, g, func(p int32, rows []T) error {
+				r := run{p, rows, make(chan struct{})}
+				select {
+				case runs <- r:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				<-r.done // rows are the reader's buffer: hold it until fn is done with it
+				return nil
+			})
+		}()
+	}
+	go func() { wg.Wait(); close(runs) }()
+	var first error
+	for r := range runs {
+		if first == nil {
+			if err := fn(r.p, r.rows); err != nil {
+				first = err
+				cancel()
+			}
+		}
+		close(r.done)
+	}
+	close(errs)
+	for err := range errs {
+		if first == nil && err != nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// readPartition reads the files of one partition in offset order.
+func readPartition[T Row](ctx context.Context, st store.Store, refs []FileRef, fn func(int32, []T) error) error {
 	for i := 0; i < len(refs); {
 		j := i + 1
 		for j < len(refs) && refs[j].Partition == refs[i].Partition && refs[j].First == refs[i].First {
@@ -152,8 +228,10 @@ func ReadInOrder[T Row](ctx context.Context, st store.Store, refs []FileRef, fn 
 				_, y := b.Pos()
 				return cmpInt(x, y)
 			})
-			if err := fn(p, all); err != nil {
-				return err
+			for k := 0; k < len(all); k += readChunk {
+				if err := fn(p, all[k:min(k+readChunk, len(all))]); err != nil {
+					return err
+				}
 			}
 		}
 		i = j
@@ -161,8 +239,9 @@ func ReadInOrder[T Row](ctx context.Context, st store.Store, refs []FileRef, fn 
 	return nil
 }
 
-// readChunk is how many rows ReadFile hands over at once.
-const readChunk = 4096
+// readChunk is how many rows ReadFile hands over at once: parquet-go's reader works per row
+// asked for, and reads fastest in small chunks (about twice as fast at 256 rows as at 4,096).
+const readChunk = 256
 
 // ReadFile calls fn with a file's rows in file order, in chunks it reuses.
 func ReadFile[T Row](ctx context.Context, st store.Store, name string, fn func([]T) error) error {
