@@ -16,16 +16,18 @@ import (
 	"tally/platform/embedded"
 	"tally/platform/lifecycle"
 	"tally/topk"
+	"tally/sink"
 )
 
 // AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not
-// configured, the aggregator, the collector, the demo workload if enabled, and a banner saying
+// configured, the aggregator, the sink, the collector, the demo workload if enabled, and a banner saying
 // where to look (written to out).
 func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 	cfg := e.Config
 	parts := embedded.Parts(cfg, e.Logger)
 	parts = append(parts, aggregator.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
 	parts = append(parts, topk.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
+	parts = append(parts, sink.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
 	coll, apiAddr := collector.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now)
 	parts = append(parts, coll...)
 	if cfg.Demo.Enabled && cfg.Collector.AuthOn() {

@@ -99,16 +99,60 @@ func accessDenied(format string, args ...any) *chError {
 // up to the data of an INSERT; values, if not nil, is that data when the
 // engine will parse it as the Values format, which evaluates expressions.
 func (g *guard) check(sql string, st statement) *chError {
+	return g.checkReading(sql, st, nil)
+}
+
+// checkReading is check that also lets file('path'...) through when the
+// path is a plain literal under one of readDirs (the pipeline user reading
+// the sink's Parquet files).
+func (g *guard) checkReading(sql string, st statement, readDirs []string) *chError {
 	if strings.Contains(refusedKinds, " "+st.kind+" ") {
 		return accessDenied("%s is not allowed through the embedded server's HTTP interface", st.kind)
 	}
-	return g.scan(sql, strings.Contains(definingKinds, " "+st.kind+" "))
+	return g.scanReading(sql, strings.Contains(definingKinds, " "+st.kind+" "), readDirs)
 }
 
 // scan walks every token; it needs no grammar because what it refuses is
 // refused wherever it appears. engines says whether ENGINE clauses can
 // occur, to check the engine they name.
 func (g *guard) scan(src string, engines bool) *chError {
+	return g.scanReading(src, engines, nil)
+}
+
+// readableFile reports whether the call starting after "file(" names, as
+// its first argument, a plain string literal (no escapes) holding an
+// absolute path under one of dirs with no ".." anywhere (globs stay inside
+// the directory: ClickHouse's *, ?, ** and {a,b} never climb without "..").
+func readableFile(l *lexer, dirs []string) bool {
+	if len(dirs) == 0 {
+		return false
+	}
+	probe := *l
+	probe.next() // (
+	lit := probe.next()
+	if lit.kind != tokString {
+		return false
+	}
+	text := l.text(lit)
+	if len(text) < 2 || text[0] != '\'' || text[len(text)-1] != '\'' {
+		return false
+	}
+	p := text[1 : len(text)-1]
+	if strings.ContainsAny(p, "\\'") || strings.Contains(p, "..") || !strings.HasPrefix(p, "/") {
+		return false
+	}
+	if after := probe.next(); !l.isPunct(after, ',') && !l.isPunct(after, ')') {
+		return false
+	}
+	for _, d := range dirs {
+		if d != "" && strings.HasPrefix(p, strings.TrimSuffix(d, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *guard) scanReading(src string, engines bool, readDirs []string) *chError {
 	l := &lexer{src: src}
 	var prev token
 	for t := l.next(); t.kind != tokEOF; prev, t = t, l.next() {
@@ -123,6 +167,8 @@ func (g *guard) scan(src string, engines bool) *chError {
 		probe := *l
 		next := probe.next()
 		switch {
+		case l.isPunct(next, '(') && name == "file" && t.kind == tokWord && readableFile(l, readDirs):
+			continue
 		case l.isPunct(next, '(') && g.refusedCalls[name]:
 			return accessDenied("%s(...) is not allowed through the embedded server's HTTP interface: it reaches files, the network or programs outside the engine", unquoteIdent(l.text(t)))
 		case t.kind == tokWord && (name == "infile" || name == "outfile"):

@@ -73,3 +73,40 @@ func FuzzGuardCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestGuardReadDirs: the pipeline user may read files under its read
+// directories with file('/dir/...') and nothing else that names a file.
+func TestGuardReadDirs(t *testing.T) {
+	g := newGuard([]string{"file", "url", "s3", "numbers"}, []string{"MergeTree", "File"})
+	dirs := []string{"/data/sink"}
+	tests := []struct {
+		name, sql string
+		allowed   bool
+	}{
+		{"a day of files", "SELECT count() FROM file('/data/sink/views/2026-12-01/*/*.parquet', 'Parquet')", true},
+		{"one file, no format", "SELECT * FROM file('/data/sink/views/2026-12-01/07/p0000-1-2.parquet')", true},
+		{"scalar under the directory", "SELECT file('/data/sink/_flushing/views/p0000.json')", true},
+		{"outside", "SELECT * FROM file('/etc/passwd')", false},
+		{"climbing out", "SELECT * FROM file('/data/sink/../../etc/passwd')", false},
+		{"climbing in a glob", "SELECT * FROM file('/data/sink/{..,x}/etc/passwd')", false},
+		{"a sibling with the same prefix", "SELECT * FROM file('/data/sinkhole/x')", false},
+		{"relative path", "SELECT * FROM file('data/sink/x')", false},
+		{"escaped quote", "SELECT * FROM file('/data/sink/\\'x')", false},
+		{"path built by an expression", "SELECT * FROM file(concat('/data/sink/', 'x'))", false},
+		{"path then concatenation", "SELECT * FROM file('/data/sink/' || '../../etc/passwd')", false},
+		{"the directory itself", "SELECT * FROM file('/data/sink')", false},
+		{"other table functions stay refused", "SELECT * FROM url('/data/sink/x')", false},
+		{"insert into function file", "INSERT INTO FUNCTION file('/data/sink/x.tsv', 'TSV', 's String') VALUES ('x')", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := g.checkReading(tc.sql, scanStatement(tc.sql), dirs)
+			if got := e == nil; got != tc.allowed {
+				t.Fatalf("checkReading(%s): got allowed %v (%v); want %v", tc.sql, got, e, tc.allowed)
+			}
+			if e := g.check(tc.sql, scanStatement(tc.sql)); e == nil && strings.Contains(tc.sql, "file") {
+				t.Fatalf("check(%s) without read directories: got allowed; want refused", tc.sql)
+			}
+		})
+	}
+}

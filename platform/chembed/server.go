@@ -73,6 +73,10 @@ type Config struct {
 	// MaxOutsideRequests bounds the dashboards user's requests in progress;
 	// one more is answered 503 at once. Default 8.
 	MaxOutsideRequests int
+	// PipelineReadDirs are absolute directories whose files the pipeline
+	// user may read with file('/dir/...', ...) (a plain path literal, no
+	// "..": the sink's Parquet files); the dashboards user never may.
+	PipelineReadDirs []string
 	// MaxPipelineBodies bounds the pipeline requests reading their bodies
 	// at once; more wait. Default 32.
 	MaxPipelineBodies int
@@ -591,6 +595,9 @@ func (s *Server) readPlan(w http.ResponseWriter, r *http.Request, opts options, 
 func (s *Server) checkStatement(who role, sql string, st statement) *chError {
 	if who == roleReadonly && st.kind != "" && !strings.Contains(readonlyKinds, " "+st.kind+" ") {
 		return newError(http.StatusForbidden, codeReadonly, "%s: Cannot execute query in readonly mode", s.cfg.Readonly.Name)
+	}
+	if who == rolePipeline {
+		return s.eng.guard.checkReading(sql, st, s.cfg.PipelineReadDirs)
 	}
 	return s.eng.guard.check(sql, st)
 }

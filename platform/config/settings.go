@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -28,9 +29,10 @@ type Config struct {
 	Aggregator Aggregator `mapstructure:"aggregator"`
 	Clicks     Clicks     `mapstructure:"clicks"`
 	TopK       TopK       `mapstructure:"topk"`
+	Sink       Sink       `mapstructure:"sink"`
+	Batchjob   Batchjob   `mapstructure:"batchjob"`
 	Demo       Demo       `mapstructure:"demo"`
 	Shutdown   Shutdown   `mapstructure:"shutdown"`
-	Batchjob   Batchjob   `mapstructure:"batchjob"`
 }
 
 type Log struct {
@@ -189,15 +191,72 @@ func (c Clicks) ClickIDKeys() ([]ClickIDKey, error) {
 	return out, nil
 }
 
+type Sink struct {
+	Addr             string        `mapstructure:"addr"`
+	Group            string        `mapstructure:"group"`
+	InstanceID       string        `mapstructure:"instance_id"`
+	SessionTimeout   time.Duration `mapstructure:"session_timeout"`
+	Storage          string        `mapstructure:"storage"`
+	Dir              string        `mapstructure:"dir"`
+	Rotation         time.Duration `mapstructure:"rotation"`
+	MaxBatchBytes    int           `mapstructure:"max_batch_bytes"`
+	Retention        time.Duration `mapstructure:"retention"`
+	RetentionByTopic []string      `mapstructure:"retention_by_topic"`
+	S3               SinkS3        `mapstructure:"s3"`
+}
+
+type SinkS3 struct {
+	Endpoint  string `mapstructure:"endpoint"`
+	Bucket    string `mapstructure:"bucket"`
+	Prefix    string `mapstructure:"prefix"`
+	Region    string `mapstructure:"region"`
+	AccessKey string `mapstructure:"access_key"`
+	SecretKey string `mapstructure:"secret_key"`
+	Secure    bool   `mapstructure:"secure"`
+}
+
+// SinkDir is the sink's local directory: sink.dir, or <data_dir>/sink.
+func (c Config) SinkDir() string {
+	if c.Sink.Dir != "" {
+		return c.Sink.Dir
+	}
+	return filepath.Join(c.DataDir, "sink")
+}
+
+// RetentionOverrides is sink.retention_by_topic by topic.
+func (s Sink) RetentionOverrides() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, e := range s.RetentionByTopic {
+		topic, d, err := parseTopicRetention(e)
+		if err == nil {
+			out[topic] = d
+		}
+	}
+	return out
+}
+
+func parseTopicRetention(e string) (string, time.Duration, error) {
+	topic, ds, ok := strings.Cut(strings.TrimSpace(e), "=")
+	if !ok || topic == "" {
+		return "", 0, fmt.Errorf("got %q; want topic=duration such as likes=2160h", e)
+	}
+	d, err := time.ParseDuration(ds)
+	if err != nil || d < time.Hour || d%time.Hour != 0 {
+		return "", 0, fmt.Errorf("got %q; want a whole number of hours such as likes=2160h", e)
+	}
+	return topic, d, nil
+}
+
+type Batchjob struct {
+	ViewsLookback  time.Duration `mapstructure:"views_lookback"`
+	ClicksLookback time.Duration `mapstructure:"clicks_lookback"`
+	ClicksSkew     time.Duration `mapstructure:"clicks_skew"`
+}
+
 type Demo struct {
 	Enabled bool `mapstructure:"enabled"`
 	Rate    int  `mapstructure:"rate"`
 	Items   int  `mapstructure:"items"`
-}
-
-type Batchjob struct {
-	ClicksLookback time.Duration `mapstructure:"clicks_lookback"`
-	ClicksSkew     time.Duration `mapstructure:"clicks_skew"`
 }
 
 type Shutdown struct {
@@ -309,6 +368,26 @@ func settings() []setting {
 		{"clicks.dedupe_grace", 10 * time.Minute, "how far behind the partition's newest click a late click is still deduplicated"},
 		{"clicks.fraud_score_threshold", 1.0, "clicks whose fraud_score is above this are counted but not billable; 1 disables"},
 		{"clicks.counted_ttl", 8 * day, "retention of the counted clicks late fraud verdicts are resolved against (a verdict for an older click corrects only the nightly report)"},
+
+		{"sink.addr", "127.0.0.1:8082", "sink admin listen address (/healthz, /readyz, /metrics)"},
+		{"sink.group", "tally-sink", "Kafka consumer group of the sinks"},
+		{"sink.instance_id", "", "static group membership id (e.g. the pod name): a restarted sink takes back its partitions at once"},
+		{"sink.session_timeout", 10 * time.Second, "how long the group waits for a silent sink before moving its partitions"},
+		{"sink.storage", "local", "where the sink's files go: local (sink.dir) or s3 (sink.s3.*)"},
+		{"sink.dir", "", "local directory of the sink's files (and S3 uploads being written); empty: <data_dir>/sink"},
+		{"sink.rotation", time.Minute, "longest time an event waits before the file holding it is readable (a partition's open files are closed this often)"},
+		{"sink.max_batch_bytes", 128 << 20, "a partition's open files are closed once their events reach this many bytes (decoded size); bounds file size and memory"},
+		{"sink.retention", 7 * day, "how long the sink's files are kept, in whole hours (by event hour)"},
+		{"sink.retention_by_topic", []string{"likes=2160h"}, "per-topic retention overriding sink.retention: topic=duration, comma-separated (likes are state: kept longer)"},
+		{"sink.s3.endpoint", "", "S3-compatible endpoint host:port (sink.storage=s3)"},
+		{"sink.s3.bucket", "", "bucket of the sink's files (must exist)"},
+		{"sink.s3.prefix", "", "key prefix of the sink's files in the bucket, e.g. tally/"},
+		{"sink.s3.region", "", "bucket region; empty: the endpoint's default"},
+		{"sink.s3.access_key", "", "S3 access key"},
+		{"sink.s3.secret_key", "", "S3 secret key"},
+		{"sink.s3.secure", true, "talk to the S3 endpoint over HTTPS"},
+
+		{"batchjob.views_lookback", time.Hour, "batchjob views: event time read before the day to rebuild the dedupe state the day starts with (at least aggregator.dedupe_window + aggregator.dedupe_grace)"},
 
 		{"demo.enabled", true, "all-in-one: run the built-in demo workload"},
 		{"demo.rate", 200, "demo workload: view events per second"},
@@ -428,6 +507,10 @@ func (c Config) Validate() error {
 	}
 	c.validateClicks(bad)
 	c.TopK.validate(bad)
+	c.validateSink(bad)
+	if c.Batchjob.ViewsLookback < c.Aggregator.DedupeWindow+c.Aggregator.DedupeGrace {
+		bad("batchjob.views_lookback", "got %s; want at least aggregator.dedupe_window + aggregator.dedupe_grace (%s)", c.Batchjob.ViewsLookback, c.Aggregator.DedupeWindow+c.Aggregator.DedupeGrace)
+	}
 	if c.Demo.Rate < 1 {
 		bad("demo.rate", "got %d; want at least 1", c.Demo.Rate)
 	}
@@ -529,6 +612,45 @@ func (c Config) validateClicks(bad func(string, string, ...any)) {
 	}
 	if k.CountedTTL < 2*day || k.CountedTTL%day != 0 {
 		bad("clicks.counted_ttl", "got %s; want a whole number of days, at least 2 (e.g. 192h)", k.CountedTTL)
+	}
+}
+
+func (c Config) validateSink(bad func(string, string, ...any)) {
+	s := c.Sink
+	checkHostPort(bad, "sink.addr", s.Addr)
+	if s.Group == "" {
+		bad("sink.group", "must not be empty")
+	}
+	if s.SessionTimeout < time.Second {
+		bad("sink.session_timeout", "got %s; want at least 1s", s.SessionTimeout)
+	}
+	switch s.Storage {
+	case "local":
+	case "s3":
+		if s.S3.Endpoint == "" {
+			bad("sink.s3.endpoint", "must be set when sink.storage is s3")
+		} else {
+			checkHostPort(bad, "sink.s3.endpoint", s.S3.Endpoint)
+		}
+		if s.S3.Bucket == "" {
+			bad("sink.s3.bucket", "must be set when sink.storage is s3")
+		}
+	default:
+		bad("sink.storage", "got %q; want local or s3", s.Storage)
+	}
+	if s.Rotation < time.Second || s.Rotation > time.Hour {
+		bad("sink.rotation", "got %s; want 1s..1h", s.Rotation)
+	}
+	if s.MaxBatchBytes < 1<<20 {
+		bad("sink.max_batch_bytes", "got %d; want at least 1048576 (1 MiB)", s.MaxBatchBytes)
+	}
+	if s.Retention < time.Hour || s.Retention%time.Hour != 0 {
+		bad("sink.retention", "got %s; want a whole number of hours (e.g. 168h)", s.Retention)
+	}
+	for _, e := range s.RetentionByTopic {
+		if _, _, err := parseTopicRetention(e); err != nil {
+			bad("sink.retention_by_topic", "%v", err)
+		}
 	}
 }
 

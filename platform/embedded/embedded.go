@@ -68,6 +68,8 @@ func Parts(cfg *config.Config, logger *slog.Logger) []lifecycle.Part {
 						MaxResultBytes:   uint64(ch.MaxResultBytes),
 					},
 					CORSOrigins: ch.CORSOrigins,
+					// The pipeline user reads the sink's local files with file() (docs/ARCHITECTURE.md).
+					PipelineReadDirs: sinkReadDirs(cfg),
 				})
 				if err != nil {
 					return err
@@ -121,4 +123,17 @@ func subdir(cfg *config.Config, name string) (string, error) {
 		return "", fmt.Errorf("create data directory %s: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// sinkReadDirs is the sink's directory when its files are local: the embedded engine's pipeline
+// user may read them with file().
+func sinkReadDirs(cfg *config.Config) []string {
+	if cfg.Sink.Storage != "local" {
+		return nil
+	}
+	dir, err := filepath.Abs(cfg.SinkDir())
+	if err != nil {
+		return nil
+	}
+	return []string{dir}
 }

@@ -3,7 +3,9 @@
 //     reconciles Redis and ClickHouse with it and writes a versioned report (package reconcile);
 //   - `batchjob clicks --date YYYY-MM-DD` writes the day's exact, versioned click counts per ad
 //     from the click log, and `batchjob clicks audit --ad X --date D` lists the clicks behind one
-//     ad's count (package clicks).
+//     ad's count (package clicks);
+//   - `batchjob views --date YYYY-MM-DD` recounts a day's views from the sink's files and reports
+//     any difference from the streaming totals (package recount, views.go).
 //
 // See `batchjob --help`.
 package main
@@ -53,9 +55,11 @@ func run(args []string) int {
 		switch args[0] {
 		case "clicks":
 			return runClicks(args)
+		case "views":
+			return runViews(args[1:])
 		case "likes", "-h", "--help":
 		default:
-			fmt.Fprintf(os.Stderr, "batchjob: unknown command %q; want likes or clicks\n\n%s%s", args[0], reconcile.Usage, clicks.Usage)
+			fmt.Fprintf(os.Stderr, "batchjob: unknown command %q; want likes, clicks or views\n\n%s%s", args[0], reconcile.Usage, clicks.Usage)
 			return exitUsage
 		}
 	}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"tally/batchjob/recount"
+	"tally/platform/chclient"
+	"tally/platform/config"
+	"tally/platform/logging"
+	"tally/schemas"
+	"tally/schemas/migrate"
+	"tally/sink"
+	"tally/sink/rawlog"
+)
+
+// exitDifferences: the recount found items whose streaming totals differ from the files.
+const exitDifferences = 4
+
+func runViews(args []string) int {
+	day, rest, err := recount.ParseArgs(args)
+	if errors.Is(err, recount.ErrHelp) {
+		_, _ = os.Stdout.WriteString(recount.Usage)
+		_, _ = config.Load("batchjob views", []string{"--help"})
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "batchjob views: %v\n\n%s", err, recount.Usage)
+		return exitUsage
+	}
+	cfg, err := config.Load("batchjob views", rest)
+	if errors.Is(err, pflag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil {
+		err = cfg.UseInfraDefaults()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return exitUsage
+	}
+	logger := logging.New(cfg.Log, os.Stderr).With("binary", "batchjob", "job", "views")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	conn, err := chclient.Open(octx, cfg.ClickHouse.Options())
+	if err == nil {
+		_, err = migrate.Apply(octx, conn, logger)
+	}
+	cancel()
+	if err != nil {
+		logger.Error("open clickhouse", "err", err)
+		return exitError
+	}
+	defer conn.Close()
+	st, err := sink.OpenStore(ctx, &cfg, logger)
+	if err != nil {
+		logger.Error("open sink files", "err", err)
+		return exitError
+	}
+	files := rawlog.Files[rawlog.ViewRow]{Store: st, Topic: schemas.TopicViews}
+	ok, err := rawlog.Present(ctx, st, schemas.TopicViews, day.Add(-cfg.Batchjob.ViewsLookback), day.Add(24*time.Hour))
+	if err != nil {
+		logger.Error("look for the day's files", "err", err)
+		return exitError
+	}
+	if !ok {
+		logger.Error("the sink's files do not cover the day (none written, or removed by retention)", "day", day.Format(time.DateOnly), "store", st.String())
+		return exitError
+	}
+	rep, err := recount.Run(ctx, day, recount.Deps{Source: files, SourceName: "files", ClickHouse: conn,
+		Window: cfg.Aggregator.DedupeWindow, Grace: cfg.Aggregator.DedupeGrace, Lookback: cfg.Batchjob.ViewsLookback,
+		Logger: logger, Now: time.Now})
+	if err != nil {
+		logger.Error("view recount failed", "err", err)
+		return exitError
+	}
+	fmt.Println(rep.Summary())
+	if len(rep.Diffs) > 0 {
+		return exitDifferences
+	}
+	return exitOK
+}

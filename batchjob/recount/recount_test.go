@@ -1,0 +1,188 @@
+package recount_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"tally/batchjob/recount"
+	"tally/platform/testinfra"
+	"tally/schemas"
+	"tally/schemas/migrate"
+	"tally/sink/rawlog"
+	"tally/sink/store"
+)
+
+var (
+	infra *testinfra.Infra
+	bin   string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
+		infra = in
+		var err error
+		bin, err = testinfra.Build(in.Dir, "tally/batchjob/cmd/batchjob")
+		return err
+	}))
+}
+
+const (
+	window = 30 * time.Minute
+	grace  = 10 * time.Minute
+)
+
+var day = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+
+type view struct {
+	p       int32
+	item    string
+	viewer  string
+	at      time.Duration // from the day's start
+	counted bool          // by the streaming rule, in the day
+}
+
+// scenario is a day of views with the streaming rule's answers worked out by hand.
+var scenario = []view{
+	{0, "a", "u1", -10 * time.Minute, false}, // the day before: counts, but not in the day
+	{0, "a", "u1", 5 * time.Minute, false},   // 15 min after it: duplicate
+	{0, "a", "u1", 40 * time.Minute, true},   // 50 min after it: a new window
+	{0, "a", "u1", 41 * time.Minute, false},  // duplicate
+	{0, "a", "u2", 41 * time.Minute, true},   // another viewer
+	{0, "b", "u1", 41 * time.Minute, true},   // another item
+	{0, "b", "u1", 35 * time.Minute, false},  // late, 6 min before a counted view: duplicate
+	{1, "a", "u1", 42 * time.Minute, true},   // another partition: its own window (never in practice: items are keyed)
+	{1, "c", "u3", 23*time.Hour + 59*time.Minute, true},
+	{1, "c", "u3", 24*time.Hour + 10*time.Minute, false}, // the next day: not counted in this one
+}
+
+func writeScenario(t *testing.T, st store.Store) map[string]int64 {
+	t.Helper()
+	topic, _ := rawlog.TopicByName(schemas.TopicViews)
+	want := map[string]int64{}
+	for p := range int32(2) {
+		var values [][]byte
+		for i, v := range scenario {
+			if v.p != p {
+				continue
+			}
+			values = append(values, schemas.AppendView(nil, schemas.View{ItemID: v.item, ViewerID: v.viewer, EventID: fmt.Sprint(i), TS: day.Add(v.at).UnixMilli()}))
+			if v.counted {
+				want[v.item]++
+			}
+		}
+		// Two flushes per partition, so the recount crosses files in offset order.
+		half := len(values) / 2
+		if err := rawlog.WriteFlush(st, topic, p, 0, values[:half]); err != nil {
+			t.Fatal(err)
+		}
+		if err := rawlog.WriteFlush(st, topic, p, int64(half), values[half:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
+
+func TestCountAppliesTheStreamingRule(t *testing.T) {
+	st, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := writeScenario(t, st)
+	var records uint64
+	got, err := recount.Count(context.Background(), rawlog.Files[rawlog.ViewRow]{Store: st, Topic: schemas.TopicViews}, day, window, grace, time.Hour, &records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || records != uint64(len(scenario)) {
+		t.Fatalf("got %v from %d records; want %v from %d", got, records, want, len(scenario))
+	}
+}
+
+func TestRunReportsDifferencesInVersions(t *testing.T) {
+	ctx := context.Background()
+	conn := infra.DB(t, ctx, "recount_run")
+	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st, err := store.NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := writeScenario(t, st)
+	// The streaming totals: a and c agree, b is one too many, d exists only in ClickHouse.
+	if err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO views_total_by_day (item_id, day, views) VALUES
+		('a', '2026-11-30', %d), ('b', '2026-11-30', %d), ('c', '2026-11-30', %d), ('d', '2026-11-30', 2), ('a', '2026-11-29', 7)`,
+		want["a"], want["b"]+1, want["c"])); err != nil {
+		t.Fatal(err)
+	}
+	deps := recount.Deps{Source: rawlog.Files[rawlog.ViewRow]{Store: st, Topic: schemas.TopicViews}, SourceName: "files", ClickHouse: conn,
+		Window: window, Grace: grace, Lookback: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now}
+	rep, err := recount.Run(ctx, day, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDiffs := fmt.Sprint([]recount.Diff{{ItemID: "b", Files: want["b"], ClickHouse: want["b"] + 1}, {ItemID: "d", Files: 0, ClickHouse: 2}})
+	if fmt.Sprint(rep.Diffs) != wantDiffs || rep.Version != 1 || rep.ItemsChecked != 4 {
+		t.Fatalf("report: got version %d, %d items, diffs %v; want version 1, 4 items, diffs %s", rep.Version, rep.ItemsChecked, rep.Diffs, wantDiffs)
+	}
+	rep2, err := recount.Run(ctx, day, deps)
+	if err != nil || rep2.Version != 2 {
+		t.Fatalf("second run: got version %d, %v; want 2", rep2.Version, err)
+	}
+	var runs, diffs uint64
+	if err := conn.QueryRow(ctx, "SELECT (SELECT count() FROM view_recount_runs), (SELECT count() FROM view_recount_diffs WHERE version = 2 AND item_id = 'b' AND diff = 1)").Scan(&runs, &diffs); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2 || diffs != 1 {
+		t.Fatalf("stored: got %d runs and %d diff rows for b in version 2; want 2 and 1", runs, diffs)
+	}
+
+	// The command: exit 4 and the summary line when items differ.
+	cmd := exec.Command(bin, "views", "--date", "2026-11-30", "--sink.dir", dir, "--clickhouse.addr", infra.ClickHouse.Addr(),
+		"--clickhouse.database", "recount_run", "--redis.addr", "127.0.0.1:1", "--data_dir", filepath.Join(t.TempDir(), "data"))
+	out, err := cmd.Output()
+	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(string(out), "view recount version 3 day 2026-11-30 from files") || !strings.Contains(string(out), "2 differences") {
+		t.Fatalf("batchjob views: got exit %d (%v), output %q; want exit 4 and version 3 with 2 differences", code, err, out)
+	}
+	// A day the files do not cover is an error, not a clean report.
+	cmd = exec.Command(bin, "views", "--date", "2026-10-01", "--sink.dir", dir, "--clickhouse.addr", infra.ClickHouse.Addr(),
+		"--clickhouse.database", "recount_run", "--redis.addr", "127.0.0.1:1", "--data_dir", filepath.Join(t.TempDir(), "data"))
+	if _, err := cmd.Output(); cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("batchjob views of an uncovered day: got exit %d (%v); want 1", cmd.ProcessState.ExitCode(), err)
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // date, or "error"
+		rest int
+	}{
+		{"date", []string{"--date", "2026-11-30"}, "2026-11-30", 0},
+		{"date with =, and a flag", []string{"--log.level=debug", "--date=2026-11-30"}, "2026-11-30", 1},
+		{"no date", []string{}, "error", 0},
+		{"bad date", []string{"--date", "30/11/2026"}, "error", 0},
+		{"date without value", []string{"--date"}, "error", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, rest, err := recount.ParseArgs(tc.args)
+			got := "error"
+			if err == nil {
+				got = d.Format(time.DateOnly)
+			}
+			if got != tc.want || len(rest) != tc.rest {
+				t.Fatalf("got %s with %d settings args (%v); want %s with %d", got, len(rest), err, tc.want, tc.rest)
+			}
+		})
+	}
+}

@@ -1,0 +1,18 @@
+// Command sink keeps every raw event of the kept topics as hourly Parquet files, the audit trail
+// and the nightly jobs' input (package sink).
+package main
+
+import (
+	"os"
+	"time"
+
+	"tally/platform/cli"
+	"tally/platform/lifecycle"
+	"tally/sink"
+)
+
+func main() {
+	os.Exit(cli.Run("sink", os.Args[1:], true, func(e cli.Env) ([]lifecycle.Part, error) {
+		return sink.Parts(e.Config, e.Runner, e.Logger, e.Registry, time.Now, true), nil
+	}))
+}
