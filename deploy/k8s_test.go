@@ -307,4 +307,3 @@ func (o objects) configFile(t *testing.T) string {
 	t.Fatal("got no ConfigMap tally-config with tally.yaml")
 	return ""
 }
-
