@@ -8,6 +8,7 @@ replace (
 )
 
 require (
+	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -15,19 +16,21 @@ require (
 	sigs.k8s.io/kustomize/kyaml v0.21.2
 	sigs.k8s.io/yaml v1.6.0
 	tally/platform v0.0.0-00010101000000-000000000000
+	tally/schemas v0.0.0-00010101000000-000000000000
 )
 
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
-	github.com/ClickHouse/clickhouse-go/v2 v2.51.0 // indirect
 	github.com/andybalholm/brotli v1.2.7 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chdb-io/chdb-go v1.11.0 // indirect
 	github.com/distribution/reference v0.6.0 // indirect
 	github.com/docker/go-connections v0.8.2 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
+	github.com/ebitengine/purego v0.10.1 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-errors/errors v1.5.1 // indirect
