@@ -274,3 +274,44 @@ func countRows(t *testing.T, ctx context.Context, conn driver.Conn, q string) in
 	}
 	return n
 }
+
+// TestMigrationShapeIsChecked: a database migrated in one shape (one server, or ON CLUSTER) is
+// refused by a process configured for the other, before any statement runs, naming both.
+func TestMigrationShapeIsChecked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tests := []struct {
+		name      string
+		prepare   string // creates schema_migrations as the other shape would have
+		target    migrate.Target
+		wantError string
+	}{
+		{"one-server database, cluster process", "", migrate.Target{Cluster: "tally"},
+			"migrated for one server (clickhouse.cluster empty); this process is configured for cluster tally"},
+		{"cluster database, one-server process",
+			"CREATE TABLE schema_migrations (version UInt32, name String, checksum String, applied_at DateTime64(3, 'UTC')) ENGINE = ReplacingMergeTree ORDER BY version COMMENT 'tally migrations on cluster tally'",
+			migrate.Target{}, "migrated for cluster tally (clickhouse.cluster); this process is configured for one server"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := fmt.Sprintf("shape_check_%d", i)
+			opts := chclient.Options{Addr: engine.Addr(), Database: db, Username: "default"}
+			conn, err := chclient.Open(ctx, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if tt.prepare == "" {
+				if _, err := migrate.Apply(ctx, conn, slogDiscard()); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := conn.Exec(ctx, tt.prepare); err != nil {
+				t.Fatal(err)
+			}
+			_, err = migrate.ApplyTo(ctx, conn, slogDiscard(), tt.target)
+			if err == nil || !strings.Contains(err.Error(), tt.wantError) {
+				t.Fatalf("got %v; want an error containing %q", err, tt.wantError)
+			}
+		})
+	}
+}
