@@ -12,17 +12,8 @@ ARG BASE_IMAGE=alpine:3.22.2
 FROM ${GO_IMAGE} AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-trimpath
-# Module files first, so a source change does not download the modules again.
-COPY go.work go.work.sum ./
-COPY schemas/go.mod schemas/go.sum schemas/
-COPY platform/go.mod platform/go.sum platform/
-COPY collector/go.mod collector/go.sum collector/
-COPY aggregator/go.mod aggregator/go.sum aggregator/
-COPY batchjob/go.mod batchjob/go.sum batchjob/
-COPY pipeline/go.mod pipeline/go.sum pipeline/
-COPY topk/go.mod topk/go.sum topk/
-COPY sink/go.mod sink/go.sum sink/
-RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
+# The whole workspace (go.work needs every module it lists); the module cache is a build cache
+# mount, so a source change does not download the modules again.
 COPY . .
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     mkdir -p /out && \
