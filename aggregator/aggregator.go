@@ -182,7 +182,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, logger *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	v, err := migrate.Apply(octx, conn, logger)
+	v, err := migrate.ApplyTo(octx, conn, logger, migrate.Target{Cluster: cfg.ClickHouse.Cluster})
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -56,7 +56,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			if err != nil {
 				return err
 			}
-			if _, err := migrate.Apply(octx, conn, logger); err != nil {
+			if _, err := migrate.ApplyTo(octx, conn, logger, migrate.Target{Cluster: cfg.ClickHouse.Cluster}); err != nil {
 				conn.Close()
 				return err
 			}
@@ -91,7 +91,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			}
 			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			if err := kafka.EnsureTopics(tctx, cl, int32(cfg.Kafka.Partitions), schemas.TopicViews, schemas.TopicLikes, schemas.TopicClicks, schemas.TopicFraudVerdicts); err != nil {
+			if err := kafka.CreateTopics(tctx, cl, cfg.Kafka.Durability(),
+				kafka.TopicSpec{Name: schemas.TopicViews, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention},
+				kafka.TopicSpec{Name: schemas.TopicLikes, Partitions: int32(cfg.Kafka.Partitions), Retention: kafka.Forever},
+				kafka.TopicSpec{Name: schemas.TopicClicks, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention},
+				kafka.TopicSpec{Name: schemas.TopicFraudVerdicts, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention}); err != nil {
 				cl.Close()
 				return err
 			}

@@ -41,7 +41,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				if conn, err = chclient.Open(octx, cfg.ClickHouse.Options()); err != nil {
 					return err
 				}
-				if _, err := migrate.Apply(octx, conn, logger); err != nil {
+				if _, err := migrate.ApplyTo(octx, conn, logger, migrate.Target{Cluster: cfg.ClickHouse.Cluster}); err != nil {
 					conn.Close()
 					return err
 				}

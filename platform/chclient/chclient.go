@@ -24,6 +24,9 @@ type Options struct {
 	Username string
 	Password string
 	TLS      tlsconf.Files
+	// Cluster, when set, is the cluster (remote_servers) the database is created on, ON
+	// CLUSTER; the connection itself still talks to Addr only.
+	Cluster string
 }
 
 // Open connects to opts.Addr, creates opts.Database if missing, and returns a connection whose
@@ -34,7 +37,11 @@ func Open(ctx context.Context, opts Options) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = boot.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+opts.Database)
+	create := "CREATE DATABASE IF NOT EXISTS " + opts.Database
+	if opts.Cluster != "" {
+		create += " ON CLUSTER " + opts.Cluster
+	}
+	err = boot.Exec(ctx, create)
 	boot.Close()
 	if err != nil {
 		return nil, fmt.Errorf("create database %s on %s: %w", opts.Database, opts.Addr, err)

@@ -53,6 +53,9 @@ type Kafka struct {
 	EmbeddedAddr   string        `mapstructure:"embedded_addr"`
 	SyncWrites     bool          `mapstructure:"sync_writes"`
 	Partitions     int           `mapstructure:"partitions"`
+	Replication    int           `mapstructure:"replication_factor"`
+	MinInsync      int           `mapstructure:"min_insync_replicas"`
+	ViewsRetention time.Duration `mapstructure:"views_retention"`
 	ProduceTimeout time.Duration `mapstructure:"produce_timeout"`
 	MaxBuffered    int           `mapstructure:"max_buffered_records"`
 	SASL           KafkaSASL     `mapstructure:"sasl"`
@@ -71,6 +74,7 @@ type ClickHouse struct {
 	Database     string `mapstructure:"database"`
 	Username     string `mapstructure:"username"`
 	Password     string `mapstructure:"password"`
+	Cluster      string `mapstructure:"cluster"`
 
 	// The embedded engine's dashboards user and its limits.
 	ReadonlyUser     string        `mapstructure:"embedded_readonly_user"`
@@ -84,7 +88,7 @@ type ClickHouse struct {
 
 // Options is what chclient.Open needs of these settings.
 func (c ClickHouse) Options() chclient.Options {
-	return chclient.Options{Addr: c.Addr, Database: c.Database, Username: c.Username, Password: c.Password, TLS: c.TLS}
+	return chclient.Options{Addr: c.Addr, Database: c.Database, Username: c.Username, Password: c.Password, TLS: c.TLS, Cluster: c.Cluster}
 }
 
 type Redis struct {
@@ -99,6 +103,11 @@ type Redis struct {
 // Options is what redisclient.New needs of these settings.
 func (r Redis) Options() redisclient.Options {
 	return redisclient.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, TLS: r.TLS}
+}
+
+// Durability is how many replicas the topics tally creates get (kafka.CreateTopics).
+func (k Kafka) Durability() kafka.Durability {
+	return kafka.Durability{ReplicationFactor: k.Replication, MinInsyncReplicas: k.MinInsync}
 }
 
 // Security is how Kafka clients authenticate and protect their link (kafka.Security.Options).
@@ -283,7 +292,10 @@ func settings() []setting {
 		{"kafka.brokers", []string{}, "Kafka seed brokers (host:port,...); empty runs the embedded broker (all-in-one only)"},
 		{"kafka.embedded_addr", "127.0.0.1:9092", "listen address of the embedded Kafka broker"},
 		{"kafka.sync_writes", false, "embedded broker fsyncs every batch (survives power loss, slower)"},
-		{"kafka.partitions", 8, "partitions per topic when tally creates its topics"},
+		{"kafka.partitions", 8, "partitions per topic when tally creates its topics (an existing topic keeps its count; likes must never change it: deploy/README.md)"},
+		{"kafka.replication_factor", 0, "replicas of each partition when tally creates its topics; 0: min(3, brokers in the cluster), so 1 on the embedded broker and 3 on a cluster"},
+		{"kafka.min_insync_replicas", 0, "min.insync.replicas of the topics tally creates (with acks=all, a write needs this many replicas); 0: replication_factor - 1, at least 1"},
+		{"kafka.views_retention", 7 * day, "how long the views topic keeps records (the sink's files keep them after); the likes topic is always kept forever"},
 		{"kafka.produce_timeout", 10 * time.Second, "how long an ingest request waits for Kafka before answering 503"},
 		{"kafka.max_buffered_records", 200000, "producer buffer bound; beyond it ingest answers 503 instead of queueing"},
 		{"kafka.sasl.mechanism", "", "SASL mechanism for kafka.brokers: empty (none), SCRAM-SHA-256 or SCRAM-SHA-512"},
@@ -296,6 +308,7 @@ func settings() []setting {
 		{"kafka.tls.server_name", "", "name Kafka's certificate must carry; empty: the host dialled"},
 
 		{"clickhouse.addr", "", "ClickHouse HTTP endpoint host:port; empty runs the embedded engine (all-in-one only)"},
+		{"clickhouse.cluster", "", "ClickHouse cluster name (remote_servers): migrations run ON CLUSTER with Replicated engines and add <table>_dist Distributed tables for reads; empty: one server (deploy/README.md)"},
 		{"clickhouse.embedded_addr", "127.0.0.1:8123", "listen address of the embedded ClickHouse HTTP interface"},
 		{"clickhouse.database", "tally", "ClickHouse database holding tally's tables"},
 		{"clickhouse.username", "default", "ClickHouse user (the embedded engine's pipeline user: full access inside the engine)"},
@@ -429,6 +442,15 @@ func (c Config) Validate() error {
 	if c.Kafka.Partitions < 1 || c.Kafka.Partitions > 1024 {
 		bad("kafka.partitions", "got %d; want 1..1024", c.Kafka.Partitions)
 	}
+	if c.Kafka.Replication < 0 || c.Kafka.Replication > 16 {
+		bad("kafka.replication_factor", "got %d; want 0 (automatic) or 1..16", c.Kafka.Replication)
+	}
+	if c.Kafka.MinInsync < 0 || c.Kafka.Replication > 0 && c.Kafka.MinInsync > c.Kafka.Replication {
+		bad("kafka.min_insync_replicas", "got %d; want 0 (automatic) or 1..kafka.replication_factor (%d)", c.Kafka.MinInsync, c.Kafka.Replication)
+	}
+	if c.Kafka.ViewsRetention < time.Hour {
+		bad("kafka.views_retention", "got %s; want at least 1h (a replay after an outage reads from it)", c.Kafka.ViewsRetention)
+	}
 	if c.Kafka.ProduceTimeout < time.Second {
 		bad("kafka.produce_timeout", "got %s; want at least 1s (the Kafka client's smallest delivery timeout)", c.Kafka.ProduceTimeout)
 	}
@@ -439,6 +461,12 @@ func (c Config) Validate() error {
 		checkHostPort(bad, "clickhouse.addr", c.ClickHouse.Addr)
 	}
 	checkHostPort(bad, "clickhouse.embedded_addr", c.ClickHouse.EmbeddedAddr)
+	if c.ClickHouse.Cluster != "" && !identifier(c.ClickHouse.Cluster) {
+		bad("clickhouse.cluster", "got %q; want letters, digits and underscores (a name in remote_servers)", c.ClickHouse.Cluster)
+	}
+	if c.ClickHouse.Cluster != "" && c.ClickHouse.Addr == "" {
+		bad("clickhouse.cluster", "got %q with no clickhouse.addr; the embedded engine is one server", c.ClickHouse.Cluster)
+	}
 	if !identifier(c.ClickHouse.Database) {
 		bad("clickhouse.database", "got %q; want letters, digits and underscores", c.ClickHouse.Database)
 	}

@@ -8,7 +8,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,12 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
-
-	"tally/platform/retry"
 )
 
 // Embedded is an in-process Kafka broker speaking the real protocol, persisted under a directory.
@@ -100,26 +96,15 @@ func ProducerOptions(maxBuffered int, deliveryTimeout time.Duration) []kgo.Opt {
 	}
 }
 
-// EnsureTopics creates each topic with the given partition count, leaving existing topics as
-// they are. It retries until ctx ends so a component can start before its broker.
+// EnsureTopics creates each topic with the given partition count and automatic durability
+// (CreateTopics with the zero Durability and the broker's retention), leaving existing topics
+// as they are. It retries until ctx ends so a component can start before its broker.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics ...string) error {
-	adm := kadm.NewClient(cl)
-	err := retry.Do(ctx, time.Second, func() error {
-		resp, err := adm.CreateTopics(ctx, partitions, 1, nil, topics...)
-		if err != nil {
-			return err
-		}
-		for _, t := range resp.Sorted() {
-			if t.Err != nil && !errors.Is(t.Err, kerr.TopicAlreadyExists) {
-				return fmt.Errorf("create topic %s: %w", t.Topic, t.Err)
-			}
-		}
-		return nil
-	}, nil)
-	if err != nil {
-		return fmt.Errorf("ensure topics %v: %w", topics, err)
+	specs := make([]TopicSpec, len(topics))
+	for i, t := range topics {
+		specs[i] = TopicSpec{Name: t, Partitions: partitions}
 	}
-	return nil
+	return CreateTopics(ctx, cl, Durability{}, specs...)
 }
 
 // Partitions returns how many partitions topic has.

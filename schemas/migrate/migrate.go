@@ -94,15 +94,25 @@ func splitStatements(sql string) []string {
 	return stmts
 }
 
-// Apply brings the connection's database up to the newest migration and returns that version.
+// Apply brings the connection's database, on one server, up to the newest migration and
+// returns that version.
 func Apply(ctx context.Context, conn driver.Conn, logger *slog.Logger) (uint32, error) {
-	ms, err := Load()
+	return ApplyTo(ctx, conn, logger, Target{})
+}
+
+// ApplyTo is Apply for target t (one server or a cluster). A database migrated in the other
+// shape is refused: its tables are not what t's statements expect.
+func ApplyTo(ctx context.Context, conn driver.Conn, logger *slog.Logger, t Target) (uint32, error) {
+	ms, err := t.migrations()
 	if err != nil {
 		return 0, err
 	}
-	if err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations
-		(version UInt32, name String, checksum String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3))
-		ENGINE = ReplacingMergeTree ORDER BY version`); err != nil {
+	if was, ok, err := recordedTarget(ctx, conn); err != nil {
+		return 0, err
+	} else if ok && was != t {
+		return 0, fmt.Errorf("the database was migrated for %s; this process is configured for %s", was.describe(), t.describe())
+	}
+	if err := conn.Exec(ctx, t.migrationsTable()); err != nil {
 		return 0, fmt.Errorf("create schema_migrations: %w", err)
 	}
 	applied := map[uint32]string{}
@@ -142,7 +152,7 @@ func Apply(ctx context.Context, conn driver.Conn, logger *slog.Logger) (uint32, 
 		}
 		logger.Info("migration applied", "version", m.Version, "name", m.Name)
 	}
-	if _, err := Repair(ctx, conn, logger); err != nil {
+	if _, err := repair(ctx, conn, logger, ms); err != nil {
 		return 0, err
 	}
 	return version, nil
@@ -203,12 +213,21 @@ func objects(ms []Migration) []schemaObject {
 // Repair re-creates every table or view of the migrations that is missing from the connection's
 // database, in migration order (a table before the views reading it), and returns their names.
 // The migrations' CREATE statements are idempotent, so running them again touches nothing that
-// exists. A re-created table starts empty: what it held is gone with the drop.
+// exists. A re-created table starts empty: what it held is gone with the drop. On a database
+// migrated ON CLUSTER (schema_migrations says so), the cluster's statements are used.
 func Repair(ctx context.Context, conn driver.Conn, logger *slog.Logger) ([]string, error) {
-	ms, err := Load()
+	t, _, err := recordedTarget(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
+	ms, err := t.migrations()
+	if err != nil {
+		return nil, err
+	}
+	return repair(ctx, conn, logger, ms)
+}
+
+func repair(ctx context.Context, conn driver.Conn, logger *slog.Logger, ms []Migration) ([]string, error) {
 	existing := map[string]bool{}
 	rows, err := conn.Query(ctx, "SELECT name FROM system.tables WHERE database = currentDatabase()")
 	if err != nil {

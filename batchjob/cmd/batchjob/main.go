@@ -190,7 +190,7 @@ func open(job string, rest []string) (*env, int) {
 	octx, cancel := context.WithTimeout(e.ctx, time.Minute)
 	e.conn, err = chclient.Open(octx, cfg.ClickHouse.Options())
 	if err == nil {
-		if _, err = migrate.Apply(octx, e.conn, e.logger); err != nil {
+		if _, err = migrate.ApplyTo(octx, e.conn, e.logger, migrate.Target{Cluster: e.cfg.ClickHouse.Cluster}); err != nil {
 			e.conn.Close()
 		}
 	}

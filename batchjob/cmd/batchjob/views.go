@@ -53,7 +53,7 @@ func runViews(args []string) int {
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	conn, err := chclient.Open(octx, cfg.ClickHouse.Options())
 	if err == nil {
-		_, err = migrate.Apply(octx, conn, logger)
+		_, err = migrate.ApplyTo(octx, conn, logger, migrate.Target{Cluster: cfg.ClickHouse.Cluster})
 	}
 	cancel()
 	if err != nil {

@@ -1,0 +1,133 @@
+package kafka
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestDurabilityResolve(t *testing.T) {
+	tests := []struct {
+		name             string
+		d                Durability
+		brokers          int
+		wantRF, wantISR  int
+		wantErrSubstring string
+	}{
+		{"auto, one embedded broker", Durability{}, 1, 1, 1, ""},
+		{"auto, three brokers", Durability{}, 3, 3, 2, ""},
+		{"auto, five brokers stays at 3", Durability{}, 5, 3, 2, ""},
+		{"auto, two brokers", Durability{}, 2, 2, 1, ""},
+		{"explicit", Durability{ReplicationFactor: 5, MinInsyncReplicas: 3}, 6, 5, 3, ""},
+		{"explicit factor, auto isr", Durability{ReplicationFactor: 4}, 4, 4, 3, ""},
+		{"factor above brokers", Durability{ReplicationFactor: 3}, 1, 0, 0, "above the 1 brokers"},
+		{"isr above factor", Durability{ReplicationFactor: 2, MinInsyncReplicas: 3}, 3, 0, 0, "min.insync.replicas 3 is above"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rf, isr, err := tt.d.resolve(tt.brokers)
+			if tt.wantErrSubstring != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErrSubstring) {
+					t.Fatalf("got %v; want an error containing %q", err, tt.wantErrSubstring)
+				}
+				return
+			}
+			if err != nil || rf != tt.wantRF || isr != tt.wantISR {
+				t.Fatalf("got rf %d isr %d err %v; want rf %d isr %d", rf, isr, err, tt.wantRF, tt.wantISR)
+			}
+		})
+	}
+}
+
+// TestCreateTopicsOnACluster creates tally's topics on a three-broker cluster speaking the
+// real protocol and reads back what the brokers hold: replication 3, min.insync.replicas 2,
+// the likes topic kept forever and never compacted, even when it existed with a short
+// retention before.
+func TestCreateTopicsOnACluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := kgo.NewClient(ClientOptions(c.ListenAddrs(), "test", logger, nil)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	// An old likes topic made with the broker's default retention and compaction.
+	if _, err := adm.CreateTopic(ctx, 4, 3, map[string]*string{"retention.ms": kadm.StringPtr("60000"), "cleanup.policy": kadm.StringPtr("compact")}, "likes"); err != nil {
+		t.Fatal(err)
+	}
+	specs := []TopicSpec{{Name: "views", Partitions: 6, Retention: 7 * 24 * time.Hour}, {Name: "likes", Partitions: 6, Retention: Forever}}
+	if err := CreateTopics(ctx, cl, Durability{}, specs...); err != nil {
+		t.Fatal(err)
+	}
+	details, err := adm.ListTopics(ctx, "views", "likes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, wantParts := range map[string]int{"views": 6, "likes": 4} {
+		d := details[topic]
+		if len(d.Partitions) != wantParts {
+			t.Errorf("%s: got %d partitions; want %d (an existing topic keeps its count)", topic, len(d.Partitions), wantParts)
+		}
+		for _, p := range d.Partitions {
+			if len(p.Replicas) != 3 {
+				t.Errorf("%s/%d: got %d replicas; want 3", topic, p.Partition, len(p.Replicas))
+			}
+		}
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, "views", "likes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{
+		"views": {"retention.ms": "604800000", "min.insync.replicas": "2"},
+		"likes": {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"},
+	}
+	for _, rc := range rcs {
+		got := map[string]string{}
+		for _, c := range rc.Configs {
+			if c.Value != nil {
+				got[c.Key] = *c.Value
+			}
+		}
+		for k, v := range want[rc.Name] {
+			if got[k] != v {
+				t.Errorf("%s %s: got %q; want %q", rc.Name, k, got[k], v)
+			}
+		}
+	}
+}
+
+// TestCreateTopicsRefusesAFactorAboveTheCluster: a replication factor of 3 on one embedded
+// broker is a configuration error, reported as such rather than creating a weaker topic.
+func TestCreateTopicsRefusesAFactorAboveTheCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(ClientOptions(c.ListenAddrs(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	err = CreateTopics(ctx, cl, Durability{ReplicationFactor: 3}, TopicSpec{Name: "views", Partitions: 1})
+	if err == nil || !strings.Contains(err.Error(), "replication factor 3 is above the 1 brokers") {
+		t.Fatalf("got %v; want the replication factor named", err)
+	}
+}
