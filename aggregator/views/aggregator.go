@@ -215,7 +215,7 @@ func (a *Aggregator) reconcile(ctx context.Context, p *partition, after int64) e
 		ttl = 7 * 24 * time.Hour
 	}
 	horizon := a.now().Add(-ttl + time.Hour)
-	if _, err := a.store.repairRollups(ctx, p.id, items, p.fence.invalidSQL(p.fence.epochs()), horizon); err != nil {
+	if _, err := a.store.repairRollups(ctx, p.id, p.epoch, items, p.fence.invalidSQL(p.fence.epochs()), horizon); err != nil {
 		return err
 	}
 	a.m.repairs.Inc()
@@ -417,8 +417,17 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		}
 	}
 	if withSketches && only == nil {
-		// Zombies' late batches are looked for at the sketch interval (cheap: batch_items).
+		// Zombies' late batches are looked for at the sketch interval (cheap: batch_items), in
+		// the partitions no newer owner has claimed: this aggregator may itself be the zombie,
+		// and then the partitions it holds with nothing pending are dropped here.
+		held := make([]*partition, 0, len(a.parts))
 		for _, p := range a.parts {
+			held = append(held, p)
+		}
+		if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &held) }); err != nil {
+			return nil, err
+		}
+		for _, p := range held {
 			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.start) }); err != nil {
 				return nil, err
 			}

@@ -136,6 +136,17 @@ func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
 	}
 }
 
+// processViews gives a the records from to from+n-1 of part: views of item by viewers "v<offset>" at ts.
+func processViews(a *Aggregator, part int32, item string, from, n int, ts time.Time) {
+	offs := make([]int64, n)
+	vals := make([][]byte, n)
+	for j := range n {
+		offs[j] = int64(from + j)
+		vals[j] = view(item, fmt.Sprintf("v%d", from+j), ts.UnixMilli())
+	}
+	a.Process(part, offs, vals)
+}
+
 // An aggregator that lost its partition (stalled past the session timeout) must not add its
 // batch to what the new owner writes. The fence check before the write drops it; a write that
 // slipped between that check and its INSERT is found by the owner and undone.
@@ -158,15 +169,7 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			part := int32(10 + i)
 			item := fmt.Sprintf("zombie-%d", i)
-			process := func(a *Aggregator, from, n int) {
-				offs := make([]int64, n)
-				vals := make([][]byte, n)
-				for j := range n {
-					offs[j] = int64(from + j)
-					vals[j] = view(item, fmt.Sprintf("v%d", from+j), clock.UnixMilli())
-				}
-				a.Process(part, offs, vals)
-			}
+			process := func(a *Aggregator, from, n int) { processViews(a, part, item, from, n, clock) }
 			zombie := New(Config{Owner: "zombie", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
 			if _, err := zombie.Assign(ctx, []int32{part}); err != nil {
@@ -204,8 +207,11 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if got := rollupTotals(t, ctx, conn, item)["views_total"]; got != 160 {
-					t.Fatalf("got %d views after the zombie's write; want 160 (the test must double count first)", got)
+				// Its deltas land (the test must double count first); its rollup rows arrive after
+				// the owner's claim and are dropped.
+				got := rollupTotals(t, ctx, conn, item)
+				if got["view_deltas"] != 160 || got["views_total"] != 100 {
+					t.Fatalf("got %d views in the deltas and %d in views_total after the zombie's write; want 160 and 100", got["view_deltas"], got["views_total"])
 				}
 				clock = clock.Add(cfg.SketchInterval) // the owner looks for zombies' batches
 				if _, err := owner.Flush(ctx); err != nil {
@@ -231,6 +237,111 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 			resume, err = next.Assign(ctx, []int32{part})
 			if err != nil || resume[part] != 100 {
 				t.Fatalf("got resume %v, %v; want partition %d at 100", resume, err, part)
+			}
+			checkRollups(t, ctx, conn, item, 100)
+		})
+	}
+}
+
+// An owner that lost its partition without knowing it yet (stalled past the session timeout)
+// may still send rollup statements. A statement of the displaced owner that reaches ClickHouse
+// after the new owner's claim must change no rollup: the new owner has already repaired the
+// buckets from the deltas, so whatever the displaced owner adds is counted twice.
+func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_displaced_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	tests := []struct {
+		name string
+		// late runs the displaced owner's statement; between runs the new owner's statements
+		// that precede it (the new owner's batch is 40-100 and its rollups are written after).
+		late func(t *testing.T, old, owner *Aggregator, part int32)
+	}{
+		{"rollup write of a batch the new owner already repaired", func(t *testing.T, old, owner *Aggregator, part int32) {
+			// The old owner's deltas of 40-100 landed before the new owner read the checkpoint,
+			// so the new owner resumed at 100 and repaired their rollups; the old owner's
+			// rollup INSERT lands now.
+			if err := old.store.writeRollups(ctx, []*partition{old.parts[part]}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"repair between the new owner's deltas and its rollups", func(t *testing.T, old, owner *Aggregator, part int32) {
+			// The old owner still rechecks a batch it undid (a zombie's) at every sketch
+			// interval; its repair compares the rollups with deltas that already hold the new
+			// owner's batch, whose rollups are not written yet.
+			op := owner.parts[part]
+			parts := []*partition{op}
+			for _, write := range []func() error{
+				func() error { return owner.store.writeDedupe(ctx, parts) },
+				func() error { return owner.store.writeBatchItems(ctx, parts, clock) },
+				func() error { return owner.store.writeDeltas(ctx, parts, clock) },
+			} {
+				if err := write(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clock = clock.Add(cfg.SketchInterval)
+			if _, err := old.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := owner.store.writeRollups(ctx, parts); err != nil {
+				t.Fatal(err)
+			}
+			op.markFlushed(op.next, clock)
+			op.rolled = op.flushed
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part := int32(20 + i)
+			item := fmt.Sprintf("displaced-%d", i)
+			process := func(a *Aggregator, from, n int) { processViews(a, part, item, from, n, clock) }
+			withOwner := func(owner string) Config { c := cfg; c.Owner = owner; return c }
+			// A zombie's batch that the old owner undoes, and so rechecks for a while.
+			if err := conn.Exec(ctx, `INSERT INTO batch_items (partition, end_offset, epoch, item_id, written_at) VALUES (?, 5, 0, ?, ?)`,
+				uint16(part), item, clock); err != nil {
+				t.Fatal(err)
+			}
+			old := New(withOwner("old"), conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := old.Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			process(old, 0, 40)
+			clock = clock.Add(cfg.SketchInterval)
+			if _, err := old.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				// The old owner's deltas of 40-100 land; it checked the claims just before and
+				// will write the rollups next.
+				process(old, 40, 60)
+				parts := []*partition{old.parts[part]}
+				if err := old.store.writeBatchItems(ctx, parts, clock); err != nil {
+					t.Fatal(err)
+				}
+				if err := old.store.writeDeltas(ctx, parts, clock); err != nil {
+					t.Fatal(err)
+				}
+			}
+			owner := New(withOwner("owner"), conn, now, infra.Logger, prometheus.NewRegistry())
+			resume, err := owner.Assign(ctx, []int32{part})
+			// At the sketch checkpoint, 40: in the first case 40-100 go into the sketches only.
+			if err != nil || resume[part] != 40 {
+				t.Fatalf("got resume %v, %v; want partition %d at 40", resume, err, part)
+			}
+			process(owner, 40, 60)
+			tt.late(t, old, owner, part)
+			// Right away: the new owner may hand the partition on before it looks again (a
+			// revocation writes its batch and repairs nothing), so nothing heals a wrong bucket
+			// for certain.
+			checkRollups(t, ctx, conn, item, 100)
+			clock = clock.Add(cfg.SketchInterval)
+			if _, err := owner.Flush(ctx); err != nil {
+				t.Fatal(err)
 			}
 			checkRollups(t, ctx, conn, item, 100)
 		})
