@@ -50,6 +50,10 @@ type Aggregator struct {
 
 	mu         sync.Mutex
 	parts      map[int32]*partition
+	// fenced holds the partitions this aggregator dropped because a newer owner claimed them,
+	// until the group says what became of them (assigned again, revoked or lost); reclaim, those
+	// of them whose records the group still delivers here (see Reclaims).
+	fenced, reclaim map[int32]bool
 	lastFlush  time.Time
 	lastSketch time.Time
 
@@ -69,7 +73,8 @@ type metrics struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
+	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
+		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, lastFlush: now(), lastSketch: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window)."}),
@@ -130,6 +135,8 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 	resume := map[int32]int64{}
 	var assigned []*partition
 	for _, id := range ids {
+		delete(a.fenced, id)
+		delete(a.reclaim, id)
 		t0 := time.Now()
 		f, err := a.store.loadFence(ctx, id)
 		if err != nil {
@@ -252,6 +259,9 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 	defer a.mu.Unlock()
 	p := a.parts[id]
 	if p == nil {
+		if a.fenced[id] {
+			a.reclaim[id] = true
+		}
 		return
 	}
 	now := a.now()
@@ -268,6 +278,23 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 	a.m.records.Add(float64(n))
 	a.m.counted.Add(float64(len(p.counted) - counted0))
 	a.m.poison.Add(float64(p.poison - poison0))
+}
+
+// Reclaims returns, and forgets, the partitions this aggregator dropped because a newer owner
+// claimed them but whose records the group still delivers here. The group can give them back
+// without telling (a static member that rejoins keeps its assignment, with no revocation or
+// loss): the caller claims them again with Assign and seeks to the offsets it returns, or they
+// would never be counted again.
+func (a *Aggregator) Reclaims() []int32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := make([]int32, 0, len(a.reclaim))
+	for id := range a.reclaim {
+		ids = append(ids, id)
+	}
+	clear(a.reclaim)
+	slices.Sort(ids)
+	return ids
 }
 
 // FlushDue reports whether the interval has passed or a partition's batch is full.
@@ -315,6 +342,8 @@ func (a *Aggregator) Revoke(ctx context.Context, ids []int32) (map[int32]int64, 
 	done, err := a.flushLocked(ctx, only, true)
 	for _, id := range ids {
 		delete(a.parts, id)
+		delete(a.fenced, id)
+		delete(a.reclaim, id)
 	}
 	a.logger.Info("partitions revoked", "partitions", ids)
 	return done, err
@@ -326,6 +355,8 @@ func (a *Aggregator) Lost(ids []int32) {
 	defer a.mu.Unlock()
 	for _, id := range ids {
 		delete(a.parts, id)
+		delete(a.fenced, id)
+		delete(a.reclaim, id)
 	}
 	a.logger.Warn("partitions lost; pending batches dropped, the new owner replays them", "partitions", ids)
 }
@@ -462,9 +493,12 @@ func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error 
 	kept := (*parts)[:0]
 	for _, p := range *parts {
 		if e := epochs[p.id]; e > p.epoch {
-			a.m.fenced.Inc()
-			a.logger.Warn("partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
-			delete(a.parts, p.id)
+			if a.parts[p.id] == p { // not already dropped by an earlier check of this flush
+				a.m.fenced.Inc()
+				a.logger.Warn("partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
+				delete(a.parts, p.id)
+				a.fenced[p.id] = true
+			}
 			continue
 		}
 		kept = append(kept, p)
@@ -476,6 +510,11 @@ func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error 
 // writeSketches stores the dirty sketches of parts, then their sketch checkpoints. The order
 // matters: a checkpoint only ever vouches for sketches already stored.
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
+	// A displaced owner's sketches are dropped by ClickHouse (migration 006); checking first
+	// also keeps their estimates out of Redis in all but a stall between check and write.
+	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts) }); err != nil {
+		return err
+	}
 	if len(parts) == 0 {
 		return nil
 	}

@@ -231,7 +231,12 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 				}
 			}
 			checkRollups(t, ctx, conn, item, 100)
-			// The owner's successor resumes from the owner's checkpoint, not the zombie's.
+			// The owner's successor resumes from the owner's checkpoints (deltas and sketches,
+			// once the owner wrote its sketches), not the zombie's.
+			clock = clock.Add(cfg.SketchInterval)
+			if _, err := owner.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
 			next := New(Config{Owner: "next", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
 			resume, err = next.Assign(ctx, []int32{part})
@@ -344,6 +349,136 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkRollups(t, ctx, conn, item, 100)
+		})
+	}
+}
+
+// A displaced owner's sketches are stale (they lack what the new owner counted since) but
+// stamped later, so they would win every read of unique_viewers, and its sketch checkpoint
+// would tell the next owner that they hold records they do not: once that owner loads them and
+// resumes there, those viewers are gone for good. Whether the displaced owner writes in a flush
+// after it woke or its write slipped past its check of the claims, nothing of it may count.
+func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_displaced_sketch_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	tests := []struct {
+		name  string
+		write func(t *testing.T, old *Aggregator, part int32) // the displaced owner's sketch write
+	}{
+		{"flush after it woke", func(t *testing.T, old *Aggregator, part int32) {
+			if _, err := old.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"write that slipped past its check", func(t *testing.T, old *Aggregator, part int32) {
+			parts := []*partition{old.parts[part]}
+			if err := old.store.writeSketches(ctx, parts, clock); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.store.writeSketchCheckpoints(ctx, parts, clock); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part := int32(30 + i)
+			item := fmt.Sprintf("sketch-%d", i)
+			withOwner := func(owner string) Config { c := cfg; c.Owner = owner; return c }
+			assign := func(owner string) (*Aggregator, int64) {
+				a := New(withOwner(owner), conn, now, infra.Logger, prometheus.NewRegistry())
+				resume, err := a.Assign(ctx, []int32{part})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return a, resume[part]
+			}
+			flush := func(a *Aggregator) {
+				clock = clock.Add(cfg.SketchInterval)
+				if _, err := a.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old, _ := assign("old")
+			processViews(old, part, item, 0, 100, clock)
+			flush(old)                                   // sketches hold v0-v99
+			processViews(old, part, item, 100, 50, clock) // pending when it stalls
+			owner, at := assign("owner")
+			if at != 100 {
+				t.Fatalf("got the owner resuming at %d; want 100", at)
+			}
+			processViews(owner, part, item, 100, 200, clock)
+			flush(owner) // sketches hold v0-v299
+			clock = clock.Add(cfg.SketchInterval)
+			tt.write(t, old, part) // v0-v149, stamped after the owner's
+			// The owner crashes before it writes the item's sketch again; the next owner loads
+			// the stored sketch and resumes at the sketch checkpoint.
+			next, at := assign("next")
+			if at != 300 {
+				t.Fatalf("got the next owner resuming at %d; want 300", at)
+			}
+			processViews(next, part, item, 300, 100, clock)
+			flush(next)
+			var got uint64
+			if err := conn.QueryRow(ctx, "SELECT argMax(viewers, updated_at) FROM unique_viewers WHERE item_id = ? AND day = toDate(0)", item).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got < 396 || got > 404 { // 400 viewers; HyperLogLog counts this few exactly or nearly
+				t.Errorf("got %d unique viewers of %s; want 400", got, item)
+			}
+		})
+	}
+}
+
+// A partition dropped for a newer owner's claim whose records the group still delivers (a
+// static member that rejoined keeps its assignment, with no revocation or loss) is handed back
+// for claiming again instead of being ignored for good; one the group revoked or lost is not.
+func TestFencedPartitionStillAssignedIsReclaimed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_reclaim_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	tests := []struct {
+		name   string
+		told   func(a *Aggregator, part int32) // what the group tells after the drop
+		wantIn bool
+	}{
+		{"still delivered", func(*Aggregator, int32) {}, true},
+		{"lost", func(a *Aggregator, part int32) { a.Lost([]int32{part}) }, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part := int32(40 + i)
+			item := fmt.Sprintf("reclaim-%d", i)
+			old := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := old.Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry()).Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			processViews(old, part, item, 0, 10, clock)
+			clock = clock.Add(cfg.FlushInterval)
+			if _, err := old.Flush(ctx); err != nil { // dropped: a newer owner claimed it
+				t.Fatal(err)
+			}
+			tt.told(old, part)
+			processViews(old, part, item, 10, 10, clock)
+			got := old.Reclaims()
+			if want := []int32{part}; tt.wantIn != (len(got) == 1 && got[0] == part) {
+				t.Fatalf("got reclaims %v; want %v: %v", got, want, tt.wantIn)
+			}
+			if got := old.Reclaims(); len(got) != 0 {
+				t.Errorf("got reclaims %v after taking them; want none", got)
+			}
 		})
 	}
 }
