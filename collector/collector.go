@@ -1,5 +1,5 @@
 // Package collector wires the collector component: a Kafka producer, the ClickHouse client of
-// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, /healthz, /readyz, /metrics),
+// the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, the live page at /, /healthz, /readyz, /metrics),
 // behind access control when auth is on (access.go; /metrics then moves to an admin server). Parts
 // start the clients before the listener and stop in reverse: the listener stops taking requests
 // and drains them, then the producer flushes what is buffered and the clients close.
@@ -21,7 +21,9 @@ import (
 	"tally/collector/api"
 	"tally/collector/ingest"
 	"tally/collector/likes"
+	"tally/collector/openapi"
 	"tally/collector/read"
+	"tally/collector/web"
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/kafka"
@@ -41,6 +43,8 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	var rdb *redis.Client
 	mux := http.NewServeMux()
 	routes := api.NewRouter(mux, reg)
+	web.Register(mux)
+	openapi.Register(mux)
 	stores := lifecycle.Part{
 		Name: "collector clickhouse, redis and reads",
 		Start: func(ctx context.Context) error {

@@ -4,6 +4,7 @@ go 1.26.8
 
 replace (
 	tally/aggregator => ../aggregator
+	tally/client => ../client
 	tally/collector => ../collector
 	tally/platform => ../platform
 	tally/schemas => ../schemas
@@ -11,6 +12,7 @@ replace (
 
 require (
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -19,6 +21,7 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	golang.org/x/sys v0.49.0
 	tally/aggregator v0.0.0-00010101000000-000000000000
+	tally/client v0.0.0-00010101000000-000000000000
 	tally/collector v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
@@ -32,11 +35,13 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chdb-io/chdb-go v1.11.0 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/dgryski/go-metro v0.0.0-20250106013310-edb8663e5e33 // indirect
 	github.com/ebitengine/purego v0.10.1 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.8.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -64,6 +69,7 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect

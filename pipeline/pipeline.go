@@ -49,6 +49,7 @@ func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 			}
 			fmt.Fprintf(out, `
 tally is running (data in %s).
+  Live page:   %s/
   API:         %s   (POST /v1/views, POST /v1/events, GET /v1/counts?ids=, PUT /v1/items/{id}/likes/{user}; docs/API.md)
   Metrics:     %s/metrics   health: %s/healthz, %s/readyz
   ClickHouse:  http://%s/   e.g. curl -u %s: 'http://%s/?query=SELECT+item_id,sum(views)+FROM+%s.views_by_second+GROUP+BY+item_id+ORDER+BY+2+DESC+LIMIT+5'
@@ -56,7 +57,7 @@ tally is running (data in %s).
   Demo:        %s
 Stop with Ctrl-C.
 
-`, cfg.DataDir, api, admin, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.ReadonlyUser, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
+`, cfg.DataDir, api, api, admin, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.ReadonlyUser, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
 				cfg.Kafka.Brokers, cfg.Redis.Addr, demoLine(cfg.Demo.Enabled, cfg.Demo.Rate))
 			return nil
 		},

@@ -62,6 +62,8 @@ func TestAllInOne(t *testing.T) {
 	})
 	t.Run("counts API", func(t *testing.T) { checkCounts(t, api) })
 	t.Run("bad inputs", func(t *testing.T) { checkBadInputs(t, api) })
+	t.Run("go client", func(t *testing.T) { checkClient(t, api) })
+	t.Run("live page in a browser", func(t *testing.T) { checkLivePage(t, api) })
 	t.Run("migrations re-applied change nothing", func(t *testing.T) { checkMigrationsIdempotent(t, ctx, conn) })
 	t.Run("demo workload rows", func(t *testing.T) {
 		var n uint64

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # setup.sh installs what the project needs on a fresh Debian machine, idempotently:
-# redis-server (apt), the chDB engine library (npm registry, cached outside the repo,
+# redis-server and chromium (apt; chromium for the live page's browser test), the chDB engine library (npm registry, cached outside the repo,
 # checksum verified) and Go modules. A second run does no network work.
 # It prints the environment to use as `export` lines on stdout; progress goes to stderr.
 set -euo pipefail
@@ -17,7 +17,7 @@ log() { echo "setup: $*" >&2; }
 
 ensure_apt() {
   local missing=()
-  for bin_pkg in "redis-server:redis-server" "redis-cli:redis-tools"; do
+  for bin_pkg in "redis-server:redis-server" "redis-cli:redis-tools" "chromium:chromium"; do
     command -v "${bin_pkg%%:*}" >/dev/null 2>&1 || missing+=("${bin_pkg#*:}")
   done
   [ ${#missing[@]} -eq 0 ] && return 0

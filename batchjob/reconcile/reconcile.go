@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/likes"
+	"tally/platform/progress"
 )
 
 // Deps is what a run reads and writes.
@@ -37,8 +38,10 @@ type Deps struct {
 	Store      *likes.Store  // the like serving state
 	Redis      *redis.Client // for the run lock
 	LockTTL    time.Duration
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Progress counts the log records read (nil: not counted).
+	Progress *progress.Meter
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // Report is what one run found and did.
@@ -144,6 +147,9 @@ type logState struct {
 func readLog(ctx context.Context, d Deps, job Job) (*logState, error) {
 	st := &logState{last: map[string]map[string]record{}, partition: map[string]int32{}, onDate: map[string]bool{}}
 	snap, stats, err := likes.Replay(ctx, d.Brokers, d.Topic, d.Logger, func(recs []likes.Record) error {
+		if d.Progress != nil {
+			d.Progress.Add(int64(len(recs)))
+		}
 		for _, r := range recs {
 			users := st.last[r.Like.ItemID]
 			if users == nil {

@@ -140,6 +140,10 @@ func CollectorRoutes() []Route {
 	return []Route{
 		{Pattern: "GET /healthz", Scope: Public},
 		{Pattern: "GET /readyz", Scope: Public},
+		// The live page is static; the API calls it makes carry the key the user enters.
+		{Pattern: "GET /{$}", Scope: Public},
+		{Pattern: "GET /ui/{file}", Scope: Public},
+		{Pattern: "GET /openapi.json", Scope: Public},
 		{Pattern: "POST /v1/views", Scope: ScopeIngest},
 		{Pattern: "POST /v1/events", Scope: ScopeIngest},
 		{Pattern: "GET /v1/items/{item_id}/counts", Scope: ScopeRead},

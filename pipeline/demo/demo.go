@@ -1,16 +1,16 @@
 // Package demo is the all-in-one's built-in workload: a producer that posts views to the
-// collector's public HTTP API at a steady rate, as a real client would, so a fresh start shows
-// data flowing end to end. It owns one goroutine between Start and Stop.
+// collector's public HTTP API at a steady rate through the Go client (tally/client), as a real
+// producer would, so a fresh start shows data flowing end to end. It owns one goroutine between Start and Stop.
 package demo
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"time"
+
+	"tally/client"
 )
 
 // Workload posts Rate views per second over Items items (item-0 gets about half, like a viral
@@ -42,11 +42,17 @@ func (w *Workload) Stop() {
 func (w *Workload) run(ctx context.Context) {
 	defer close(w.done)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	client := &http.Client{Timeout: 10 * time.Second}
+	// One attempt per tick: a refused batch is dropped and logged, the next tick brings new
+	// views, so a slow collector never makes the demo queue.
+	c, err := client.New(client.Options{BaseURL: w.URL, MaxAttempts: 1, HTTPClient: client.DefaultHTTPClient(10*time.Second, 2)})
+	if err != nil {
+		w.Logger.Error("demo: client", "err", err)
+		return
+	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	perTick := max(1, w.Rate/10)
-	var buf bytes.Buffer
+	events := make([]client.Event, perTick)
 	sent := 0
 	for {
 		select {
@@ -54,29 +60,17 @@ func (w *Workload) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		buf.Reset()
-		for range perTick {
+		for i := range events {
 			item := 0
 			if rng.IntN(2) == 1 {
 				item = rng.IntN(w.Items)
 			}
-			fmt.Fprintf(&buf, `{"type":"view","item_id":"item-%d","viewer_id":"viewer-%d"}`+"\n", item, rng.IntN(5000))
+			events[i] = client.View{ItemID: fmt.Sprintf("item-%d", item), ViewerID: fmt.Sprintf("viewer-%d", rng.IntN(5000))}
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL+"/v1/events", &buf)
-		if err != nil {
-			w.Logger.Error("demo: build request", "err", err)
-			return
-		}
-		resp, err := client.Do(req)
-		if err != nil {
+		if _, err := c.SendEvents(ctx, events); err != nil {
 			if ctx.Err() == nil {
 				w.Logger.Warn("demo: post events", "err", err)
 			}
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			w.Logger.Warn("demo: post events", "status", resp.Status)
 			continue
 		}
 		if sent += perTick; sent%(perTick*600) == 0 {

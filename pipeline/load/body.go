@@ -3,7 +3,6 @@ package load
 import (
 	"bytes"
 	"math/rand/v2"
-	"strconv"
 )
 
 // Widths of the digit fields patched into a pre-built NDJSON body: every line has the same
@@ -76,29 +75,4 @@ func (b *viewBatch) fill(rng *rand.Rand, hot float64, items, viewers int) {
 		putDigits(line[b.itemOff:b.itemOff+itemDigits], uint64(item))
 		putDigits(line[b.viewerOff:b.viewerOff+viewerDigits], uint64(rng.IntN(viewers)))
 	}
-}
-
-// jsonInt finds the integer value of the first "key": in a JSON body, without decoding the
-// rest; ok is false when the key is absent or its value is not an integer. The responses it
-// reads are small and flat, and decoding every one with encoding/json would spend the CPU the
-// server under test needs on this machine.
-func jsonInt(body []byte, key string) (v int64, ok bool) {
-	pat := make([]byte, 0, len(key)+3)
-	pat = append(pat, '"')
-	pat = append(pat, key...)
-	pat = append(pat, '"', ':')
-	i := bytes.Index(body, pat)
-	if i < 0 {
-		return 0, false
-	}
-	rest := bytes.TrimLeft(body[i+len(pat):], " ")
-	end := 0
-	for end < len(rest) && (rest[end] == '-' && end == 0 || rest[end] >= '0' && rest[end] <= '9') {
-		end++
-	}
-	n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return n, true
 }

@@ -70,30 +70,6 @@ func TestItemIDAndDigits(t *testing.T) {
 	}
 }
 
-func TestJSONInt(t *testing.T) {
-	tests := []struct {
-		name, body, key string
-		want            int64
-		wantOK          bool
-	}{
-		{"likes", `{"item_id":"a","user_id":"u","liked":true,"likes":1031}`, "likes", 1031, true},
-		{"negative", `{"likes":-3}`, "likes", -3, true},
-		{"spaces", `{"accepted": 1000, "rejected":[]}`, "accepted", 1000, true},
-		{"absent", `{"error":"x"}`, "likes", 0, false},
-		{"not a number", `{"likes":"many"}`, "likes", 0, false},
-		{"key is not a prefix match", `{"liked":true,"likes":2}`, "like", 0, false},
-		{"first occurrence", `{"views":1,"unique_viewers":1,"views_x":5}`, "views", 1, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := jsonInt([]byte(tt.body), tt.key)
-			if got != tt.want || ok != tt.wantOK {
-				t.Errorf("got %d %v; want %d %v", got, ok, tt.want, tt.wantOK)
-			}
-		})
-	}
-}
-
 func TestPickIDs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	tests := []struct {

@@ -23,6 +23,8 @@ type Config struct {
 	Timeout   time.Duration
 	JSON      string // "" no JSON; "-" JSON on stdout (text goes to stderr); else a file
 	Progress  time.Duration
+	// ProgressForced prints progress lines even when stderr is not a terminal.
+	ProgressForced bool
 
 	// views
 	Rate        int
@@ -115,7 +117,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.DurationVar(&c.Timeout, "timeout", 15*time.Second, "per-request timeout")
 	fs.StringVar(&c.JSON, "json", "", "also write the report as JSON: --json for stdout (the text then goes to stderr), --json=FILE for a file")
 	fs.Lookup("json").NoOptDefVal = "-"
-	fs.DurationVar(&c.Progress, "progress", 5*time.Second, "interval of progress lines on stderr (0: none)")
+	fs.DurationVar(&c.Progress, "progress", 2*time.Second, "interval of progress lines on stderr, printed only when stderr is a terminal unless this flag is given (0: none)")
 
 	fs.IntVar(&c.Rate, "rate", 100000, "views: target view events per second")
 	fs.IntVar(&c.Batch, "batch", 1000, "views: NDJSON lines per POST /v1/events")
@@ -154,6 +156,7 @@ Exit status: 0 the run completed without errors, 1 it could not run or saw error
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	c.ProgressForced = fs.Changed("progress")
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}

@@ -1,13 +1,13 @@
 package load
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"sync/atomic"
+
+	"tally/client"
 )
 
 // Kinds of the likes change stream.
@@ -26,42 +26,53 @@ type likesStreams struct {
 
 func userID(prefix string, i int) string { return prefix + "-u" + strconv.Itoa(i) }
 
-func newLikesStreams(c Config, cl *http.Client, prefix string, rng *rand.Rand) *likesStreams {
+func newLikesStreams(c Config, api *client.Client, prefix string, rng *rand.Rand) *likesStreams {
 	hot := prefix + "-hot"
-	changeURLs := make([]string, c.Users)
-	for i := range changeURLs {
-		changeURLs[i] = c.URL + "/v1/items/" + hot + "/likes/" + userID(prefix, i)
+	users := make([]string, c.Users)
+	for i := range users {
+		users[i] = userID(prefix, i)
 	}
 	s := &likesStreams{changes: &openLoop{rate: float64(c.LikeRate), workers: c.MaxInflight, warmup: c.Warmup,
 		kinds: []string{"PUT like", "DELETE unlike"}}}
 	errs := &s.changes.errs
-	s.changes.fire = func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
-		kind, method := kindLike, http.MethodPut
+	s.changes.fire = func(ctx context.Context, rng *rand.Rand) (int, bool) {
+		kind, what, change := kindLike, "PUT like", api.Like
 		if rng.IntN(2) == 1 {
-			kind, method = kindUnlike, http.MethodDelete
+			kind, what, change = kindUnlike, "DELETE like", api.Unlike
 		}
-		code, err := do(ctx, cl, method, changeURLs[rng.IntN(len(changeURLs))], nil, buf)
-		if !errs.wantOK(ctx, method+" like", code, err, buf.Bytes()) {
+		st, err := change(ctx, hot, users[rng.IntN(len(users))], "")
+		if !errs.ok(ctx, what, err) {
 			return kind, false
 		}
-		n, ok := jsonInt(buf.Bytes(), "likes")
-		if !ok || n < 0 {
+		if st.Likes < 0 {
 			s.negative.Add(1)
-			errs.add(ctx, method+" like", fmt.Errorf("answer %q: want \"likes\" >= 0", buf.Bytes()))
+			errs.add(ctx, what, fmt.Errorf("answer %+v: want likes >= 0", st))
 			return kind, false
 		}
 		return kind, true
 	}
 	if c.LikedByRate > 0 {
-		urls := make([]string, urlRing)
-		for i := range urls {
-			ids := hot
-			if c.LikedByIDs > 1 {
-				ids += "," + idsParam(prefix, pickIDs(rng, c.LikedByIDs-1, c.Items+1))
-			}
-			urls[i] = c.URL + "/v1/users/" + userID(prefix, rng.IntN(c.Users)) + "/likes?ids=" + ids
+		// Pages are drawn once, so the generator only picks one per request.
+		type page struct {
+			user  string
+			items []string
 		}
-		s.likedBy = getLoop(c, cl, c.LikedByRate, "GET /v1/users/{id}/likes", "GET liked-by", urls)
+		pages := make([]page, urlRing)
+		for i := range pages {
+			items := []string{hot}
+			if c.LikedByIDs > 1 {
+				items = append(items, itemIDs(prefix, pickIDs(rng, c.LikedByIDs-1, c.Items+1))...)
+			}
+			pages[i] = page{user: users[rng.IntN(len(users))], items: items}
+		}
+		const kind = "GET /v1/users/{id}/likes"
+		o := &openLoop{rate: float64(c.LikedByRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{kind}}
+		o.fire = func(ctx context.Context, rng *rand.Rand) (int, bool) {
+			p := pages[rng.IntN(len(pages))]
+			_, err := api.Liked(ctx, p.user, p.items...)
+			return 0, o.errs.ok(ctx, "GET liked-by", err)
+		}
+		s.likedBy = o
 	}
 	return s
 }

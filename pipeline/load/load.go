@@ -21,14 +21,12 @@
 package load
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -37,6 +35,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"tally/platform/progress"
 )
 
 // Report is the outcome of one run.
@@ -76,6 +76,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if !c.ProgressForced && !progress.Interactive(stderr) {
+		c.Progress = 0 // quiet under cron and in pipes
+	}
 	rep, err := Run(ctx, c, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "load: %v\n", err)
@@ -123,10 +126,14 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	if prefix == "" {
 		prefix = "load-" + strconv.FormatUint(rand.Uint64()&0xffffffff, 36)
 	}
-	cl := newClient(c.Timeout, c.Concurrency+3*c.MaxInflight+64)
-	defer cl.CloseIdleConnections()
-	if err := checkReady(ctx, cl, c.URL); err != nil {
+	api, web, err := newClient(c.URL, c.Timeout, c.Concurrency+3*c.MaxInflight+64)
+	if err != nil {
 		return nil, err
+	}
+	defer web.CloseIdleConnections()
+	// A collector that is not serving would make the report measure the outage.
+	if err := api.Ready(ctx); err != nil {
+		return nil, fmt.Errorf("collector at %s is not ready: %w", c.URL, err)
 	}
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -135,13 +142,13 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	var reads *openLoop
 	var likes *likesStreams
 	if c.Scenarios.Views {
-		views = newViewsRun(c, cl, prefix)
+		views = newViewsRun(c, api, web, prefix)
 	}
 	if c.Scenarios.Reads {
-		reads = readsStream(c, cl, prefix)
+		reads = readsStream(c, api, prefix)
 	}
 	if c.Scenarios.Likes {
-		likes = newLikesStreams(c, cl, prefix, rng)
+		likes = newLikesStreams(c, api, prefix, rng)
 	}
 
 	rep := &Report{Scenario: c.Scenarios.String(), URL: c.URL, RunID: prefix, DurationS: c.Duration.Seconds()}
@@ -192,20 +199,6 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	return rep, nil
 }
 
-// checkReady refuses to start against a collector that is not serving: the report would
-// measure the outage, not the pipeline.
-func checkReady(ctx context.Context, cl *http.Client, base string) error {
-	var buf bytes.Buffer
-	code, err := do(ctx, cl, http.MethodGet, base+"/readyz", nil, &buf)
-	if err != nil {
-		return fmt.Errorf("check collector readiness at %s: %w", base, err)
-	}
-	if code != http.StatusOK {
-		return fmt.Errorf("collector at %s is not ready: GET /readyz answered %d %s", base, code, bytes.TrimSpace(buf.Bytes()))
-	}
-	return nil
-}
-
 func printProgress(w io.Writer, every time.Duration, start, end time.Time, done <-chan struct{}, views *viewsRun, reads *openLoop, likes *likesStreams) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -216,7 +209,7 @@ func printProgress(w io.Writer, every time.Duration, start, end time.Time, done 
 		case <-tick.C:
 		}
 		el := min(time.Since(start), end.Sub(start))
-		line := fmt.Sprintf("load: %5.0fs", el.Seconds())
+		line := fmt.Sprintf("load: %5.0fs, %.0fs left", el.Seconds(), max(0, time.Until(end).Seconds()))
 		if views != nil {
 			n := views.accepted.Load()
 			line += fmt.Sprintf("  views %d accepted (%.0f/s), 503s %d, lag %d", n, float64(n)/el.Seconds(), views.unavailable.Load(), views.lag.latest())

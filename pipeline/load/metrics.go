@@ -21,9 +21,19 @@ type viewsMetrics struct {
 // the all-in-one serves every component. ok is false when they are not there (an aggregator
 // running as its own process serves them on its own admin address).
 func scrapeViewsMetrics(ctx context.Context, cl *http.Client, base string) viewsMetrics {
+	// /metrics is not part of the API, so it is read with the API client's connections but
+	// without it.
 	var buf bytes.Buffer
-	code, err := do(ctx, cl, http.MethodGet, base+"/metrics", nil, &buf)
-	if err != nil || code != http.StatusOK {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return viewsMetrics{}
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return viewsMetrics{}
+	}
+	defer resp.Body.Close()
+	if _, err := buf.ReadFrom(resp.Body); err != nil || resp.StatusCode != http.StatusOK {
 		return viewsMetrics{}
 	}
 	var m viewsMetrics

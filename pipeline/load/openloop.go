@@ -1,10 +1,8 @@
 package load
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,8 +20,8 @@ type openLoop struct {
 	// a cold cache at the start shows in Latency but does not stand for the steady state.
 	warmup time.Duration
 	// fire sends one request and returns the index of its kind and whether it succeeded (it
-	// reports its own errors). rng and buf belong to the calling worker.
-	fire func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (kind int, ok bool)
+	// reports its own errors). rng belongs to the calling worker.
+	fire func(ctx context.Context, rng *rand.Rand) (kind int, ok bool)
 	errs errorLog // fire's errors
 
 	fired, okCount atomic.Int64
@@ -59,7 +57,6 @@ func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64) S
 	for w := range o.workers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
-			var buf bytes.Buffer
 			sl, err := newSleeper(p.rate)
 			if err != nil {
 				o.errs.add(ctx, "pace requests", err)
@@ -75,7 +72,7 @@ func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64) S
 					return
 				}
 				sent := time.Now()
-				kind, ok := o.fire(ctx, rng, &buf)
+				kind, ok := o.fire(ctx, rng)
 				done := time.Now()
 				if ctx.Err() != nil {
 					return
@@ -107,15 +104,4 @@ func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64) S
 	}
 	rep.Errors, rep.ErrorSamples = o.errs.snapshot()
 	return rep
-}
-
-// getLoop is an open-loop stream of GETs, each of one of urls drawn at random, that want a 200.
-// kind names the requests in the report, what in error samples.
-func getLoop(c Config, cl *http.Client, rate int, kind, what string, urls []string) *openLoop {
-	o := &openLoop{rate: float64(rate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{kind}}
-	o.fire = func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
-		code, err := do(ctx, cl, http.MethodGet, urls[rng.IntN(len(urls))], nil, buf)
-		return 0, o.errs.wantOK(ctx, what, code, err, buf.Bytes())
-	}
-	return o
 }

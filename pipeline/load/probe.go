@@ -1,13 +1,13 @@
 package load
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"tally/client"
 )
 
 // VisReport is how long a view took from its 202 to being visible through the read API.
@@ -27,8 +27,7 @@ type VisReport struct {
 // includes the aggregator's flush and its Redis update, which is what an app sees. Each probe
 // runs in its own goroutine; finish waits for them.
 type prober struct {
-	cl     *http.Client
-	url    string
+	api    *client.Client
 	prefix string
 	poll   time.Duration
 	wait   time.Duration
@@ -57,41 +56,24 @@ func (p *prober) run(stop, reqCtx context.Context, every time.Duration) {
 }
 
 func (p *prober) probe(ctx context.Context, item string) {
-	var buf bytes.Buffer
-	body := []byte(`{"item_id":"` + item + `","viewer_id":"probe"}`)
-	code, err := do(ctx, p.cl, http.MethodPost, p.url+"/v1/views", body, &buf)
-	switch {
-	case err != nil:
+	if err := p.api.SendView(ctx, client.View{ItemID: item, ViewerID: "probe"}); err != nil {
 		p.errs.add(ctx, "probe POST /v1/views", err)
-		return
-	case code != http.StatusAccepted:
-		p.errs.status(ctx, "probe POST /v1/views", code, buf.Bytes())
 		return
 	}
 	accepted := time.Now()
 	deadline := accepted.Add(p.wait)
-	countsURL := p.url + "/v1/items/" + item + "/counts"
 	for {
-		code, err := do(ctx, p.cl, http.MethodGet, countsURL, nil, &buf)
+		c, err := p.api.ItemCounts(ctx, item)
 		switch {
 		case err != nil:
 			p.errs.add(ctx, "probe GET counts", err)
 			return
-		case code != http.StatusOK:
-			p.errs.status(ctx, "probe GET counts", code, buf.Bytes())
-			return
-		}
-		views, ok := jsonInt(buf.Bytes(), "views")
-		switch {
-		case !ok:
-			p.errs.status(ctx, "probe GET counts without views", code, buf.Bytes())
-			return
-		case views == 1:
+		case c.Views == 1:
 			p.lat.add(time.Since(accepted))
 			p.visible.Add(1)
 			return
-		case views > 1:
-			p.errs.add(ctx, "probe GET counts", fmt.Errorf("item %s shows %d views; one was posted", item, views))
+		case c.Views > 1:
+			p.errs.add(ctx, "probe GET counts", fmt.Errorf("item %s shows %d views; one was posted", item, c.Views))
 			return
 		}
 		if time.Now().After(deadline) {

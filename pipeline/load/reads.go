@@ -1,11 +1,10 @@
 package load
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
-	"net/http"
-	"strings"
+
+	"tally/client"
 )
 
 // urlRing is how many distinct pre-built URLs an open-loop stream cycles through: enough that
@@ -32,16 +31,13 @@ func pickIDs(rng *rand.Rand, n, limit int) []int {
 	return out
 }
 
-// idsParam joins the item ids of idx for an ids= query parameter.
-func idsParam(prefix string, idx []int) string {
-	var b strings.Builder
+// itemIDs names the items of idx.
+func itemIDs(prefix string, idx []int) []string {
+	out := make([]string, len(idx))
 	for k, i := range idx {
-		if k > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(itemID(prefix, i))
+		out[k] = itemID(prefix, i)
 	}
-	return b.String()
+	return out
 }
 
 // feedPage returns the item indexes of one feed page of n ids: the hot item (0) first, then n-1
@@ -59,13 +55,12 @@ func feedPage(rng *rand.Rand, n, catalog int) []int {
 // readsStream is GET /v1/counts?ids=<a feed page: the hot item and ReadIDs-1 items of the
 // catalog> at ReadRate, open loop. Each request draws its own page, so that a catalog of a
 // million items is read across, not through a few thousand pre-built pages.
-func readsStream(c Config, cl *http.Client, prefix string) *openLoop {
+func readsStream(c Config, api *client.Client, prefix string) *openLoop {
 	const kind = "GET /v1/counts"
 	o := &openLoop{rate: float64(c.ReadRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{kind}}
-	base := c.URL + "/v1/counts?ids="
-	o.fire = func(ctx context.Context, rng *rand.Rand, buf *bytes.Buffer) (int, bool) {
-		code, err := do(ctx, cl, http.MethodGet, base+idsParam(prefix, feedPage(rng, c.ReadIDs, c.Catalog)), nil, buf)
-		return 0, o.errs.wantOK(ctx, kind, code, err, buf.Bytes())
+	o.fire = func(ctx context.Context, rng *rand.Rand) (int, bool) {
+		_, err := api.Counts(ctx, itemIDs(prefix, feedPage(rng, c.ReadIDs, c.Catalog))...)
+		return 0, o.errs.ok(ctx, kind, err)
 	}
 	return o
 }

@@ -1,13 +1,15 @@
 package load
 
 import (
-	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"tally/client"
 )
 
 // ViewsReport is what the views scenario measured.
@@ -37,7 +39,8 @@ type ViewsReport struct {
 // achieved rate says so (and the lag monitor says whether the aggregator kept up).
 type viewsRun struct {
 	cfg    Config
-	cl     *http.Client
+	api    *client.Client
+	web    *http.Client // the same connections, for /metrics
 	prefix string
 	errs   errorLog
 	lag    *lagMonitor
@@ -46,21 +49,19 @@ type viewsRun struct {
 	lat                             recorder
 }
 
-func newViewsRun(c Config, cl *http.Client, prefix string) *viewsRun {
-	return &viewsRun{cfg: c, cl: cl, prefix: prefix, lag: newLagMonitor(c.Brokers, c.Group)}
+func newViewsRun(c Config, api *client.Client, web *http.Client, prefix string) *viewsRun {
+	return &viewsRun{cfg: c, api: api, web: web, prefix: prefix, lag: newLagMonitor(c.Brokers, c.Group)}
 }
 
 func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) {
 	c := v.cfg
 	rate := float64(c.Rate) / float64(c.Batch) // batches per second
 	p := newPacer(start, rate, slotsFor(rate, end.Sub(start)))
-	url := c.URL + "/v1/events"
 	var wg sync.WaitGroup
 	for w := range c.Concurrency {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			batch := newViewBatch(v.prefix, c.Batch)
-			var buf bytes.Buffer
 			sl, err := newSleeper(p.rate)
 			if err != nil {
 				v.errs.add(ctx, "pace requests", err)
@@ -73,25 +74,22 @@ func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) 
 				}
 				batch.fill(rng, c.HotShare, c.Items, c.Viewers)
 				t0 := time.Now()
-				code, err := do(ctx, v.cl, http.MethodPost, url, batch.buf, &buf)
+				res, err := v.api.PostEvents(ctx, batch.buf)
 				if ctx.Err() != nil {
 					return
 				}
 				v.lat.add(time.Since(t0))
 				v.requests.Add(1)
 				switch {
-				case err != nil:
-					v.errs.add(ctx, "POST /v1/events", err)
-				case code == http.StatusAccepted:
-					n, _ := jsonInt(buf.Bytes(), "accepted")
-					v.accepted.Add(n)
-					if n != int64(c.Batch) {
-						v.errs.status(ctx, "POST /v1/events accepted fewer lines than sent", code, buf.Bytes())
+				case err == nil:
+					v.accepted.Add(int64(res.Accepted))
+					if res.Accepted != c.Batch {
+						v.errs.add(ctx, "POST /v1/events", fmt.Errorf("accepted %d of %d lines: %+v", res.Accepted, c.Batch, res.Rejected[:min(len(res.Rejected), 3)]))
 					}
-				case code == http.StatusServiceUnavailable:
+				case client.IsStatus(err, http.StatusServiceUnavailable):
 					v.unavailable.Add(1)
 				default:
-					v.errs.status(ctx, "POST /v1/events", code, buf.Bytes())
+					v.errs.add(ctx, "POST /v1/events", err)
 				}
 			}
 		})
@@ -106,8 +104,8 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 	c := v.cfg
 	lag := v.lag
 	defer lag.close()
-	probes := &prober{cl: v.cl, url: c.URL, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait}
-	before := scrapeViewsMetrics(ctx, v.cl, c.URL)
+	probes := &prober{api: v.api, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait}
+	before := scrapeViewsMetrics(ctx, v.web, c.URL)
 
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(ctx)
@@ -116,7 +114,7 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 
 	v.post(ctx, start, end, seed)
 	elapsed := time.Since(start)
-	after := scrapeViewsMetrics(ctx, v.cl, c.URL)
+	after := scrapeViewsMetrics(ctx, v.web, c.URL)
 	stopBG()
 	bg.Wait()
 	// The lag drains while the last probes wait to become visible.

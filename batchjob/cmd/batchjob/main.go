@@ -19,6 +19,7 @@ import (
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/logging"
+	"tally/platform/progress"
 	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -84,10 +85,12 @@ func run(args []string) int {
 		return exitError
 	}
 
+	meter := progress.Start(progress.Options{What: "like records"}) // lines only on a terminal, none under cron
 	rep, err := reconcile.Run(ctx, job, reconcile.Deps{
 		Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, ClickHouse: conn, Store: store, Redis: rdb,
-		LockTTL: 30 * time.Second, Logger: logger, Now: time.Now,
+		LockTTL: 30 * time.Second, Progress: meter, Logger: logger, Now: time.Now,
 	})
+	meter.Stop()
 	switch {
 	case errors.Is(err, reconcile.ErrLocked):
 		logger.Error("not running", "err", err)

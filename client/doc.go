@@ -1,0 +1,14 @@
+// Package client is the Go client of tally's HTTP API, for producers (views, events, likes) and
+// readers (counts, series). It is the one client of the project: the all-in-one's demo workload
+// and the load generator use it too.
+//
+// A Client is safe for concurrent use and owns no goroutines; every call is bounded by its
+// context. Calls that may be repeated safely are retried on 503, 429, timeouts and broken
+// connections, with exponential backoff and full jitter, waiting at least the server's
+// Retry-After. An event's id is fixed before the first attempt (minted when the caller left it
+// empty), so a retried request carries the same ids and the pipeline's deduplication makes the
+// retry harmless.
+//
+// A Batcher collects events into NDJSON bodies bounded in events, bytes and time; it owns one
+// goroutine from NewBatcher until Close.
+package client

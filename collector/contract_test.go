@@ -1,0 +1,214 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"tally/collector/auth"
+	"tally/collector/openapi"
+)
+
+// TestOpenAPIContract sends real requests for every route and documented status to a running
+// collector (access control on) and validates each request and each answer against
+// openapi/openapi.json, so the document cannot drift from the code: an undocumented status, a
+// field the schema does not allow, a route missing from the document all fail here.
+func TestOpenAPIContract(t *testing.T) {
+	ctx := context.Background()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(openapi.Document())
+	if err != nil {
+		t.Fatalf("load the document: %v", err)
+	}
+	if err := doc.Validate(ctx); err != nil {
+		t.Fatalf("the document is not valid OpenAPI: %v", err)
+	}
+	if doc.OpenAPIMajorMinor() != "3.1" {
+		t.Fatalf("openapi: got %s; want 3.1", doc.OpenAPI)
+	}
+	openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.PlainBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+
+	const (
+		producer = "tally_producer-secret-for-the-contract-test"
+		app      = "tally_app-secret-for-the-contract-test-0000"
+		tight    = "tally_tight-secret-for-the-contract-test-00"
+		tokenKey = "contract-test-user-token-key-0123456789ab"
+	)
+	keys := strings.Join([]string{
+		"producer:" + auth.HashSecret(producer) + ":ingest:1000:1000",
+		"app:" + auth.HashSecret(app) + ":read+like:1000:1000",
+		"tight:" + auth.HashSecret(tight) + ":read:0.01:1",
+	}, ",")
+	api, _ := collector(t, "--collector.auth.enabled", "on", "--collector.auth.keys", keys, "--collector.auth.user_token_key", tokenKey,
+		"--collector.max_body_bytes", "2048", "--collector.max_lines", "5", "--collector.max_concurrent_bodies", "1")
+	doc.Servers = openapi3.Servers{{URL: api}}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u42, err := auth.MintUserToken([]byte(tokenKey), "u42", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	P := map[string]string{"X-API-Key": producer}
+	A := map[string]string{"X-API-Key": app}
+	AU := map[string]string{"X-API-Key": app, "Authorization": "Bearer " + u42}
+	view := `{"item_id":"contract-item","viewer_id":"v1"}`
+	big := `{"item_id":"contract-item","viewer_id":"` + strings.Repeat("v", 3000) + `"}`
+	tests := []struct {
+		name, method, path, body string
+		header                   map[string]string
+		want                     int
+		badRequest               bool // the request itself breaks the document (to see the 400)
+	}{
+		{"page", "GET", "/", "", nil, 200, false},
+		{"document", "GET", "/openapi.json", "", nil, 200, false},
+		{"alive", "GET", "/healthz", "", nil, 200, false},
+		{"ready", "GET", "/readyz", "", nil, 200, false},
+		{"view", "POST", "/v1/views", view, P, 202, false},
+		{"view with a bad item", "POST", "/v1/views", `{"item_id":"a/b","viewer_id":"v1"}`, P, 400, true},
+		{"view too big", "POST", "/v1/views", big, P, 413, true},
+		{"view without a key", "POST", "/v1/views", view, nil, 401, false},
+		{"view with a read key", "POST", "/v1/views", view, A, 403, false},
+		{"events", "POST", "/v1/events", `{"type":"view","item_id":"contract-item","viewer_id":"v2"}` + "\n" + `{"type":"view","item_id":"","viewer_id":"v3"}`, P, 202, false},
+		{"events all bad", "POST", "/v1/events", `{"type":"view","item_id":"","viewer_id":"v3"}`, P, 400, false},
+		{"events over max_lines", "POST", "/v1/events", strings.Repeat(`{"type":"view","item_id":"i","viewer_id":"v"}`+"\n", 6), P, 413, false},
+		{"item counts", "GET", "/v1/items/contract-item/counts", "", A, 200, false},
+		{"item counts of a bad id", "GET", "/v1/items/a%2Fb/counts", "", A, 400, true},
+		{"counts", "GET", "/v1/counts?ids=contract-item,other", "", A, 200, false},
+		{"counts without ids", "GET", "/v1/counts", "", A, 400, true},
+		{"counts over the rate", "GET", "/v1/counts?ids=x", "", map[string]string{"X-API-Key": tight}, 200, false},
+		{"counts over the rate again", "GET", "/v1/counts?ids=x", "", map[string]string{"X-API-Key": tight}, 429, false},
+		{"series", "GET", "/v1/items/contract-item/views?granularity=hour", "", A, 200, false},
+		{"series with a bad granularity", "GET", "/v1/items/contract-item/views?granularity=week", "", A, 400, true},
+		{"like", "PUT", "/v1/items/contract-item/likes/u42", "", AU, 200, false},
+		{"like without a token", "PUT", "/v1/items/contract-item/likes/u42", "", A, 401, false},
+		{"like as another user", "PUT", "/v1/items/contract-item/likes/u7", "", AU, 403, false},
+		{"unlike", "DELETE", "/v1/items/contract-item/likes/u42", "", AU, 200, false},
+		{"unlike a bad item", "DELETE", "/v1/items/a%20b/likes/u42", "", AU, 400, true},
+		{"liked", "GET", "/v1/users/u42/likes?ids=contract-item", "", A, 200, false},
+		{"liked without ids", "GET", "/v1/users/u42/likes", "", A, 400, true},
+	}
+	seen := map[string]bool{} // "METHOD path-template" with a 2xx answer
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, route := check(t, router, api, tt.method, tt.path, tt.body, tt.header, tt.badRequest)
+			if code != tt.want {
+				t.Errorf("status: got %d; want %d", code, tt.want)
+			}
+			if route != nil && code < 300 {
+				seen[tt.method+" "+route.Path] = true
+			}
+		})
+	}
+	t.Run("ingest over capacity", func(t *testing.T) {
+		// One body may be read at a time: hold one open, the next request is refused at once.
+		hold := holdBody(t, strings.TrimPrefix(api, "http://"), producer)
+		defer hold.Close()
+		code, _ := check(t, router, api, "POST", "/v1/views", view, P, false)
+		if code != 503 {
+			t.Errorf("status: got %d; want 503", code)
+		}
+	})
+	t.Run("every operation answered", func(t *testing.T) {
+		for path, item := range doc.Paths.Map() {
+			for method := range item.Operations() {
+				if !seen[method+" "+path] {
+					t.Errorf("%s %s: no request in this test got a 2xx from it", method, path)
+				}
+			}
+		}
+	})
+	t.Run("every route documented", func(t *testing.T) {
+		for _, rt := range auth.CollectorRoutes() {
+			method, path, _ := strings.Cut(rt.Pattern, " ")
+			if path == "/{$}" {
+				path = "/"
+			}
+			if path == "/ui/{file}" {
+				continue // the page's assets, served for the page only
+			}
+			item := doc.Paths.Find(path)
+			if item == nil || item.GetOperation(method) == nil {
+				t.Errorf("route %s is served but not in openapi.json", rt.Pattern)
+			}
+		}
+	})
+}
+
+// check sends one request, validates it (unless it is meant to be bad) and its answer against
+// the document, and returns the status and the document's route.
+func check(t *testing.T, router routers.Router, api, method, path, body string, header map[string]string, badRequest bool) (int, *routers.Route) {
+	t.Helper()
+	ctx := context.Background()
+	build := func() *http.Request {
+		req, err := http.NewRequestWithContext(ctx, method, api+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		switch {
+		case path == "/v1/events":
+			req.Header.Set("Content-Type", "application/x-ndjson")
+		case body != "":
+			req.Header.Set("Content-Type", "application/json")
+		}
+		return req
+	}
+	vreq := build()
+	route, params, err := router.FindRoute(vreq)
+	if err != nil {
+		t.Errorf("%s %s: not in the document: %v", method, path, err)
+		return 0, nil
+	}
+	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true, MultiError: true}
+	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route, Options: opts}
+	if err := openapi3filter.ValidateRequest(ctx, in); err != nil && !badRequest {
+		t.Errorf("request does not match the document: %v", err)
+	} else if err == nil && badRequest {
+		t.Errorf("request meant to break the document passes it; the document is too loose")
+	}
+	resp, err := http.DefaultClient.Do(build())
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+		Body: io.NopCloser(bytes.NewReader(data)), Options: opts}
+	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+		t.Errorf("answer %d %s does not match the document: %v", resp.StatusCode, bytes.TrimSpace(data[:min(len(data), 300)]), err)
+	}
+	if slices.Contains([]int{429, 503}, resp.StatusCode) && resp.Header.Get("Retry-After") == "" {
+		t.Errorf("answer %d without Retry-After", resp.StatusCode)
+	}
+	return resp.StatusCode, route
+}
+
+// holdBody opens a view request whose body is still arriving, holding the collector's one
+// ingest slot until closed.
+func holdBody(t *testing.T, addr, key string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /v1/views HTTP/1.1\r\nHost: %s\r\nX-API-Key: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"item_id\":", addr, key)
+	time.Sleep(300 * time.Millisecond) // the handler has taken the slot and waits for the body
+	return c
+}
