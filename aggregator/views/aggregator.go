@@ -53,6 +53,10 @@ type Aggregator struct {
 
 	mu         sync.Mutex
 	parts      map[int32]*partition
+	// fenced holds the partitions this aggregator dropped because a newer owner claimed them,
+	// until the group says what became of them (assigned again, revoked or lost); reclaim, those
+	// of them whose records the group still delivers here (see Reclaims).
+	fenced, reclaim map[int32]bool
 	lastFlush  time.Time
 	lastSketch time.Time
 
@@ -73,7 +77,8 @@ type metrics struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastSketch: now()}
+	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
+		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, lastFlush: now(), lastSketch: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window)."}),
@@ -136,6 +141,8 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 	resume := map[int32]int64{}
 	var assigned []*partition
 	for _, id := range ids {
+		delete(a.fenced, id)
+		delete(a.reclaim, id)
 		t0 := time.Now()
 		f, err := a.store.loadFence(ctx, id)
 		if err != nil {
@@ -222,7 +229,7 @@ func (a *Aggregator) reconcile(ctx context.Context, p *partition, after int64) e
 		ttl = 7 * 24 * time.Hour
 	}
 	horizon := a.now().Add(-ttl + time.Hour)
-	if _, err := a.store.repairRollups(ctx, p.id, items, p.fence.invalidSQL(p.fence.epochs()), horizon); err != nil {
+	if _, err := a.store.repairRollups(ctx, p.id, p.epoch, items, p.fence.invalidSQL(p.fence.epochs()), horizon); err != nil {
 		return err
 	}
 	a.m.repairs.Inc()
@@ -259,6 +266,9 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 	defer a.mu.Unlock()
 	p := a.parts[id]
 	if p == nil {
+		if a.fenced[id] {
+			a.reclaim[id] = true
+		}
 		return
 	}
 	now := a.now()
@@ -275,6 +285,23 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 	a.m.records.Add(float64(n))
 	a.m.counted.Add(float64(len(p.counted) - counted0))
 	a.m.poison.Add(float64(p.poison - poison0))
+}
+
+// Reclaims returns, and forgets, the partitions this aggregator dropped because a newer owner
+// claimed them but whose records the group still delivers here. The group can give them back
+// without telling (a static member that rejoins keeps its assignment, with no revocation or
+// loss): the caller claims them again with Assign and seeks to the offsets it returns, or they
+// would never be counted again.
+func (a *Aggregator) Reclaims() []int32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := make([]int32, 0, len(a.reclaim))
+	for id := range a.reclaim {
+		ids = append(ids, id)
+	}
+	clear(a.reclaim)
+	slices.Sort(ids)
+	return ids
 }
 
 // FlushDue reports whether the interval has passed or a partition's batch is full.
@@ -322,6 +349,8 @@ func (a *Aggregator) Revoke(ctx context.Context, ids []int32) (map[int32]int64, 
 	done, err := a.flushLocked(ctx, only, true)
 	for _, id := range ids {
 		delete(a.parts, id)
+		delete(a.fenced, id)
+		delete(a.reclaim, id)
 	}
 	a.logger.Info("partitions revoked", "partitions", ids)
 	return done, err
@@ -333,6 +362,8 @@ func (a *Aggregator) Lost(ids []int32) {
 	defer a.mu.Unlock()
 	for _, id := range ids {
 		delete(a.parts, id)
+		delete(a.fenced, id)
+		delete(a.reclaim, id)
 	}
 	a.logger.Warn("partitions lost; pending batches dropped, the new owner replays them", "partitions", ids)
 }
@@ -428,8 +459,17 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		}
 	}
 	if withSketches && only == nil {
-		// Zombies' late batches are looked for at the sketch interval (cheap: batch_items).
+		// Zombies' late batches are looked for at the sketch interval (cheap: batch_items), in
+		// the partitions no newer owner has claimed: this aggregator may itself be the zombie,
+		// and then the partitions it holds with nothing pending are dropped here.
+		held := make([]*partition, 0, len(a.parts))
 		for _, p := range a.parts {
+			held = append(held, p)
+		}
+		if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &held) }); err != nil {
+			return nil, err
+		}
+		for _, p := range held {
 			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.start) }); err != nil {
 				return nil, err
 			}
@@ -465,9 +505,12 @@ func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error 
 	kept := (*parts)[:0]
 	for _, p := range *parts {
 		if e := epochs[p.id]; e > p.epoch {
-			a.m.fenced.Inc()
-			a.logger.Warn("partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
-			delete(a.parts, p.id)
+			if a.parts[p.id] == p { // not already dropped by an earlier check of this flush
+				a.m.fenced.Inc()
+				a.logger.Warn("partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
+				delete(a.parts, p.id)
+				a.fenced[p.id] = true
+			}
 			continue
 		}
 		kept = append(kept, p)
@@ -479,6 +522,11 @@ func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error 
 // writeSketches stores the dirty sketches of parts, then their sketch checkpoints. The order
 // matters: a checkpoint only ever vouches for sketches already stored.
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
+	// A displaced owner's sketches are dropped by ClickHouse (migration 006); checking first
+	// also keeps their estimates out of Redis in all but a stall between check and write.
+	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts) }); err != nil {
+		return err
+	}
 	if len(parts) == 0 {
 		return nil
 	}

@@ -136,6 +136,17 @@ func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
 	}
 }
 
+// processViews gives a the records from to from+n-1 of part: views of item by viewers "v<offset>" at ts.
+func processViews(a *Aggregator, part int32, item string, from, n int, ts time.Time) {
+	offs := make([]int64, n)
+	vals := make([][]byte, n)
+	for j := range n {
+		offs[j] = int64(from + j)
+		vals[j] = view(item, fmt.Sprintf("v%d", from+j), ts.UnixMilli())
+	}
+	a.Process(part, offs, vals)
+}
+
 // An aggregator that lost its partition (stalled past the session timeout) must not add its
 // batch to what the new owner writes. The fence check before the write drops it; a write that
 // slipped between that check and its INSERT is found by the owner and undone.
@@ -158,15 +169,7 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			part := int32(10 + i)
 			item := fmt.Sprintf("zombie-%d", i)
-			process := func(a *Aggregator, from, n int) {
-				offs := make([]int64, n)
-				vals := make([][]byte, n)
-				for j := range n {
-					offs[j] = int64(from + j)
-					vals[j] = view(item, fmt.Sprintf("v%d", from+j), clock.UnixMilli())
-				}
-				a.Process(part, offs, vals)
-			}
+			process := func(a *Aggregator, from, n int) { processViews(a, part, item, from, n, clock) }
 			zombie := New(Config{Owner: "zombie", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
 			if _, err := zombie.Assign(ctx, []int32{part}); err != nil {
@@ -204,8 +207,11 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if got := rollupTotals(t, ctx, conn, item)["views_total"]; got != 160 {
-					t.Fatalf("got %d views after the zombie's write; want 160 (the test must double count first)", got)
+				// Its deltas land (the test must double count first); its rollup rows arrive after
+				// the owner's claim and are dropped.
+				got := rollupTotals(t, ctx, conn, item)
+				if got["view_deltas"] != 160 || got["views_total"] != 100 {
+					t.Fatalf("got %d views in the deltas and %d in views_total after the zombie's write; want 160 and 100", got["view_deltas"], got["views_total"])
 				}
 				clock = clock.Add(cfg.SketchInterval) // the owner looks for zombies' batches
 				if _, err := owner.Flush(ctx); err != nil {
@@ -225,7 +231,12 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 				}
 			}
 			checkRollups(t, ctx, conn, item, 100)
-			// The owner's successor resumes from the owner's checkpoint, not the zombie's.
+			// The owner's successor resumes from the owner's checkpoints (deltas and sketches,
+			// once the owner wrote its sketches), not the zombie's.
+			clock = clock.Add(cfg.SketchInterval)
+			if _, err := owner.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
 			next := New(Config{Owner: "next", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
 			resume, err = next.Assign(ctx, []int32{part})
@@ -233,6 +244,241 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 				t.Fatalf("got resume %v, %v; want partition %d at 100", resume, err, part)
 			}
 			checkRollups(t, ctx, conn, item, 100)
+		})
+	}
+}
+
+// An owner that lost its partition without knowing it yet (stalled past the session timeout)
+// may still send rollup statements. A statement of the displaced owner that reaches ClickHouse
+// after the new owner's claim must change no rollup: the new owner has already repaired the
+// buckets from the deltas, so whatever the displaced owner adds is counted twice.
+func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_displaced_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	tests := []struct {
+		name string
+		// late runs the displaced owner's statement; between runs the new owner's statements
+		// that precede it (the new owner's batch is 40-100 and its rollups are written after).
+		late func(t *testing.T, old, owner *Aggregator, part int32)
+	}{
+		{"rollup write of a batch the new owner already repaired", func(t *testing.T, old, owner *Aggregator, part int32) {
+			// The old owner's deltas of 40-100 landed before the new owner read the checkpoint,
+			// so the new owner resumed at 100 and repaired their rollups; the old owner's
+			// rollup INSERT lands now.
+			if err := old.store.writeRollups(ctx, []*partition{old.parts[part]}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"repair between the new owner's deltas and its rollups", func(t *testing.T, old, owner *Aggregator, part int32) {
+			// The old owner still rechecks a batch it undid (a zombie's) at every sketch
+			// interval; its repair compares the rollups with deltas that already hold the new
+			// owner's batch, whose rollups are not written yet.
+			op := owner.parts[part]
+			parts := []*partition{op}
+			for _, write := range []func() error{
+				func() error { return owner.store.writeDedupe(ctx, parts) },
+				func() error { return owner.store.writeBatchItems(ctx, parts, clock) },
+				func() error { return owner.store.writeDeltas(ctx, parts, clock) },
+			} {
+				if err := write(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clock = clock.Add(cfg.SketchInterval)
+			if _, err := old.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := owner.store.writeRollups(ctx, parts); err != nil {
+				t.Fatal(err)
+			}
+			op.markFlushed(op.next, clock)
+			op.rolled = op.flushed
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part := int32(20 + i)
+			item := fmt.Sprintf("displaced-%d", i)
+			process := func(a *Aggregator, from, n int) { processViews(a, part, item, from, n, clock) }
+			withOwner := func(owner string) Config { c := cfg; c.Owner = owner; return c }
+			// A zombie's batch that the old owner undoes, and so rechecks for a while.
+			if err := conn.Exec(ctx, `INSERT INTO batch_items (partition, end_offset, epoch, item_id, written_at) VALUES (?, 5, 0, ?, ?)`,
+				uint16(part), item, clock); err != nil {
+				t.Fatal(err)
+			}
+			old := New(withOwner("old"), conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := old.Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			process(old, 0, 40)
+			clock = clock.Add(cfg.SketchInterval)
+			if _, err := old.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				// The old owner's deltas of 40-100 land; it checked the claims just before and
+				// will write the rollups next.
+				process(old, 40, 60)
+				parts := []*partition{old.parts[part]}
+				if err := old.store.writeBatchItems(ctx, parts, clock); err != nil {
+					t.Fatal(err)
+				}
+				if err := old.store.writeDeltas(ctx, parts, clock); err != nil {
+					t.Fatal(err)
+				}
+			}
+			owner := New(withOwner("owner"), conn, now, infra.Logger, prometheus.NewRegistry())
+			resume, err := owner.Assign(ctx, []int32{part})
+			// At the sketch checkpoint, 40: in the first case 40-100 go into the sketches only.
+			if err != nil || resume[part] != 40 {
+				t.Fatalf("got resume %v, %v; want partition %d at 40", resume, err, part)
+			}
+			process(owner, 40, 60)
+			tt.late(t, old, owner, part)
+			// Right away: the new owner may hand the partition on before it looks again (a
+			// revocation writes its batch and repairs nothing), so nothing heals a wrong bucket
+			// for certain.
+			checkRollups(t, ctx, conn, item, 100)
+			clock = clock.Add(cfg.SketchInterval)
+			if _, err := owner.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			checkRollups(t, ctx, conn, item, 100)
+		})
+	}
+}
+
+// A displaced owner's sketches are stale (they lack what the new owner counted since) but
+// stamped later, so they would win every read of unique_viewers, and its sketch checkpoint
+// would tell the next owner that they hold records they do not: once that owner loads them and
+// resumes there, those viewers are gone for good. Whether the displaced owner writes in a flush
+// after it woke or its write slipped past its check of the claims, nothing of it may count.
+func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_displaced_sketch_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	tests := []struct {
+		name  string
+		write func(t *testing.T, old *Aggregator, part int32) // the displaced owner's sketch write
+	}{
+		{"flush after it woke", func(t *testing.T, old *Aggregator, part int32) {
+			if _, err := old.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"write that slipped past its check", func(t *testing.T, old *Aggregator, part int32) {
+			parts := []*partition{old.parts[part]}
+			if err := old.store.writeSketches(ctx, parts, clock); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.store.writeSketchCheckpoints(ctx, parts, clock); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part := int32(30 + i)
+			item := fmt.Sprintf("sketch-%d", i)
+			withOwner := func(owner string) Config { c := cfg; c.Owner = owner; return c }
+			assign := func(owner string) (*Aggregator, int64) {
+				a := New(withOwner(owner), conn, now, infra.Logger, prometheus.NewRegistry())
+				resume, err := a.Assign(ctx, []int32{part})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return a, resume[part]
+			}
+			flush := func(a *Aggregator) {
+				clock = clock.Add(cfg.SketchInterval)
+				if _, err := a.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old, _ := assign("old")
+			processViews(old, part, item, 0, 100, clock)
+			flush(old)                                   // sketches hold v0-v99
+			processViews(old, part, item, 100, 50, clock) // pending when it stalls
+			owner, at := assign("owner")
+			if at != 100 {
+				t.Fatalf("got the owner resuming at %d; want 100", at)
+			}
+			processViews(owner, part, item, 100, 200, clock)
+			flush(owner) // sketches hold v0-v299
+			clock = clock.Add(cfg.SketchInterval)
+			tt.write(t, old, part) // v0-v149, stamped after the owner's
+			// The owner crashes before it writes the item's sketch again; the next owner loads
+			// the stored sketch and resumes at the sketch checkpoint.
+			next, at := assign("next")
+			if at != 300 {
+				t.Fatalf("got the next owner resuming at %d; want 300", at)
+			}
+			processViews(next, part, item, 300, 100, clock)
+			flush(next)
+			var got uint64
+			if err := conn.QueryRow(ctx, "SELECT argMax(viewers, updated_at) FROM unique_viewers WHERE item_id = ? AND day = toDate(0)", item).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got < 396 || got > 404 { // 400 viewers; HyperLogLog counts this few exactly or nearly
+				t.Errorf("got %d unique viewers of %s; want 400", got, item)
+			}
+		})
+	}
+}
+
+// A partition dropped for a newer owner's claim whose records the group still delivers (a
+// static member that rejoined keeps its assignment, with no revocation or loss) is handed back
+// for claiming again instead of being ignored for good; one the group revoked or lost is not.
+func TestFencedPartitionStillAssignedIsReclaimed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_reclaim_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	tests := []struct {
+		name   string
+		told   func(a *Aggregator, part int32) // what the group tells after the drop
+		wantIn bool
+	}{
+		{"still delivered", func(*Aggregator, int32) {}, true},
+		{"lost", func(a *Aggregator, part int32) { a.Lost([]int32{part}) }, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part := int32(40 + i)
+			item := fmt.Sprintf("reclaim-%d", i)
+			old := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+			if _, err := old.Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry()).Assign(ctx, []int32{part}); err != nil {
+				t.Fatal(err)
+			}
+			processViews(old, part, item, 0, 10, clock)
+			clock = clock.Add(cfg.FlushInterval)
+			if _, err := old.Flush(ctx); err != nil { // dropped: a newer owner claimed it
+				t.Fatal(err)
+			}
+			tt.told(old, part)
+			processViews(old, part, item, 10, 10, clock)
+			got := old.Reclaims()
+			if want := []int32{part}; tt.wantIn != (len(got) == 1 && got[0] == part) {
+				t.Fatalf("got reclaims %v; want %v: %v", got, want, tt.wantIn)
+			}
+			if got := old.Reclaims(); len(got) != 0 {
+				t.Errorf("got reclaims %v after taking them; want none", got)
+			}
 		})
 	}
 }

@@ -28,19 +28,23 @@ func rollups() []rollup {
 	}
 }
 
-// writeRollups adds the batches of parts to every rollup in one INSERT into view_rollup_input,
-// whose materialized views fill the four tables. One statement keeps the tables from being
-// written apart by anything but a server crash inside it, and a batch whose rollups a crash
-// left incomplete is found through its marker (rolled_up_to) and repaired.
+// writeRollups adds the batches of parts to every rollup in one INSERT into view_rollup_claimed,
+// which passes the rows of partitions not claimed since under a newer epoch on to
+// view_rollup_input, whose materialized views fill the four tables. One statement keeps the
+// tables from being written apart by anything but a server crash inside it, and a batch whose
+// rollups a crash left incomplete is found through its marker (rolled_up_to) and repaired. The
+// claim is checked by the statement itself because a writer can stall between any check of its
+// own and the write: rows that arrive after a newer owner's claim are dropped, and that owner's
+// repair, which runs after its claim, sees everything that arrived before.
 func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_rollup_input (item_id, second, views)")
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_rollup_claimed (partition, epoch, item_id, second, views)")
 	if err != nil {
 		return fmt.Errorf("prepare rollup insert: %w", err)
 	}
 	defer b.Abort()
 	for _, p := range parts {
 		for k, n := range p.deltas {
-			if err := b.Append(k.item, time.Unix(k.second, 0).UTC(), int64(n)); err != nil {
+			if err := b.Append(uint16(p.id), p.epoch, k.item, time.Unix(k.second, 0).UTC(), int64(n)); err != nil {
 				return fmt.Errorf("append rollup row of partition %d: %w", p.id, err)
 			}
 		}
@@ -59,8 +63,10 @@ func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
 // zombie's batch is undone). It compares before it writes, so it can be repeated, interrupted
 // and run again at any moment: a bucket already right gets no row.
 //
-// Buckets are compared from horizon on: older deltas may have been removed by their TTL.
-func (s *store) repairRollups(ctx context.Context, p int32, items []string, invalid string, horizon time.Time) (int, error) {
+// Buckets are compared from horizon on: older deltas may have been removed by their TTL. The
+// INSERTs write only while p has no claim newer than epoch: a repair by an owner that lost p could
+// land between the new owner's deltas and its rollups and count them twice (writeRollups).
+func (s *store) repairRollups(ctx context.Context, p int32, epoch uint64, items []string, invalid string, horizon time.Time) (int, error) {
 	fixed := 0
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
 		for _, r := range rollups() {
@@ -74,7 +80,8 @@ func (s *store) repairRollups(ctx context.Context, p int32, items []string, inva
 						SELECT item_id, %[2]s AS b, toInt64(0) AS w, views AS h FROM %[1]s
 						WHERE item_id IN (?) AND %[2]s >= toDateTime(%[5]d)
 					) GROUP BY item_id, b
-				) WHERE w != h`, r.table, r.column, r.expr, p, from, invalid)
+				) WHERE w != h AND (SELECT count() FROM partition_claims WHERE partition = %[4]d AND epoch > %[7]d) = 0`,
+				r.table, r.column, r.expr, p, from, invalid, epoch)
 			if err := s.conn.Exec(chclient.FitList(ctx, round, 2), q, round, round); err != nil {
 				return fixed, fmt.Errorf("repair %s of partition %d: %w", r.table, p, err)
 			}

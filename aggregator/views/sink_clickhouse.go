@@ -51,15 +51,17 @@ func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence) (checkpoin
 }
 
 // writeSketchCheckpoints records that the sketches of parts hold every record below their
-// next offset.
+// next offset. Like the sketches, the rows count only while no newer owner claimed the
+// partition (migration 006): a displaced owner's checkpoint could vouch for viewers that the
+// stored sketches, the new owner's, do not hold.
 func (s *store) writeSketchCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO sketch_checkpoints (partition, end_offset, written_at)")
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO sketch_checkpoints_claimed (partition, epoch, end_offset, written_at)")
 	if err != nil {
 		return fmt.Errorf("prepare sketch checkpoint insert: %w", err)
 	}
 	defer b.Abort()
 	for _, p := range parts {
-		if err := b.Append(uint16(p.id), p.next, now); err != nil {
+		if err := b.Append(uint16(p.id), p.epoch, p.next, now); err != nil {
 			return fmt.Errorf("append sketch checkpoint of partition %d: %w", p.id, err)
 		}
 	}
@@ -199,8 +201,12 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 	return s.dead.write(ctx, s.conn, setAside)
 }
 
+// writeSketches stores the dirty sketches of parts, each tagged with its partition and epoch:
+// the rows count only while no newer owner claimed the partition (migration 006). A displaced
+// owner's sketch is stale and stamped later than the new owner's, so it would win every read
+// until the new owner writes that item again.
 func (s *store) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewers (item_id, day, sketch, viewers, updated_at)")
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewers_claimed (partition, epoch, item_id, day, sketch, viewers, updated_at)")
 	if err != nil {
 		return fmt.Errorf("prepare sketch insert: %w", err)
 	}
@@ -215,7 +221,7 @@ func (s *store) writeSketches(ctx context.Context, parts []*partition, now time.
 				return fmt.Errorf("encode sketch of %s: %w", k.item, err)
 			}
 			day := time.Unix(int64(k.day)*86400, 0).UTC()
-			if err := b.Append(k.item, day, string(blob), sk.hll.Estimate(), now); err != nil {
+			if err := b.Append(uint16(p.id), p.epoch, k.item, day, string(blob), sk.hll.Estimate(), now); err != nil {
 				return fmt.Errorf("append sketch of %s: %w", k.item, err)
 			}
 		}

@@ -126,6 +126,12 @@ func (s *Source) run(ctx context.Context) error {
 			}
 			s.agg.Process(ftp.Partition, offsets, values)
 		})
+		if ids := s.agg.Reclaims(); len(ids) > 0 {
+			if err := s.reclaim(ctx, ids); err != nil {
+				s.cl.AllowRebalance()
+				return err
+			}
+		}
 		if s.agg.FlushDue() {
 			done, err := s.agg.Flush(ctx)
 			if err != nil {
@@ -136,6 +142,28 @@ func (s *Source) run(ctx context.Context) error {
 		}
 		s.cl.AllowRebalance()
 	}
+}
+
+// reclaim claims ids again (they were dropped for a newer owner's claim, yet the group still
+// assigns them here) and seeks each to where Assign says it resumes.
+func (s *Source) reclaim(ctx context.Context, ids []int32) error {
+	var resume map[int32]int64
+	if err := retry.Do(ctx, 5*time.Second, func() error {
+		var err error
+		resume, err = s.agg.Assign(ctx, ids)
+		return err
+	}, func(err error, wait time.Duration) {
+		s.logger.Warn("claim partitions again; retrying", "partitions", ids, "err", err, "backoff", wait)
+	}); err != nil {
+		return fmt.Errorf("claim partitions %v again: %w", ids, err)
+	}
+	offs := make(map[int32]kgo.EpochOffset, len(resume))
+	for id, off := range resume {
+		offs[id] = kgo.EpochOffset{Epoch: -1, Offset: off}
+	}
+	s.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{schemas.TopicViews: offs})
+	s.logger.Warn("claimed partitions again that the group still assigns here", "partitions", ids)
+	return nil
 }
 
 // commit records the checkpoints in Kafka too. ClickHouse holds the authoritative checkpoint;
