@@ -3,6 +3,7 @@ package views
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -134,11 +135,10 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 	if len(want) == 0 {
 		return nil
 	}
-	items := make([]string, 0, len(want))
-	for it := range want {
-		items = append(items, it)
-	}
-	// After an assignment every item of the partition is unloaded: read them in bounded rounds.
+	// After an assignment every item of the partition is unloaded: read them in bounded rounds,
+	// sorted, so that each round asks for one range of the table's key (item_id) and the primary
+	// index skips the rest instead of every round reading the whole table.
+	items := slices.Sorted(maps.Keys(want))
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
 		if err := s.mergeStored(ctx, round, want); err != nil {
 			return err
