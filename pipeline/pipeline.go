@@ -13,26 +13,40 @@ import (
 	"tally/collector"
 	"tally/pipeline/demo"
 	"tally/platform/cli"
+	"tally/platform/config"
 	"tally/platform/embedded"
 	"tally/platform/lifecycle"
 )
 
+// Settings is every component's section of the configuration: the all-in-one reads them all.
+// A new component adds its section here and to Sections.
+type Settings struct {
+	Collector  collector.Settings
+	Aggregator aggregator.Settings
+	Demo       demo.Settings
+}
+
+// Sections lists s's sections for config.Load, in the order --help shows them.
+func (s *Settings) Sections() []config.Section {
+	return []config.Section{&s.Collector, &s.Aggregator, &s.Demo}
+}
+
 // AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not
 // configured, the aggregator, the collector, the demo workload if enabled, and a banner saying
 // where to look (written to out).
-func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
+func AllInOne(e cli.Env, s *Settings, out io.Writer) []lifecycle.Part {
 	cfg := e.Config
 	parts := embedded.Parts(cfg, e.Logger)
-	parts = append(parts, aggregator.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now, false)...)
-	coll, apiAddr := collector.Parts(cfg, e.Runner, e.Logger, e.Registry, time.Now)
+	parts = append(parts, aggregator.Parts(cfg, &s.Aggregator, e.Runner, e.Logger, e.Registry, time.Now, false)...)
+	coll, apiAddr := collector.Parts(cfg, &s.Collector, e.Runner, e.Logger, e.Registry, time.Now)
 	parts = append(parts, coll...)
-	if cfg.Demo.Enabled && cfg.Collector.AuthOn() {
+	if s.Demo.Enabled && s.Collector.AuthOn() {
 		// The demo posts without a key; with access control on it would only collect 401s.
 		e.Logger.Warn("demo workload off: the API needs keys (collector.auth is on)")
-		cfg.Demo.Enabled = false
+		s.Demo.Enabled = false
 	}
-	if cfg.Demo.Enabled {
-		w := &demo.Workload{Rate: cfg.Demo.Rate, Items: cfg.Demo.Items, Logger: e.Logger}
+	if s.Demo.Enabled {
+		w := &demo.Workload{Rate: s.Demo.Rate, Items: s.Demo.Items, Logger: e.Logger}
 		parts = append(parts, lifecycle.Part{
 			Name:  "demo workload",
 			Start: func(context.Context) error { w.URL = "http://" + apiAddr(); w.Start(); return nil },
@@ -44,8 +58,8 @@ func AllInOne(e cli.Env, out io.Writer) []lifecycle.Part {
 		Start: func(context.Context) error {
 			api := "http://" + apiAddr()
 			admin := api // with auth on, /metrics is on the admin address (docs/SECURITY.md)
-			if cfg.Collector.AuthOn() {
-				admin = "http://" + cfg.Collector.AdminAddr
+			if s.Collector.AuthOn() {
+				admin = "http://" + s.Collector.AdminAddr
 			}
 			fmt.Fprintf(out, `
 tally is running (data in %s).
@@ -57,7 +71,7 @@ tally is running (data in %s).
 Stop with Ctrl-C.
 
 `, cfg.DataDir, api, admin, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.ReadonlyUser, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
-				cfg.Kafka.Brokers, cfg.Redis.Addr, demoLine(cfg.Demo.Enabled, cfg.Demo.Rate))
+				cfg.Kafka.Brokers, cfg.Redis.Addr, demoLine(s.Demo.Enabled, s.Demo.Rate))
 			return nil
 		},
 	})

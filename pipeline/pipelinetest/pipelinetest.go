@@ -21,7 +21,8 @@ import (
 
 // Running is a started all-in-one.
 type Running struct {
-	Config *config.Config // with the embedded addresses filled in
+	Config   *config.Config // with the embedded addresses filled in
+	Settings *pipeline.Settings
 	API    string         // collector base URL
 	cancel context.CancelFunc
 	done   chan error
@@ -45,7 +46,8 @@ func Start(t testing.TB, flags ...string) *Running {
 		"--kafka.embedded_addr", addrs[0], "--clickhouse.embedded_addr", addrs[1], "--collector.addr", addrs[2],
 		"--aggregator.flush_interval", "100ms", "--kafka.partitions", "4",
 	}, flags...)
-	cfg, err := config.Load("test", args)
+	var settings pipeline.Settings
+	cfg, err := config.Load("test", args, settings.Sections()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +55,8 @@ func Start(t testing.TB, flags ...string) *Running {
 	runner := lifecycle.NewRunner(logger)
 	env := cli.Env{Config: &cfg, Logger: logger, Registry: prometheus.NewRegistry(), Runner: runner}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Running{Config: &cfg, API: "http://" + addrs[2], cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- runner.Run(ctx, 20*time.Second, pipeline.AllInOne(env, io.Discard)...) }()
+	r := &Running{Config: &cfg, Settings: &settings, API: "http://" + addrs[2], cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- runner.Run(ctx, 20*time.Second, pipeline.AllInOne(env, &settings, io.Discard)...) }()
 	t.Cleanup(func() { _ = r.Stop() })
 	testinfra.WaitHTTP(t, 60*time.Second, r.API+"/readyz")
 	return r

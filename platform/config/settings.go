@@ -14,7 +14,8 @@ import (
 	"tally/platform/tlsconf"
 )
 
-// Config is every setting of every tally binary; each binary reads the sections it uses.
+// Config is the shared sections, read by every tally binary; a component's own section is
+// declared in its package (see Section) and loaded beside this one.
 type Config struct {
 	DataDir    string     `mapstructure:"data_dir"`
 	Log        Log        `mapstructure:"log"`
@@ -23,9 +24,6 @@ type Config struct {
 	Kafka      Kafka      `mapstructure:"kafka"`
 	ClickHouse ClickHouse `mapstructure:"clickhouse"`
 	Redis      Redis      `mapstructure:"redis"`
-	Collector  Collector  `mapstructure:"collector"`
-	Aggregator Aggregator `mapstructure:"aggregator"`
-	Demo       Demo       `mapstructure:"demo"`
 	Shutdown   Shutdown   `mapstructure:"shutdown"`
 }
 
@@ -100,58 +98,13 @@ func (k Kafka) Security() kafka.Security {
 	return kafka.Security{SASLMechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password, TLS: k.TLS}
 }
 
-type Collector struct {
-	Addr         string        `mapstructure:"addr"`
-	MaxBodyBytes int           `mapstructure:"max_body_bytes"`
-	MaxLines     int           `mapstructure:"max_lines"`
-	FutureBound  time.Duration `mapstructure:"future_bound"`
-	LateBound    time.Duration `mapstructure:"late_bound"`
-
-	ReadHeaderTimeout   time.Duration `mapstructure:"read_header_timeout"`
-	ReadTimeout         time.Duration `mapstructure:"read_timeout"`
-	WriteTimeout        time.Duration `mapstructure:"write_timeout"`
-	IdleTimeout         time.Duration `mapstructure:"idle_timeout"`
-	MaxConcurrentBodies int           `mapstructure:"max_concurrent_bodies"`
-	AdminAddr           string        `mapstructure:"admin_addr"`
-	Auth                CollectorAuth `mapstructure:"auth"`
-}
-
-type Aggregator struct {
-	Addr           string        `mapstructure:"addr"`
-	Group          string        `mapstructure:"group"`
-	InstanceID     string        `mapstructure:"instance_id"`
-	SessionTimeout time.Duration `mapstructure:"session_timeout"`
-	FlushInterval  time.Duration `mapstructure:"flush_interval"`
-	SketchInterval time.Duration `mapstructure:"sketch_interval"`
-	MaxBatch       int           `mapstructure:"max_batch"`
-	DedupeWindow   time.Duration `mapstructure:"dedupe_window"`
-	DedupeGrace    time.Duration `mapstructure:"dedupe_grace"`
-	TTLSeconds     time.Duration `mapstructure:"ttl_seconds"`
-	TTLMinutes     time.Duration `mapstructure:"ttl_minutes"`
-	TTLDays        time.Duration `mapstructure:"ttl_days"`
-}
-
-type Demo struct {
-	Enabled bool `mapstructure:"enabled"`
-	Rate    int  `mapstructure:"rate"`
-	Items   int  `mapstructure:"items"`
-}
-
 type Shutdown struct {
 	Timeout time.Duration `mapstructure:"timeout"`
 }
 
-type setting struct {
-	key  string
-	def  any
-	help string
-}
-
-const day = 24 * time.Hour
-
-// settings declares every key once: its default and its one-line help.
-func settings() []setting {
-	return []setting{
+// settings declares every shared key once: its default and its one-line help.
+func settings() []Setting {
+	return []Setting{
 		{"data_dir", "./data", "directory for embedded Kafka, ClickHouse and Redis data"},
 		{"log.level", "info", "log level: debug, info, warn, error"},
 		{"log.format", "text", "log format: text or json"},
@@ -201,44 +154,15 @@ func settings() []setting {
 		{"redis.tls.key_file", "", "PEM key of redis.tls.cert_file"},
 		{"redis.tls.server_name", "", "name Redis's certificate must carry; empty: the host dialled"},
 
-		{"collector.addr", "127.0.0.1:8080", "collector HTTP listen address (API, /healthz, /readyz, /metrics)"},
-		{"collector.max_body_bytes", 4 << 20, "largest accepted request body in bytes (413 beyond)"},
-		{"collector.max_lines", 10000, "most events in one POST /v1/events body"},
-		{"collector.future_bound", 5 * time.Minute, "events stamped further in the future are rejected"},
-		{"collector.late_bound", 24 * time.Hour, "events older than this are rejected"},
-		{"collector.read_header_timeout", 5 * time.Second, "bound on reading a request's header; the connection is closed beyond it"},
-		{"collector.read_timeout", 30 * time.Second, "bound on reading a whole request, header and body (a body still arriving is cut off with 408)"},
-		{"collector.write_timeout", 60 * time.Second, "bound from a request's header to the end of its answer; must exceed collector.read_timeout plus kafka.produce_timeout"},
-		{"collector.idle_timeout", 60 * time.Second, "an idle keep-alive connection is closed after this long"},
-		{"collector.max_concurrent_bodies", 64, "ingest requests read and handled at once; beyond it ingest answers 503 at once (body memory stays under this times collector.max_body_bytes)"},
-		{"collector.admin_addr", "127.0.0.1:9080", "collector admin listen address (/metrics, /debug/pprof/, /healthz, /readyz) when auth is on; with auth off these stay on collector.addr, which is then loopback"},
-		{"collector.auth.enabled", "auto", "API access control: on, off (only allowed when collector.addr is loopback) or auto (on unless collector.addr is loopback); docs/SECURITY.md"},
-		{"collector.auth.keys", []string{}, "producer API keys: in YAML a list of {id, sha256, scopes, rate, burst}; in a flag or the environment id:sha256:scope+scope:rate:burst, comma-separated (mint one with: collector keys new)"},
-		{"collector.auth.user_token_key", "", "HMAC-SHA256 key (at least 32 bytes) verifying the user tokens (HS256 JWT) that likes require when auth is on"},
-
-		{"aggregator.addr", "127.0.0.1:8081", "aggregator admin listen address (/healthz, /readyz, /metrics)"},
-		{"aggregator.group", "tally-aggregator", "Kafka consumer group of the aggregators"},
-		{"aggregator.instance_id", "", "static group membership id (e.g. the pod name): a restarted aggregator takes back its partitions at once"},
-		{"aggregator.session_timeout", 10 * time.Second, "how long the group waits for a silent aggregator before moving its partitions"},
-		{"aggregator.flush_interval", 500 * time.Millisecond, "how often aggregated batches are written to ClickHouse"},
-		{"aggregator.sketch_interval", 5 * time.Second, "how often unique-viewer sketches are written to ClickHouse (a crash replays the views since into them)"},
-		{"aggregator.max_batch", 200000, "records per partition batch before an early flush"},
-		{"aggregator.dedupe_window", 30 * time.Minute, "a view counts once per viewer and item within this much event time"},
-		{"aggregator.dedupe_grace", 10 * time.Minute, "how far behind the partition's newest event a late view is still deduplicated"},
-		{"aggregator.ttl_seconds", 7 * day, "retention of per-second totals"},
-		{"aggregator.ttl_minutes", 90 * day, "retention of per-minute totals"},
-		{"aggregator.ttl_days", 730 * day, "retention of per-hour and per-day totals"},
-
-		{"demo.enabled", true, "all-in-one: run the built-in demo workload"},
-		{"demo.rate", 200, "demo workload: view events per second"},
-		{"demo.items", 50, "demo workload: number of items"},
-
 		{"shutdown.timeout", 20 * time.Second, "bound on graceful shutdown"},
 	}
 }
 
-// Validate checks every setting and names the first bad key.
-func (c Config) Validate() error {
+// Validate checks the shared settings and names every bad key.
+func (c Config) Validate() error { return c.validate(nil) }
+
+// validate checks the shared settings, then each section's, then shutdown, and names every bad key.
+func (c Config) validate(sections []Section) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...)))
@@ -260,9 +184,9 @@ func (c Config) Validate() error {
 		bad("runtime.procs_per_cpu", "got %d; want 1..64", c.Runtime.ProcsPerCPU)
 	}
 	for _, b := range c.Kafka.Brokers {
-		checkHostPort(bad, "kafka.brokers", b)
+		CheckHostPort(bad, "kafka.brokers", b)
 	}
-	checkHostPort(bad, "kafka.embedded_addr", c.Kafka.EmbeddedAddr)
+	CheckHostPort(bad, "kafka.embedded_addr", c.Kafka.EmbeddedAddr)
 	if c.Kafka.Partitions < 1 || c.Kafka.Partitions > 1024 {
 		bad("kafka.partitions", "got %d; want 1..1024", c.Kafka.Partitions)
 	}
@@ -273,15 +197,15 @@ func (c Config) Validate() error {
 		bad("kafka.max_buffered_records", "got %d; want at least 1", c.Kafka.MaxBuffered)
 	}
 	if c.ClickHouse.Addr != "" {
-		checkHostPort(bad, "clickhouse.addr", c.ClickHouse.Addr)
+		CheckHostPort(bad, "clickhouse.addr", c.ClickHouse.Addr)
 	}
-	checkHostPort(bad, "clickhouse.embedded_addr", c.ClickHouse.EmbeddedAddr)
-	if !identifier(c.ClickHouse.Database) {
+	CheckHostPort(bad, "clickhouse.embedded_addr", c.ClickHouse.EmbeddedAddr)
+	if !Identifier(c.ClickHouse.Database) {
 		bad("clickhouse.database", "got %q; want letters, digits and underscores", c.ClickHouse.Database)
 	}
 	c.validateEmbeddedClickHouse(bad)
 	if c.Redis.Addr != "" {
-		checkHostPort(bad, "redis.addr", c.Redis.Addr)
+		CheckHostPort(bad, "redis.addr", c.Redis.Addr)
 	}
 	if c.Redis.EmbeddedPort < 0 || c.Redis.EmbeddedPort > 65535 {
 		bad("redis.embedded_port", "got %d; want 0..65535", c.Redis.EmbeddedPort)
@@ -290,72 +214,19 @@ func (c Config) Validate() error {
 		bad("redis.embedded_maxmemory", "got %q; want a size such as 512mb or 2gb", c.Redis.EmbeddedMaxMemory)
 	}
 	c.validateBackendSecurity(bad)
-	checkHostPort(bad, "collector.addr", c.Collector.Addr)
-	if c.Collector.MaxBodyBytes < 1024 {
-		bad("collector.max_body_bytes", "got %d; want at least 1024", c.Collector.MaxBodyBytes)
+	for _, sec := range sections {
+		sec.Validate(&c, bad)
 	}
-	if c.Collector.MaxLines < 1 {
-		bad("collector.max_lines", "got %d; want at least 1", c.Collector.MaxLines)
-	}
-	positive(bad, "collector.future_bound", c.Collector.FutureBound)
-	positive(bad, "collector.late_bound", c.Collector.LateBound)
-	positive(bad, "collector.read_header_timeout", c.Collector.ReadHeaderTimeout)
-	positive(bad, "collector.read_timeout", c.Collector.ReadTimeout)
-	positive(bad, "collector.idle_timeout", c.Collector.IdleTimeout)
-	if c.Collector.ReadHeaderTimeout > c.Collector.ReadTimeout {
-		bad("collector.read_header_timeout", "got %s; want at most collector.read_timeout (%s), which includes the header", c.Collector.ReadHeaderTimeout, c.Collector.ReadTimeout)
-	}
-	// The write bound runs from the end of the header to the end of the answer: a body read
-	// within the read bound must still leave the wait for Kafka its full time.
-	if need := c.Collector.ReadTimeout + c.Kafka.ProduceTimeout; c.Collector.WriteTimeout <= need {
-		bad("collector.write_timeout", "got %s; want more than collector.read_timeout + kafka.produce_timeout (%s), or a request read in time could not be answered", c.Collector.WriteTimeout, need)
-	}
-	if c.Collector.MaxConcurrentBodies < 1 {
-		bad("collector.max_concurrent_bodies", "got %d; want at least 1", c.Collector.MaxConcurrentBodies)
-	}
-	c.Collector.validateAuth(bad)
-	checkHostPort(bad, "aggregator.addr", c.Aggregator.Addr)
-	if c.Aggregator.Group == "" {
-		bad("aggregator.group", "must not be empty")
-	}
-	positive(bad, "aggregator.flush_interval", c.Aggregator.FlushInterval)
-	if c.Aggregator.SketchInterval < c.Aggregator.FlushInterval {
-		bad("aggregator.sketch_interval", "got %s; want at least aggregator.flush_interval (%s)", c.Aggregator.SketchInterval, c.Aggregator.FlushInterval)
-	}
-	if c.Aggregator.SessionTimeout < time.Second {
-		bad("aggregator.session_timeout", "got %s; want at least 1s", c.Aggregator.SessionTimeout)
-	}
-	if c.Aggregator.MaxBatch < 1 || c.Aggregator.MaxBatch > 500000 {
-		bad("aggregator.max_batch", "got %d; want 1..500000 (one batch must stay one ClickHouse insert block)", c.Aggregator.MaxBatch)
-	}
-	positive(bad, "aggregator.dedupe_window", c.Aggregator.DedupeWindow)
-	if c.Aggregator.DedupeGrace < 0 {
-		bad("aggregator.dedupe_grace", "got %s; want zero or more", c.Aggregator.DedupeGrace)
-	}
-	for _, t := range []struct {
-		key string
-		d   time.Duration
-	}{{"aggregator.ttl_seconds", c.Aggregator.TTLSeconds}, {"aggregator.ttl_minutes", c.Aggregator.TTLMinutes}, {"aggregator.ttl_days", c.Aggregator.TTLDays}} {
-		if t.d < day || t.d%day != 0 {
-			bad(t.key, "got %s; want a whole number of days (e.g. 168h)", t.d)
-		}
-	}
-	if c.Demo.Rate < 1 {
-		bad("demo.rate", "got %d; want at least 1", c.Demo.Rate)
-	}
-	if c.Demo.Items < 1 {
-		bad("demo.items", "got %d; want at least 1", c.Demo.Items)
-	}
-	positive(bad, "shutdown.timeout", c.Shutdown.Timeout)
+	Positive(bad, "shutdown.timeout", c.Shutdown.Timeout)
 	return errors.Join(errs...)
 }
 
 // validateEmbeddedClickHouse checks the embedded engine's users and limits. An engine anyone on
 // the network can reach must have passwords: without them its users could read every table and
 // the pipeline user could change them.
-func (c Config) validateEmbeddedClickHouse(bad func(string, string, ...any)) {
+func (c Config) validateEmbeddedClickHouse(bad Bad) {
 	ch := c.ClickHouse
-	if !identifier(ch.ReadonlyUser) {
+	if !Identifier(ch.ReadonlyUser) {
 		bad("clickhouse.embedded_readonly_user", "got %q; want letters, digits and underscores", ch.ReadonlyUser)
 	} else if ch.ReadonlyUser == ch.Username {
 		bad("clickhouse.embedded_readonly_user", "got %q, the same as clickhouse.username; want a different user", ch.ReadonlyUser)
@@ -384,13 +255,15 @@ func (c Config) validateEmbeddedClickHouse(bad func(string, string, ...any)) {
 	}
 }
 
-func positive(bad func(string, string, ...any), key string, d time.Duration) {
+// Positive records key as bad unless d is more than zero.
+func Positive(bad Bad, key string, d time.Duration) {
 	if d <= 0 {
 		bad(key, "got %s; want a positive duration such as 500ms or 10s", d)
 	}
 }
 
-func checkHostPort(bad func(string, string, ...any), key, v string) {
+// CheckHostPort records key as bad unless v is host:port.
+func CheckHostPort(bad Bad, key, v string) {
 	if _, _, err := net.SplitHostPort(v); err != nil {
 		bad(key, "got %q; want host:port", v)
 	}
@@ -410,7 +283,8 @@ func memorySize(s string) bool {
 	return err == nil && n > 0
 }
 
-func identifier(s string) bool {
+// Identifier reports whether s is a non-empty run of letters, digits and underscores.
+func Identifier(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -418,3 +292,7 @@ func identifier(s string) bool {
 		return !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
 	}) < 0
 }
+
+// SharedSettings lists the shared keys, for checks that compare every key a binary reads (e.g.
+// against config.example.yaml).
+func SharedSettings() []Setting { return settings() }

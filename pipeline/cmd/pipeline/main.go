@@ -16,12 +16,14 @@ func main() {
 	if len(args) > 0 && (args[0] == "run" || args[0] == "infra") {
 		cmd, args = args[0], args[1:]
 	}
-	os.Exit(cli.Run("pipeline "+cmd, args, false, func(e cli.Env) ([]lifecycle.Part, error) {
+	// Both modes read every section, so one config file and one flag set serve both.
+	var settings pipeline.Settings
+	os.Exit(cli.Run("pipeline "+cmd, args, false, settings.Sections(), func(e cli.Env) ([]lifecycle.Part, error) {
 		switch cmd {
 		case "infra":
 			return pipeline.Infra(e, os.Stdout), nil
 		default:
-			return pipeline.AllInOne(e, os.Stdout), nil
+			return pipeline.AllInOne(e, &settings, os.Stdout), nil
 		}
 	}))
 }

@@ -1,4 +1,4 @@
-package config
+package collector
 
 import (
 	"os"
@@ -6,6 +6,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"tally/collector/auth"
+	"tally/platform/config"
 )
 
 const testHash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" // sha256("test")
@@ -18,33 +21,33 @@ func TestAuthKeysFromEveryLayer(t *testing.T) {
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	web := APIKey{ID: "web", SHA256: testHash, Scopes: []string{"ingest", "read"}, Rate: 50, Burst: 100}
-	app := APIKey{ID: "app", SHA256: strings.ToUpper(testHash[:63]) + "9", Scopes: []string{"like"}, Rate: 2.5, Burst: 5}
+	web := auth.APIKey{ID: "web", SHA256: testHash, Scopes: []string{"ingest", "read"}, Rate: 50, Burst: 100}
+	app := auth.APIKey{ID: "app", SHA256: strings.ToUpper(testHash[:63]) + "9", Scopes: []string{"like"}, Rate: 2.5, Burst: 5}
 	compact := "app:" + app.SHA256 + ":like:2.5:5"
 	tests := []struct {
 		name string
 		env  map[string]string
 		args []string
-		want []APIKey
+		want auth.APIKeys
 	}{
-		{"yaml list", nil, []string{"--config", file}, []APIKey{web}},
-		{"flag compact", nil, []string{"--config", file, "--collector.auth.keys", compact}, []APIKey{app}},
+		{"yaml list", nil, []string{"--config", file}, auth.APIKeys{web}},
+		{"flag compact", nil, []string{"--config", file, "--collector.auth.keys", compact}, auth.APIKeys{app}},
 		{"env compact, two keys", map[string]string{"TALLY_COLLECTOR_AUTH_KEYS": compact + ",web:" + testHash + ":ingest+read:50:100"},
-			[]string{"--config", file}, []APIKey{app, web}},
+			[]string{"--config", file}, auth.APIKeys{app, web}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			c, err := Load("test", tt.args)
-			if err != nil {
+			var c Settings
+			if _, err := config.Load("test", tt.args, &c); err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if !reflect.DeepEqual(c.Collector.Auth.Keys, tt.want) {
-				t.Errorf("got keys %+v; want %+v", c.Collector.Auth.Keys, tt.want)
+			if !reflect.DeepEqual(c.Auth.Keys, tt.want) {
+				t.Errorf("got keys %+v; want %+v", c.Auth.Keys, tt.want)
 			}
-			if !c.Collector.AuthOn() {
+			if !c.AuthOn() {
 				t.Error("got auth off on 0.0.0.0 in auto mode; want on")
 			}
 		})
@@ -87,72 +90,46 @@ func TestAuthStartChecks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := Load("test", tt.args)
+			var c Settings
+			_, err := config.Load("test", tt.args, &c)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("got error %v; want the start allowed", err)
 			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 				t.Fatalf("got error %v; want one containing %q", err, tt.want)
-			case tt.want == "" && c.Collector.AuthOn() != tt.wantOn:
-				t.Errorf("got AuthOn %v; want %v", c.Collector.AuthOn(), tt.wantOn)
+			case tt.want == "" && c.AuthOn() != tt.wantOn:
+				t.Errorf("got AuthOn %v; want %v", c.AuthOn(), tt.wantOn)
 			}
 		})
 	}
 }
 
-func FuzzParseAPIKey(f *testing.F) {
-	for _, s := range []string{"web:" + testHash + ":ingest+read:100:200", "a:b:c:d:e", "::::", "x:y:z:1e308:9999999999999999999", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		k, err := ParseAPIKey(s)
-		if err != nil {
-			return
-		}
-		if strings.Count(s, ":") != 4 {
-			t.Errorf("ParseAPIKey(%q) = %+v; want an error for %d separators", s, k, strings.Count(s, ":"))
-		}
-	})
-}
-
-func TestBackendSecurityChecks(t *testing.T) {
-	certs := t.TempDir()
-	ca := filepath.Join(certs, "ca.pem")
-	if err := os.WriteFile(ca, []byte("not a certificate"), 0o600); err != nil {
+// TestLoadErrorsNameTheKey: a bad collector setting stops the start naming its key.
+func TestLoadErrorsNameTheKey(t *testing.T) {
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("collector:\n  adr: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	servers := []string{"--kafka.brokers", "k:9093", "--redis.addr", "r:6380", "--clickhouse.addr", "c:8443"}
 	tests := []struct {
 		name string
 		args []string
 		want string
 	}{
-		{"scram 512 with credentials", append(servers, "--kafka.sasl.mechanism", "SCRAM-SHA-512", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"), ""},
-		{"unknown mechanism", append(servers, "--kafka.sasl.mechanism", "PLAIN", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"), `kafka.sasl.mechanism: got "PLAIN"`},
-		{"mechanism without password", append(servers, "--kafka.sasl.mechanism", "SCRAM-SHA-256", "--kafka.sasl.username", "u"), "kafka.sasl.username: SCRAM-SHA-256 needs"},
-		{"credentials without mechanism", append(servers, "--kafka.sasl.password", "p"), "kafka.sasl.mechanism: is empty"},
-		{"sasl for the embedded broker", []string{"--kafka.sasl.mechanism", "SCRAM-SHA-256", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"}, "kafka.sasl.mechanism: is set but kafka.brokers is empty"},
-		{"kafka tls with the system roots", append(servers, "--kafka.tls.enabled"), ""},
-		{"kafka tls, unreadable CA", append(servers, "--kafka.tls.enabled", "--kafka.tls.ca_file", filepath.Join(certs, "none.pem")), "kafka.tls: read CA file"},
-		{"redis tls, CA not PEM", append(servers, "--redis.tls.enabled", "--redis.tls.ca_file", ca), "redis.tls: CA file"},
-		{"clickhouse tls file without tls", append(servers, "--clickhouse.tls.ca_file", ca), "clickhouse.tls: TLS files or a server name are set but TLS is not enabled"},
-		{"clickhouse tls cert without key", append(servers, "--clickhouse.tls.enabled", "--clickhouse.tls.cert_file", ca), "clickhouse.tls: a client certificate needs both"},
-		{"redis user without password", append(servers, "--redis.username", "tally"), "redis.password: is empty"},
-		{"redis password for the embedded server", []string{"--redis.password", "p"}, "redis.password: is set but redis.addr is empty"},
-		{"clickhouse tls for the embedded engine", []string{"--clickhouse.tls.enabled"}, "clickhouse.tls.enabled: is set but clickhouse.addr is empty"},
+		{"bad addr", []string{"--collector.addr", "nohostport"}, "collector.addr"},
+		{"unknown file key", []string{"--config", typo}, `"collector.adr"`},
+		{"no read timeout", []string{"--collector.read_timeout", "0s"}, "collector.read_timeout"},
+		{"write bound under read plus kafka", []string{"--collector.read_timeout", "30s", "--collector.write_timeout", "35s"}, "collector.write_timeout"},
+		{"header bound over read bound", []string{"--collector.read_header_timeout", "40s"}, "collector.read_header_timeout"},
+		{"no idle timeout", []string{"--collector.idle_timeout", "-1s"}, "collector.idle_timeout"},
+		{"no ingest bodies", []string{"--collector.max_concurrent_bodies", "0"}, "collector.max_concurrent_bodies"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := Load("test", tt.args)
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("got error %v; want none", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("got error %v; want one containing %q", err, tt.want)
-			case tt.want == "":
-				if _, err := c.Kafka.Security().Options(); err != nil {
-					t.Errorf("got %v building the Kafka options of a valid config; want none", err)
-				}
+			var s Settings
+			_, err := config.Load("test", tt.args, &s)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got error %v; want one naming %s", err, tt.want)
 			}
 		})
 	}
