@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"tally/platform/config"
-	"tally/platform/testinfra"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process).

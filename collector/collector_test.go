@@ -16,7 +16,7 @@ import (
 	"tally/collector/auth"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
-	"tally/platform/testinfra"
+	"tally/testsupport/testinfra"
 )
 
 // The test binary shares one infrastructure (chDB allows one engine per process); each test runs

@@ -30,8 +30,8 @@ import (
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/kafka"
-	"tally/platform/testinfra"
 	"tally/schemas"
+	"tally/testsupport/testinfra"
 )
 
 // The exactly-once test's load. TALLY_EO_EVENTS overrides the event count for quicker local runs.

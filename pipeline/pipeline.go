@@ -11,10 +11,10 @@ import (
 
 	"tally/aggregator"
 	"tally/collector"
+	"tally/devstack/embedded"
 	"tally/pipeline/demo"
 	"tally/platform/cli"
 	"tally/platform/config"
-	"tally/platform/embedded"
 	"tally/platform/lifecycle"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"tally/pipeline/pipelinetest"
 	"tally/platform/chclient"
-	"tally/platform/testinfra"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 // TestAllInOne runs the whole pipeline in-process on the embedded defaults, as `pipeline run`

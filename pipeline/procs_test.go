@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/platform/testinfra"
+	"tally/testsupport/testinfra"
 )
 
 // binaries builds the pipeline, collector and aggregator commands once per test binary, without

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/platform/testinfra"
+	"tally/testsupport/testinfra"
 )
 
 // TestAllInOneRobustness runs the all-in-one as a process with tight HTTP limits and checks

@@ -20,9 +20,9 @@ import (
 
 	aggload "tally/aggregator/likes"
 	"tally/collector/likes"
-	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process); tests use their own

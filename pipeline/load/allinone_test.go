@@ -11,7 +11,7 @@ import (
 
 	"tally/pipeline/load"
 	"tally/pipeline/pipelinetest"
-	"tally/platform/testinfra"
+	"tally/testsupport/testinfra"
 )
 
 // TestLoadAgainstAllInOne runs short views+reads and likes scenarios against the whole pipeline

@@ -16,16 +16,16 @@ import (
 	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
-	"tally/platform/testinfra"
+	"tally/testsupport/testinfra"
 )
 
 // Running is a started all-in-one.
 type Running struct {
 	Config   *config.Config // with the embedded addresses filled in
 	Settings *pipeline.Settings
-	API    string         // collector base URL
-	cancel context.CancelFunc
-	done   chan error
+	API      string // collector base URL
+	cancel   context.CancelFunc
+	done     chan error
 }
 
 // Start runs the all-in-one with flags added to the test defaults (free ports, a temporary data

@@ -15,11 +15,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"tally/platform/chembed"
+	"tally/devstack/chembed"
+	"tally/devstack/redisproc"
 	"tally/platform/config"
 	"tally/platform/kafka"
 	"tally/platform/lifecycle"
-	"tally/platform/redisproc"
 )
 
 // Parts returns the lifecycle parts that start what cfg leaves unconfigured, led by the lock

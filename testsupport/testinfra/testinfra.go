@@ -15,9 +15,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"tally/platform/chembed"
+	"tally/devstack/chembed"
+	"tally/devstack/redisproc"
 	"tally/platform/kafka"
-	"tally/platform/redisproc"
 )
 
 // Infra is the running infrastructure.
