@@ -41,9 +41,9 @@ type Settings struct {
 
 // AuthSettings is the collector's API access control (docs/SECURITY.md).
 type AuthSettings struct {
-	Enabled      string        `mapstructure:"enabled"`
-	Keys         auth.APIKeys  `mapstructure:"keys"`
-	UserTokenKey string        `mapstructure:"user_token_key"`
+	Enabled      string       `mapstructure:"enabled"`
+	Keys         auth.APIKeys `mapstructure:"keys"`
+	UserTokenKey string       `mapstructure:"user_token_key"`
 }
 
 // Name is the section's top-level key.

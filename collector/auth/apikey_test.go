@@ -19,4 +19,3 @@ func FuzzParseAPIKey(f *testing.F) {
 		}
 	})
 }
-

@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-
 )
 
 // clock is a settable time source, so token expiry and token buckets are tested without sleeping.

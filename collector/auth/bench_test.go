@@ -5,7 +5,6 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
-
 )
 
 // BenchmarkGuard is the cost the guard adds to one request (key hash, bucket, scope; and for a

@@ -141,7 +141,7 @@ func decode(v *viper.Viper, all []Setting, sections []Section) (Config, error) {
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		ErrorUnused:      true,
 		WeaklyTypedInput: true, // environment values are strings: "8" is an int setting's 8
-		Result:      target.Interface(),
+		Result:           target.Interface(),
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToTimeDurationHookFunc(),
 			mapstructure.StringToSliceHookFunc(","),
