@@ -16,9 +16,9 @@ import (
 	"path/filepath"
 
 	"tally/devstack/chembed"
+	"tally/devstack/kafkabroker"
 	"tally/devstack/redisproc"
 	"tally/platform/config"
-	"tally/platform/kafka"
 	"tally/platform/lifecycle"
 )
 
@@ -29,7 +29,7 @@ import (
 func Parts(cfg *config.Config, logger *slog.Logger) []lifecycle.Part {
 	var parts []lifecycle.Part
 	if len(cfg.Kafka.Brokers) == 0 {
-		var k *kafka.Embedded
+		var k *kafkabroker.Broker
 		parts = append(parts, lifecycle.Part{
 			Name: "embedded kafka",
 			Start: func(context.Context) error {
@@ -37,7 +37,7 @@ func Parts(cfg *config.Config, logger *slog.Logger) []lifecycle.Part {
 				if err != nil {
 					return err
 				}
-				if k, err = kafka.StartEmbedded(dir, cfg.Kafka.EmbeddedAddr, cfg.Kafka.SyncWrites); err != nil {
+				if k, err = kafkabroker.Start(dir, cfg.Kafka.EmbeddedAddr, cfg.Kafka.SyncWrites); err != nil {
 					return err
 				}
 				cfg.Kafka.Brokers = []string{k.Addr()}

@@ -1,4 +1,4 @@
-package kafka
+package kafkabroker
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/kafka"
 )
 
 // TestEmbeddedRestartKeepsEverything restarts the embedded broker on the same data directory
@@ -19,21 +21,21 @@ func TestEmbeddedRestartKeepsEverything(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := StartEmbedded(dir, "127.0.0.1:0", false)
+	k, err := Start(dir, "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := k.Addr()
 
-	cl, err := kgo.NewClient(append(ClientOptions([]string{addr}, "test", logger, nil), ProducerOptions(1000, 10*time.Second)...)...)
+	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{addr}, "test", logger, nil), kafka.ProducerOptions(1000, 10*time.Second)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := EnsureTopics(ctx, cl, 3, "t1", "t2"); err != nil {
+	if err := kafka.EnsureTopics(ctx, cl, 3, "t1", "t2"); err != nil {
 		t.Fatal(err)
 	}
 	// EnsureTopics on existing topics is a no-op, not an error.
-	if err := EnsureTopics(ctx, cl, 3, "t1"); err != nil {
+	if err := kafka.EnsureTopics(ctx, cl, 3, "t1"); err != nil {
 		t.Fatalf("second EnsureTopics: %v", err)
 	}
 	const n = 100
@@ -55,12 +57,12 @@ func TestEmbeddedRestartKeepsEverything(t *testing.T) {
 	cl.Close()
 	k.Close()
 
-	k, err = StartEmbedded(dir, addr, false)
+	k, err = Start(dir, addr, false)
 	if err != nil {
 		t.Fatalf("restart on %s: %v", addr, err)
 	}
 	defer k.Close()
-	cl, err = kgo.NewClient(append(ClientOptions([]string{addr}, "test", logger, nil), kgo.ConsumeTopics("t1"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	cl, err = kgo.NewClient(append(kafka.ClientOptions([]string{addr}, "test", logger, nil), kgo.ConsumeTopics("t1"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,14 +16,14 @@ import (
 	"time"
 
 	"tally/devstack/chembed"
+	"tally/devstack/kafkabroker"
 	"tally/devstack/redisproc"
-	"tally/platform/kafka"
 )
 
 // Infra is the running infrastructure.
 type Infra struct {
 	Dir        string
-	Kafka      *kafka.Embedded
+	Kafka      *kafkabroker.Broker
 	ClickHouse *chembed.Server
 	Redis      *redisproc.Proc
 	Logger     *slog.Logger
@@ -40,7 +40,7 @@ func Start() (*Infra, error) {
 		w = os.Stderr
 	}
 	in := &Infra{Dir: dir, Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	if in.Kafka, err = kafka.StartEmbedded(filepath.Join(dir, "kafka"), "127.0.0.1:0", false); err != nil {
+	if in.Kafka, err = kafkabroker.Start(filepath.Join(dir, "kafka"), "127.0.0.1:0", false); err != nil {
 		in.Stop()
 		return nil, err
 	}
