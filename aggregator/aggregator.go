@@ -31,7 +31,7 @@ import (
 
 // Parts returns the aggregator's lifecycle parts; cfg is read when they start. withAdmin adds
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
+func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
 	var conn driver.Conn
 	var rdb *redis.Client
 	var src *views.Source
@@ -41,7 +41,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 			Name: "aggregator clickhouse",
 			Start: func(ctx context.Context) error {
 				var err error
-				if conn, err = OpenClickHouse(ctx, cfg, logger); err != nil {
+				if conn, err = OpenClickHouse(ctx, cfg, s, logger); err != nil {
 					return err
 				}
 				runner.AddCheck("aggregator clickhouse", conn.Ping)
@@ -67,7 +67,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					return err
 				}
 				var pubTo views.Counted
-				if cfg.Aggregator.PublishCounted {
+				if s.PublishCounted {
 					if pub, err = counted.New(ctx, counted.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
 						ProduceTimeout: cfg.Kafka.ProduceTimeout}, logger, reg); err != nil {
 						return err
@@ -75,20 +75,20 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					pubTo = pub
 				}
 				agg := views.New(views.Config{
-					Window:         cfg.Aggregator.DedupeWindow,
-					Grace:          cfg.Aggregator.DedupeGrace,
-					FlushInterval:  cfg.Aggregator.FlushInterval,
-					SketchInterval: cfg.Aggregator.SketchInterval,
-					MaxBatch:       cfg.Aggregator.MaxBatch,
+					Window:         s.DedupeWindow,
+					Grace:          s.DedupeGrace,
+					FlushInterval:  s.FlushInterval,
+					SketchInterval: s.SketchInterval,
+					MaxBatch:       s.MaxBatch,
 					SketchIdle:     time.Minute,
-					DeltasTTL:      cfg.Aggregator.TTLSeconds,
-					Owner:          owner(cfg.Aggregator.InstanceID),
+					DeltasTTL:      s.TTLSeconds,
+					Owner:          owner(s.InstanceID),
 					Totals:         totals.New(rdb, "views"),
 					Counted:        pubTo,
 				}, conn, now, logger, reg)
-				group := views.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: cfg.Aggregator.Group,
-					InstanceID: cfg.Aggregator.InstanceID, SessionTimeout: cfg.Aggregator.SessionTimeout}
-				if src, err = views.NewSource(group, agg, cfg.Aggregator.FlushInterval, logger, reg); err != nil {
+				group := views.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: s.Group,
+					InstanceID: s.InstanceID, SessionTimeout: s.SessionTimeout}
+				if src, err = views.NewSource(group, agg, s.FlushInterval, logger, reg); err != nil {
 					return err
 				}
 				runner.AddCheck("aggregator kafka", src.Check)
@@ -119,19 +119,19 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				Window:         cfg.Clicks.DedupeWindow,
 				Grace:          cfg.Clicks.DedupeGrace,
 				FraudThreshold: cfg.Clicks.FraudScoreThreshold,
-				FlushInterval:  cfg.Aggregator.FlushInterval,
-				RollupInterval: cfg.Aggregator.SketchInterval,
-				MaxBatch:       cfg.Aggregator.MaxBatch,
+				FlushInterval:  s.FlushInterval,
+				RollupInterval: s.SketchInterval,
+				MaxBatch:       s.MaxBatch,
 				VerdictHold:    cfg.Clicks.CountedTTL,
-				Owner:          owner(cfg.Aggregator.InstanceID),
+				Owner:          owner(s.InstanceID),
 			}, conn, now, logger, reg)
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {
 				return err
 			}
 			group := clicks.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: cfg.Clicks.Group,
-				InstanceID: cfg.Aggregator.InstanceID, SessionTimeout: cfg.Aggregator.SessionTimeout}
-			if clickSrc, err = clicks.NewSource(group, agg, cfg.Aggregator.FlushInterval, logger); err != nil {
+				InstanceID: s.InstanceID, SessionTimeout: s.SessionTimeout}
+			if clickSrc, err = clicks.NewSource(group, agg, s.FlushInterval, logger); err != nil {
 				return err
 			}
 			runner.AddCheck("aggregator clicks kafka", clickSrc.Check)
@@ -155,7 +155,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				return err
 			}
 			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
-				FlushInterval: cfg.Aggregator.FlushInterval, MaxBatch: cfg.Aggregator.MaxBatch}, conn, logger, reg)
+				FlushInterval: s.FlushInterval, MaxBatch: s.MaxBatch}, conn, logger, reg)
 			if err != nil {
 				return err
 			}
@@ -167,7 +167,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	if withAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
-		admin, _ := lifecycle.HTTPServer("aggregator admin http", cfg.Aggregator.Addr, mux)
+		admin, _ := lifecycle.HTTPServer("aggregator admin http", s.Addr, mux)
 		parts = append(parts, admin)
 	}
 	return parts
@@ -175,7 +175,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 
 // OpenClickHouse connects to the configured ClickHouse, applies the migrations and sets the
 // configured retention.
-func OpenClickHouse(ctx context.Context, cfg *config.Config, logger *slog.Logger) (driver.Conn, error) {
+func OpenClickHouse(ctx context.Context, cfg *config.Config, s *Settings, logger *slog.Logger) (driver.Conn, error) {
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := chclient.Open(octx, cfg.ClickHouse.Options())
@@ -187,7 +187,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, logger *slog.Logger
 		conn.Close()
 		return nil, err
 	}
-	if err := setRetention(octx, conn, cfg.Aggregator, cfg.Clicks.CountedTTL); err != nil {
+	if err := setRetention(octx, conn, s, cfg.Clicks.CountedTTL); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, logger *slog.Logger
 
 // setRetention applies the configured TTLs. It changes table metadata only; existing parts are
 // trimmed by later merges rather than rewritten now.
-func setRetention(ctx context.Context, conn driver.Conn, c config.Aggregator, countedTTL time.Duration) error {
+func setRetention(ctx context.Context, conn driver.Conn, c *Settings, countedTTL time.Duration) error {
 	days := func(d time.Duration) int { return int(d / (24 * time.Hour)) }
 	for _, t := range []struct {
 		table, column string

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"tally/platform/config"
-	"tally/platform/testinfra"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process).
@@ -41,8 +41,8 @@ func TestStartRecreatesDroppedSchemaObjects(t *testing.T) {
 			infra.DB(t, ctx, db) // starts it empty
 			var cfg config.Config
 			cfg.ClickHouse = config.ClickHouse{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"}
-			cfg.Aggregator.TTLSeconds, cfg.Aggregator.TTLMinutes, cfg.Aggregator.TTLDays = 7*24*time.Hour, 90*24*time.Hour, 730*24*time.Hour
-			conn, err := OpenClickHouse(ctx, &cfg, infra.Logger)
+			s := Settings{TTLSeconds: 7 * 24 * time.Hour, TTLMinutes: 90 * 24 * time.Hour, TTLDays: 730 * 24 * time.Hour}
+			conn, err := OpenClickHouse(ctx, &cfg, &s, infra.Logger)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,7 +50,7 @@ func TestStartRecreatesDroppedSchemaObjects(t *testing.T) {
 				t.Fatal(err)
 			}
 			conn.Close()
-			if conn, err = OpenClickHouse(ctx, &cfg, infra.Logger); err != nil {
+			if conn, err = OpenClickHouse(ctx, &cfg, &s, infra.Logger); err != nil {
 				t.Fatalf("restart after %s: %v", tt.drop, err)
 			}
 			defer conn.Close()

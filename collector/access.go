@@ -17,22 +17,22 @@ import (
 // routes go: with auth on, /metrics and /debug/pprof/ move to their own server on
 // collector.admin_addr (the returned part) and the API keeps only /healthz and /readyz; with
 // auth off the API listens on loopback only (config refuses anything else), so they stay on it.
-func access(cfg *config.Config, mux *http.ServeMux, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (http.Handler, []lifecycle.Part) {
-	if !cfg.Collector.AuthOn() {
+func access(cfg *config.Config, s *Settings, mux *http.ServeMux, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (http.Handler, []lifecycle.Part) {
+	if !s.AuthOn() {
 		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 		return mux, nil
 	}
 	lifecycle.HealthRoutes(mux, runner)
 	admin := http.NewServeMux()
 	lifecycle.AdminRoutes(admin, runner, reg, cfg.Debug.Pprof)
-	adminServer, _ := lifecycle.HTTPServer("collector admin http", cfg.Collector.AdminAddr, admin)
-	guard, err := auth.New(auth.Options{Keys: cfg.Collector.Auth.Keys, UserTokenKey: []byte(cfg.Collector.Auth.UserTokenKey),
+	adminServer, _ := lifecycle.HTTPServer("collector admin http", s.AdminAddr, admin)
+	guard, err := auth.New(auth.Options{Keys: s.Auth.Keys, UserTokenKey: []byte(s.Auth.UserTokenKey),
 		Now: now, Logger: logger, Registerer: reg})
 	if err != nil {
 		refuse := lifecycle.Part{Name: "collector access control",
 			Start: func(context.Context) error { return err }, Stop: func(context.Context) error { return nil }}
 		return mux, []lifecycle.Part{refuse}
 	}
-	logger.Info("API access control on", "keys", len(cfg.Collector.Auth.Keys), "admin_addr", cfg.Collector.AdminAddr)
+	logger.Info("API access control on", "keys", len(s.Auth.Keys), "admin_addr", s.AdminAddr)
 	return guard.Wrap(mux, auth.CollectorRoutes()), []lifecycle.Part{adminServer}
 }

@@ -37,7 +37,7 @@ import (
 // Parts returns the collector's lifecycle parts. cfg is read when the parts start, so embedded
 // infrastructure started earlier can fill in its addresses. addr reports the bound listen
 // address once started.
-func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (parts []lifecycle.Part, addr func() string) {
+func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (parts []lifecycle.Part, addr func() string) {
 	var cl *kgo.Client
 	var likeStore *likes.Store
 	var conn driver.Conn
@@ -105,11 +105,11 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				return err
 			}
 			ing := ingest.New(ingest.Config{
-				MaxBodyBytes: int64(cfg.Collector.MaxBodyBytes),
-				MaxLines:     cfg.Collector.MaxLines,
-				Bounds:       schemas.TimeBounds{Future: cfg.Collector.FutureBound, Late: cfg.Collector.LateBound},
+				MaxBodyBytes: int64(s.MaxBodyBytes),
+				MaxLines:     s.MaxLines,
+				Bounds:       schemas.TimeBounds{Future: s.FutureBound, Late: s.LateBound},
 
-				MaxConcurrentBodies: cfg.Collector.MaxConcurrentBodies,
+				MaxConcurrentBodies: s.MaxConcurrentBodies,
 				ClickKeys:           keys,
 				MaxRenderAge:        cfg.Clicks.MaxRenderAge,
 			}, cl, now, logger, reg)
@@ -137,7 +137,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				return err
 			}
 			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes,
-				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(cfg.Collector.Addr), CheckEvery: time.Second},
+				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(s.Addr), CheckEvery: time.Second},
 				likeStore, logger, reg)
 			if err != nil {
 				return err
@@ -147,10 +147,10 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 		},
 		Stop: func(ctx context.Context) error { return applier.Stop(ctx) },
 	}
-	handler, adminParts := access(cfg, mux, runner, logger, reg, now)
-	server, addrFn := lifecycle.HTTPServerWithLimits("collector http", cfg.Collector.Addr, handler, lifecycle.HTTPLimits{
-		ReadHeaderTimeout: cfg.Collector.ReadHeaderTimeout, ReadTimeout: cfg.Collector.ReadTimeout,
-		WriteTimeout: cfg.Collector.WriteTimeout, IdleTimeout: cfg.Collector.IdleTimeout,
+	handler, adminParts := access(cfg, s, mux, runner, logger, reg, now)
+	server, addrFn := lifecycle.HTTPServerWithLimits("collector http", s.Addr, handler, lifecycle.HTTPLimits{
+		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
+		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout,
 	})
 	return append(append([]lifecycle.Part{stores, producer, likesPart}, adminParts...), server), addrFn
 }

@@ -16,7 +16,7 @@ import (
 	"tally/collector/auth"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
-	"tally/platform/testinfra"
+	"tally/testsupport/testinfra"
 )
 
 // The test binary shares one infrastructure (chDB allows one engine per process); each test runs
@@ -39,14 +39,15 @@ func collector(t *testing.T, args ...string) (api, admin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var s Settings
 	cfg, err := config.Load("collector", append([]string{"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
 		"--redis.addr", infra.Redis.Addr(), "--collector.addr", apiAddr, "--collector.admin_addr", adminAddr,
-		"--kafka.partitions", "2", "--data_dir", t.TempDir()}, args...))
+		"--kafka.partitions", "2", "--data_dir", t.TempDir()}, args...), &s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runner := lifecycle.NewRunner(infra.Logger)
-	parts, _ := Parts(&cfg, runner, infra.Logger, prometheus.NewRegistry(), time.Now)
+	parts, _ := Parts(&cfg, &s, runner, infra.Logger, prometheus.NewRegistry(), time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runner.Run(ctx, 20*time.Second, parts...) }()

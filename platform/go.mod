@@ -2,18 +2,26 @@ module tally/platform
 
 go 1.26.8
 
+replace (
+	tally/aggregator => ../aggregator
+	tally/allinone => ../allinone
+	tally/batchjob => ../batchjob
+	tally/client => ../client
+	tally/collector => ../collector
+	tally/devstack => ../devstack
+	tally/e2e => ../e2e
+	tally/loadgen => ../loadgen
+	tally/schemas => ../schemas
+	tally/sink => ../sink
+	tally/testsupport => ../testsupport
+	tally/topk => ../topk
+)
+
 require (
-	github.com/ClickHouse/ch-go v0.75.0
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
-	github.com/andybalholm/brotli v1.2.7
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/cespare/xxhash/v2 v2.3.0
-	github.com/chdb-io/chdb-go v1.11.0
-	github.com/ebitengine/purego v0.10.1
 	github.com/go-viper/mapstructure/v2 v2.4.0
-	github.com/google/uuid v1.6.0
-	github.com/klauspost/compress v1.20.3
-	github.com/pierrec/lz4/v4 v4.1.33
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/pflag v1.1.0
@@ -24,16 +32,25 @@ require (
 	github.com/twmb/franz-go/plugin/kprom v1.5.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/term v0.47.0
+	tally/devstack v0.0.0-00010101000000-000000000000
+	tally/testsupport v0.0.0-00010101000000-000000000000
 )
 
 require (
+	github.com/ClickHouse/ch-go v0.75.0 // indirect
+	github.com/andybalholm/brotli v1.3.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/chdb-io/chdb-go v1.11.0 // indirect
+	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.8.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/paulmach/orb v0.14.0 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

@@ -2,6 +2,21 @@ module tally/schemas
 
 go 1.26.8
 
+replace (
+	tally/aggregator => ../aggregator
+	tally/allinone => ../allinone
+	tally/batchjob => ../batchjob
+	tally/client => ../client
+	tally/collector => ../collector
+	tally/devstack => ../devstack
+	tally/e2e => ../e2e
+	tally/loadgen => ../loadgen
+	tally/platform => ../platform
+	tally/sink => ../sink
+	tally/testsupport => ../testsupport
+	tally/topk => ../topk
+)
+
 require github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 
 require (

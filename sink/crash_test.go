@@ -16,10 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/kafka"
-	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/sink/rawlog"
 	"tally/sink/store"
+	"tally/testsupport/testinfra"
 )
 
 // sinkProc is the sink binary running as a child process, killed and restarted by the test.

@@ -4,8 +4,17 @@ go 1.26.8
 
 replace (
 	tally/aggregator => ../aggregator
+	tally/allinone => ../allinone
+	tally/batchjob => ../batchjob
+	tally/client => ../client
+	tally/collector => ../collector
+	tally/devstack => ../devstack
+	tally/e2e => ../e2e
+	tally/loadgen => ../loadgen
 	tally/platform => ../platform
 	tally/schemas => ../schemas
+	tally/testsupport => ../testsupport
+	tally/topk => ../topk
 )
 
 require (
@@ -17,26 +26,28 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	go.uber.org/goleak v1.3.0
+	tally/devstack v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
+	tally/testsupport v0.0.0-00010101000000-000000000000
 )
 
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0 // indirect
-	github.com/andybalholm/brotli v1.2.7 // indirect
+	github.com/andybalholm/brotli v1.3.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chdb-io/chdb-go v1.11.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/ebitengine/purego v0.10.1 // indirect
+	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.8.0 // indirect
 	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
 	github.com/minio/crc64nvme v1.1.1 // indirect

@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"tally/devstack/kafkabroker"
 	"testing"
 	"time"
 
-	"tally/platform/chembed"
-	"tally/platform/kafka"
-	"tally/platform/testinfra"
+	"tally/devstack/chembed"
+	"tally/testsupport/testinfra"
 )
 
 // The test binary's embedded ClickHouse engine, whose pipeline user may read filesDir (where the
@@ -54,9 +54,9 @@ func testMain(m *testing.M) int {
 }
 
 // startKafka starts a broker for one test.
-func startKafka(t *testing.T) *kafka.Embedded {
+func startKafka(t *testing.T) *kafkabroker.Broker {
 	t.Helper()
-	k, err := kafka.StartEmbedded(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,12 +27,12 @@ const staleTemp = time.Hour
 
 // Parts returns the sink's lifecycle parts; cfg is read when they start. withAdmin adds the
 // admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
+func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
 	var a *archive.Archive
 	parts := []lifecycle.Part{{
 		Name: "sink consumer",
 		Start: func(ctx context.Context) error {
-			st, err := OpenStore(ctx, cfg, logger)
+			st, err := OpenStore(ctx, cfg, s, logger)
 			if err != nil {
 				return err
 			}
@@ -41,9 +41,9 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 				return err
 			}
 			a, err = archive.New(archive.Config{
-				Brokers: cfg.Kafka.Brokers, Dial: dial, Group: cfg.Sink.Group, InstanceID: cfg.Sink.InstanceID,
-				SessionTimeout: cfg.Sink.SessionTimeout, Topics: rawlog.Topics(), Rotation: cfg.Sink.Rotation,
-				MaxBatchBytes: int64(cfg.Sink.MaxBatchBytes), Retention: Retention(cfg.Sink), RetentionEvery: 5 * time.Minute,
+				Brokers: cfg.Kafka.Brokers, Dial: dial, Group: s.Group, InstanceID: s.InstanceID,
+				SessionTimeout: s.SessionTimeout, Topics: rawlog.Topics(), Rotation: s.Rotation,
+				MaxBatchBytes: int64(s.MaxBatchBytes), Retention: Retention(s), RetentionEvery: 5 * time.Minute,
 			}, st, now, logger, reg)
 			if err != nil {
 				return err
@@ -56,7 +56,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					runner.Fail(fmt.Errorf("sink consumer: %w", err))
 				}
 			}()
-			logger.Info("sink writing", "store", st.String(), "rotation", cfg.Sink.Rotation)
+			logger.Info("sink writing", "store", st.String(), "rotation", s.Rotation)
 			return nil
 		},
 		Stop: func(ctx context.Context) error { return a.Stop(ctx) },
@@ -64,14 +64,14 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	if withAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
-		admin, _ := lifecycle.HTTPServer("sink admin http", cfg.Sink.Addr, mux)
+		admin, _ := lifecycle.HTTPServer("sink admin http", s.Addr, mux)
 		parts = append(parts, admin)
 	}
 	return parts
 }
 
 // Retention is each kept topic's retention: sink.retention, or its sink.retention_by_topic entry.
-func Retention(s config.Sink) map[string]time.Duration {
+func Retention(s *Settings) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, t := range rawlog.Topics() {
 		out[t.Name] = s.Retention
@@ -84,14 +84,14 @@ func Retention(s config.Sink) map[string]time.Duration {
 
 // OpenStore opens the configured store and removes temporary files a crash left behind. The
 // batch jobs open the same store to read the files.
-func OpenStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (store.Store, error) {
-	dir := cfg.SinkDir()
+func OpenStore(ctx context.Context, cfg *config.Config, s *Settings, logger *slog.Logger) (store.Store, error) {
+	dir := s.DirIn(cfg)
 	var st store.Store
 	var err error
 	var temps string
-	switch cfg.Sink.Storage {
+	switch s.Storage {
 	case "s3":
-		s3 := cfg.Sink.S3
+		s3 := s.S3
 		temps = filepath.Join(dir, "spool")
 		st, err = store.NewS3(ctx, store.S3Options{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region,
 			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Secure: s3.Secure, SpoolDir: temps})

@@ -3,8 +3,18 @@ module tally/topk
 go 1.26.8
 
 replace (
+	tally/aggregator => ../aggregator
+	tally/allinone => ../allinone
+	tally/batchjob => ../batchjob
+	tally/client => ../client
+	tally/collector => ../collector
+	tally/devstack => ../devstack
+	tally/e2e => ../e2e
+	tally/loadgen => ../loadgen
 	tally/platform => ../platform
 	tally/schemas => ../schemas
+	tally/sink => ../sink
+	tally/testsupport => ../testsupport
 )
 
 require (
@@ -17,21 +27,22 @@ require (
 	go.uber.org/goleak v1.3.0
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
+	tally/testsupport v0.0.0-00010101000000-000000000000
 )
 
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
-	github.com/andybalholm/brotli v1.2.7 // indirect
+	github.com/andybalholm/brotli v1.3.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/chdb-io/chdb-go v1.11.0 // indirect
-	github.com/ebitengine/purego v0.10.1 // indirect
+	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.8.0 // indirect
 	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/paulmach/orb v0.14.0 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
@@ -58,4 +69,5 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+	tally/devstack v0.0.0-00010101000000-000000000000 // indirect
 )

@@ -20,9 +20,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/kafka"
-	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 	"tally/topk/tracker"
 )
 

@@ -25,7 +25,7 @@ import (
 
 // Parts returns topk's lifecycle parts; cfg is read when they start. withAdmin adds the admin
 // HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
+func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
 	logger = logger.With("component", "topk")
 	var conn driver.Conn
 	var rdb *redis.Client
@@ -73,13 +73,13 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 					prod.Close()
 					return err
 				}
-				out := &Outputs{Redis: rdb, Kafka: prod, ClickHouse: conn, HistoryK: cfg.TopK.HistoryK}
+				out := &Outputs{Redis: rdb, Kafka: prod, ClickHouse: conn, HistoryK: s.HistoryK}
 				svc, err = New(ctx, Config{
 					Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
-					PublishInterval: cfg.TopK.PublishInterval, SnapshotInterval: cfg.TopK.SnapshotInterval,
+					PublishInterval: s.PublishInterval, SnapshotInterval: s.SnapshotInterval,
 					SnapshotPath: filepath.Join(cfg.DataDir, "topk", "snapshot"),
-					Tracker:      tracker.Options{Shards: cfg.TopK.Shards, Counters: cfg.TopK.DayCounters},
-					ColdReplay:   cfg.TopK.ColdReplay,
+					Tracker:      tracker.Options{Shards: s.Shards, Counters: s.DayCounters},
+					ColdReplay:   s.ColdReplay,
 				}, out, now, logger, reg)
 				if err != nil {
 					prod.Close()
@@ -102,7 +102,7 @@ func Parts(cfg *config.Config, runner *lifecycle.Runner, logger *slog.Logger, re
 	if withAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
-		admin, _ := lifecycle.HTTPServer("topk admin http", cfg.TopK.Addr, mux)
+		admin, _ := lifecycle.HTTPServer("topk admin http", s.Addr, mux)
 		parts = append(parts, admin)
 	}
 	return parts

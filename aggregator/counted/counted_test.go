@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/platform/testinfra"
 	"tally/schemas"
+	"tally/testsupport/testinfra"
 )
 
 var infra *testinfra.Infra

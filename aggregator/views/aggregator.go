@@ -51,14 +51,14 @@ type Aggregator struct {
 	partitions int      // of the views topic, to map items to partitions when rebuilding Redis
 	progress   progress // for readiness (health.go)
 
-	mu         sync.Mutex
-	parts      map[int32]*partition
+	mu    sync.Mutex
+	parts map[int32]*partition
 	// fenced holds the partitions this aggregator dropped because a newer owner claimed them,
 	// until the group says what became of them (assigned again, revoked or lost); reclaim, those
 	// of them whose records the group still delivers here (see Reclaims).
 	fenced, reclaim map[int32]bool
-	lastFlush  time.Time
-	lastSketch time.Time
+	lastFlush       time.Time
+	lastSketch      time.Time
 
 	m metrics
 }

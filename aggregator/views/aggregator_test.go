@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
-	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process).

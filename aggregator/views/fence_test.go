@@ -406,7 +406,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 			}
 			old, _ := assign("old")
 			processViews(old, part, item, 0, 100, clock)
-			flush(old)                                   // sketches hold v0-v99
+			flush(old)                                    // sketches hold v0-v99
 			processViews(old, part, item, 100, 50, clock) // pending when it stalls
 			owner, at := assign("owner")
 			if at != 100 {

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/testinfra"
 	"tally/schemas"
+	"tally/testsupport/testinfra"
 )
 
 // Records written straight to Kafka, bypassing the collector's checks, are set aside in

@@ -30,9 +30,9 @@ import (
 	"tally/collector/api"
 	"tally/collector/reports"
 	"tally/platform/kafka"
-	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process). Every test writes

@@ -21,9 +21,9 @@ import (
 	aggload "tally/aggregator/likes"
 	"tally/batchjob/runlock"
 	"tally/collector/likes"
-	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process); tests use their own

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"tally/batchjob/recount"
-	"tally/platform/testinfra"
 	"tally/schemas"
 	"tally/schemas/migrate"
 	"tally/sink/rawlog"
 	"tally/sink/store"
+	"tally/testsupport/testinfra"
 )
 
 var (

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/platform/redisproc"
-	"tally/platform/testinfra"
+	"tally/devstack/redisproc"
+	"tally/testsupport/testinfra"
 )
 
 var redisAddr string

@@ -26,7 +26,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"tally/collector/api"
-	"tally/platform/config"
 )
 
 // Scope is what a key may do.
@@ -70,7 +69,7 @@ type Route struct {
 
 // Options builds a Guard.
 type Options struct {
-	Keys         []config.APIKey
+	Keys         []APIKey
 	UserTokenKey []byte                // HMAC key of user tokens; empty: every like is refused with 401
 	Now          func() time.Time      // default time.Now
 	Logger       *slog.Logger          // refusals at debug level; default none
@@ -94,8 +93,8 @@ type key struct {
 
 func (k *key) has(s Scope) bool { return k.scopes[s] || k.scopes[ScopeAdmin] }
 
-// New returns a guard for opts.Keys. It checks what config.Validate checks, so a Guard built
-// without the config loader is as strict.
+// New returns a guard for opts.Keys. It checks what the collector's settings check
+// (collector.Settings.Validate), so a Guard built without the config loader is as strict.
 func New(opts Options) (*Guard, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -13,8 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-
-	"tally/platform/config"
 )
 
 // clock is a settable time source, so token expiry and token buckets are tested without sleeping.
@@ -44,7 +42,7 @@ func server(t *testing.T, clk *clock) (*httptest.Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	g, err := New(Options{
-		Keys: []config.APIKey{
+		Keys: []APIKey{
 			{ID: "ingest", SHA256: HashSecret(ingestSecret), Scopes: []string{"ingest"}, Rate: 1000, Burst: 1000},
 			{ID: "read", SHA256: HashSecret(readSecret), Scopes: []string{"read"}, Rate: 1000, Burst: 1000},
 			{ID: "like", SHA256: HashSecret(likeSecret), Scopes: []string{"like", "read"}, Rate: 1000, Burst: 1000},
@@ -211,7 +209,7 @@ func TestLikesNeedTheUsersToken(t *testing.T) {
 		})
 	}
 	t.Run("no user-token key configured", func(t *testing.T) {
-		g, err := New(Options{Keys: []config.APIKey{{ID: "like", SHA256: HashSecret(likeSecret), Scopes: []string{"like"}, Rate: 1, Burst: 1}},
+		g, err := New(Options{Keys: []APIKey{{ID: "like", SHA256: HashSecret(likeSecret), Scopes: []string{"like"}, Rate: 1, Burst: 1}},
 			Now: clk.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -277,16 +275,16 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 }
 
 func TestNewRejectsBadKeys(t *testing.T) {
-	good := config.APIKey{ID: "a", SHA256: HashSecret(ingestSecret), Scopes: []string{"ingest"}, Rate: 1, Burst: 1}
+	good := APIKey{ID: "a", SHA256: HashSecret(ingestSecret), Scopes: []string{"ingest"}, Rate: 1, Burst: 1}
 	tests := []struct {
 		name string
-		keys []config.APIKey
+		keys []APIKey
 		want string
 	}{
-		{"short hash", []config.APIKey{{ID: "a", SHA256: "abc", Scopes: []string{"read"}, Rate: 1, Burst: 1}}, "64 hex digits"},
-		{"unknown scope", []config.APIKey{{ID: "a", SHA256: good.SHA256, Scopes: []string{"write"}, Rate: 1, Burst: 1}}, `unknown scope "write"`},
-		{"zero rate", []config.APIKey{{ID: "a", SHA256: good.SHA256, Scopes: []string{"read"}, Burst: 1}}, "rate 0"},
-		{"same secret twice", []config.APIKey{good, {ID: "b", SHA256: strings.ToUpper(good.SHA256), Scopes: []string{"read"}, Rate: 1, Burst: 1}}, "another key's"},
+		{"short hash", []APIKey{{ID: "a", SHA256: "abc", Scopes: []string{"read"}, Rate: 1, Burst: 1}}, "64 hex digits"},
+		{"unknown scope", []APIKey{{ID: "a", SHA256: good.SHA256, Scopes: []string{"write"}, Rate: 1, Burst: 1}}, `unknown scope "write"`},
+		{"zero rate", []APIKey{{ID: "a", SHA256: good.SHA256, Scopes: []string{"read"}, Burst: 1}}, "rate 0"},
+		{"same secret twice", []APIKey{good, {ID: "b", SHA256: strings.ToUpper(good.SHA256), Scopes: []string{"read"}, Rate: 1, Burst: 1}}, "another key's"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

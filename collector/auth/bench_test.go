@@ -5,14 +5,12 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
-
-	"tally/platform/config"
 )
 
 // BenchmarkGuard is the cost the guard adds to one request (key hash, bucket, scope; and for a
 // like the token's HMAC), without the network.
 func BenchmarkGuard(b *testing.B) {
-	g, err := New(Options{Keys: []config.APIKey{{ID: "k", SHA256: HashSecret(likeSecret), Scopes: []string{"ingest", "like"}, Rate: 1e9, Burst: 1e9}},
+	g, err := New(Options{Keys: []APIKey{{ID: "k", SHA256: HashSecret(likeSecret), Scopes: []string{"ingest", "like"}, Rate: 1e9, Burst: 1e9}},
 		UserTokenKey: []byte(tokenKey)})
 	if err != nil {
 		b.Fatal(err)

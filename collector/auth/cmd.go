@@ -65,8 +65,8 @@ func command(args []string, env CommandEnv) error {
 			return err
 		}
 		secret := NewSecret()
-		k := config.APIKey{ID: *id, SHA256: HashSecret(secret), Scopes: *scopes, Rate: *rate, Burst: *burst}
-		if _, err := New(Options{Keys: []config.APIKey{k}}); err != nil || *id == "" || len(*scopes) == 0 {
+		k := APIKey{ID: *id, SHA256: HashSecret(secret), Scopes: *scopes, Rate: *rate, Burst: *burst}
+		if _, err := New(Options{Keys: []APIKey{k}}); err != nil || *id == "" || len(*scopes) == 0 {
 			return fmt.Errorf("want --id and --scopes, rate and burst above 0 (%v)", err)
 		}
 		fmt.Fprintf(env.Stdout, "secret (send as %s; shown once): %s\n\ncollector.auth.keys entry:\n"+
@@ -96,8 +96,8 @@ func command(args []string, env CommandEnv) error {
 		}
 		name := config.EnvName("collector.auth.user_token_key")
 		key := env.Getenv(name)
-		if len(key) < config.MinUserTokenKey {
-			return fmt.Errorf("%s is %d bytes; want the collector's user-token key (at least %d bytes)", name, len(key), config.MinUserTokenKey)
+		if len(key) < MinUserTokenKey {
+			return fmt.Errorf("%s is %d bytes; want the collector's user-token key (at least %d bytes)", name, len(key), MinUserTokenKey)
 		}
 		tok, err := MintUserToken([]byte(key), *user, env.Now(), *ttl)
 		if err != nil {

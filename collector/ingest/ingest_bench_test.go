@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
+	"tally/devstack/kafkabroker"
 	"tally/platform/kafka"
 	"tally/schemas"
 )
@@ -21,7 +22,7 @@ import (
 // generator's (no ts, no event id), through the handler into an embedded broker: parsing,
 // building the records, and waiting for Kafka's acknowledgement. ns/line is per view.
 func BenchmarkServeEvents(b *testing.B) {
-	k, err := kafka.StartEmbedded(b.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(b.TempDir(), "127.0.0.1:0", false)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
+	"tally/devstack/kafkabroker"
 	"tally/platform/kafka"
 	"tally/schemas"
 )
@@ -43,7 +44,7 @@ func serve(h *Handler, method, path, body string) *httptest.ResponseRecorder {
 // TestAcceptedMeansInKafka checks that a 202 is answered only for records Kafka holds, keyed by
 // item, with the wire encoding the aggregator reads.
 func TestAcceptedMeansInKafka(t *testing.T) {
-	k, err := kafka.StartEmbedded(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 
 	"tally/collector/api"
 	"tally/platform/redisclient"
-	"tally/platform/testinfra"
 	"tally/schemas"
+	"tally/testsupport/testinfra"
 )
 
 func TestRejectsBadIDs(t *testing.T) {

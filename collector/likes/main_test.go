@@ -20,7 +20,7 @@ import (
 
 	"tally/collector/api"
 	"tally/platform/redisclient"
-	"tally/platform/testinfra"
+	"tally/testsupport/testinfra"
 )
 
 // The test binary shares one infrastructure (chDB allows one engine per process). Tests run

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"tally/platform/redisclient"
-	"tally/platform/testinfra"
 	"tally/schemas"
+	"tally/testsupport/testinfra"
 )
 
 // storm runs workers that like and unlike overlapping (item, user) pairs through base until

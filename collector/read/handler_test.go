@@ -21,10 +21,10 @@ import (
 	"tally/collector/api"
 	"tally/collector/likes"
 	"tally/platform/chclient"
-	"tally/platform/testinfra"
 	"tally/platform/totals"
 	"tally/schemas"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process).

@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/collector/api"
-	"tally/platform/testinfra"
 	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
 )
 
 var infra *testinfra.Infra

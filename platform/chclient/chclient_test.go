@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"tally/devstack/chembed"
 	"tally/platform/chclient"
-	"tally/platform/chembed"
-	"tally/platform/testcerts"
 	"tally/platform/tlsconf"
+	"tally/testsupport/testcerts"
 )
 
 // The real engine (chDB on the HTTP interface) behind an HTTPS front, as a TLS-terminating

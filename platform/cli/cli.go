@@ -31,9 +31,11 @@ type Env struct {
 }
 
 // Run runs the binary called name with args. A standalone component (standalone true) never
-// embeds infrastructure: unset addresses point at a `pipeline infra` process instead.
-func Run(name string, args []string, standalone bool, parts func(Env) ([]lifecycle.Part, error)) int {
-	cfg, err := config.Load(name, args)
+// embeds infrastructure: unset addresses point at a `pipeline infra` process instead. sections
+// are the components' settings the binary reads (beside the shared ones); they are filled in
+// before parts is called.
+func Run(name string, args []string, standalone bool, sections []config.Section, parts func(Env) ([]lifecycle.Part, error)) int {
+	cfg, err := config.Load(name, args, sections...)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}

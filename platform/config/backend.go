@@ -9,7 +9,7 @@ import (
 // ClickHouse: a mechanism tally speaks, credentials complete, TLS files readable. They apply to
 // configured servers only; the embedded ones take neither, so setting them without an address
 // is a mistake, not a no-op.
-func (c Config) validateBackendSecurity(bad func(string, string, ...any)) {
+func (c Config) validateBackendSecurity(bad Bad) {
 	switch c.Kafka.SASL.Mechanism {
 	case "":
 		if c.Kafka.SASL.Username != "" || c.Kafka.SASL.Password != "" {
@@ -48,7 +48,7 @@ func (c Config) validateBackendSecurity(bad func(string, string, ...any)) {
 
 // checkTLS builds the TLS configuration once, so a missing or bad file stops the start naming
 // the setting instead of failing on the first connection.
-func checkTLS(bad func(string, string, ...any), key string, f tlsconf.Files) {
+func checkTLS(bad Bad, key string, f tlsconf.Files) {
 	if _, err := f.Config(); err != nil {
 		bad(key, "%v", err)
 	}

@@ -1,7 +1,10 @@
 // Package config loads the settings of every tally binary from, in rising order of precedence,
 // built-in defaults, a YAML file (--config), TALLY_* environment variables and command-line
-// flags. Every setting is declared once in the table in settings.go, so --help, the example
-// file and the environment names cannot drift apart. Loading is pure: no globals, no init().
+// flags. It declares the shared sections (settings.go: data_dir, log, debug, runtime, kafka,
+// clickhouse, redis, shutdown); each component declares its own section (a Section) in its own
+// package, and a binary's main passes the sections it reads to Load. Every setting is declared
+// once, so --help, the example file and the environment names cannot drift apart. Loading is
+// pure: no globals, no init().
 package config
 
 import (
@@ -20,14 +23,44 @@ import (
 // EnvPrefix is prepended to every setting's environment name: kafka.brokers is TALLY_KAFKA_BROKERS.
 const EnvPrefix = "TALLY"
 
+// Setting is one key: its dotted name, its default (string, int, bool, time.Duration or
+// []string: the default's type is the flag's type) and its one-line help.
+type Setting struct {
+	Key     string
+	Default any
+	Help    string
+}
+
+// Bad records a bad value: the key it names and why, as "got X; want Y".
+type Bad func(key, format string, args ...any)
+
+// Section is one component's settings, declared in the component's own package: a pointer to a
+// struct with mapstructure tags that Load fills in. Name is the top-level key the section's
+// settings live under (e.g. "collector"); Settings lists them with full dotted keys; Validate
+// checks the decoded values, and may read the shared sections (shared is already decoded).
+type Section interface {
+	Name() string
+	Settings() []Setting
+	Validate(shared *Config, bad Bad)
+}
+
 // Load parses args (without the program name) for the binary called name and returns the
-// validated configuration. When --help is given it prints the usage to stdout and returns
+// validated shared configuration, filling in each of sections as well. When --help is given it
+// prints the usage (the shared settings and those of sections) to stdout and returns
 // pflag.ErrHelp, which callers treat as a clean exit.
-func Load(name string, args []string) (Config, error) {
+//
+// A YAML file may hold sections this binary does not read (one file for every binary): a
+// top-level map no setting of this binary lives under is left alone; inside the sections it
+// reads, every key must be declared.
+func Load(name string, args []string, sections ...Section) (Config, error) {
+	all := settings()
+	for _, sec := range sections {
+		all = append(all, sec.Settings()...)
+	}
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
 	configFile := fs.String("config", "", "YAML config file (see config.example.yaml); env TALLY_CONFIG")
-	for _, s := range settings() {
+	for _, s := range all {
 		s.addFlag(fs)
 	}
 	fs.Usage = func() {
@@ -45,15 +78,15 @@ func Load(name string, args []string) (Config, error) {
 	}
 
 	v := viper.New()
-	for _, s := range settings() {
-		v.SetDefault(s.key, s.def)
+	for _, s := range all {
+		v.SetDefault(s.Key, s.Default)
 	}
 	v.SetEnvPrefix(EnvPrefix)
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
 	v.AutomaticEnv()
-	for _, s := range settings() {
-		if err := v.BindPFlag(s.key, fs.Lookup(s.key)); err != nil {
-			return Config{}, fmt.Errorf("config: bind flag %s: %w", s.key, err)
+	for _, s := range all {
+		if err := v.BindPFlag(s.Key, fs.Lookup(s.Key)); err != nil {
+			return Config{}, fmt.Errorf("config: bind flag %s: %w", s.Key, err)
 		}
 	}
 	path := *configFile
@@ -66,51 +99,102 @@ func Load(name string, args []string) (Config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return Config{}, fmt.Errorf("config: read %s: %w", path, err)
 		}
-		if err := checkFileKeys(v.AllSettings(), ""); err != nil {
+		if err := checkFileKeys(all, v.AllSettings(), ""); err != nil {
 			return Config{}, fmt.Errorf("config: %s: %w", path, err)
 		}
 	}
 
-	var cfg Config
-	decode := func(dc *mapstructure.DecoderConfig) {
-		dc.ErrorUnused = true
-		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
-			mapstructure.StringToTimeDurationHookFunc(),
-			mapstructure.StringToSliceHookFunc(","),
-			apiKeyHook,
-		)
-	}
-	if err := v.Unmarshal(&cfg, decode); err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+	cfg, err := decode(v, all, sections)
+	if err != nil {
+		return Config{}, err
 	}
 	cfg.Kafka.Brokers = dropEmpty(cfg.Kafka.Brokers)
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(sections); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
 }
 
+// decode fills the shared Config and every section from v in one pass, so a bad value's error
+// names its full dotted key. The target is a struct made for this call: the shared sections
+// squashed at the top and one field per component section under its name. Keys of sections
+// this binary does not read are dropped first (see Load).
+func decode(v *viper.Viper, all []Setting, sections []Section) (Config, error) {
+	fields := []reflect.StructField{{Name: "Shared", Type: reflect.TypeOf(Config{}), Tag: `mapstructure:",squash"`}}
+	for i, sec := range sections {
+		t := reflect.TypeOf(sec)
+		if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+			return Config{}, fmt.Errorf("config: section %s is a %s; want a pointer to a struct", sec.Name(), t)
+		}
+		fields = append(fields, reflect.StructField{Name: fmt.Sprintf("S%d", i), Type: t, Tag: reflect.StructTag(`mapstructure:"` + sec.Name() + `"`)})
+	}
+	target := reflect.New(reflect.StructOf(fields))
+	for i, sec := range sections {
+		target.Elem().Field(i + 1).Set(reflect.ValueOf(sec)) // decoded in place
+	}
+	in := v.AllSettings()
+	for k := range in {
+		if !underSetting(all, k) {
+			delete(in, k)
+		}
+	}
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		ErrorUnused:      true,
+		WeaklyTypedInput: true, // environment values are strings: "8" is an int setting's 8
+		Result:           target.Interface(),
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			mapstructure.StringToTimeDurationHookFunc(),
+			mapstructure.StringToSliceHookFunc(","),
+			// Section types read from one string (a flag or the environment) decode themselves,
+			// e.g. the collector's API keys.
+			mapstructure.TextUnmarshallerHookFunc(),
+		),
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if err := dec.Decode(in); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return target.Elem().Field(0).Interface().(Config), nil
+}
+
 // checkFileKeys rejects keys in the YAML file that no setting declares, so a typo is an error
-// instead of a silently ignored line. prefix is the dotted path walked so far.
-func checkFileKeys(m map[string]any, prefix string) error {
+// instead of a silently ignored line. prefix is the dotted path walked so far. A top-level map
+// no setting lives under is another binary's section and is skipped.
+func checkFileKeys(all []Setting, m map[string]any, prefix string) error {
 	for k, val := range m {
 		key := prefix + k
-		if sub, ok := val.(map[string]any); ok && !isSetting(key) {
-			if err := checkFileKeys(sub, key+"."); err != nil {
+		sub, isMap := val.(map[string]any)
+		if prefix == "" && isMap && !underSetting(all, key) {
+			continue
+		}
+		if isMap && !isSetting(all, key) {
+			if err := checkFileKeys(all, sub, key+"."); err != nil {
 				return err
 			}
 			continue
 		}
-		if !isSetting(key) {
+		if !isSetting(all, key) {
 			return fmt.Errorf("unknown key %q", key)
 		}
 	}
 	return nil
 }
 
-func isSetting(key string) bool {
-	for _, s := range settings() {
-		if s.key == key {
+func isSetting(all []Setting, key string) bool {
+	for _, s := range all {
+		if s.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// underSetting reports whether key is a setting or a section some setting lives under.
+func underSetting(all []Setting, key string) bool {
+	for _, s := range all {
+		if s.Key == key || strings.HasPrefix(s.Key, key+".") {
 			return true
 		}
 	}
@@ -127,23 +211,23 @@ func dropEmpty(in []string) []string {
 	return out
 }
 
-func (s setting) addFlag(fs *pflag.FlagSet) {
-	help := s.help + " (env " + EnvName(s.key) + ")"
-	switch d := s.def.(type) {
+func (s Setting) addFlag(fs *pflag.FlagSet) {
+	help := s.Help + " (env " + EnvName(s.Key) + ")"
+	switch d := s.Default.(type) {
 	case string:
-		fs.String(s.key, d, help)
+		fs.String(s.Key, d, help)
 	case int:
-		fs.Int(s.key, d, help)
+		fs.Int(s.Key, d, help)
 	case bool:
-		fs.Bool(s.key, d, help)
+		fs.Bool(s.Key, d, help)
 	case float64:
-		fs.Float64(s.key, d, help)
+		fs.Float64(s.Key, d, help)
 	case time.Duration:
-		fs.Duration(s.key, d, help)
+		fs.Duration(s.Key, d, help)
 	case []string:
-		fs.StringSlice(s.key, d, help)
+		fs.StringSlice(s.Key, d, help)
 	default:
-		panic(fmt.Sprintf("config: setting %s has unsupported default type %s", s.key, reflect.TypeOf(d)))
+		panic(fmt.Sprintf("config: setting %s has unsupported default type %s", s.Key, reflect.TypeOf(d)))
 	}
 }
 

@@ -1,68 +1,19 @@
-// Package kafka builds the franz-go clients every tally component uses and, for the all-in-one
-// mode, runs the embedded broker (kfake) on a data directory. The same client code talks to the
-// embedded broker and to a real cluster; only the seed addresses differ.
-//
-// Clients are owned by their caller, who must Close them; the embedded broker is owned by
-// whoever called StartEmbedded and stops with Close.
+// Package kafka builds the franz-go clients every tally component uses. The same client code
+// talks to the embedded broker (devstack/kafkabroker) and to a real cluster; only the seed
+// addresses differ. Clients are owned by their caller, who must Close them.
 package kafka
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 )
-
-// Embedded is an in-process Kafka broker speaking the real protocol, persisted under a directory.
-type Embedded struct {
-	cluster *kfake.Cluster
-	addr    string
-}
-
-// StartEmbedded starts one kfake broker listening on addr, persisting records and group offsets
-// under dir (they survive a restart on the same dir). syncWrites fsyncs every batch.
-func StartEmbedded(dir, addr string, syncWrites bool) (*Embedded, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("embedded kafka address %q: %w", addr, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("embedded kafka port %q: %w", portStr, err)
-	}
-	opts := []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.Ports(port),
-		kfake.DataDir(dir),
-		// Real brokers default to a 6 s minimum; one machine can afford faster failover.
-		kfake.GroupMinSessionTimeout(time.Second),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
-		}),
-	}
-	if syncWrites {
-		opts = append(opts, kfake.SyncWrites())
-	}
-	c, err := kfake.NewCluster(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("start embedded kafka on %s in %s: %w", addr, dir, err)
-	}
-	return &Embedded{cluster: c, addr: c.ListenAddrs()[0]}, nil
-}
-
-// Addr is the broker's host:port.
-func (e *Embedded) Addr() string { return e.addr }
-
-// Close stops the broker; what was written stays in its data directory.
-func (e *Embedded) Close() { e.cluster.Close() }
 
 // ClientOptions are the options shared by every tally client: seeds, logging, client metrics.
 // reg may be nil (no metrics), e.g. in short-lived tools.

@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/kafka"
-	"tally/platform/testcerts"
 	"tally/platform/tlsconf"
+	"tally/testsupport/testcerts"
 )
 
 func TestSecurityOptions(t *testing.T) {

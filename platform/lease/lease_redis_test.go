@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"tally/platform/redisproc"
+	"tally/devstack/redisproc"
 )
 
 var rdb *redis.Client

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"tally/platform/redisproc"
-	"tally/platform/testcerts"
+	"tally/devstack/redisproc"
 	"tally/platform/tlsconf"
+	"tally/testsupport/testcerts"
 )
 
 // start runs a real redis-server with extra arguments and returns its address.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"tally/platform/testcerts"
+	"tally/testsupport/testcerts"
 )
 
 func TestConfig(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"tally/devstack/kafkabroker"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ const partitions = 4
 
 func startKafka(t *testing.T) (string, *kgo.Client) {
 	t.Helper()
-	k, err := kafka.StartEmbedded(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,13 @@ import (
 
 	"tally/aggregator"
 	"tally/platform/cli"
+	"tally/platform/config"
 	"tally/platform/lifecycle"
 )
 
 func main() {
-	os.Exit(cli.Run("aggregator", os.Args[1:], true, func(e cli.Env) ([]lifecycle.Part, error) {
-		return aggregator.Parts(e.Config, e.Runner, e.Logger, e.Registry, time.Now, true), nil
+	var settings aggregator.Settings
+	os.Exit(cli.Run("aggregator", os.Args[1:], true, []config.Section{&settings}, func(e cli.Env) ([]lifecycle.Part, error) {
+		return aggregator.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now, true), nil
 	}))
 }

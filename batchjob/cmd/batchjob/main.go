@@ -24,9 +24,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
+	"tally/aggregator"
+	"tally/batchjob"
 	"tally/batchjob/clicks"
 	"tally/batchjob/reconcile"
 	"tally/batchjob/runlock"
+	"tally/collector"
 	"tally/collector/likes"
 	"tally/platform/chclient"
 	"tally/platform/config"
@@ -35,6 +38,7 @@ import (
 	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/schemas/migrate"
+	"tally/sink"
 )
 
 // Exit codes, documented in reconcile.Usage and clicks.Usage.
@@ -66,7 +70,8 @@ func run(args []string) int {
 	job, rest, err := reconcile.ParseArgs(args)
 	if errors.Is(err, reconcile.ErrHelp) {
 		_, _ = os.Stdout.WriteString(reconcile.Usage + clicks.Usage)
-		_, _ = config.Load("batchjob", []string{"--help"})
+		var sec sections
+		_, _ = config.Load("batchjob", []string{"--help"}, sec.list()...)
 		return exitOK
 	}
 	if err != nil {
@@ -106,7 +111,8 @@ func runClicks(args []string) int {
 	cmd, rest, err := clicks.ParseArgs(args)
 	if errors.Is(err, clicks.ErrHelp) {
 		_, _ = os.Stdout.WriteString(clicks.Usage)
-		_, _ = config.Load("batchjob clicks", []string{"--help"})
+		var sec sections
+		_, _ = config.Load("batchjob clicks", []string{"--help"}, sec.list()...)
 		return exitOK
 	}
 	if err != nil {
@@ -127,11 +133,11 @@ func runClicks(args []string) int {
 	deps := clicks.Deps{
 		Source: clicks.NewKafkaSource(clicks.KafkaOptions{Brokers: cfg.Kafka.Brokers, Dial: dial,
 			ClicksTopic: schemas.TopicClicks, VerdictsTopic: schemas.TopicFraudVerdicts,
-			Early: cfg.Collector.FutureBound + cfg.Batchjob.ClicksSkew, Late: cfg.Collector.LateBound + cfg.Batchjob.ClicksSkew,
+			Early: env.sec.Collector.FutureBound + env.sec.Batchjob.ClicksSkew, Late: env.sec.Collector.LateBound + env.sec.Batchjob.ClicksSkew,
 			Logger: env.logger}),
 		ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
 		Rules:    clicks.Rules{FraudScoreThreshold: cfg.Clicks.FraudScoreThreshold},
-		Lookback: cfg.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
+		Lookback: env.sec.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
 	}
 	meter := progress.Start(progress.Options{What: "click and verdict records"}) // lines only on a terminal, none under cron
 	defer meter.Stop()
@@ -164,6 +170,7 @@ func runClicks(args []string) int {
 // with the migrations applied, and Redis.
 type env struct {
 	cfg    config.Config
+	sec    sections
 	logger *slog.Logger
 	ctx    context.Context
 	stop   context.CancelFunc
@@ -174,7 +181,8 @@ type env struct {
 // open loads the settings from rest and opens what a job needs. On failure it returns nil and
 // the exit code (0 when only help was asked for).
 func open(job string, rest []string) (*env, int) {
-	cfg, err := config.Load("batchjob "+job, rest)
+	var sec sections
+	cfg, err := config.Load("batchjob "+job, rest, sec.list()...)
 	if errors.Is(err, pflag.ErrHelp) {
 		return nil, exitOK
 	}
@@ -185,7 +193,7 @@ func open(job string, rest []string) (*env, int) {
 		fmt.Fprintln(os.Stderr, err)
 		return nil, exitUsage
 	}
-	e := &env{cfg: cfg, logger: logging.New(cfg.Log, os.Stderr).With("binary", "batchjob", "job", job)}
+	e := &env{cfg: cfg, sec: sec, logger: logging.New(cfg.Log, os.Stderr).With("binary", "batchjob", "job", job)}
 	e.ctx, e.stop = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	octx, cancel := context.WithTimeout(e.ctx, time.Minute)
 	e.conn, err = chclient.Open(octx, cfg.ClickHouse.Options())
@@ -213,4 +221,18 @@ func (e *env) close() {
 	e.rdb.Close()
 	e.conn.Close()
 	e.stop()
+}
+
+// sections are the configuration sections the jobs read besides the shared ones: the
+// collector's time bounds (which clicks the log can hold), the aggregator's dedupe rule (views),
+// the sink's files, and the jobs' own.
+type sections struct {
+	Collector  collector.Settings
+	Aggregator aggregator.Settings
+	Sink       sink.Settings
+	Batchjob   batchjob.Settings
+}
+
+func (s *sections) list() []config.Section {
+	return []config.Section{&s.Collector, &s.Aggregator, &s.Sink, &s.Batchjob}
 }

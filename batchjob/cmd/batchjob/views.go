@@ -28,14 +28,19 @@ func runViews(args []string) int {
 	day, rest, err := recount.ParseArgs(args)
 	if errors.Is(err, recount.ErrHelp) {
 		_, _ = os.Stdout.WriteString(recount.Usage)
-		_, _ = config.Load("batchjob views", []string{"--help"})
+		var sec sections
+		_, _ = config.Load("batchjob views", []string{"--help"}, sec.list()...)
 		return exitOK
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "batchjob views: %v\n\n%s", err, recount.Usage)
 		return exitUsage
 	}
-	cfg, err := config.Load("batchjob views", rest)
+	var sec sections
+	cfg, err := config.Load("batchjob views", rest, sec.list()...)
+	if err == nil && sec.Batchjob.ViewsLookback < sec.Aggregator.DedupeWindow+sec.Aggregator.DedupeGrace {
+		err = fmt.Errorf("config: batchjob.views_lookback: got %s; want at least aggregator.dedupe_window + aggregator.dedupe_grace (%s)", sec.Batchjob.ViewsLookback, sec.Aggregator.DedupeWindow+sec.Aggregator.DedupeGrace)
+	}
 	if errors.Is(err, pflag.ErrHelp) {
 		return exitOK
 	}
@@ -61,13 +66,13 @@ func runViews(args []string) int {
 		return exitError
 	}
 	defer conn.Close()
-	st, err := sink.OpenStore(ctx, &cfg, logger)
+	st, err := sink.OpenStore(ctx, &cfg, &sec.Sink, logger)
 	if err != nil {
 		logger.Error("open sink files", "err", err)
 		return exitError
 	}
 	files := rawlog.Files[rawlog.ViewRow]{Store: st, Topic: schemas.TopicViews}
-	ok, err := rawlog.Present(ctx, st, schemas.TopicViews, day.Add(-cfg.Batchjob.ViewsLookback), day.Add(24*time.Hour))
+	ok, err := rawlog.Present(ctx, st, schemas.TopicViews, day.Add(-sec.Batchjob.ViewsLookback), day.Add(24*time.Hour))
 	if err != nil {
 		logger.Error("look for the day's files", "err", err)
 		return exitError
@@ -77,7 +82,7 @@ func runViews(args []string) int {
 		return exitError
 	}
 	rep, err := recount.Run(ctx, day, recount.Deps{Source: files, SourceName: "files", ClickHouse: conn,
-		Window: cfg.Aggregator.DedupeWindow, Grace: cfg.Aggregator.DedupeGrace, Lookback: cfg.Batchjob.ViewsLookback,
+		Window: sec.Aggregator.DedupeWindow, Grace: sec.Aggregator.DedupeGrace, Lookback: sec.Batchjob.ViewsLookback,
 		Logger: logger, Now: time.Now})
 	if err != nil {
 		logger.Error("view recount failed", "err", err)

@@ -9,6 +9,7 @@ import (
 	"tally/collector"
 	"tally/collector/auth"
 	"tally/platform/cli"
+	"tally/platform/config"
 	"tally/platform/lifecycle"
 )
 
@@ -16,8 +17,9 @@ func main() {
 	if auth.IsCommand(os.Args[1:]) {
 		os.Exit(auth.Command(os.Args[1:], auth.CommandEnv{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Now: time.Now}))
 	}
-	os.Exit(cli.Run("collector", os.Args[1:], true, func(e cli.Env) ([]lifecycle.Part, error) {
-		parts, _ := collector.Parts(e.Config, e.Runner, e.Logger, e.Registry, time.Now)
+	var settings collector.Settings
+	os.Exit(cli.Run("collector", os.Args[1:], true, []config.Section{&settings}, func(e cli.Env) ([]lifecycle.Part, error) {
+		parts, _ := collector.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now)
 		return parts, nil
 	}))
 }

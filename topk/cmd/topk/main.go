@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"tally/platform/cli"
+	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/topk"
 )
 
 func main() {
-	os.Exit(cli.Run("topk", os.Args[1:], true, func(e cli.Env) ([]lifecycle.Part, error) {
-		return topk.Parts(e.Config, e.Runner, e.Logger, e.Registry, time.Now, true), nil
+	var settings topk.Settings
+	os.Exit(cli.Run("topk", os.Args[1:], true, []config.Section{&settings}, func(e cli.Env) ([]lifecycle.Part, error) {
+		return topk.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now, true), nil
 	}))
 }

@@ -1,0 +1,82 @@
+package aggregator
+
+import (
+	"time"
+
+	"tally/platform/config"
+)
+
+// Settings is the aggregator's section of the configuration (aggregator.*), loaded by
+// config.Load beside the shared sections.
+type Settings struct {
+	Addr           string        `mapstructure:"addr"`
+	Group          string        `mapstructure:"group"`
+	InstanceID     string        `mapstructure:"instance_id"`
+	SessionTimeout time.Duration `mapstructure:"session_timeout"`
+	FlushInterval  time.Duration `mapstructure:"flush_interval"`
+	SketchInterval time.Duration `mapstructure:"sketch_interval"`
+	MaxBatch       int           `mapstructure:"max_batch"`
+	DedupeWindow   time.Duration `mapstructure:"dedupe_window"`
+	DedupeGrace    time.Duration `mapstructure:"dedupe_grace"`
+	TTLSeconds     time.Duration `mapstructure:"ttl_seconds"`
+	TTLMinutes     time.Duration `mapstructure:"ttl_minutes"`
+	TTLDays        time.Duration `mapstructure:"ttl_days"`
+	PublishCounted bool          `mapstructure:"publish_counted"`
+}
+
+const day = 24 * time.Hour
+
+// Name is the section's top-level key.
+func (*Settings) Name() string { return "aggregator" }
+
+// Settings declares every aggregator key once: its default and its one-line help.
+func (*Settings) Settings() []config.Setting {
+	return []config.Setting{
+		{Key: "aggregator.addr", Default: "127.0.0.1:8081", Help: "aggregator admin listen address (/healthz, /readyz, /metrics)"},
+		{Key: "aggregator.group", Default: "tally-aggregator", Help: "Kafka consumer group of the aggregators"},
+		{Key: "aggregator.instance_id", Default: "", Help: "static group membership id (e.g. the pod name): a restarted aggregator takes back its partitions at once"},
+		{Key: "aggregator.session_timeout", Default: 10 * time.Second, Help: "how long the group waits for a silent aggregator before moving its partitions"},
+		{Key: "aggregator.flush_interval", Default: 500 * time.Millisecond, Help: "how often aggregated batches are written to ClickHouse"},
+		{Key: "aggregator.sketch_interval", Default: 5 * time.Second, Help: "how often unique-viewer sketches are written to ClickHouse (a crash replays the views since into them)"},
+		{Key: "aggregator.max_batch", Default: 200000, Help: "records per partition batch before an early flush"},
+		{Key: "aggregator.dedupe_window", Default: 30 * time.Minute, Help: "a view counts once per viewer and item within this much event time"},
+		{Key: "aggregator.dedupe_grace", Default: 10 * time.Minute, Help: "how far behind the partition's newest event a late view is still deduplicated"},
+		{Key: "aggregator.ttl_seconds", Default: 7 * day, Help: "retention of per-second totals"},
+		{Key: "aggregator.ttl_minutes", Default: 90 * day, Help: "retention of per-minute totals"},
+		{Key: "aggregator.ttl_days", Default: 730 * day, Help: "retention of per-hour and per-day totals"},
+		{Key: "aggregator.publish_counted", Default: true, Help: "publish each durable batch's deduplicated counts to the counted topic, topk's input"},
+	}
+}
+
+// Validate checks the aggregator's settings and names every bad key.
+func (c *Settings) Validate(shared *config.Config, bad config.Bad) {
+	config.CheckHostPort(bad, "aggregator.addr", c.Addr)
+	if c.Group == "" {
+		bad("aggregator.group", "must not be empty")
+	}
+	if shared != nil && shared.Clicks.Group == c.Group {
+		bad("clicks.group", "got %q; want a consumer group of its own (not aggregator.group)", shared.Clicks.Group)
+	}
+	config.Positive(bad, "aggregator.flush_interval", c.FlushInterval)
+	if c.SketchInterval < c.FlushInterval {
+		bad("aggregator.sketch_interval", "got %s; want at least aggregator.flush_interval (%s)", c.SketchInterval, c.FlushInterval)
+	}
+	if c.SessionTimeout < time.Second {
+		bad("aggregator.session_timeout", "got %s; want at least 1s", c.SessionTimeout)
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > 500000 {
+		bad("aggregator.max_batch", "got %d; want 1..500000 (one batch must stay one ClickHouse insert block)", c.MaxBatch)
+	}
+	config.Positive(bad, "aggregator.dedupe_window", c.DedupeWindow)
+	if c.DedupeGrace < 0 {
+		bad("aggregator.dedupe_grace", "got %s; want zero or more", c.DedupeGrace)
+	}
+	for _, t := range []struct {
+		key string
+		d   time.Duration
+	}{{"aggregator.ttl_seconds", c.TTLSeconds}, {"aggregator.ttl_minutes", c.TTLMinutes}, {"aggregator.ttl_days", c.TTLDays}} {
+		if t.d < day || t.d%day != 0 {
+			bad(t.key, "got %s; want a whole number of days (e.g. 168h)", t.d)
+		}
+	}
+}

@@ -1,0 +1,112 @@
+// Package allinone composes every tally component into one process on the embedded defaults
+// (the all-in-one), or runs only the embedded infrastructure (infra mode) so that component
+// processes can be started, killed and restarted against it.
+package allinone
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"tally/aggregator"
+	"tally/allinone/demo"
+	"tally/collector"
+	"tally/devstack/embedded"
+	"tally/platform/cli"
+	"tally/platform/config"
+	"tally/platform/lifecycle"
+	"tally/sink"
+	"tally/topk"
+)
+
+// Settings is every component's section of the configuration: the all-in-one reads them all.
+// A new component adds its section here and to Sections.
+type Settings struct {
+	Collector  collector.Settings
+	Aggregator aggregator.Settings
+	TopK       topk.Settings
+	Sink       sink.Settings
+	Demo       demo.Settings
+}
+
+// Sections lists s's sections for config.Load, in the order --help shows them.
+func (s *Settings) Sections() []config.Section {
+	return []config.Section{&s.Collector, &s.Aggregator, &s.TopK, &s.Sink, &s.Demo}
+}
+
+// AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not
+// configured, the aggregator, the sink, the collector, the demo workload if enabled, and a banner saying
+// where to look (written to out).
+func AllInOne(e cli.Env, s *Settings, out io.Writer) []lifecycle.Part {
+	cfg := e.Config
+	var opts embedded.Options
+	if s.Sink.Storage == "local" {
+		opts.ReadDirs = []string{s.Sink.DirIn(cfg)}
+	}
+	parts := embedded.Parts(cfg, e.Logger, opts)
+	parts = append(parts, aggregator.Parts(cfg, &s.Aggregator, e.Runner, e.Logger, e.Registry, time.Now, false)...)
+	parts = append(parts, topk.Parts(cfg, &s.TopK, e.Runner, e.Logger, e.Registry, time.Now, false)...)
+	parts = append(parts, sink.Parts(cfg, &s.Sink, e.Runner, e.Logger, e.Registry, time.Now, false)...)
+	coll, apiAddr := collector.Parts(cfg, &s.Collector, e.Runner, e.Logger, e.Registry, time.Now)
+	parts = append(parts, coll...)
+	if s.Demo.Enabled && s.Collector.AuthOn() {
+		// The demo posts without a key; with access control on it would only collect 401s.
+		e.Logger.Warn("demo workload off: the API needs keys (collector.auth is on)")
+		s.Demo.Enabled = false
+	}
+	if s.Demo.Enabled {
+		w := &demo.Workload{Rate: s.Demo.Rate, Items: s.Demo.Items, Logger: e.Logger}
+		parts = append(parts, lifecycle.Part{
+			Name:  "demo workload",
+			Start: func(context.Context) error { w.URL = "http://" + apiAddr(); w.Start(); return nil },
+			Stop:  func(context.Context) error { w.Stop(); return nil },
+		})
+	}
+	parts = append(parts, lifecycle.Part{
+		Name: "banner",
+		Start: func(context.Context) error {
+			api := "http://" + apiAddr()
+			admin := api // with auth on, /metrics is on the admin address (docs/SECURITY.md)
+			if s.Collector.AuthOn() {
+				admin = "http://" + s.Collector.AdminAddr
+			}
+			fmt.Fprintf(out, `
+tally is running (data in %s).
+  Live page:   %s/
+  API:         %s   (POST /v1/views, POST /v1/events, GET /v1/counts?ids=, GET /v1/top?kind=items&window=1m, PUT /v1/items/{id}/likes/{user}; docs/API.md)
+  Metrics:     %s/metrics   health: %s/healthz, %s/readyz
+  ClickHouse:  http://%s/   e.g. curl -u %s: 'http://%s/?query=SELECT+item_id,sum(views)+FROM+%s.views_by_second+GROUP+BY+item_id+ORDER+BY+2+DESC+LIMIT+5'
+  Kafka:       %v   Redis: %s
+  Demo:        %s
+Stop with Ctrl-C.
+
+`, cfg.DataDir, api, api, admin, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.ReadonlyUser, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
+				cfg.Kafka.Brokers, cfg.Redis.Addr, demoLine(s.Demo.Enabled, s.Demo.Rate))
+			return nil
+		},
+	})
+	return parts
+}
+
+// Infra returns only the embedded infrastructure parts and a banner with their addresses.
+func Infra(e cli.Env, out io.Writer) []lifecycle.Part {
+	cfg := e.Config
+	// Infra mode runs no sink; a standalone sink beside it writes to <data_dir>/sink by default.
+	return append(embedded.Parts(cfg, e.Logger, embedded.Options{ReadDirs: []string{filepath.Join(cfg.DataDir, "sink")}}), lifecycle.Part{
+		Name: "banner",
+		Start: func(context.Context) error {
+			fmt.Fprintf(out, "tally infra: kafka %v, clickhouse http://%s/, redis %s (data in %s)\n",
+				cfg.Kafka.Brokers, cfg.ClickHouse.Addr, cfg.Redis.Addr, cfg.DataDir)
+			return nil
+		},
+	})
+}
+
+func demoLine(on bool, rate int) string {
+	if !on {
+		return "off (--demo.enabled=false)"
+	}
+	return fmt.Sprintf("posting %d views/s through the API (--demo.enabled=false to switch off)", rate)
+}

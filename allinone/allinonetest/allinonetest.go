@@ -1,0 +1,78 @@
+// Package allinonetest starts the whole all-in-one pipeline inside a test process, on free
+// loopback ports and a temporary data directory, and stops it when the test ends. chDB allows
+// one engine per process, so a test binary can run one at a time.
+package allinonetest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tally/allinone"
+	"tally/platform/cli"
+	"tally/platform/config"
+	"tally/platform/lifecycle"
+	"tally/testsupport/testinfra"
+)
+
+// Running is a started all-in-one.
+type Running struct {
+	Config   *config.Config // with the embedded addresses filled in
+	Settings *allinone.Settings
+	API      string // collector base URL
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+// Start runs the all-in-one with flags added to the test defaults (free ports, a temporary data
+// directory, no demo unless flags enable it) and waits until it is ready. Stop is registered as
+// a cleanup; call it earlier to check the shutdown.
+func Start(t testing.TB, flags ...string) *Running {
+	t.Helper()
+	var addrs [3]string
+	for i := range addrs {
+		a, err := testinfra.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = a
+	}
+	args := append([]string{
+		"--data_dir", t.TempDir(), "--demo.enabled=false",
+		"--kafka.embedded_addr", addrs[0], "--clickhouse.embedded_addr", addrs[1], "--collector.addr", addrs[2],
+		"--aggregator.flush_interval", "100ms", "--kafka.partitions", "4",
+	}, flags...)
+	var settings allinone.Settings
+	cfg, err := config.Load("test", args, settings.Sections()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runner := lifecycle.NewRunner(logger)
+	env := cli.Env{Config: &cfg, Logger: logger, Registry: prometheus.NewRegistry(), Runner: runner}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Running{Config: &cfg, Settings: &settings, API: "http://" + addrs[2], cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- runner.Run(ctx, 20*time.Second, allinone.AllInOne(env, &settings, io.Discard)...) }()
+	t.Cleanup(func() { _ = r.Stop() })
+	testinfra.WaitHTTP(t, 60*time.Second, r.API+"/readyz")
+	return r
+}
+
+// Stop shuts the pipeline down and returns the shutdown's error; later calls return nil.
+func (r *Running) Stop() error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	r.cancel = nil
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(30 * time.Second):
+		return context.DeadlineExceeded
+	}
+}

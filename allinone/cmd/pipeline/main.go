@@ -1,0 +1,29 @@
+// Command pipeline runs tally on one machine: `pipeline run` (the default) starts every
+// component in one process on the embedded Kafka, ClickHouse and Redis; `pipeline infra` starts
+// only the embedded infrastructure, for component processes to run against.
+package main
+
+import (
+	"os"
+
+	"tally/allinone"
+	"tally/platform/cli"
+	"tally/platform/lifecycle"
+)
+
+func main() {
+	cmd, args := "run", os.Args[1:]
+	if len(args) > 0 && (args[0] == "run" || args[0] == "infra") {
+		cmd, args = args[0], args[1:]
+	}
+	// Both modes read every section, so one config file and one flag set serve both.
+	var settings allinone.Settings
+	os.Exit(cli.Run("pipeline "+cmd, args, false, settings.Sections(), func(e cli.Env) ([]lifecycle.Part, error) {
+		switch cmd {
+		case "infra":
+			return allinone.Infra(e, os.Stdout), nil
+		default:
+			return allinone.AllInOne(e, &settings, os.Stdout), nil
+		}
+	}))
+}

@@ -1,0 +1,57 @@
+// Package kafkabroker runs the embedded Kafka broker of the all-in-one and the tests: one kfake
+// broker speaking the real protocol, persisted under a data directory. It links kfake, so only
+// the all-in-one and tests import it. A Broker is owned by whoever called Start and stops with
+// Close.
+package kafkabroker
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Broker is an in-process Kafka broker speaking the real protocol, persisted under a directory.
+type Broker struct {
+	cluster *kfake.Cluster
+	addr    string
+}
+
+// Start starts one kfake broker listening on addr, persisting records and group offsets
+// under dir (they survive a restart on the same dir). syncWrites fsyncs every batch.
+func Start(dir, addr string, syncWrites bool) (*Broker, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("embedded kafka address %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("embedded kafka port %q: %w", portStr, err)
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.DataDir(dir),
+		// Real brokers default to a 6 s minimum; one machine can afford faster failover.
+		kfake.GroupMinSessionTimeout(time.Second),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		}),
+	}
+	if syncWrites {
+		opts = append(opts, kfake.SyncWrites())
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded kafka on %s in %s: %w", addr, dir, err)
+	}
+	return &Broker{cluster: c, addr: c.ListenAddrs()[0]}, nil
+}
+
+// Addr is the broker's host:port.
+func (e *Broker) Addr() string { return e.addr }
+
+// Close stops the broker; what was written stays in its data directory.
+func (e *Broker) Close() { e.cluster.Close() }

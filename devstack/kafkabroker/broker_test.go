@@ -1,0 +1,101 @@
+package kafkabroker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/kafka"
+)
+
+// TestEmbeddedRestartKeepsEverything restarts the embedded broker on the same data directory
+// and checks that topics, records and a group's committed offsets survived.
+func TestEmbeddedRestartKeepsEverything(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	k, err := Start(dir, "127.0.0.1:0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := k.Addr()
+
+	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{addr}, "test", logger, nil), kafka.ProducerOptions(1000, 10*time.Second)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kafka.EnsureTopics(ctx, cl, 3, "t1", "t2"); err != nil {
+		t.Fatal(err)
+	}
+	// EnsureTopics on existing topics is a no-op, not an error.
+	if err := kafka.EnsureTopics(ctx, cl, 3, "t1"); err != nil {
+		t.Fatalf("second EnsureTopics: %v", err)
+	}
+	const n = 100
+	for i := range n {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t1", Key: []byte(fmt.Sprint(i % 7)), Value: []byte(fmt.Sprint(i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := kadm.Offsets{}
+	ends.Each(func(o kadm.ListedOffset) { commit.AddOffset(o.Topic, o.Partition, o.Offset-1, -1) })
+	if _, err := adm.CommitOffsets(ctx, "g1", commit); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	k.Close()
+
+	k, err = Start(dir, addr, false)
+	if err != nil {
+		t.Fatalf("restart on %s: %v", addr, err)
+	}
+	defer k.Close()
+	cl, err = kgo.NewClient(append(kafka.ClientOptions([]string{addr}, "test", logger, nil), kgo.ConsumeTopics("t1"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm = kadm.NewClient(cl)
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range []string{"t1", "t2"} {
+		if d, ok := topics[tp]; !ok || len(d.Partitions) != 3 {
+			t.Errorf("after restart topic %s: got %v; want 3 partitions", tp, d.Partitions.Numbers())
+		}
+	}
+	got := 0
+	for got < n {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("consume after restart: %v (got %d of %d records)", err, got, n)
+		}
+		got += fs.NumRecords()
+	}
+	if got != n {
+		t.Errorf("got %d records after restart; want %d", got, n)
+	}
+	committed, err := adm.FetchOffsets(ctx, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		c, ok := committed.Lookup(o.Topic, o.Partition)
+		if !ok || c.At != o.Offset-1 {
+			t.Errorf("partition %d committed offset after restart: got %v; want %d", o.Partition, c.At, o.Offset-1)
+		}
+	})
+}

@@ -1,0 +1,114 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// checkLivePage opens the collector's page in headless Chromium (Debian's chromium, installed by
+// scripts/setup.sh), posts views for an item the page shows, and waits for the page's count to
+// rise to them without a reload. It writes a screenshot under the test's artifact directory
+// (go test -artifacts keeps it; scripts/test passes it).
+func checkLivePage(t *testing.T, api string) {
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (scripts/setup.sh installs it): %v", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.WindowSize(420, 900), // a phone's width
+		chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+
+	if err := chromedp.Do(ctx); err != nil { // starts the browser and its tab
+		t.Fatalf("start chromium: %v", err)
+	}
+	var mu sync.Mutex
+	var jsErrors []string
+	console := chromedp.Console(ctx) // subscribed from here on
+	go func() {
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleException { // not network errors: /v1/top answers 404 without topk
+				mu.Lock()
+				jsErrors = append(jsErrors, m.Text)
+				mu.Unlock()
+			}
+		}
+	}()
+
+	const item = "page-item"
+	cellSel := chromedp.CSS(`#item-table tr[data-item="` + item + `"] td.views`)
+	if err := chromedp.Do(ctx, chromedp.Navigate(api+"/?items="+item+",page-other"), chromedp.WaitVisible(cellSel)); err != nil {
+		t.Fatalf("load the page: %v", err)
+	}
+	before, err := chromedp.Run(ctx, chromedp.Text(cellSel))
+	if err != nil {
+		t.Fatalf("read the count: %v", err)
+	}
+	if before != "0" {
+		t.Fatalf("views before posting: got %q; want 0", before)
+	}
+	var lines strings.Builder
+	for i := range 7 {
+		fmt.Fprintf(&lines, `{"type":"view","item_id":%q,"viewer_id":"pv%d"}`+"\n", item, i)
+	}
+	if code := post(t, api+"/v1/events", lines.String()); code != 202 {
+		t.Fatalf("POST /v1/events: got %d; want 202", code)
+	}
+	var after string
+	deadline := time.Now().Add(30 * time.Second)
+	for after != "7" && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		if after, err = chromedp.Run(ctx, chromedp.Text(cellSel)); err != nil {
+			t.Fatalf("read the count: %v", err)
+		}
+	}
+	if after != "7" {
+		t.Errorf("views shown after posting 7: got %q; want 7 (the page updates without a reload)", after)
+	}
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#status")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#chart"), "data-total"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chartTotal := chart.Value
+	if !strings.HasPrefix(status, "updated") {
+		t.Errorf("status line: got %q; want \"updated ...\" (no API error)", status)
+	}
+	if chartTotal != "7" {
+		t.Errorf("per-minute chart of %s: total %q; want 7", item, chartTotal)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	shot := filepath.Join(t.ArtifactDir(), "live-page.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", shot)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(jsErrors) > 0 {
+		t.Errorf("script errors on the page: %v", jsErrors)
+	}
+}

@@ -1,0 +1,705 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/chclient"
+	"tally/platform/config"
+	"tally/platform/kafka"
+	"tally/schemas"
+	"tally/testsupport/testinfra"
+)
+
+// The exactly-once test's load. TALLY_EO_EVENTS overrides the event count for quicker local runs.
+const (
+	eoEvents     = 1_000_000
+	eoItems      = 5000
+	eoViewers    = 200_000
+	eoBatch      = 5000
+	eoPosters    = 4
+	eoPartitions = 8
+	eoMinKills   = 5
+	// eoAllInOneKills is how often the all-in-one test kills the process, if the load lasts.
+	eoAllInOneKills = 8
+	dedupeWindow    = 30 * time.Minute
+	dedupeGrace     = 10 * time.Minute
+	eoEventMinute   = int64(time.Minute / time.Millisecond)
+)
+
+// TestViewsExactlyOnceThroughCrashes posts a million views (half on one hot item, 20%
+// duplicates, some late) through the collector while two aggregator processes share the
+// partitions and are SIGKILLed at random at least five times, and the infrastructure process
+// (Kafka broker and ClickHouse, with Redis) is SIGKILLed at random at least five times, so that
+// some kills land inside an INSERT. Afterwards every (item, second) total, every rollup bucket
+// and every item total the API answers must equal an oracle computed independently from the log.
+func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
+	n := eoEvents
+	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	c := startCluster(t, 2)
+
+	// Chaos while the load runs: every 1-3 s SIGKILL either a random aggregator or the
+	// infrastructure process, and restart it after a short pause.
+	var posted atomic.Int64
+	stopChaos := make(chan struct{})
+	type kills struct{ aggs, infra int }
+	chaosDone := make(chan kills)
+	go func() {
+		rng := rand.New(rand.NewPCG(42, 1))
+		var k kills
+		defer func() { chaosDone <- k }()
+		for {
+			select {
+			case <-stopChaos:
+				if k.aggs >= eoMinKills && k.infra >= eoMinKills {
+					return
+				}
+			case <-time.After(time.Duration(1000+rng.IntN(2000)) * time.Millisecond):
+			}
+			p := c.aggs[rng.IntN(len(c.aggs))]
+			if k.infra < k.aggs && rng.IntN(2) == 0 || k.infra < eoMinKills && k.aggs >= eoMinKills {
+				p = c.infra
+			}
+			_ = p.stop(syscall.SIGKILL, 10*time.Second)
+			if p == c.infra {
+				k.infra++
+				t.Logf("infra (broker, ClickHouse, Redis) killed after %d events", posted.Load())
+			} else {
+				k.aggs++
+			}
+			time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+			if err := p.start(); err != nil {
+				t.Errorf("restart %s: %v", p.name, err)
+				return
+			}
+		}
+	}()
+
+	t0 := time.Now()
+	if err := postEvents(ctx, c.api, n, 0, &posted); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("posted %d events in %s", n, time.Since(t0).Round(time.Millisecond))
+	close(stopChaos)
+	k := <-chaosDone
+	if k.aggs < eoMinKills || k.infra < eoMinKills {
+		t.Fatalf("got %d aggregator and %d infra kills; want at least %d of each", k.aggs, k.infra, eoMinKills)
+	}
+	t.Logf("aggregators killed %d times, infra %d times", k.aggs, k.infra)
+	// The last restart may still be starting.
+	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
+	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
+	verifyExact(t, ctx, c.kafka, c.clickhouse, c.api)
+	if c.coll.exited() {
+		t.Error("collector exited during the test (its log follows)")
+	}
+}
+
+// TestAllInOneExactlyOnceThroughKills is the same promise in the mode most users start with:
+// one `pipeline run` process holding Kafka, ClickHouse, Redis, the aggregator and the collector,
+// SIGKILLed at random at least five times while views are posted, and started again with the
+// same command.
+func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
+	n := eoEvents / 4
+	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	bins, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	kafkaAddr, chAddr, apiAddr, aggAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	_, redisPort, _ := strings.Cut(freeAddr(t), ":")
+	all := startProc(t, "all-in-one", bins.pipeline, dir, "run", "--data_dir", dir, "--demo.enabled=false",
+		"--kafka.partitions", strconv.Itoa(eoPartitions), "--kafka.embedded_addr", kafkaAddr,
+		"--clickhouse.embedded_addr", chAddr, "--redis.embedded_port", redisPort,
+		"--collector.addr", apiAddr, "--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608",
+		"--aggregator.addr", aggAddr, "--aggregator.flush_interval", "200ms",
+		"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String())
+	api := "http://" + apiAddr
+	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
+
+	// Kill it at a random moment once it is serving again, while views are still being posted.
+	var posted atomic.Int64
+	postDone := make(chan error, 1)
+	go func() { postDone <- postEvents(ctx, api, n, 25_000, &posted) }()
+	rng := rand.New(rand.NewPCG(43, 1))
+	kills := 0
+	for kills < eoAllInOneKills {
+		testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
+		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		if posted.Load() >= int64(n) {
+			break
+		}
+		_ = all.stop(syscall.SIGKILL, 10*time.Second)
+		kills++
+		t.Logf("all-in-one killed after %d events", posted.Load())
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+		if err := all.start(); err != nil {
+			t.Fatalf("restart the all-in-one: %v", err)
+		}
+	}
+	if err := <-postDone; err != nil {
+		t.Fatal(err)
+	}
+	if kills < eoMinKills {
+		t.Fatalf("got %d kills while views were posted; want at least %d", kills, eoMinKills)
+	}
+	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
+	verifyExact(t, ctx, kafkaAddr, chAddr, api)
+}
+
+// TestZombieAggregatorIsFenced makes an aggregator a zombie, three times: a long query holds the
+// one-query-at-a-time embedded engine, so the aggregator's next flush waits on its first
+// statement; the aggregator is then stopped with SIGSTOP for three session timeouts (the group
+// moves its partitions to the other, which reads the checkpoint and writes on) and resumed with
+// SIGCONT: its flush goes on to its deltas INSERT after the new owner took over. That batch must
+// not be counted on top of what its successor writes, and nothing else the woken aggregator
+// still sends (rollups, repairs, sketches) may change a table: every table is checked, as in the
+// other crash tests.
+func TestZombieAggregatorIsFenced(t *testing.T) {
+	n := eoEvents / 4
+	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c := startCluster(t, 2)
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: c.clickhouse, Database: "tally", Username: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var posted atomic.Int64
+	stopped := make(chan int)
+	go func() {
+		stops := 0
+		defer func() { stopped <- stops }()
+		for i := 0; i < 3 && ctx.Err() == nil; i++ {
+			time.Sleep(1500 * time.Millisecond)
+			p := c.aggs[i%len(c.aggs)]
+			hold := make(chan error, 1)
+			go func() {
+				hold <- conn.Exec(ctx, "SELECT sum(sleepEachRow(0.5)) FROM numbers(5) SETTINGS max_block_size = 1")
+			}()
+			time.Sleep(700 * time.Millisecond) // a flush (every 200 ms) is now waiting on the engine
+			p.signal(syscall.SIGSTOP)
+			t.Logf("%s stopped after %d events", p.name, posted.Load())
+			if err := <-hold; err != nil {
+				t.Errorf("hold the engine: %v", err)
+			}
+			time.Sleep(3 * eoSessionTimeout) // the group moves its partitions to the other
+			p.signal(syscall.SIGCONT)
+			stops++
+		}
+	}()
+	if err := postEvents(ctx, c.api, n, 5_000, &posted); err != nil {
+		t.Fatal(err)
+	}
+	if stops := <-stopped; stops < 3 {
+		t.Fatalf("got %d stops; want 3", stops)
+	}
+	verifyExact(t, ctx, c.kafka, c.clickhouse, c.api)
+}
+
+// eoSessionTimeout is the aggregators' group session timeout in the crash tests.
+const eoSessionTimeout = 3 * time.Second
+
+// cluster is the infrastructure process, a collector and aggregators as separate processes.
+type cluster struct {
+	infra, coll            *proc
+	aggs                   []*proc
+	kafka, clickhouse, api string
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	a, err := testinfra.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func startCluster(t *testing.T, aggregators int) *cluster {
+	t.Helper()
+	bins, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := &cluster{kafka: freeAddr(t), clickhouse: freeAddr(t)}
+	apiAddr := freeAddr(t)
+	c.api = "http://" + apiAddr
+	common := []string{"--data_dir", dir, "--kafka.partitions", strconv.Itoa(eoPartitions), "--log.level", "info"}
+	_, redisPort, _ := strings.Cut(freeAddr(t), ":")
+	infraArgs := append([]string{"infra", "--kafka.embedded_addr", c.kafka, "--clickhouse.embedded_addr", c.clickhouse, "--redis.embedded_port", redisPort}, common...)
+	c.infra = startProc(t, "infra", bins.pipeline, dir, infraArgs...)
+	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
+	// Redis starts last in the infra process; components find it through this file.
+	testinfra.WaitFor(t, time.Minute, "infra writes the redis address", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(dir, config.RedisAddrFile))
+		return err == nil, fmt.Sprint(err)
+	})
+	conns := append([]string{"--kafka.brokers", c.kafka, "--clickhouse.addr", c.clickhouse}, common...)
+	c.coll = startProc(t, "collector", bins.collector, dir, append([]string{"--collector.addr", apiAddr,
+		"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...)
+	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
+	for i := range aggregators {
+		c.aggs = append(c.aggs, startProc(t, fmt.Sprintf("aggregator-%d", i), bins.aggregator, dir, append([]string{
+			"--aggregator.addr", freeAddr(t), "--aggregator.flush_interval", "200ms",
+			"--aggregator.instance_id", fmt.Sprintf("agg-%d", i), "--aggregator.session_timeout", eoSessionTimeout.String(),
+			"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String()}, conns...)...))
+	}
+	return c
+}
+
+// verifyExact waits until the aggregators have caught up with the log, computes the oracle from
+// the log, and compares with it every (item, second) total in view_deltas, every bucket of every
+// rollup, and every item's views as GET /v1/counts answers them. Derived state that heals on
+// its own (a zombie's batch is undone within a sketch interval; the API's Redis is rebuilt after
+// a restart) gets a minute to agree before the differences are reported.
+func verifyExact(t *testing.T, ctx context.Context, kafkaAddr, chAddr, api string) {
+	t.Helper()
+	t0 := time.Now()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := kgo.NewClient(kafka.ClientOptions([]string{kafkaAddr}, "oracle", logger, nil)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var ends kadm.ListedOffsets
+	testinfra.WaitFor(t, time.Minute, "the log's end offsets", func() (bool, string) {
+		var err error
+		ends, err = kadm.NewClient(cl).ListEndOffsets(ctx, schemas.TopicViews)
+		if err == nil {
+			err = ends.Error()
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: chAddr, Database: "tally", Username: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Caught up: both checkpoints of every partition (deltas, and the sketches written every
+	// aggregator.sketch_interval) reach its end.
+	checkpoints := []string{
+		"SELECT partition, max(end_offset) FROM view_deltas WHERE item_id = '' GROUP BY partition",
+		"SELECT partition, max(end_offset) FROM sketch_checkpoints GROUP BY partition",
+	}
+	testinfra.WaitForEvery(t, 4*time.Minute, 200*time.Millisecond, "aggregators catch up", func() (bool, string) {
+		for _, q := range checkpoints {
+			got, err := partitionOffsets(ctx, conn, q)
+			if err != nil {
+				return false, err.Error()
+			}
+			behind := ""
+			ends.Each(func(o kadm.ListedOffset) {
+				if got[o.Partition] < o.Offset {
+					behind = fmt.Sprintf("partition %d at %d of %d (%s)", o.Partition, got[o.Partition], o.Offset, q)
+				}
+			})
+			if behind != "" {
+				return false, behind
+			}
+		}
+		return true, ""
+	})
+	t.Logf("caught up %s after the last post", time.Since(t0).Round(time.Millisecond))
+
+	oracle := computeOracle(t, ctx, cl, ends)
+	t.Logf("oracle: %d records, %d counted views over %d items", oracle.records, oracle.counted, len(oracle.items))
+
+	type check struct {
+		name string
+		got  func() (map[string]int64, error)
+		want map[string]int64
+	}
+	bucketed := func(width int64) map[string]int64 {
+		out := map[string]int64{}
+		for k, v := range oracle.seconds {
+			out[fmt.Sprintf("%s@%d", k.item, floorDiv(k.second, width)*width)] += int64(v)
+		}
+		return out
+	}
+	perSecond := map[string]int64{}
+	for k, v := range oracle.seconds {
+		perSecond[fmt.Sprintf("%s@%d", k.item, k.second)] = int64(v)
+	}
+	perItem := map[string]int64{}
+	for k, v := range oracle.items {
+		perItem[k] = int64(v)
+	}
+	rows := func(q string) func() (map[string]int64, error) {
+		return func() (map[string]int64, error) { return keyedTotals(ctx, conn, q) }
+	}
+	checks := []check{
+		{"view_deltas (item, second)", rows("SELECT concat(item_id, '@', toString(toUnixTimestamp(second))), toInt64(sum(views)) FROM view_deltas WHERE item_id != '' GROUP BY 1"), perSecond},
+		{"views_by_minute (item, minute)", rows("SELECT concat(item_id, '@', toString(toUnixTimestamp(minute))), toInt64(sum(views)) FROM views_by_minute GROUP BY 1 HAVING sum(views) != 0"), bucketed(60)},
+		{"views_by_hour (item, hour)", rows("SELECT concat(item_id, '@', toString(toUnixTimestamp(hour))), toInt64(sum(views)) FROM views_by_hour GROUP BY 1 HAVING sum(views) != 0"), bucketed(3600)},
+		{"views_by_day (item, day)", rows("SELECT concat(item_id, '@', toString(toUnixTimestamp(toDateTime(day)))), toInt64(sum(views)) FROM views_by_day GROUP BY 1 HAVING sum(views) != 0"), bucketed(86400)},
+		{"views_total_by_day (item, day)", rows("SELECT concat(item_id, '@', toString(toUnixTimestamp(toDateTime(day)))), toInt64(sum(views)) FROM views_total_by_day GROUP BY 1 HAVING sum(views) != 0"), bucketed(86400)},
+		{"views_total (item)", rows("SELECT item_id, toInt64(sum(views)) FROM views_total GROUP BY 1 HAVING sum(views) != 0"), perItem},
+		{"GET /v1/counts (item)", func() (map[string]int64, error) { return apiViews(ctx, api, perItem) }, perItem},
+	}
+	for _, c := range checks {
+		t.Run("every "+c.name, func(t *testing.T) {
+			var got map[string]int64
+			testinfra.WaitForEvery(t, time.Minute, time.Second, c.name+" equal the oracle", func() (bool, string) {
+				var err error
+				if got, err = c.got(); err != nil {
+					return false, err.Error()
+				}
+				d := diffTotals(got, c.want)
+				return len(d) == 0, fmt.Sprintf("%d differ, e.g. %v", len(d), d[:min(len(d), 5)])
+			})
+		})
+	}
+	t.Run("unique viewers within HyperLogLog error", func(t *testing.T) {
+		for _, item := range []string{"item-hot", "item-1", "item-2"} {
+			var est uint64
+			if err := conn.QueryRow(ctx, "SELECT argMax(viewers, updated_at) FROM unique_viewers WHERE item_id = ? AND day = toDate(0)", item).Scan(&est); err != nil {
+				t.Fatal(err)
+			}
+			want := float64(len(oracle.viewers[item]))
+			if math.Abs(float64(est)-want) > 0.03*want+3 {
+				t.Errorf("%s: got %d unique viewers; want %.0f within 3%%", item, est, want)
+				for _, q := range []string{
+					"SELECT toString(tuple(toString(updated_at), viewers)) FROM unique_viewers WHERE item_id = '" + item + "' AND day = toDate(0) ORDER BY updated_at DESC LIMIT 8",
+					"SELECT toString(tuple(partition, end_offset, toString(written_at))) FROM sketch_checkpoints ORDER BY written_at DESC LIMIT 12",
+					"SELECT toString(tuple(partition, epoch, start_offset, owner, toString(claimed_at))) FROM partition_claims ORDER BY claimed_at",
+				} {
+					rows, _ := keyedTotals(ctx, conn, "SELECT x, toInt64(0) FROM ("+q+") AS s(x)")
+					t.Logf("%s:\n%v", q, rows)
+				}
+			}
+		}
+	})
+}
+
+// keyedTotals reads (key, total) rows of q.
+func keyedTotals(ctx context.Context, conn driver.Conn, q string) (map[string]int64, error) {
+	rows, err := conn.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var v int64
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
+}
+
+// apiViews reads the views of every item in want through GET /v1/counts, a page at a time.
+func apiViews(ctx context.Context, api string, want map[string]int64) (map[string]int64, error) {
+	items := make([]string, 0, len(want))
+	for it := range want {
+		items = append(items, it)
+	}
+	out := map[string]int64{}
+	for page := range slices.Chunk(items, 100) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/v1/counts?ids="+url.QueryEscape(strings.Join(page, ",")), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		var body struct {
+			Items []struct {
+				ItemID string `json:"item_id"`
+				Views  int64  `json:"views"`
+			} `json:"items"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil {
+			return nil, fmt.Errorf("GET /v1/counts: status %d, %v", resp.StatusCode, err)
+		}
+		for _, it := range body.Items {
+			if it.Views != 0 {
+				out[it.ItemID] = it.Views
+			}
+		}
+	}
+	return out, nil
+}
+
+// diffTotals lists the keys whose totals differ, as "key: got X; want Y", sorted.
+func diffTotals(got, want map[string]int64) []string {
+	var d []string
+	for k, w := range want {
+		if g := got[k]; g != w {
+			d = append(d, fmt.Sprintf("%s: got %d; want %d", k, g, w))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, fmt.Sprintf("%s: got %d; want none", k, g))
+		}
+	}
+	sort.Strings(d)
+	return d
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// postEvents posts n generated views as NDJSON batches from several goroutines, retrying a
+// batch (same bytes, so same event ids) until it is accepted, at most perSecond views a second
+// when perSecond > 0 (so that kills land while views are still arriving).
+func postEvents(ctx context.Context, api string, n, perSecond int, posted *atomic.Int64) error {
+	batches := make(chan []byte, eoPosters)
+	errs := make(chan error, eoPosters)
+	var wg sync.WaitGroup
+	for range eoPosters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 60 * time.Second}
+			for b := range batches {
+				for attempt := 0; ; attempt++ {
+					resp, err := client.Post(api+"/v1/events", "application/x-ndjson", bytes.NewReader(b))
+					if err == nil {
+						body, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode == http.StatusAccepted && !bytes.Contains(body, []byte(`"rejected":[{`)) {
+							posted.Add(int64(bytes.Count(b, []byte{'\n'})))
+							break
+						}
+						if resp.StatusCode != http.StatusServiceUnavailable {
+							errs <- fmt.Errorf("post batch: got %d %s; want 202 with no rejection", resp.StatusCode, body[:min(len(body), 300)])
+							return
+						}
+					}
+					if ctx.Err() != nil || attempt > 600 {
+						errs <- fmt.Errorf("post batch: gave up after %d attempts: %v", attempt, err)
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	gen := newEventGen(n)
+	var buf bytes.Buffer
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if perSecond > 0 && i%eoBatch == 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(perSecond))))
+		}
+		e := gen.next()
+		fmt.Fprintf(&buf, `{"type":"view","item_id":%q,"viewer_id":%q,"event_id":%q,"ts":%d}`+"\n", e.ItemID, e.ViewerID, e.EventID, e.TS)
+		if (i+1)%eoBatch == 0 || i == n-1 {
+			select {
+			case batches <- bytes.Clone(buf.Bytes()):
+			case err := <-errs:
+				close(batches)
+				wg.Wait()
+				return err
+			}
+			buf.Reset()
+		}
+	}
+	close(batches)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// eventGen makes the load: half the views on item-hot, 20% repeats of a recent view (half exact
+// retries with the same event id and time, half the same viewer and item a little later), and 3%
+// late by up to 25 minutes (some beyond the dedupe grace).
+type eventGen struct {
+	rng    *rand.Rand
+	i, n   int
+	base   int64
+	recent []schemas.View
+}
+
+func newEventGen(n int) *eventGen {
+	return &eventGen{rng: rand.New(rand.NewPCG(7, 7)), n: n, base: time.Now().Add(-120 * time.Minute).UnixMilli()}
+}
+
+func (g *eventGen) next() schemas.View {
+	g.i++
+	if len(g.recent) > 100 && g.rng.IntN(5) == 0 {
+		prev := g.recent[g.rng.IntN(len(g.recent))]
+		if g.rng.IntN(2) == 0 {
+			return prev
+		}
+		prev.EventID = "e" + strconv.Itoa(g.i)
+		prev.TS += g.rng.Int64N(20 * eoEventMinute)
+		return prev
+	}
+	item := "item-hot"
+	if g.rng.IntN(2) == 0 {
+		item = "item-" + strconv.Itoa(g.rng.IntN(eoItems))
+	}
+	ts := g.base + int64(g.i)*(90*eoEventMinute)/int64(g.n) + g.rng.Int64N(1000)
+	if g.rng.IntN(33) == 0 {
+		ts -= g.rng.Int64N(25 * eoEventMinute)
+	}
+	v := schemas.View{ItemID: item, ViewerID: "viewer-" + strconv.Itoa(g.rng.IntN(eoViewers)), EventID: "e" + strconv.Itoa(g.i), TS: ts}
+	if len(g.recent) < 10000 {
+		g.recent = append(g.recent, v)
+	} else {
+		g.recent[g.rng.IntN(len(g.recent))] = v
+	}
+	return v
+}
+
+type secondKey struct {
+	item   string
+	second int64
+}
+
+type oracleResult struct {
+	records, counted int64
+	seconds          map[secondKey]uint64
+	items            map[string]uint64
+	viewers          map[string]map[string]struct{}
+}
+
+// computeOracle reads the whole topic in offset order per partition and applies the dedupe rule
+// of docs/EXACTLY_ONCE.md with plain string keys, independently of package dedupe.
+func computeOracle(t *testing.T, ctx context.Context, cl *kgo.Client, ends kadm.ListedOffsets) oracleResult {
+	res := oracleResult{seconds: map[secondKey]uint64{}, items: map[string]uint64{}, viewers: map[string]map[string]struct{}{}}
+	window, horizon := dedupeWindow.Milliseconds(), (dedupeWindow + dedupeGrace).Milliseconds()
+	offsets := map[string]map[int32]kgo.Offset{schemas.TopicViews: {}}
+	ends.Each(func(o kadm.ListedOffset) { offsets[schemas.TopicViews][o.Partition] = kgo.NewOffset().AtStart() })
+	cl.AddConsumePartitions(offsets)
+	type state struct {
+		watermark int64
+		counted   map[string][]int64 // counted view times per (viewer, item)
+		next      int64
+	}
+	parts := map[int32]*state{}
+	remaining := 0
+	ends.Each(func(o kadm.ListedOffset) {
+		parts[o.Partition] = &state{watermark: math.MinInt64, counted: map[string][]int64{}}
+		if o.Offset > 0 {
+			remaining++
+		}
+	})
+	for remaining > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("oracle: read log: %v", err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			st := parts[r.Partition]
+			end, _ := ends.Lookup(r.Topic, r.Partition)
+			if r.Offset >= end.Offset {
+				return
+			}
+			if r.Offset != st.next {
+				t.Fatalf("oracle: partition %d: got offset %d; want %d", r.Partition, r.Offset, st.next)
+			}
+			st.next++
+			if st.next == end.Offset {
+				remaining--
+			}
+			res.records++
+			v, err := schemas.DecodeView(r.Value)
+			if err != nil {
+				t.Fatalf("oracle: decode record: %v", err)
+			}
+			if res.viewers[v.ItemID] == nil {
+				res.viewers[v.ItemID] = map[string]struct{}{}
+			}
+			res.viewers[v.ItemID][v.ViewerID] = struct{}{}
+			st.watermark = max(st.watermark, v.TS)
+			// A view counts unless a counted view of its pair still held (not older than
+			// window + grace behind the watermark) lies within the window of it.
+			key := v.ViewerID + "\x00" + v.ItemID
+			held := st.counted[key][:0]
+			counts := true
+			for _, c := range st.counted[key] {
+				if c < st.watermark-horizon {
+					continue
+				}
+				held = append(held, c)
+				if v.TS-c < window && c-v.TS < window {
+					counts = false
+				}
+			}
+			if counts && v.TS >= st.watermark-horizon {
+				held = append(held, v.TS)
+			}
+			st.counted[key] = held
+			if counts {
+				res.counted++
+				res.seconds[secondKey{v.ItemID, int64(math.Floor(float64(v.TS) / 1000))}]++
+				res.items[v.ItemID]++
+			}
+		})
+	}
+	return res
+}
+
+// partitionOffsets reads (partition, offset) rows of q.
+func partitionOffsets(ctx context.Context, conn driver.Conn, q string) (map[int32]int64, error) {
+	rows, err := conn.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	got := map[int32]int64{}
+	for rows.Next() {
+		var p uint16
+		var e int64
+		if err := rows.Scan(&p, &e); err != nil {
+			return nil, err
+		}
+		got[int32(p)] = e
+	}
+	return got, rows.Err()
+}

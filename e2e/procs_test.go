@@ -1,0 +1,117 @@
+package e2e_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"tally/testsupport/testinfra"
+)
+
+// binaries builds the pipeline, collector and aggregator commands once per test binary, without
+// the race detector, so crash tests run real processes at production speed.
+type binaries struct{ pipeline, collector, aggregator string }
+
+var buildOnce = sync.OnceValues(func() (binaries, error) {
+	var b binaries
+	for bin, pkg := range map[*string]string{&b.pipeline: "tally/allinone/cmd/pipeline", &b.collector: "tally/collector/cmd/collector", &b.aggregator: "tally/aggregator/cmd/aggregator"} {
+		var err error
+		if *bin, err = testinfra.Build(binDir, pkg); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+})
+
+// binDir holds the built commands (about 250 MB) for the life of the test binary; TestMain
+// removes it, since t.TempDir belongs to one test and the binaries are shared by several.
+var binDir string
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "tally-bin-"); err != nil {
+		fmt.Fprintln(os.Stderr, "create the binaries' directory:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(binDir)
+	os.Exit(code)
+}
+
+// proc is a child process whose output goes to a log file the test prints on failure.
+type proc struct {
+	name string
+	bin  string
+	args []string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProc(t *testing.T, name, bin, logDir string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, bin: bin, args: args, log: filepath.Join(logDir, name+".log")}
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// SIGTERM lets `pipeline infra` stop its redis-server child before the directory goes.
+		_ = p.stop(syscall.SIGTERM, 20*time.Second)
+		if t.Failed() {
+			t.Logf("--- tail of %s log:\n%s", p.name, testinfra.LogTail(p.log, 6000))
+		}
+	})
+	return p
+}
+
+func (p *proc) start() error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "=== start %s %v at %s\n", p.name, p.args, time.Now().Format(time.RFC3339Nano))
+	p.cmd = exec.Command(p.bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	// If the test binary dies (a timeout), its children die too instead of outliving the run.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.done = make(chan struct{})
+	go func() { p.cmd.Wait(); f.Close(); close(p.done) }()
+	return nil
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// stop sends sig and waits for the exit.
+func (p *proc) stop(sig syscall.Signal, within time.Duration) error {
+	p.signal(sig)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(within):
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("%s did not exit within %s of %v", p.name, within, sig)
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,127 @@
+package loadgen
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestParseArgsDefaults(t *testing.T) {
+	c, err := ParseArgs(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"url", c.URL, "http://127.0.0.1:8080"},
+		{"scenario", c.Scenarios, Scenarios{Views: true}},
+		{"duration", c.Duration, 60 * time.Second},
+		{"rate", c.Rate, 100000},
+		{"batch", c.Batch, 1000},
+		{"hot-share", c.HotShare, 0.5},
+		{"read-rate", c.ReadRate, 1000},
+		{"catalog", c.Catalog, 10000},
+		{"like-rate", c.LikeRate, 5000},
+		{"brokers", strings.Join(c.Brokers, ","), "127.0.0.1:9092"},
+		{"group", c.Group, "tally-aggregator"},
+		{"json", c.JSON, ""},
+	}
+	for _, ck := range checks {
+		t.Run(ck.name, func(t *testing.T) {
+			if ck.got != ck.want {
+				t.Errorf("got %v; want %v", ck.got, ck.want)
+			}
+		})
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		check   func(Config) (got, want any)
+		wantErr string // substring; "" means no error
+	}{
+		{"views+reads", []string{"--scenario", "views+reads"}, func(c Config) (any, any) { return c.Scenarios, Scenarios{Views: true, Reads: true} }, ""},
+		{"all three", []string{"--scenario=likes+views+reads"}, func(c Config) (any, any) { return c.Scenarios.String(), "views+reads+likes" }, ""},
+		{"bare --json means stdout", []string{"--json"}, func(c Config) (any, any) { return c.JSON, "-" }, ""},
+		{"--json=FILE", []string{"--json=/tmp/r.json"}, func(c Config) (any, any) { return c.JSON, "/tmp/r.json" }, ""},
+		{"localhost url", []string{"--url", "http://localhost:9"}, func(c Config) (any, any) { return c.URL, "http://localhost:9" }, ""},
+		{"ipv6 loopback url", []string{"--url", "http://[::1]:8080"}, func(c Config) (any, any) { return c.URL, "http://[::1]:8080" }, ""},
+		{"likes alone ignores bad view settings", []string{"--scenario", "likes", "--batch", "0"}, func(c Config) (any, any) { return c.Batch, 0 }, ""},
+		{"unknown scenario", []string{"--scenario", "views+writes"}, nil, `--scenario has "writes"`},
+		{"empty scenario", []string{"--scenario", ""}, nil, "--scenario is empty"},
+		{"remote url refused", []string{"--url", "http://10.0.0.5:8080"}, nil, "--url: host \"10.0.0.5\" is not a loopback address"},
+		{"named host refused", []string{"--url", "http://example.com"}, nil, "is not a loopback address"},
+		{"https refused", []string{"--url", "https://127.0.0.1:8080"}, nil, "want http://host:port"},
+		{"remote broker refused", []string{"--brokers", "192.168.1.2:9092"}, nil, "--brokers: host \"192.168.1.2\""},
+		{"broker without port", []string{"--brokers", "127.0.0.1"}, nil, "want host:port"},
+		{"duration bounded", []string{"--duration", "2h"}, nil, "--duration: got 2h0m0s"},
+		{"zero duration", []string{"--duration", "0s"}, nil, "--duration"},
+		{"hot share over 1", []string{"--hot-share", "1.5"}, nil, "--hot-share: got 1.5"},
+		{"batch over collector max", []string{"--batch", "20000"}, nil, "--batch: got 20000; want 1..10000"},
+		{"catalog of a million", []string{"--scenario", "reads", "--catalog", "1000000"}, func(c Config) (any, any) { return c.Catalog, 1_000_000 }, ""},
+		{"catalog zero", []string{"--scenario", "reads", "--catalog", "0"}, nil, "--catalog: got 0; want 1..10000000"},
+		{"catalog not a number", []string{"--scenario", "reads", "--catalog", "1e6"}, nil, "--catalog"},
+		{"read ids over 100", []string{"--scenario", "reads", "--read-ids", "101"}, nil, "--read-ids: got 101"},
+		{"like rate zero", []string{"--scenario", "likes", "--like-rate", "0"}, nil, "--like-rate: got 0"},
+		{"bad run id", []string{"--run-id", "a/b"}, nil, "--run-id"},
+		{"stray argument", []string{"views"}, nil, `unexpected argument "views"`},
+		{"unknown flag", []string{"--rps", "5"}, nil, "unknown flag: --rps"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseArgs(tt.args, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got error %v; want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got error %v; want none", err)
+			}
+			if got, want := tt.check(c); got != want {
+				t.Errorf("got %v; want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestParseArgsHelp(t *testing.T) {
+	var out strings.Builder
+	_, err := ParseArgs([]string{"--help"}, &out)
+	if !errors.Is(err, pflag.ErrHelp) {
+		t.Fatalf("got %v; want pflag.ErrHelp", err)
+	}
+	for _, flag := range []string{"--scenario", "--rate", "--duration", "--batch", "--concurrency", "--hot-share", "--items", "--brokers", "--read-rate", "--catalog", "--like-rate", "--json"} {
+		if !strings.Contains(out.String(), flag) {
+			t.Errorf("help: got no %s; want every flag listed", flag)
+		}
+	}
+}
+
+func TestMainExitCodes(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"help", []string{"--help"}, 0},
+		{"bad flag", []string{"--duration", "-1s"}, 2},
+		{"nobody listening", []string{"--url", "http://127.0.0.1:1", "--duration", "1s"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Main(tt.args, io.Discard, io.Discard); got != tt.want {
+				t.Errorf("got exit %d; want %d", got, tt.want)
+			}
+		})
+	}
+}

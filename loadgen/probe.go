@@ -1,0 +1,135 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tally/client"
+)
+
+// VisReport is how long a view (or a click) took from its 202 to being visible through the read
+// API.
+type VisReport struct {
+	Probes       int64    `json:"probes"`
+	Visible      int64    `json:"visible"`
+	NotVisible   int64    `json:"not_visible"` // not visible within the probe timeout
+	Latency      Summary  `json:"latency"`     // 202 received to the first GET showing the view; visible probes only
+	PollMs       float64  `json:"poll_ms"`     // the resolution of Latency
+	Errors       int      `json:"errors"`
+	ErrorSamples []string `json:"error_samples,omitempty"`
+}
+
+// prober posts one marker view for a new item every interval and polls that item's counts as
+// an app would, through the collector's read API, which answers from the totals the aggregator
+// keeps in Redis (ClickHouse while they are being rebuilt). The measured latency therefore
+// includes the aggregator's flush and its Redis update, which is what an app sees. Each probe
+// runs in its own goroutine; finish waits for them.
+type prober struct {
+	api    *client.Client
+	prefix string
+	poll   time.Duration
+	wait   time.Duration
+	kind   probeKind
+
+	wg                          sync.WaitGroup
+	errs                        errorLog
+	lat                         recorder
+	probes, visible, notVisible atomic.Int64
+}
+
+// run starts a probe every interval until stop ends; the probes themselves run under reqCtx
+// so they can finish after the load stopped.
+func (p *prober) run(stop, reqCtx context.Context, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-stop.Done():
+			return
+		case <-tick.C:
+		}
+		id := fmt.Sprintf("%s-probe%06d", p.prefix, n)
+		p.probes.Add(1)
+		p.wg.Go(func() { p.probe(reqCtx, id) })
+	}
+}
+
+// probeKind is what a probe posts and how it reads the count back.
+type probeKind int
+
+const (
+	// viewProbe posts a view of a new item and reads GET /v1/items/{item}/counts.
+	viewProbe probeKind = iota
+	// clickProbe posts a click on a new ad and reads that ad's minute series
+	// (GET /v1/ads/{ad}/clicks), summing the counts.
+	clickProbe
+)
+
+// send posts one event for id; read returns the count a client reads back for it.
+func (p *prober) send(ctx context.Context, id string) error {
+	if p.kind == clickProbe {
+		return p.api.SendClick(ctx, client.Click{ClickID: id, AdID: id, CampaignID: "probe", UserHash: "probe", IPHash: "probe", Device: "probe"})
+	}
+	return p.api.SendView(ctx, client.View{ItemID: id, ViewerID: "probe"})
+}
+
+func (p *prober) read(ctx context.Context, id string, posted time.Time) (int64, error) {
+	if p.kind == viewProbe {
+		c, err := p.api.ItemCounts(ctx, id)
+		return c.Views, err
+	}
+	s, err := p.api.AdClicks(ctx, id, client.SeriesQuery{From: posted.Add(-time.Minute), To: posted.Add(time.Minute), Granularity: client.Minute})
+	var n int64
+	for _, pt := range s.Points {
+		n += pt.Count
+	}
+	return n, err
+}
+
+func (p *prober) probe(ctx context.Context, id string) {
+	posted := time.Now()
+	if err := p.send(ctx, id); err != nil {
+		p.errs.add(ctx, "probe POST", err)
+		return
+	}
+	accepted := time.Now()
+	deadline := accepted.Add(p.wait)
+	for {
+		n, err := p.read(ctx, id, posted)
+		switch {
+		case err != nil:
+			p.errs.add(ctx, "probe GET count", err)
+			return
+		case n == 1:
+			p.lat.add(time.Since(accepted))
+			p.visible.Add(1)
+			return
+		case n > 1:
+			p.errs.add(ctx, "probe GET count", fmt.Errorf("%s shows %d; one was posted", id, n))
+			return
+		}
+		if time.Now().After(deadline) {
+			p.notVisible.Add(1)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(p.poll):
+		}
+	}
+}
+
+// finish waits for every probe and reports.
+func (p *prober) finish() VisReport {
+	p.wg.Wait()
+	r := VisReport{
+		Probes: p.probes.Load(), Visible: p.visible.Load(), NotVisible: p.notVisible.Load(),
+		Latency: p.lat.summary(), PollMs: ms(p.poll),
+	}
+	r.Errors, r.ErrorSamples = p.errs.snapshot()
+	return r
+}

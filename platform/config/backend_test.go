@@ -1,0 +1,51 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBackendSecurityChecks(t *testing.T) {
+	certs := t.TempDir()
+	ca := filepath.Join(certs, "ca.pem")
+	if err := os.WriteFile(ca, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	servers := []string{"--kafka.brokers", "k:9093", "--redis.addr", "r:6380", "--clickhouse.addr", "c:8443"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"scram 512 with credentials", append(servers, "--kafka.sasl.mechanism", "SCRAM-SHA-512", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"), ""},
+		{"unknown mechanism", append(servers, "--kafka.sasl.mechanism", "PLAIN", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"), `kafka.sasl.mechanism: got "PLAIN"`},
+		{"mechanism without password", append(servers, "--kafka.sasl.mechanism", "SCRAM-SHA-256", "--kafka.sasl.username", "u"), "kafka.sasl.username: SCRAM-SHA-256 needs"},
+		{"credentials without mechanism", append(servers, "--kafka.sasl.password", "p"), "kafka.sasl.mechanism: is empty"},
+		{"sasl for the embedded broker", []string{"--kafka.sasl.mechanism", "SCRAM-SHA-256", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"}, "kafka.sasl.mechanism: is set but kafka.brokers is empty"},
+		{"kafka tls with the system roots", append(servers, "--kafka.tls.enabled"), ""},
+		{"kafka tls, unreadable CA", append(servers, "--kafka.tls.enabled", "--kafka.tls.ca_file", filepath.Join(certs, "none.pem")), "kafka.tls: read CA file"},
+		{"redis tls, CA not PEM", append(servers, "--redis.tls.enabled", "--redis.tls.ca_file", ca), "redis.tls: CA file"},
+		{"clickhouse tls file without tls", append(servers, "--clickhouse.tls.ca_file", ca), "clickhouse.tls: TLS files or a server name are set but TLS is not enabled"},
+		{"clickhouse tls cert without key", append(servers, "--clickhouse.tls.enabled", "--clickhouse.tls.cert_file", ca), "clickhouse.tls: a client certificate needs both"},
+		{"redis user without password", append(servers, "--redis.username", "tally"), "redis.password: is empty"},
+		{"redis password for the embedded server", []string{"--redis.password", "p"}, "redis.password: is set but redis.addr is empty"},
+		{"clickhouse tls for the embedded engine", []string{"--clickhouse.tls.enabled"}, "clickhouse.tls.enabled: is set but clickhouse.addr is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load("test", tt.args)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("got error %v; want none", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("got error %v; want one containing %q", err, tt.want)
+			case tt.want == "":
+				if _, err := c.Kafka.Security().Options(); err != nil {
+					t.Errorf("got %v building the Kafka options of a valid config; want none", err)
+				}
+			}
+		})
+	}
+}
