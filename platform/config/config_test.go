@@ -116,7 +116,6 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"signing key not listed", nil, []string{"--clicks.keys", "k1:" + strings.Repeat("A", 43), "--clicks.signing_key", "k2"}, "clicks.signing_key"},
 		{"keys without a signing key", nil, []string{"--clicks.keys", "k1:" + strings.Repeat("A", 43)}, "clicks.signing_key"},
 		{"fraud threshold over 1", nil, []string{"--clicks.fraud_score_threshold", "1.5"}, "clicks.fraud_score_threshold"},
-		{"click group shared with views", nil, []string{"--clicks.group", "tally-aggregator"}, "clicks.group"},
 		{"counted clicks kept a day", nil, []string{"--clicks.counted_ttl", "24h"}, "clicks.counted_ttl"},
 	}
 	for _, tt := range tests {
