@@ -152,7 +152,9 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	// Kill it at a random moment once it is serving again, while views are still being posted.
 	var posted atomic.Int64
 	postDone := make(chan error, 1)
-	go func() { postDone <- postEvents(ctx, api, n, 25_000, &posted) }()
+	// Paced so that the load outlasts at least eoMinKills restarts of the whole process (each
+	// start runs every component's recovery first).
+	go func() { postDone <- postEvents(ctx, api, n, 12_500, &posted) }()
 	rng := rand.New(rand.NewPCG(43, 1))
 	kills := 0
 	for kills < eoAllInOneKills {
