@@ -9,6 +9,7 @@ replace (
 	tally/collector => ../collector
 	tally/devstack => ../devstack
 	tally/e2e => ../e2e
+	tally/likestate => ../likestate
 	tally/loadgen => ../loadgen
 	tally/platform => ../platform
 	tally/schemas => ../schemas
@@ -27,6 +28,7 @@ require (
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+	tally/likestate v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
 	tally/testsupport v0.0.0-00010101000000-000000000000

@@ -9,6 +9,7 @@ replace (
 	tally/collector => ../collector
 	tally/devstack => ../devstack
 	tally/e2e => ../e2e
+	tally/likestate => ../likestate
 	tally/loadgen => ../loadgen
 	tally/platform => ../platform
 	tally/schemas => ../schemas
@@ -97,5 +98,6 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/ini.v1 v1.67.3 // indirect
+	tally/likestate v0.0.0-00010101000000-000000000000 // indirect
 	tally/schemas v0.0.0-00010101000000-000000000000 // indirect
 )

@@ -9,6 +9,7 @@ replace (
 	tally/collector => ../collector
 	tally/devstack => ../devstack
 	tally/e2e => ../e2e
+	tally/likestate => ../likestate
 	tally/loadgen => ../loadgen
 	tally/platform => ../platform
 	tally/schemas => ../schemas
@@ -27,6 +28,7 @@ require (
 	tally/aggregator v0.0.0-00010101000000-000000000000
 	tally/collector v0.0.0-00010101000000-000000000000
 	tally/devstack v0.0.0-00010101000000-000000000000
+	tally/likestate v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
 	tally/sink v0.0.0-00010101000000-000000000000

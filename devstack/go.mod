@@ -9,6 +9,7 @@ replace (
 	tally/client => ../client
 	tally/collector => ../collector
 	tally/e2e => ../e2e
+	tally/likestate => ../likestate
 	tally/loadgen => ../loadgen
 	tally/platform => ../platform
 	tally/schemas => ../schemas

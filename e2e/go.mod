@@ -9,6 +9,7 @@ replace (
 	tally/client => ../client
 	tally/collector => ../collector
 	tally/devstack => ../devstack
+	tally/likestate => ../likestate
 	tally/loadgen => ../loadgen
 	tally/platform => ../platform
 	tally/schemas => ../schemas
@@ -100,6 +101,7 @@ require (
 	tally/aggregator v0.0.0-00010101000000-000000000000 // indirect
 	tally/collector v0.0.0-00010101000000-000000000000 // indirect
 	tally/devstack v0.0.0-00010101000000-000000000000 // indirect
+	tally/likestate v0.0.0-00010101000000-000000000000 // indirect
 	tally/sink v0.0.0-00010101000000-000000000000 // indirect
 	tally/topk v0.0.0-00010101000000-000000000000 // indirect
 )

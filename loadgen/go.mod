@@ -10,6 +10,7 @@ replace (
 	tally/collector => ../collector
 	tally/devstack => ../devstack
 	tally/e2e => ../e2e
+	tally/likestate => ../likestate
 	tally/platform => ../platform
 	tally/schemas => ../schemas
 	tally/sink => ../sink
@@ -97,6 +98,7 @@ require (
 	tally/aggregator v0.0.0-00010101000000-000000000000 // indirect
 	tally/collector v0.0.0-00010101000000-000000000000 // indirect
 	tally/devstack v0.0.0-00010101000000-000000000000 // indirect
+	tally/likestate v0.0.0-00010101000000-000000000000 // indirect
 	tally/schemas v0.0.0-00010101000000-000000000000 // indirect
 	tally/sink v0.0.0-00010101000000-000000000000 // indirect
 	tally/topk v0.0.0-00010101000000-000000000000 // indirect

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kslog"
 	"github.com/twmb/franz-go/plugin/kprom"
+	"github.com/twmb/franz-go/plugin/kslog"
 )
 
 // ClientOptions are the options shared by every tally client: seeds, logging, client metrics.
