@@ -29,9 +29,9 @@ import (
 	"tally/schemas/migrate"
 )
 
-// Parts returns the aggregator's lifecycle parts; cfg is read when they start. withAdmin adds
+// Parts returns the aggregator's lifecycle parts; cfg is read when they start. OwnAdmin adds
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
+func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, admin lifecycle.Admin) []lifecycle.Part {
 	var conn driver.Conn
 	var rdb *redis.Client
 	var src *views.Source
@@ -164,7 +164,7 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 		},
 		Stop: func(ctx context.Context) error { return loader.Stop(ctx) },
 	})
-	if withAdmin {
+	if admin == lifecycle.OwnAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 		admin, _ := lifecycle.HTTPServer("aggregator admin http", s.Addr, mux)

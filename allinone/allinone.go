@@ -46,9 +46,9 @@ func AllInOne(e cli.Env, s *Settings, out io.Writer) []lifecycle.Part {
 		opts.ReadDirs = []string{s.Sink.DirIn(cfg)}
 	}
 	parts := embedded.Parts(cfg, e.Logger, opts)
-	parts = append(parts, aggregator.Parts(cfg, &s.Aggregator, e.Runner, e.Logger, e.Registry, time.Now, false)...)
-	parts = append(parts, topk.Parts(cfg, &s.TopK, e.Runner, e.Logger, e.Registry, time.Now, false)...)
-	parts = append(parts, sink.Parts(cfg, &s.Sink, e.Runner, e.Logger, e.Registry, time.Now, false)...)
+	parts = append(parts, aggregator.Parts(cfg, &s.Aggregator, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.SharedAdmin)...)
+	parts = append(parts, topk.Parts(cfg, &s.TopK, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.SharedAdmin)...)
+	parts = append(parts, sink.Parts(cfg, &s.Sink, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.SharedAdmin)...)
 	coll, apiAddr := collector.Parts(cfg, &s.Collector, e.Runner, e.Logger, e.Registry, time.Now)
 	parts = append(parts, coll...)
 	if s.Demo.Enabled && s.Collector.AuthOn() {

@@ -25,6 +25,7 @@ import (
 	"tally/collector/read"
 	"tally/collector/reports"
 	"tally/collector/web"
+	"tally/likestate"
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/kafka"
@@ -39,7 +40,7 @@ import (
 // address once started.
 func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (parts []lifecycle.Part, addr func() string) {
 	var cl *kgo.Client
-	var likeStore *likes.Store
+	var likeStore *likestate.Store
 	var conn driver.Conn
 	var rdb *redis.Client
 	mux := http.NewServeMux()
@@ -68,8 +69,8 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 			}
 			runner.AddCheck("collector clickhouse", conn.Ping)
 			runner.AddCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
-			likeStore = likes.NewStore(rdb)
-			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likes.QueueTotals, Now: now, Logger: logger, Registry: reg}).Register(routes)
+			likeStore = likestate.NewStore(rdb)
+			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likestate.QueueTotals, Now: now, Logger: logger, Registry: reg}).Register(routes)
 			reports.New(reports.Options{ClickHouse: conn, Logger: logger}).Register(routes)
 			return nil
 		},

@@ -9,6 +9,7 @@ replace (
 	tally/client => ../client
 	tally/collector => ../collector
 	tally/devstack => ../devstack
+	tally/likestate => ../likestate
 	tally/loadgen => ../loadgen
 	tally/platform => ../platform
 	tally/schemas => ../schemas
@@ -82,6 +83,7 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/twmb/franz-go/plugin/kprom v1.5.0 // indirect
+	github.com/twmb/franz-go/plugin/kslog v1.0.0 // indirect
 	github.com/twpayne/go-geom v1.6.1 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
@@ -99,6 +101,7 @@ require (
 	tally/aggregator v0.0.0-00010101000000-000000000000 // indirect
 	tally/collector v0.0.0-00010101000000-000000000000 // indirect
 	tally/devstack v0.0.0-00010101000000-000000000000 // indirect
+	tally/likestate v0.0.0-00010101000000-000000000000 // indirect
 	tally/sink v0.0.0-00010101000000-000000000000 // indirect
 	tally/topk v0.0.0-00010101000000-000000000000 // indirect
 )

@@ -61,8 +61,8 @@ const coarse = 2 * time.Millisecond
 
 // preciseUpTo is the highest stream rate (requests per second) that sleeps precisely. A faster
 // stream keeps the generator busy enough that Go checks its timers at every scheduling point
-// and they fire on time (likes at 5,000/s: start delay p50 0.15 ms on Go timers alone), and the
-// timerfd's two system calls per request would cost more CPU than they save.
+// and they fire on time (docs/BENCHMARKS.md, "The generator's own lateness"), and the timerfd's
+// two system calls per request would cost more CPU than they save.
 const preciseUpTo = 2000
 
 // sleeper sleeps until a due time. In an idle process Go wakes for a timer only to the

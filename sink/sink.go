@@ -25,9 +25,9 @@ import (
 // staleTemp is the age past which a temporary file is taken for the leftover of a crash.
 const staleTemp = time.Hour
 
-// Parts returns the sink's lifecycle parts; cfg is read when they start. withAdmin adds the
+// Parts returns the sink's lifecycle parts; cfg is read when they start. OwnAdmin adds the
 // admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
+func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, admin lifecycle.Admin) []lifecycle.Part {
 	var a *archive.Archive
 	parts := []lifecycle.Part{{
 		Name: "sink consumer",
@@ -61,7 +61,7 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 		},
 		Stop: func(ctx context.Context) error { return a.Stop(ctx) },
 	}}
-	if withAdmin {
+	if admin == lifecycle.OwnAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 		admin, _ := lifecycle.HTTPServer("sink admin http", s.Addr, mux)

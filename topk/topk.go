@@ -23,9 +23,9 @@ import (
 	"tally/topk/tracker"
 )
 
-// Parts returns topk's lifecycle parts; cfg is read when they start. withAdmin adds the admin
+// Parts returns topk's lifecycle parts; cfg is read when they start. OwnAdmin adds the admin
 // HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, withAdmin bool) []lifecycle.Part {
+func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, admin lifecycle.Admin) []lifecycle.Part {
 	logger = logger.With("component", "topk")
 	var conn driver.Conn
 	var rdb *redis.Client
@@ -99,7 +99,7 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 			},
 		},
 	}
-	if withAdmin {
+	if admin == lifecycle.OwnAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 		admin, _ := lifecycle.HTTPServer("topk admin http", s.Addr, mux)

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/likestate"
 	"tally/platform/kafka"
 	"tally/platform/retry"
 	"tally/schemas"
@@ -156,23 +157,10 @@ func (l *Loader) insertRetrying(ctx context.Context, recs []*kgo.Record) error {
 	})
 }
 
-// InsertLikes is the statement whose batches AppendLike fills.
-const InsertLikes = "INSERT INTO likes (item_id, user_id, liked, partition, offset, ts)"
-
-// AppendLike appends the like record at (partition, offset) of the log to b, a batch of
-// InsertLikes: the one row format of the likes table, for the loader and for repairs.
-func AppendLike(b driver.Batch, l schemas.Like, partition int32, offset int64) error {
-	liked := uint8(0)
-	if l.Liked {
-		liked = 1
-	}
-	return b.Append(l.ItemID, l.UserID, liked, uint16(partition), offset, time.UnixMilli(l.TS).UTC())
-}
-
 // insert writes recs as one INSERT block. Records that do not decode or validate are set aside
 // (deadletter.go) first, the same way on every replay.
 func (l *Loader) insert(ctx context.Context, recs []*kgo.Record) error {
-	b, err := l.conn.PrepareBatch(ctx, InsertLikes)
+	b, err := l.conn.PrepareBatch(ctx, likestate.InsertLikes)
 	if err != nil {
 		return fmt.Errorf("prepare like insert: %w", err)
 	}
@@ -184,7 +172,7 @@ func (l *Loader) insert(ctx context.Context, recs []*kgo.Record) error {
 			bad = append(bad, badRecord{r, err})
 			continue
 		}
-		if err := AppendLike(b, lk, r.Partition, r.Offset); err != nil {
+		if err := likestate.AppendLike(b, lk, r.Partition, r.Offset); err != nil {
 			return fmt.Errorf("append like %s/%s at %d/%d: %w", lk.ItemID, lk.UserID, r.Partition, r.Offset, err)
 		}
 	}

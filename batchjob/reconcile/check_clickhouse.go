@@ -7,7 +7,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	likesloader "tally/aggregator/likes"
+	"tally/likestate"
 	"tally/schemas"
 )
 
@@ -107,7 +107,7 @@ func repairRecords(ctx context.Context, d Deps, fixes []fix) error {
 			return fmt.Errorf("delete stray like records of %s/%s: %w", f.item, f.user, err)
 		}
 	}
-	b, err := d.ClickHouse.PrepareBatch(ctx, likesloader.InsertLikes)
+	b, err := d.ClickHouse.PrepareBatch(ctx, likestate.InsertLikes)
 	if err != nil {
 		return fmt.Errorf("prepare like record repair: %w", err)
 	}
@@ -117,7 +117,7 @@ func repairRecords(ctx context.Context, d Deps, fixes []fix) error {
 			continue
 		}
 		l := schemas.Like{ItemID: f.item, UserID: f.user, Liked: f.rec.liked, TS: f.rec.ts}
-		if err := likesloader.AppendLike(b, l, f.partition, f.rec.offset); err != nil {
+		if err := likestate.AppendLike(b, l, f.partition, f.rec.offset); err != nil {
 			return fmt.Errorf("append like record repair of %s/%s: %w", f.item, f.user, err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"tally/collector/likes"
+	"tally/likestate"
 )
 
 // checkRedis compares the serving state of items with the log, pair by pair, and repairs each
@@ -22,7 +22,7 @@ func checkRedis(ctx context.Context, d Deps, st *logState, items []string) ([]Di
 		return nil, err
 	}
 	if !ready {
-		return nil, fmt.Errorf("check redis: %w; run the job again once likes are served", likes.ErrNotReady)
+		return nil, fmt.Errorf("check redis: %w; run the job again once likes are served", likestate.ErrNotReady)
 	}
 	var diffs []Diff
 	err = batches(items, 100, func(batch []string) error {

@@ -25,7 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/batchjob/runlock"
-	"tally/collector/likes"
+	"tally/likestate"
 	"tally/platform/progress"
 )
 
@@ -34,9 +34,9 @@ type Deps struct {
 	Brokers    []string
 	Dial       []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options
 	Topic      string
-	ClickHouse driver.Conn   // database with the migrations applied
-	Store      *likes.Store  // the like serving state
-	Redis      *redis.Client // for the run lock
+	ClickHouse driver.Conn      // database with the migrations applied
+	Store      *likestate.Store // the like serving state
+	Redis      *redis.Client    // for the run lock
 	LockTTL    time.Duration
 	// Progress counts the log records read (nil: not counted).
 	Progress *progress.Meter
@@ -131,7 +131,7 @@ type record struct {
 
 // logState is the log up to the snapshot: every pair's last record, and where each item lives.
 type logState struct {
-	snap      likes.Snapshot
+	snap      likestate.Snapshot
 	last      map[string]map[string]record // item -> user -> last record
 	partition map[string]int32             // item -> its partition (all its records are there)
 	onDate    map[string]bool              // items with a record on the job's date
@@ -140,7 +140,7 @@ type logState struct {
 
 func readLog(ctx context.Context, d Deps, job Job) (*logState, error) {
 	st := &logState{last: map[string]map[string]record{}, partition: map[string]int32{}, onDate: map[string]bool{}}
-	snap, stats, err := likes.Replay(ctx, d.Brokers, d.Topic, d.Logger, func(recs []likes.Record) error {
+	snap, stats, err := likestate.Replay(ctx, d.Brokers, d.Topic, d.Logger, func(recs []likestate.Record) error {
 		if d.Progress != nil {
 			d.Progress.Add(int64(len(recs)))
 		}

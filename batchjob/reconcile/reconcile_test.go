@@ -21,6 +21,7 @@ import (
 	aggload "tally/aggregator/likes"
 	"tally/batchjob/runlock"
 	"tally/collector/likes"
+	"tally/likestate"
 	"tally/schemas"
 	"tally/schemas/migrate"
 	"tally/testsupport/testinfra"
@@ -45,7 +46,7 @@ func TestMain(m *testing.M) {
 type fixture struct {
 	topic string
 	conn  driver.Conn
-	store *likes.Store
+	store *likestate.Store
 	rdb   *redis.Client
 }
 
@@ -59,7 +60,7 @@ func newFixture(t *testing.T, ctx context.Context, name string) *fixture {
 	if err := f.rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	f.store = likes.NewStore(f.rdb)
+	f.store = likestate.NewStore(f.rdb)
 	f.conn = infra.DB(t, ctx, "rec_"+name)
 	if _, err := migrate.Apply(ctx, f.conn, infra.Logger); err != nil {
 		t.Fatal(err)
@@ -89,7 +90,7 @@ func (f *fixture) produce(t *testing.T, ctx context.Context, ls []schemas.Like) 
 func (f *fixture) oracle(t *testing.T, ctx context.Context) map[[2]string]record {
 	t.Helper()
 	out := map[[2]string]record{}
-	if _, _, err := likes.Replay(ctx, []string{infra.Kafka.Addr()}, f.topic, infra.Logger, func(recs []likes.Record) error {
+	if _, _, err := likestate.Replay(ctx, []string{infra.Kafka.Addr()}, f.topic, infra.Logger, func(recs []likestate.Record) error {
 		for _, r := range recs {
 			out[[2]string{r.Like.ItemID, r.Like.UserID}] = record{liked: r.Like.Liked, offset: r.Offset, ts: r.Like.TS}
 		}
@@ -288,13 +289,13 @@ func TestReconcileFindsAndRepairsDrift(t *testing.T) {
 	// an item's total key off by 5 with every pair right, a phantom liked row and a lost row in
 	// ClickHouse.
 	liked, lostRow := pairWith(want, "item-1", true), pairWith(want, "item-4", true)
-	if err := f.rdb.SRem(ctx, likes.UsersKey("item-1", likes.Shard(liked)), liked).Err(); err != nil {
+	if err := f.rdb.SRem(ctx, likestate.UsersKey("item-1", likestate.Shard(liked)), liked).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.rdb.SAdd(ctx, likes.UsersKey("item-2", likes.Shard("ghost")), "ghost").Err(); err != nil {
+	if err := f.rdb.SAdd(ctx, likestate.UsersKey("item-2", likestate.Shard("ghost")), "ghost").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.rdb.IncrBy(ctx, likes.TotalKey("item-5"), 5).Err(); err != nil {
+	if err := f.rdb.IncrBy(ctx, likestate.TotalKey("item-5"), 5).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.conn.Exec(ctx, "INSERT INTO likes (item_id, user_id, liked, partition, offset, ts) VALUES ('item-3', 'ghost', 1, 0, 1, now64(3))"); err != nil {

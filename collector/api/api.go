@@ -66,6 +66,16 @@ type PublicError string
 
 func (e PublicError) Error() string { return string(e) }
 
+// Public marks the message as fit for clients.
+func (PublicError) Public() {}
+
+// Public is an error whose message is meant for clients as is; packages outside the collector
+// (likestate) mark theirs with a Public method instead of importing PublicError.
+type Public interface {
+	error
+	Public()
+}
+
 // IDs reads the ids query parameter (ids=a,b,c, or repeated ids=): 1..MaxIDs ids in request
 // order, repeats kept, each valid for schemas.CheckID.
 func IDs(values []string) ([]string, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
+	"tally/likestate"
 	"tally/schemas"
 )
 
@@ -31,7 +32,7 @@ const readyFor = 50 * time.Millisecond
 // Handler serves the likes API. Its Kafka client is the collector's producer, owned by the
 // caller.
 type Handler struct {
-	store          *Store
+	store          *likestate.Store
 	cl             *kgo.Client
 	topic          string
 	produceTimeout time.Duration
@@ -42,7 +43,7 @@ type Handler struct {
 
 // NewHandler returns a handler writing changes to topic through cl before applying them to
 // store. produceTimeout bounds the wait for Kafka's acknowledgement.
-func NewHandler(store *Store, cl *kgo.Client, topic string, produceTimeout time.Duration, now func() time.Time, logger *slog.Logger) *Handler {
+func NewHandler(store *likestate.Store, cl *kgo.Client, topic string, produceTimeout time.Duration, now func() time.Time, logger *slog.Logger) *Handler {
 	return &Handler{store: store, cl: cl, topic: topic, produceTimeout: produceTimeout, now: now, logger: logger}
 }
 
@@ -108,7 +109,7 @@ func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int
 		h.readyUntil.Store(0)
 	}
 	switch {
-	case errors.Is(err, ErrNotReady):
+	case errors.Is(err, likestate.ErrNotReady):
 		return rebuilding(w, true)
 	case err != nil:
 		return h.redisDown(w, err, true)
@@ -127,7 +128,7 @@ func (h *Handler) likedBy(w http.ResponseWriter, r *http.Request) int {
 	}
 	liked, err := h.store.LikedBy(r.Context(), user, ids)
 	switch {
-	case errors.Is(err, ErrNotReady):
+	case errors.Is(err, likestate.ErrNotReady):
 		return rebuilding(w, false)
 	case err != nil:
 		return h.redisDown(w, err, false)

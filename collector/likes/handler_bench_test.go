@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/likestate"
 	"tally/platform/redisclient"
 )
 
@@ -120,20 +121,20 @@ func BenchmarkTotals20(b *testing.B) {
 	rdb := redisclient.Open(infra.Redis.Addr())
 	b.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
-	if err := rdb.Set(ctx, ReadyKey, "1", 0).Err(); err != nil {
+	if err := rdb.Set(ctx, likestate.ReadyKey, "1", 0).Err(); err != nil {
 		b.Fatal(err)
 	}
 	items := make([]string, 20)
 	for i := range items {
 		items[i] = fmt.Sprintf("feed-item-%d", i)
-		if err := rdb.Set(ctx, TotalKey(items[i]), i*Shards+Shards*(Shards-1)/2, 0).Err(); err != nil {
+		if err := rdb.Set(ctx, likestate.TotalKey(items[i]), i*likestate.Shards+likestate.Shards*(likestate.Shards-1)/2, 0).Err(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportAllocs()
 	for b.Loop() {
 		pipe := rdb.Pipeline()
-		totals := QueueTotals(ctx, pipe, items)
+		totals := likestate.QueueTotals(ctx, pipe, items)
 		if _, err := pipe.Exec(ctx); err != nil {
 			b.Fatal(err)
 		}
@@ -141,7 +142,7 @@ func BenchmarkTotals20(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if want := int64(19*Shards + Shards*(Shards-1)/2); got["feed-item-19"] != want {
+		if want := int64(19*likestate.Shards + likestate.Shards*(likestate.Shards-1)/2); got["feed-item-19"] != want {
 			b.Fatalf("total of feed-item-19: got %d; want %d", got["feed-item-19"], want)
 		}
 	}

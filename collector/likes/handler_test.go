@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
+	"tally/likestate"
 	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/testsupport/testinfra"
@@ -144,7 +145,7 @@ func TestRedisDownAnswers503(t *testing.T) {
 	}
 	rdb := redisclient.Open(dead)
 	defer rdb.Close()
-	down := NewStore(rdb)
+	down := likestate.NewStore(rdb)
 	mux := http.NewServeMux()
 	NewHandler(down, e.prod, e.topic, 5*time.Second, time.Now, testLogger()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
@@ -190,7 +191,7 @@ func TestReadyCheckReuseEndsAtFirstFailure(t *testing.T) {
 	if code, body := put(); code != http.StatusOK {
 		t.Fatalf("got %d %s; want 200", code, body)
 	}
-	if err := e.store.rdb.Del(context.Background(), ReadyKey).Err(); err != nil {
+	if err := e.rdb.Del(context.Background(), likestate.ReadyKey).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Reuses the check: logged, then refused by the apply script.
@@ -249,8 +250,8 @@ func TestRebuildAfterFlushAll(t *testing.T) {
 			t.Fatalf("%s %s right after FLUSHALL: got %d %s; want 503 saying the state is being rebuilt", tt.method, tt.path, code, body)
 		}
 	}
-	if _, err := e.store.Totals(ctx, items); !errors.Is(err, ErrNotReady) {
-		t.Fatalf("Totals right after FLUSHALL: got %v; want ErrNotReady", err)
+	if _, err := e.store.Totals(ctx, items); !errors.Is(err, likestate.ErrNotReady) {
+		t.Fatalf("Totals right after FLUSHALL: got %v; want likestate.ErrNotReady", err)
 	}
 	// Read now: the PUT above may have reached the log (within readyFor of the last good
 	// readiness check) and is then part of what the rebuild restores.
@@ -289,7 +290,7 @@ func TestRebuildUpgradesLayout(t *testing.T) {
 	if err != nil || len(keys) != len(items) {
 		t.Fatalf("got total keys %v, %v; want one per item", keys, err)
 	}
-	if err := e.rdb.Del(ctx, append(keys, ReadyKey)...).Err(); err != nil {
+	if err := e.rdb.Del(ctx, append(keys, likestate.ReadyKey)...).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The previous layout's marker and a size key of it.

@@ -19,12 +19,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
+	"tally/likestate"
 	"tally/platform/redisclient"
 	"tally/testsupport/testinfra"
 )
 
 // The test binary shares one infrastructure (chDB allows one engine per process). Tests run
-// one at a time: the like state's Redis keys are global (ReadyKey), so each test starts
+// one at a time: the like state's Redis keys are global (likestate.ReadyKey), so each test starts
 // from FLUSHALL and uses its own topic and consumer group.
 var (
 	infra        *testinfra.Infra
@@ -49,7 +50,7 @@ type env struct {
 	topic   string
 	prod    *kgo.Client
 	rdb     *redis.Client
-	store   *Store
+	store   *likestate.Store
 	applier *Applier
 	srv     *httptest.Server
 	client  *http.Client
@@ -65,7 +66,7 @@ func newEnv(t testing.TB, name string) *env {
 	e.prod = infra.Producer(t, e.topic, 4)
 	reg := prometheus.NewRegistry()
 	e.rdb = redisclient.Open(infra.Redis.Addr())
-	e.store = NewStore(e.rdb)
+	e.store = likestate.NewStore(e.rdb)
 	mux := http.NewServeMux()
 	NewHandler(e.store, e.prod, e.topic, 10*time.Second, time.Now, testLogger()).Register(api.NewRouter(mux, reg))
 	e.srv = httptest.NewServer(mux)
@@ -144,7 +145,7 @@ func logState(t testing.TB, topic string) map[string]map[string]bool {
 	defer cancel()
 	out := map[string]map[string]bool{}
 	last := map[[2]string]int64{}
-	_, _, err := Replay(ctx, []string{infra.Kafka.Addr()}, topic, testLogger(), func(recs []Record) error {
+	_, _, err := likestate.Replay(ctx, []string{infra.Kafka.Addr()}, topic, testLogger(), func(recs []likestate.Record) error {
 		for _, r := range recs {
 			k := [2]string{r.Like.ItemID, r.Like.UserID}
 			if off, ok := last[k]; ok && off >= r.Offset {
@@ -167,7 +168,7 @@ func logState(t testing.TB, topic string) map[string]map[string]bool {
 // diffState compares Redis with the oracle: every pair's membership, every item's total, and
 // each total key with its sets.
 // It returns a description of the first differences, or "" when they agree.
-func diffState(ctx context.Context, store *Store, want map[string]map[string]bool) (string, error) {
+func diffState(ctx context.Context, store *likestate.Store, want map[string]map[string]bool) (string, error) {
 	items := make([]string, 0, len(want))
 	for it := range want {
 		items = append(items, it)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/likestate"
 	"tally/platform/kafka"
 	"tally/platform/retry"
 	"tally/schemas"
@@ -60,11 +61,11 @@ func InstanceID(listenAddr string) string {
 // the topic (idempotent by offset) that a request of this process did not already apply, and
 // commits offsets only after applying, so a record that a request wrote to the log but could
 // not apply (a crash, Redis down) is applied within about a second. Every CheckEvery, and at
-// start, it checks ReadyKey; when Redis lost the state it rebuilds it from the whole log before
+// start, it checks likestate.ReadyKey; when Redis lost the state it rebuilds it from the whole log before
 // likes are served again.
 type Applier struct {
 	cfg    ApplierConfig
-	store  *Store
+	store  *likestate.Store
 	cl     *kgo.Client
 	logger *slog.Logger
 	cancel context.CancelFunc
@@ -75,7 +76,7 @@ type Applier struct {
 }
 
 // NewApplier joins cfg.Group; Start begins applying.
-func NewApplier(cfg ApplierConfig, store *Store, logger *slog.Logger, reg prometheus.Registerer) (*Applier, error) {
+func NewApplier(cfg ApplierConfig, store *likestate.Store, logger *slog.Logger, reg prometheus.Registerer) (*Applier, error) {
 	a := &Applier{
 		cfg: cfg, store: store, logger: logger,
 		applied:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_records_total", Help: "Like records applied to Redis by the applier (rebuilds included)."}),
@@ -169,17 +170,17 @@ func (a *Applier) run(ctx context.Context) {
 			case <-time.After(wait):
 			}
 		}
-		batch := make([]Record, 0, len(recs))
+		batch := make([]likestate.Record, 0, len(recs))
 		for _, r := range recs {
 			l, err := schemas.DecodeLike(r.Value)
 			if err != nil {
 				a.undecodable.Inc()
 				continue
 			}
-			batch = append(batch, Record{Partition: r.Partition, Offset: r.Offset, Like: l})
+			batch = append(batch, likestate.Record{Partition: r.Partition, Offset: r.Offset, Like: l})
 		}
 		n := len(batch)
-		batch = a.store.handled.unapplied(batch)
+		batch = a.store.Unapplied(batch)
 		a.skipped.Add(float64(n - len(batch)))
 		if err := a.retry(ctx, "apply like records", func() error { return a.store.ApplyRecords(ctx, batch) }); err != nil {
 			return // only ctx ends a retry
@@ -216,7 +217,7 @@ var errLeaseLost = errors.New("like state rebuild lease lost")
 func (a *Applier) rebuild(ctx context.Context) error {
 	for {
 		t0 := time.Now()
-		held, mine, err := a.store.beginRebuild(ctx)
+		held, mine, err := a.store.BeginRebuild(ctx)
 		if err != nil {
 			return err
 		}
@@ -225,7 +226,7 @@ func (a *Applier) rebuild(ctx context.Context) error {
 			return nil
 		}
 		a.logger.Warn("like serving state missing in redis; rebuilding it from the log", "topic", a.cfg.Topic)
-		snap, stats, err := Replay(ctx, a.cfg.Brokers, a.cfg.Topic, a.logger, func(recs []Record) error {
+		snap, stats, err := likestate.Replay(ctx, a.cfg.Brokers, a.cfg.Topic, a.logger, func(recs []likestate.Record) error {
 			for i := 0; i < len(recs); i += 2000 {
 				chunk := recs[i:min(i+2000, len(recs))]
 				if err := a.store.ApplyRecords(ctx, chunk); err != nil {
@@ -247,7 +248,7 @@ func (a *Applier) rebuild(ctx context.Context) error {
 			return fmt.Errorf("rebuild like state from %s: %w", a.cfg.Topic, err)
 		}
 		a.undecodable.Add(float64(stats.Undecodable))
-		done, err := a.store.finishRebuild(ctx, held)
+		done, err := a.store.FinishRebuild(ctx, held)
 		if err != nil {
 			return err
 		}

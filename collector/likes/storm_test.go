@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/likestate"
 	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/testsupport/testinfra"
@@ -247,7 +248,7 @@ func TestKillCollectorMidStorm(t *testing.T) {
 	waitServing()
 	rdb := redisclient.Open(infra.Redis.Addr())
 	defer rdb.Close()
-	store := NewStore(rdb)
+	store := likestate.NewStore(rdb)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -389,7 +389,7 @@ func ParseSeriesQuery(v url.Values, now time.Time) (SeriesQuery, error) {
 // unavailable logs err and answers a generic 503: a store's error text names internal addresses,
 // databases and tables, which are not the client's business.
 func (h *Handler) unavailable(w http.ResponseWriter, err error) int {
-	var public api.PublicError
+	var public api.Public
 	if errors.As(err, &public) {
 		return api.Unavailable(w, public.Error()+"; retry shortly")
 	}

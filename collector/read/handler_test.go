@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tally/collector/api"
-	"tally/collector/likes"
+	"tally/likestate"
 	"tally/platform/chclient"
 	"tally/platform/totals"
 	"tally/schemas"
@@ -316,16 +316,16 @@ func redisReads(t *testing.T, reg *prometheus.Registry) uint64 {
 func TestCountsWithLikes(t *testing.T) {
 	ctx := context.Background()
 	conn, rdb := fresh(t)
-	srv := startHandler(t, New(Options{ClickHouse: conn, Redis: rdb, Likes: likes.QueueTotals, Logger: infra.Logger, Registry: prometheus.NewRegistry()}))
+	srv := startHandler(t, New(Options{ClickHouse: conn, Redis: rdb, Likes: likestate.QueueTotals, Logger: infra.Logger, Registry: prometheus.NewRegistry()}))
 	setTotals(t, rdb, map[string]int64{"l-a": 4}, nil)
-	if err := rdb.Set(ctx, likes.ReadyKey, "1", 0).Err(); err != nil {
+	if err := rdb.Set(ctx, likestate.ReadyKey, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	recs := make([]likes.Record, 30)
+	recs := make([]likestate.Record, 30)
 	for i := range recs {
-		recs[i] = likes.Record{Offset: int64(i), Like: schemas.Like{ItemID: "l-a", UserID: fmt.Sprintf("u%d", i%20), Liked: i < 20}}
+		recs[i] = likestate.Record{Offset: int64(i), Like: schemas.Like{ItemID: "l-a", UserID: fmt.Sprintf("u%d", i%20), Liked: i < 20}}
 	}
-	if err := likes.NewStore(rdb).ApplyRecords(ctx, recs); err != nil {
+	if err := likestate.NewStore(rdb).ApplyRecords(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
 	ten, zero := int64(10), int64(0)
@@ -337,7 +337,7 @@ func TestCountsWithLikes(t *testing.T) {
 	if mustJSON(batch.Items) != mustJSON(want) {
 		t.Errorf("got %s; want %s", mustJSON(batch.Items), mustJSON(want))
 	}
-	if err := rdb.Del(ctx, likes.ReadyKey).Err(); err != nil {
+	if err := rdb.Del(ctx, likestate.ReadyKey).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var e struct{ Error string }

@@ -30,12 +30,26 @@ type Env struct {
 	Runner   *lifecycle.Runner
 }
 
-// Run runs the binary called name with args. A standalone component (standalone true) never
-// embeds infrastructure: unset addresses point at a `pipeline infra` process instead. sections
-// are the components' settings the binary reads (beside the shared ones); they are filled in
-// before parts is called.
-func Run(name string, args []string, standalone bool, sections []config.Section, parts func(Env) ([]lifecycle.Part, error)) int {
-	cfg, err := config.Load(name, args, sections...)
+// Command is what Run runs.
+type Command struct {
+	// Name is the binary (and sub-command) name, for --help and logs.
+	Name string
+	// Args are the command-line arguments after the name.
+	Args []string
+	// Standalone components never embed infrastructure: unset addresses point at a
+	// `pipeline infra` process instead.
+	Standalone bool
+	// Sections are the components' settings the binary reads (beside the shared ones); they are
+	// filled in before Parts is called.
+	Sections []config.Section
+	// Parts returns the binary's lifecycle parts.
+	Parts func(Env) ([]lifecycle.Part, error)
+}
+
+// Run runs c and returns the process exit code.
+func Run(c Command) int {
+	name, standalone, parts := c.Name, c.Standalone, c.Parts
+	cfg, err := config.Load(name, c.Args, c.Sections...)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
+	"github.com/twmb/franz-go/plugin/kslog"
 )
 
 // ClientOptions are the options shared by every tally client: seeds, logging, client metrics.
@@ -21,7 +22,7 @@ func ClientOptions(brokers []string, clientID string, logger *slog.Logger, reg p
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID(clientID),
-		kgo.WithLogger(slogAdapter{logger}),
+		kgo.WithLogger(kafkaLogger(logger)),
 	}
 	if reg != nil {
 		m := kprom.NewMetrics("tally_kafka", kprom.Registerer(reg), kprom.WithClientLabel())
@@ -71,36 +72,33 @@ func Partitions(ctx context.Context, cl *kgo.Client, topic string) (int, error) 
 	return len(d.Partitions), nil
 }
 
-// slogAdapter lets franz-go log through the component's slog logger; franz-go's debug chatter
-// is kept at debug level.
-type slogAdapter struct{ l *slog.Logger }
-
-func (a slogAdapter) Level() kgo.LogLevel {
-	ctx := context.Background()
-	switch {
-	case a.l.Enabled(ctx, slog.LevelDebug):
-		return kgo.LogLevelDebug
-	case a.l.Enabled(ctx, slog.LevelInfo):
-		return kgo.LogLevelInfo
-	case a.l.Enabled(ctx, slog.LevelWarn):
-		return kgo.LogLevelWarn
-	default:
-		return kgo.LogLevelError
-	}
+// kafkaLogger is franz-go's logger (its kslog plugin) over the component's logger. franz-go logs
+// every connection and group step at info, which is debug detail here, so its info records are
+// demoted to debug on the way (demoted), and every message is prefixed "kafka: ".
+func kafkaLogger(l *slog.Logger) kgo.Logger {
+	return kslog.New(slog.New(demoted{l.Handler()}))
 }
 
-func (a slogAdapter) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	var l slog.Level
-	switch level {
-	case kgo.LogLevelError:
-		l = slog.LevelError
-	case kgo.LogLevelWarn:
-		l = slog.LevelWarn
-	case kgo.LogLevelInfo:
-		// franz-go logs every connection and group step at info; that is debug detail here.
-		l = slog.LevelDebug
-	default:
-		l = slog.LevelDebug
+// demoted is a slog.Handler that passes records on one level lower for info, with the "kafka: "
+// prefix; the other levels keep theirs.
+type demoted struct{ next slog.Handler }
+
+func demote(l slog.Level) slog.Level {
+	if l == slog.LevelInfo {
+		return slog.LevelDebug
 	}
-	a.l.Log(context.Background(), l, "kafka: "+msg, keyvals...)
+	return l
 }
+
+func (d demoted) Enabled(ctx context.Context, l slog.Level) bool {
+	return d.next.Enabled(ctx, demote(l))
+}
+
+func (d demoted) Handle(ctx context.Context, r slog.Record) error {
+	r2 := slog.NewRecord(r.Time, demote(r.Level), "kafka: "+r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool { r2.AddAttrs(a); return true })
+	return d.next.Handle(ctx, r2)
+}
+
+func (d demoted) WithAttrs(as []slog.Attr) slog.Handler { return demoted{d.next.WithAttrs(as)} }
+func (d demoted) WithGroup(name string) slog.Handler    { return demoted{d.next.WithGroup(name)} }

@@ -154,3 +154,13 @@ func HTTPServerWithLimits(name, addr string, handler http.Handler, lim HTTPLimit
 		return ln.Addr().String()
 	}
 }
+
+// Admin says whether a component serves its own admin endpoint (/healthz, /readyz, /metrics,
+// pprof): a standalone binary does (OwnAdmin); inside the all-in-one the collector's port
+// serves them for every component (SharedAdmin).
+type Admin bool
+
+const (
+	OwnAdmin    Admin = true
+	SharedAdmin Admin = false
+)

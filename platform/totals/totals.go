@@ -13,9 +13,9 @@
 //
 // Bucketed hashes rather than a key per item: Buckets is chosen so that a million items leave
 // about 60 fields per hash, which Redis keeps listpack-encoded (hash-max-listpack-entries
-// ListpackEntries, hash-max-listpack-value ListpackValue; platform/redisproc sets both): about
-// 41 bytes per item for total and estimate together, a third of a key per item, while a
-// HINCRBY still scans a short listpack (docs/BENCHMARKS.md has the measurements). A field at 0 is deleted, and
+// ListpackEntries, hash-max-listpack-value ListpackValue; devstack/redisproc sets both): a
+// fraction of a key's memory per item, while a HINCRBY still scans a short listpack
+// (docs/BENCHMARKS.md has the measurements). A field at 0 is deleted, and
 // reads never write, so an id nobody viewed costs nothing lasting.
 //
 // The guard rule: Apply splits a batch into deterministic chunks (items sorted, ChunkItems per
@@ -50,9 +50,8 @@ const (
 	// costs few round trips, small enough that one script holds Redis for only a few milliseconds.
 	ChunkItems = 1000
 	// Buckets is the number of hashes each of totals and estimates is spread over. Fewer,
-	// longer listpacks save little memory and make every HINCRBY scan longer (4,096 buckets:
-	// 39 against 41 bytes per item at a million items, but 5.4 against 3.0-3.4 µs per applied
-	// item); more save no time.
+	// longer listpacks save little memory and make every HINCRBY scan longer; more save no time
+	// (docs/BENCHMARKS.md has the measurements).
 	Buckets = 16384
 	// ListpackEntries and ListpackValue are the hash-max-listpack-entries and
 	// hash-max-listpack-value the layout is sized for: up to about 7 million items every

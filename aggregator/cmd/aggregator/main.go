@@ -14,7 +14,7 @@ import (
 
 func main() {
 	var settings aggregator.Settings
-	os.Exit(cli.Run("aggregator", os.Args[1:], true, []config.Section{&settings}, func(e cli.Env) ([]lifecycle.Part, error) {
-		return aggregator.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now, true), nil
-	}))
+	os.Exit(cli.Run(cli.Command{Name: "aggregator", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+		return aggregator.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.OwnAdmin), nil
+	}}))
 }

@@ -30,7 +30,7 @@ import (
 	"tally/batchjob/reconcile"
 	"tally/batchjob/runlock"
 	"tally/collector"
-	"tally/collector/likes"
+	"tally/likestate"
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/logging"
@@ -83,7 +83,7 @@ func run(args []string) int {
 		return code
 	}
 	defer env.close()
-	store := likes.NewStore(env.rdb)
+	store := likestate.NewStore(env.rdb)
 	dial, err := env.cfg.Kafka.Security().Options()
 	if err != nil {
 		env.logger.Error("kafka client options", "err", err)

@@ -18,8 +18,8 @@ func main() {
 		os.Exit(auth.Command(os.Args[1:], auth.CommandEnv{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Now: time.Now}))
 	}
 	var settings collector.Settings
-	os.Exit(cli.Run("collector", os.Args[1:], true, []config.Section{&settings}, func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		parts, _ := collector.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now)
 		return parts, nil
-	}))
+	}}))
 }

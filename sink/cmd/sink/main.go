@@ -14,7 +14,7 @@ import (
 
 func main() {
 	var settings sink.Settings
-	os.Exit(cli.Run("sink", os.Args[1:], true, []config.Section{&settings}, func(e cli.Env) ([]lifecycle.Part, error) {
-		return sink.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now, true), nil
-	}))
+	os.Exit(cli.Run(cli.Command{Name: "sink", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+		return sink.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.OwnAdmin), nil
+	}}))
 }

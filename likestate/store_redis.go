@@ -19,7 +19,7 @@
 // client and one goroutine from Start to Stop: it applies every record of the log (repairing a
 // crash between a request's log write and its Redis write) and rebuilds the whole serving
 // state from the log when Redis lost it, while requests answer 503.
-package likes
+package likestate
 
 import (
 	"context"
@@ -30,7 +30,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 
-	"tally/collector/api"
 	"tally/platform/lease"
 	"tally/schemas"
 )
@@ -53,9 +52,16 @@ const (
 	rebuildingKey = "likes:rebuilding"
 )
 
-// ErrNotReady means the serving state is being rebuilt from the log. Its message is for
-// clients: a read that meets it says so in its 503.
-var ErrNotReady error = api.PublicError("like state is being rebuilt from the log")
+// ErrNotReady means the serving state is being rebuilt from the log. Its message is meant for
+// clients as is (it says Public, which the collector's API checks for): a state they can act on.
+var ErrNotReady error = notReady{}
+
+type notReady struct{}
+
+func (notReady) Error() string { return "like state is being rebuilt from the log" }
+
+// Public marks the message as fit for clients.
+func (notReady) Public() {}
 
 // The scripts below that change a pair take the keys itemKeys returns: the pair's shard's users
 // set and offsets hash, the item's total key, ReadyKey, then the users sets of all Shards shards.
@@ -79,7 +85,7 @@ end
 // ends with it, so total and sets cannot part except behind the scripts' backs, which the
 // nightly reconciliation finds and repairs with recountScript. A missing key (all sets empty,
 // or a Redis of an older layout being replayed over) is counted from the sets instead: sixteen
-// SCARDs, too many for every change of a viral item (they doubled the like p99 at 5,000/s).
+// SCARDs, too many for every change of a viral item (docs/BENCHMARKS.md has their cost).
 // So is a total at or below zero, which only drift can make.
 const addTotal = `
 local total
@@ -194,6 +200,10 @@ type Store struct {
 	apply, repair, recount, finish *redis.Script
 	handled                        *handled // offsets applied by Apply, for the applier to skip
 }
+
+// Unapplied drops from recs the records Apply already applied (the request path applies its own
+// change at once; the applier then skips it).
+func (s *Store) Unapplied(recs []Record) []Record { return s.handled.unapplied(recs) }
 
 // NewStore returns a store on rdb, which the caller keeps and closes.
 func NewStore(rdb *redis.Client) *Store {
@@ -438,11 +448,11 @@ func (s *Store) Repair(ctx context.Context, item, user string, liked bool, offse
 // died mid-rebuild leaves the rebuild to another one after this long.
 const rebuildLease = 30 * time.Second
 
-// beginRebuild takes the rebuild lease; false means another applier is rebuilding. The
+// BeginRebuild takes the rebuild lease; false means another applier is rebuilding. The
 // rebuild renews the lease after each chunk it applies: it is lost if Redis is emptied again,
 // or if the rebuild stalls for rebuildLease and another applier takes over, and the rebuild
 // must then start over.
-func (s *Store) beginRebuild(ctx context.Context) (*lease.Lease, bool, error) {
+func (s *Store) BeginRebuild(ctx context.Context) (*lease.Lease, bool, error) {
 	l, ok, err := lease.Take(ctx, s.rdb, rebuildingKey, rebuildLease)
 	if err != nil {
 		return nil, false, fmt.Errorf("begin like state rebuild: %w", err)
@@ -450,9 +460,9 @@ func (s *Store) beginRebuild(ctx context.Context) (*lease.Lease, bool, error) {
 	return l, ok, nil
 }
 
-// finishRebuild sets ReadyKey if l's rebuild is still current; false means the state was lost
+// FinishRebuild sets ReadyKey if l's rebuild is still current; false means the state was lost
 // again (or another rebuild took over) while rebuilding.
-func (s *Store) finishRebuild(ctx context.Context, l *lease.Lease) (bool, error) {
+func (s *Store) FinishRebuild(ctx context.Context, l *lease.Lease) (bool, error) {
 	n, err := s.finish.Run(ctx, s.rdb, []string{l.Key(), ReadyKey}, l.Token()).Int()
 	if err != nil {
 		return false, fmt.Errorf("finish like state rebuild: %w", err)

@@ -1,4 +1,4 @@
-package likes
+package likestate
 
 import (
 	"fmt"

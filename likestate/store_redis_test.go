@@ -1,4 +1,4 @@
-package likes
+package likestate
 
 import (
 	"context"
@@ -263,7 +263,7 @@ func TestRebuildLease(t *testing.T) {
 		wantDone  bool
 	}{
 		{"kept", func(t *testing.T, s *Store, rdb *redis.Client) {
-			if _, mine, err := s.beginRebuild(ctx); mine || err != nil {
+			if _, mine, err := s.BeginRebuild(ctx); mine || err != nil {
 				t.Fatalf("second rebuild while one holds the lease: got mine %v, err %v; want false, nil", mine, err)
 			}
 		}, true},
@@ -272,7 +272,7 @@ func TestRebuildLease(t *testing.T) {
 		}, false},
 		{"lost to another applier", func(t *testing.T, s *Store, rdb *redis.Client) {
 			rdb.Del(ctx, rebuildingKey) // as if it had expired
-			if _, mine, err := s.beginRebuild(ctx); !mine || err != nil {
+			if _, mine, err := s.BeginRebuild(ctx); !mine || err != nil {
 				t.Fatalf("rebuild after the lease expired: got mine %v, err %v; want true, nil", mine, err)
 			}
 		}, false},
@@ -283,12 +283,12 @@ func TestRebuildLease(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
 			defer rdb.Close()
 			s := NewStore(rdb)
-			held, mine, err := s.beginRebuild(ctx)
+			held, mine, err := s.BeginRebuild(ctx)
 			if !mine || err != nil {
 				t.Fatalf("begin: got mine %v, err %v; want true, nil", mine, err)
 			}
 			tt.meanwhile(t, s, rdb)
-			done, err := s.finishRebuild(ctx, held)
+			done, err := s.FinishRebuild(ctx, held)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,7 @@
+// Package likestate owns the like state outside the log: its Redis layout and Lua scripts
+// (store_redis.go: the serving state the collector answers from, rebuilt from the log), reading
+// the likes log up to a snapshot (log_replay.go), and the one row format of the likes table in
+// ClickHouse (rows_clickhouse.go). The collector's likes API and applier, the aggregator's loader
+// and the nightly likes job import it; none of them knows another's internals. A Store is safe
+// for concurrent use; Replay blocks until the log is read.
+package likestate

@@ -1,0 +1,63 @@
+module tally/likestate
+
+go 1.26.8
+
+replace (
+	tally/aggregator => ../aggregator
+	tally/allinone => ../allinone
+	tally/batchjob => ../batchjob
+	tally/client => ../client
+	tally/collector => ../collector
+	tally/devstack => ../devstack
+	tally/e2e => ../e2e
+	tally/loadgen => ../loadgen
+	tally/platform => ../platform
+	tally/schemas => ../schemas
+	tally/sink => ../sink
+	tally/testsupport => ../testsupport
+	tally/topk => ../topk
+)
+
+require (
+	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
+	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kadm v1.20.0
+	tally/platform v0.0.0-00010101000000-000000000000
+	tally/schemas v0.0.0-00010101000000-000000000000
+	tally/testsupport v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/ClickHouse/ch-go v0.75.0 // indirect
+	github.com/andybalholm/brotli v1.3.0 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
+	github.com/chdb-io/chdb-go v1.11.0 // indirect
+	github.com/ebitengine/purego v0.11.3 // indirect
+	github.com/go-faster/city v1.0.1 // indirect
+	github.com/go-faster/errors v0.8.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/paulmach/orb v0.14.0 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/segmentio/asm v1.2.1 // indirect
+	github.com/shopspring/decimal v1.6.0 // indirect
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	github.com/twmb/franz-go/plugin/kprom v1.5.0 // indirect
+	github.com/twmb/franz-go/plugin/kslog v1.0.0 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+	tally/devstack v0.0.0-00010101000000-000000000000 // indirect
+)
