@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"tally/platform/config"
 	"tally/platform/testcerts"
 )
@@ -68,5 +70,77 @@ func TestConfigFilesLoad(t *testing.T) {
 				t.Errorf("got brokers %v, clickhouse %q, redis %q; want real servers, never the embedded ones", cfg.Kafka.Brokers, cfg.ClickHouse.Addr, cfg.Redis.Addr)
 			}
 		})
+	}
+}
+
+// settingKeys returns every setting key config.example.yaml lists (which lists them all), as
+// dotted paths to its leaves.
+func settingKeys(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "config.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("config.example.yaml: %v", err)
+	}
+	keys := map[string]bool{}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok {
+				walk(prefix+k+".", sub)
+				continue
+			}
+			keys[prefix+k] = true
+		}
+	}
+	walk("", doc)
+	return keys
+}
+
+// TestEnvNamesAreSettings: every TALLY_* variable docker-compose.yml and the Kubernetes builds
+// set is a setting's environment name (or TALLY_CONFIG), so a misspelt one cannot be ignored
+// silently, leaving the setting at its default.
+func TestEnvNamesAreSettings(t *testing.T) {
+	known := map[string]bool{"TALLY_CONFIG": true}
+	for k := range settingKeys(t) {
+		known[config.EnvName(k)] = true
+	}
+	if !known["TALLY_SINK_S3_ACCESS_KEY"] || !known["TALLY_TOPK_ADDR"] {
+		t.Fatalf("got %d environment names from config.example.yaml, without sink.s3.access_key or topk.addr; want every setting", len(known))
+	}
+	used := map[string][]string{} // name -> where
+	p, err := loadCompose(t, secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range p.Services {
+		for k := range s.Environment {
+			used[k] = append(used[k], "docker-compose.yml "+name)
+		}
+	}
+	for _, dir := range []string{"k8s/base", "k8s/overlays/example"} {
+		for _, w := range build(t, dir).workloads() {
+			for _, c := range w.spec.Containers {
+				for _, e := range c.Env {
+					used[e.Name] = append(used[e.Name], dir+" "+w.name)
+				}
+			}
+		}
+	}
+	n := 0
+	for name, where := range used {
+		if !strings.HasPrefix(name, config.EnvPrefix+"_") {
+			continue
+		}
+		n++
+		if !known[name] {
+			t.Errorf("%s (in %v) is no setting's environment name; want TALLY_ + a key of config.example.yaml", name, where)
+		}
+	}
+	if n == 0 {
+		t.Fatal("got no TALLY_* variables; want the deployments' secrets at least")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -262,12 +263,39 @@ func checkCronJobs(t *testing.T, o objects) {
 	if len(o.cronJobs) == 0 {
 		t.Fatal("got no CronJobs; want the nightly batch jobs")
 	}
+	jobs := map[string]*batchv1.CronJob{}
 	for _, c := range o.cronJobs {
+		jobs[c.Labels["tally.dev/job"]] = c
 		if c.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
 			t.Errorf("CronJob %s: concurrencyPolicy %q; want Forbid", c.Name, c.Spec.ConcurrencyPolicy)
 		}
 		if c.Spec.Schedule != "0 3 * * *" || c.Spec.TimeZone == nil || *c.Spec.TimeZone != "Etc/UTC" {
 			t.Errorf("CronJob %s: schedule %q in %v; want 0 3 * * * in Etc/UTC", c.Name, c.Spec.Schedule, c.Spec.TimeZone)
+		}
+		job := c.Labels["tally.dev/job"]
+		for _, ctr := range c.Spec.JobTemplate.Spec.Template.Spec.Containers {
+			if cmd := strings.Join(ctr.Command, " "); !strings.Contains(cmd, "batchjob "+job+" --date ") {
+				t.Errorf("CronJob %s: command %q; want batchjob %s --date", c.Name, cmd, job)
+			}
+		}
+	}
+	for _, want := range []string{"likes", "clicks", "views"} {
+		if jobs[want] == nil {
+			t.Errorf("got no CronJob labelled tally.dev/job=%s; want one per nightly job", want)
+		}
+	}
+	// batchjob views exits 4 when it found differences: the Job fails without a retry, which
+	// would only find them again.
+	if v := jobs["views"]; v != nil {
+		var found bool
+		if p := v.Spec.JobTemplate.Spec.PodFailurePolicy; p != nil {
+			for _, r := range p.Rules {
+				found = found || r.Action == batchv1.PodFailurePolicyActionFailJob && r.OnExitCodes != nil &&
+					r.OnExitCodes.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn && slices.Contains(r.OnExitCodes.Values, 4)
+			}
+		}
+		if !found {
+			t.Errorf("CronJob %s: got no podFailurePolicy failing the Job on exit code 4; want differences never retried", v.Name)
 		}
 	}
 }
