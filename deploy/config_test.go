@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"tally/platform/config"
-	"tally/platform/testcerts"
+	"tally/testsupport/testcerts"
 )
 
 // TestConfigFilesLoad loads every tally.yaml the deployments ship with tally's own loader, the

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/platform/chembed"
+	"tally/devstack/chembed"
 )
 
 // engine is the embedded ClickHouse the SQL checks share: chDB allows one engine per process.

@@ -44,7 +44,7 @@ func (*Settings) Name() string { return "sink" }
 // Settings declares every sink key once: its default and its one-line help.
 func (*Settings) Settings() []config.Setting {
 	return []config.Setting{
-		{Key: "sink.addr", Default: "127.0.0.1:8082", Help: "sink admin listen address (/healthz, /readyz, /metrics)"},
+		{Key: "sink.addr", Default: "127.0.0.1:8083", Help: "sink admin listen address (/healthz, /readyz, /metrics)"},
 		{Key: "sink.group", Default: "tally-sink", Help: "Kafka consumer group of the sinks"},
 		{Key: "sink.instance_id", Default: "", Help: "static group membership id (e.g. the pod name): a restarted sink takes back its partitions at once"},
 		{Key: "sink.session_timeout", Default: 10 * time.Second, Help: "how long the group waits for a silent sink before moving its partitions"},
