@@ -191,8 +191,15 @@ func TestDashboardQueries(t *testing.T) {
 	if _, err := migrate.Apply(ctx, admin, slogDiscard()); err != nil {
 		t.Fatal(err)
 	}
+	// ClickHouse evaluates now64() once per row of a VALUES list, so two rows of one list could
+	// get different instants (one top-K list read as two). Every seed row uses this one instant.
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	instant := strings.NewReplacer(
+		"now64(3)", fmt.Sprintf("toDateTime64('%s', 3, 'UTC')", at.Format("2006-01-02 15:04:05.000")),
+		"now64(6)", fmt.Sprintf("toDateTime64('%s', 6, 'UTC')", at.Format("2006-01-02 15:04:05.000")),
+		"now()", fmt.Sprintf("toDateTime('%s', 'UTC')", at.Format("2006-01-02 15:04:05")))
 	for _, s := range seed {
-		if err := admin.Exec(ctx, s); err != nil {
+		if err := admin.Exec(ctx, instant.Replace(s)); err != nil {
 			t.Fatalf("seed %.60q: %v", s, err)
 		}
 	}
