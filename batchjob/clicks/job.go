@@ -88,8 +88,9 @@ func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 }
 
 func run(ctx context.Context, day time.Time, d Deps) (Report, error) {
-	rep := Report{Date: DayOf(day), Source: d.Source.Name(), StartedAt: d.Now().UTC()}
+	rep := Report{Date: DayOf(day), StartedAt: d.Now().UTC()}
 	t, read, err := tally(ctx, rep.Date, d, "")
+	rep.Source = d.Source.Name() // after the read: the files source says whether it needed Kafka
 	if err != nil {
 		return rep, err
 	}

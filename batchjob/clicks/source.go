@@ -35,8 +35,9 @@ type ReadStats struct {
 }
 
 // Source is the raw log a run counts: the day's clicks and the verdicts. The Kafka topics are
-// one source (KafkaSource); the sink's hourly Parquet files of the same records are another, and
-// a run does not care which it is given. Calls are made one at a time.
+// one source (KafkaSource); the sink's hourly Parquet files of the same records, with the Kafka
+// records not yet in files, are another (FilesSource), and a run does not care which it is
+// given. Calls are made one at a time.
 type Source interface {
 	// Clicks calls fn with every click whose event time lies in [from, to), in batches. Records
 	// outside the range may be read but are not passed on.
@@ -44,6 +45,7 @@ type Source interface {
 	// Verdicts calls fn with every verdict on a click stamped at or after since (and possibly
 	// older ones), in batches.
 	Verdicts(ctx context.Context, since time.Time, fn func([]Verdict) error) (ReadStats, error)
-	// Name says which source it is, for the report ("kafka", "parquet").
+	// Name says which source it is, for the report ("kafka", "parquet", "parquet+kafka"); asked
+	// after the reads.
 	Name() string
 }

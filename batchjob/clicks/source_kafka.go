@@ -42,64 +42,86 @@ func (s *KafkaSource) Name() string { return "kafka" }
 
 // Clicks implements Source.
 func (s *KafkaSource) Clicks(ctx context.Context, from, to time.Time, fn func([]Click) error) (ReadStats, error) {
-	fromMs, toMs := from.UnixMilli(), to.UnixMilli()
-	var batch []Click
-	return s.read(ctx, s.o.ClicksTopic, from.Add(-s.o.Early).UnixMilli(), to.Add(s.o.Late).UnixMilli(),
-		func(recs []*kgo.Record, st *ReadStats) error {
-			batch = batch[:0]
-			for _, r := range recs {
-				c, err := schemas.DecodeClick(r.Value)
-				if err != nil {
-					st.Undecodable++
-					continue
-				}
-				if c.TS < fromMs || c.TS >= toMs {
-					continue
-				}
-				batch = append(batch, Click{ClickID: c.ClickID, AdID: c.AdID, TS: c.TS, FraudScore: c.FraudScore,
-					HasFraudScore: c.HasFraudScore, Partition: r.Partition, Offset: r.Offset})
-			}
-			return fn(batch)
-		})
+	spans, err := s.clickSpans(ctx, from, to)
+	if err != nil {
+		return ReadStats{}, err
+	}
+	return s.read(ctx, s.o.ClicksTopic, spans, clickDecoder(from, to, fn))
 }
 
 // Verdicts implements Source: every verdict produced since the earliest time a click stamped
 // since could have been produced, up to the end of the log.
 func (s *KafkaSource) Verdicts(ctx context.Context, since time.Time, fn func([]Verdict) error) (ReadStats, error) {
-	var batch []Verdict
-	return s.read(ctx, s.o.VerdictsTopic, since.Add(-s.o.Early).UnixMilli(), -1,
-		func(recs []*kgo.Record, st *ReadStats) error {
-			batch = batch[:0]
-			for _, r := range recs {
-				v, err := schemas.DecodeFraudVerdict(r.Value)
-				if err != nil {
-					st.Undecodable++
-					continue
-				}
-				batch = append(batch, Verdict{ClickID: v.ClickID, Fraud: v.Verdict == schemas.VerdictFraud, Reason: v.Reason,
-					DecidedAt: v.DecidedAt, Partition: r.Partition, Offset: r.Offset})
-			}
-			return fn(batch)
-		})
+	spans, err := s.verdictSpans(ctx, since)
+	if err != nil {
+		return ReadStats{}, err
+	}
+	return s.read(ctx, s.o.VerdictsTopic, spans, verdictDecoder(fn))
 }
 
-// read calls fn with the records of topic produced in [fromMs, toMs) (toMs < 0: up to the
-// end), as far as the log's timestamps tell, and below the end offsets snapshotted first.
-// Progress is logged every 2 s.
-func (s *KafkaSource) read(ctx context.Context, topic string, fromMs, toMs int64, fn func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
-	var st ReadStats
-	ranges, err := s.ranges(ctx, topic, fromMs, toMs)
-	if err != nil {
-		return st, err
+// clickSpans are the offsets of the clicks topic that can hold clicks stamped in [from, to).
+func (s *KafkaSource) clickSpans(ctx context.Context, from, to time.Time) (map[int32]span, error) {
+	return s.spans(ctx, s.o.ClicksTopic, from.Add(-s.o.Early).UnixMilli(), to.Add(s.o.Late).UnixMilli())
+}
+
+// verdictSpans are the offsets of the verdicts topic that can hold verdicts on clicks stamped
+// since or later.
+func (s *KafkaSource) verdictSpans(ctx context.Context, since time.Time) (map[int32]span, error) {
+	return s.spans(ctx, s.o.VerdictsTopic, since.Add(-s.o.Early).UnixMilli(), -1)
+}
+
+// clickDecoder passes on the decodable clicks stamped in [from, to).
+func clickDecoder(from, to time.Time, fn func([]Click) error) func([]*kgo.Record, *ReadStats) error {
+	fromMs, toMs := from.UnixMilli(), to.UnixMilli()
+	var batch []Click
+	return func(recs []*kgo.Record, st *ReadStats) error {
+		batch = batch[:0]
+		for _, r := range recs {
+			c, err := schemas.DecodeClick(r.Value)
+			if err != nil {
+				st.Undecodable++
+				continue
+			}
+			if c.TS < fromMs || c.TS >= toMs {
+				continue
+			}
+			batch = append(batch, Click{ClickID: c.ClickID, AdID: c.AdID, TS: c.TS, FraudScore: c.FraudScore,
+				HasFraudScore: c.HasFraudScore, Partition: r.Partition, Offset: r.Offset})
+		}
+		return fn(batch)
 	}
+}
+
+// verdictDecoder passes on the decodable verdicts.
+func verdictDecoder(fn func([]Verdict) error) func([]*kgo.Record, *ReadStats) error {
+	var batch []Verdict
+	return func(recs []*kgo.Record, st *ReadStats) error {
+		batch = batch[:0]
+		for _, r := range recs {
+			v, err := schemas.DecodeFraudVerdict(r.Value)
+			if err != nil {
+				st.Undecodable++
+				continue
+			}
+			batch = append(batch, Verdict{ClickID: v.ClickID, Fraud: v.Verdict == schemas.VerdictFraud, Reason: v.Reason,
+				DecidedAt: v.DecidedAt, Partition: r.Partition, Offset: r.Offset})
+		}
+		return fn(batch)
+	}
+}
+
+// read calls fn with the records of topic in each partition's span [From, Stop). Progress is
+// logged every 2 s.
+func (s *KafkaSource) read(ctx context.Context, topic string, spans map[int32]span, fn func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
+	var st ReadStats
 	want := map[int32]kgo.Offset{}
 	stop := map[int32]int64{}
 	var total int64
-	for p, r := range ranges {
-		if r[1] > r[0] {
-			want[p] = kgo.NewOffset().At(r[0])
-			stop[p] = r[1]
-			total += r[1] - r[0]
+	for p, r := range spans {
+		if r.Stop > r.From {
+			want[p] = kgo.NewOffset().At(r.From)
+			stop[p] = r.Stop
+			total += r.Stop - r.From
 		}
 	}
 	if len(want) == 0 {
@@ -161,10 +183,19 @@ func (s *KafkaSource) read(ctx context.Context, topic string, fromMs, toMs int64
 	return st, nil
 }
 
-// ranges returns, per partition of topic, the offsets [first, stop) to read: from the first
-// record produced at or after fromMs (or the log start) to the first produced at or after toMs
-// (or the end offset now). A topic that does not exist yet is an empty log.
-func (s *KafkaSource) ranges(ctx context.Context, topic string, fromMs, toMs int64) (map[int32][2]int64, error) {
+// span is the stretch [From, Stop) of a partition a read covers. Start is the log's first
+// offset; TimeCut says From was found by time (the records below it were produced before the
+// read's start time), so records missing below Start were not wanted anyway.
+type span struct {
+	Start, From, Stop int64
+	TimeCut           bool
+}
+
+// spans returns, per partition of topic, the offsets to read: from the first record produced at
+// or after fromMs (or the log start) to the first produced at or after toMs (toMs < 0: the end
+// offset now). End offsets are read first, so the spans are a snapshot. A topic that does not
+// exist yet is an empty log.
+func (s *KafkaSource) spans(ctx context.Context, topic string, fromMs, toMs int64) (map[int32]span, error) {
 	cl, err := kgo.NewClient(append(kafka.ClientOptions(s.o.Brokers, "tally-batchjob-clicks", s.o.Logger, nil), s.o.Dial...)...)
 	if err != nil {
 		return nil, fmt.Errorf("create admin client for %s: %w", topic, err)
@@ -207,17 +238,19 @@ func (s *KafkaSource) ranges(ctx context.Context, topic string, fromMs, toMs int
 			return nil, err
 		}
 	}
-	out := map[int32][2]int64{}
+	out := map[int32]span{}
 	for p, end := range ends {
-		first := starts[p]
-		if f, ok := firsts[p]; ok && f >= 0 {
-			first = max(first, f)
+		sp := span{Start: starts[p], From: starts[p], Stop: end}
+		switch f, ok := firsts[p]; {
+		case ok && f < 0 && end > sp.Start: // every record kept was produced before fromMs
+			sp.From, sp.TimeCut = end, true
+		case ok && f > sp.Start:
+			sp.From, sp.TimeCut = f, true
 		}
-		stop := end
 		if l, ok := lasts[p]; ok && l >= 0 {
-			stop = min(stop, l)
+			sp.Stop = min(sp.Stop, l)
 		}
-		out[p] = [2]int64{first, stop}
+		out[p] = sp
 	}
 	return out, nil
 }

@@ -93,8 +93,8 @@ type tp struct {
 type partition struct {
 	topic  rawlog.Topic
 	id     int32
-	marker *marker // read at the first record after assignment; nil when none applies
-	seen   bool    // the first record since assignment was handled
+	marker *rawlog.Marker // read at the first record after assignment; nil when none applies
+	seen   bool           // the first record since assignment was handled
 	batch  rawlog.Batch
 	files  map[time.Time]store.File
 	first  int64
@@ -102,12 +102,6 @@ type partition struct {
 	epoch  int32
 	opened time.Time
 	n      int // records in the flush, decodable or not
-}
-
-// marker is the record of a flush being written.
-type marker struct {
-	First int64 `json:"first"`
-	Last  int64 `json:"last"`
 }
 
 // New joins the group; Start begins consuming.

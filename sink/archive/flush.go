@@ -2,10 +2,7 @@ package archive
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -86,45 +83,11 @@ func (a *Archive) dropAll() {
 }
 
 func (a *Archive) writeMarker(p *partition) error {
-	b, _ := json.Marshal(marker{First: p.first, Last: p.last})
-	name := rawlog.MarkerName(p.topic.Name, p.id)
-	f, err := a.store.Create(dirOf(name))
-	if err == nil {
-		if _, err = f.Write(b); err == nil {
-			err = f.Commit(name)
-		} else {
-			f.Abort()
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("write flush marker of %s partition %d: %w", p.topic.Name, p.id, err)
-	}
-	return nil
+	return rawlog.WriteMarker(a.store, p.topic.Name, p.id, rawlog.Marker{First: p.first, Last: p.last})
 }
 
-func (a *Archive) readMarker(ctx context.Context, p *partition) (*marker, error) {
-	name := rawlog.MarkerName(p.topic.Name, p.id)
-	b, err := a.store.ReadAll(ctx, name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read flush marker of %s partition %d: %w", p.topic.Name, p.id, err)
-	}
-	var m marker
-	if err := json.Unmarshal(b, &m); err != nil || m.First > m.Last {
-		return nil, fmt.Errorf("flush marker %s holds %q; want {\"first\":N,\"last\":M}", name, b)
-	}
-	return &m, nil
-}
-
-func dirOf(name string) string {
-	for i := len(name) - 1; i >= 0; i-- {
-		if name[i] == '/' {
-			return name[:i+1]
-		}
-	}
-	return ""
+func (a *Archive) readMarker(ctx context.Context, p *partition) (*rawlog.Marker, error) {
+	return rawlog.ReadMarker(ctx, a.store, p.topic.Name, p.id)
 }
 
 // commit commits p's flush to Kafka, retrying a few times: the next flush of the partition may

@@ -136,9 +136,14 @@ func (b *batch[T]) Close() (map[time.Time]int, error) {
 }
 
 // WriteFlush writes records (value i at offset first+i) of one partition as one flush into st,
-// committing each hour's file at once: for tools and tests that make sink files without Kafka.
-// Undecodable records are left out, as the sink leaves them out.
+// writing the partition's marker first and committing each hour's file at once, as the sink
+// does: for tools and tests that make sink files without Kafka. Undecodable records are left
+// out, as the sink leaves them out.
 func WriteFlush(st store.Store, topic Topic, partition int32, first int64, values [][]byte) error {
+	last := first + int64(len(values)) - 1
+	if err := WriteMarker(st, topic.Name, partition, Marker{First: first, Last: last}); err != nil {
+		return err
+	}
 	files := map[time.Time]store.File{}
 	abort := func() {
 		for _, f := range files {
@@ -164,7 +169,6 @@ func WriteFlush(st store.Store, topic Topic, partition int32, first int64, value
 		abort()
 		return err
 	}
-	last := first + int64(len(values)) - 1
 	for h, f := range files {
 		if err := f.Commit(FileName(topic.Name, h, partition, first, last)); err != nil {
 			abort()

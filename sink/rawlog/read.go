@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +35,10 @@ func (f SourceFunc[T]) Read(ctx context.Context, from, to time.Time, fn func(int
 type Files[T Row] struct {
 	Store store.Store
 	Topic string
+	// Below, when not nil, limits the read to the complete flushes (see Complete): a partition's
+	// files are read only if their range starts below Below[partition] (none if it is absent),
+	// and the rest of the partition is left to a Kafka read from there.
+	Below map[int32]int64
 }
 
 // Read reads every file of the hours in [from, to) and passes on the rows of [from, to).
@@ -41,6 +46,12 @@ func (f Files[T]) Read(ctx context.Context, from, to time.Time, fn func(int32, [
 	refs, err := List(ctx, f.Store, f.Topic, from, to)
 	if err != nil {
 		return err
+	}
+	if f.Below != nil {
+		refs = slices.DeleteFunc(refs, func(r FileRef) bool {
+			below, ok := f.Below[r.Partition]
+			return !ok || r.First >= below
+		})
 	}
 	lo, hi := from.UnixMilli(), to.UnixMilli()
 	var keep []T
@@ -72,6 +83,26 @@ func Present(ctx context.Context, st store.Store, topic string, from, to time.Ti
 	}
 	refs, err := List(ctx, st, topic, from, to)
 	return len(refs) > 0, err
+}
+
+// Days returns the span of UTC days the topic has files in: the first day's midnight and the
+// midnight after the last day (zero times when it has none).
+func Days(ctx context.Context, st store.Store, topic string) (first, end time.Time, err error) {
+	days, err := st.Dirs(ctx, topic+"/")
+	if err != nil {
+		return first, end, fmt.Errorf("list %s days: %w", topic, err)
+	}
+	var ds []time.Time
+	for _, d := range days {
+		t, err := time.Parse(time.DateOnly, strings.TrimSuffix(strings.TrimPrefix(d, topic+"/"), "/"))
+		if err == nil {
+			ds = append(ds, t)
+		}
+	}
+	if len(ds) == 0 {
+		return first, end, nil
+	}
+	return slices.MinFunc(ds, time.Time.Compare), slices.MaxFunc(ds, time.Time.Compare).Add(day), nil
 }
 
 // Choose returns the files when they are present for [from, to), else the fallback.

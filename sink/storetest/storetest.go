@@ -1,16 +1,27 @@
-// Package storetest starts an S3 server inside a test (gofakes3, in memory, on a loopback port)
-// and opens the sink's S3 store on a bucket of it. The server stops with the test.
+// Package storetest holds the sink's test helpers for other packages' tests: it starts an S3
+// server inside a test (gofakes3, in memory, on a loopback port) and opens the sink's S3 store on
+// a bucket of it (the server stops with the test), and runs the real sink over a Kafka log until
+// it has written every record (CatchUp).
 package storetest
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	"tally/sink/archive"
+	"tally/sink/rawlog"
 	"tally/sink/store"
 )
 
@@ -45,4 +56,68 @@ func (s S3) Open(t testing.TB, prefix string) *store.S3 {
 // Options are the store options for the server's bucket.
 func (s S3) Options(spool, prefix string) store.S3Options {
 	return store.S3Options{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: prefix, AccessKey: "test", SecretKey: "test", Region: "us-east-1", SpoolDir: spool}
+}
+
+// CatchUp runs the sink (package archive) over topics of the Kafka log at brokers, writing into
+// st as a consumer group of its own, until it has committed every partition's end offset as of
+// the call, then stops it. Its flushes are cut every 100 ms or 64 KiB, so a partition's records
+// land in several flushes.
+func CatchUp(t testing.TB, ctx context.Context, brokers string, st store.Store, topics ...string) {
+	t.Helper()
+	var kept []rawlog.Topic
+	for _, name := range topics {
+		topic, ok := rawlog.TopicByName(name)
+		if !ok {
+			t.Fatalf("topic %s is not kept by the sink", name)
+		}
+		kept = append(kept, topic)
+	}
+	group := fmt.Sprintf("sink-test-%d", time.Now().UnixNano())
+	logger := slog.New(slog.DiscardHandler)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("list end offsets of %v: %v", topics, err)
+	}
+	a, err := archive.New(archive.Config{Brokers: []string{brokers}, Group: group, SessionTimeout: 6 * time.Second, Topics: kept,
+		Rotation: 100 * time.Millisecond, MaxBatchBytes: 64 << 10, Retention: map[string]time.Duration{}, RetentionEvery: time.Hour},
+		st, time.Now, logger, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	defer func() {
+		if err := a.Stop(ctx); err != nil {
+			t.Errorf("stop the sink: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		offs, err := adm.FetchOffsets(ctx, group)
+		done := err == nil
+		ends.Each(func(o kadm.ListedOffset) {
+			if c, ok := offs.Lookup(o.Topic, o.Partition); o.Offset > 0 && (!ok || c.At < o.Offset) {
+				done = false
+			}
+		})
+		if done {
+			return
+		}
+		select {
+		case <-a.Done():
+			t.Fatalf("the sink stopped before it caught up: %v", a.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sink did not commit %v within a minute (last fetch %v, err %v)", ends, offs, err)
+		}
+	}
 }

@@ -39,6 +39,8 @@ import (
 	"tally/schemas"
 	"tally/schemas/migrate"
 	"tally/sink"
+	"tally/sink/rawlog"
+	"tally/sink/store"
 )
 
 // Exit codes, documented in reconcile.Usage and clicks.Usage.
@@ -130,11 +132,28 @@ func runClicks(args []string) int {
 		return exitError
 	}
 	cfg := env.cfg
+	kafkaSrc := clicks.NewKafkaSource(clicks.KafkaOptions{Brokers: cfg.Kafka.Brokers, Dial: dial,
+		ClicksTopic: schemas.TopicClicks, VerdictsTopic: schemas.TopicFraudVerdicts,
+		Early: env.sec.Collector.FutureBound + env.sec.Batchjob.ClicksSkew, Late: env.sec.Collector.LateBound + env.sec.Batchjob.ClicksSkew,
+		Logger: env.logger})
+	var src clicks.Source = kafkaSrc
+	st, err := env.files()
+	if err != nil {
+		env.logger.Error("open sink files", "err", err)
+		return exitError
+	}
+	day := clicks.DayOf(cmd.Date)
+	ok, err := rawlog.Present(env.ctx, st, schemas.TopicClicks, day.Add(-env.sec.Batchjob.ClicksLookback), day.AddDate(0, 0, 1))
+	if err != nil {
+		env.logger.Error("look for the sink's click files", "err", err)
+		return exitError
+	}
+	if ok {
+		src = clicks.NewFilesSource(st, kafkaSrc)
+	}
+	env.logger.Info("click source chosen", "files", ok, "store", st.String())
 	deps := clicks.Deps{
-		Source: clicks.NewKafkaSource(clicks.KafkaOptions{Brokers: cfg.Kafka.Brokers, Dial: dial,
-			ClicksTopic: schemas.TopicClicks, VerdictsTopic: schemas.TopicFraudVerdicts,
-			Early: env.sec.Collector.FutureBound + env.sec.Batchjob.ClicksSkew, Late: env.sec.Collector.LateBound + env.sec.Batchjob.ClicksSkew,
-			Logger: env.logger}),
+		Source:     src,
 		ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
 		Rules:    clicks.Rules{FraudScoreThreshold: cfg.Clicks.FraudScoreThreshold},
 		Lookback: env.sec.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
@@ -215,6 +234,12 @@ func open(job string, rest []string) (*env, int) {
 		return nil, exitError
 	}
 	return e, exitOK
+}
+
+// files opens the sink's store (sink.storage, sink.dir, sink.s3.*), where the jobs find the
+// sink's files.
+func (e *env) files() (store.Store, error) {
+	return sink.OpenStore(e.ctx, &e.cfg, &e.sec.Sink, e.logger)
 }
 
 func (e *env) close() {

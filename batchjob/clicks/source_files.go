@@ -1,0 +1,144 @@
+package clicks
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/schemas"
+	"tally/sink/rawlog"
+	"tally/sink/store"
+)
+
+// FilesSource reads the sink's Parquet files of the clicks and verdicts topics, and from Kafka
+// the records the files do not hold yet. Each read:
+//
+//  1. snapshots the topic's Kafka offsets as KafkaSource does (end offsets, and the stretch of
+//     the log that can hold the records wanted, by produce time);
+//  2. reads the sink's flush markers (rawlog.Complete): below a partition's marker every flush
+//     is complete, so its files hold every decodable record below that offset;
+//  3. reads the files of the hours wanted whose flush lies below the marker (a file at or above
+//     it may belong to a flush still being written and is skipped);
+//  4. reads from Kafka each partition from the marker (or from where the time says the wanted
+//     records begin, if that is later) up to the end offset of step 1.
+//
+// So no record is read twice and none below the snapshot is missed, whatever the sink's lag. A
+// partition whose files end below the Kafka log's start, where the time lookup cannot tell
+// that the lost records were too old to matter, is an error: the run stops rather than count
+// from a gap. Clicks are filed by event hour and verdicts by decided_at hour, so the verdict
+// files read are those from since - Early on, the bound KafkaSource applies to produce time.
+//
+// Name is "parquet" until a read takes records from Kafka, "parquet+kafka" from then on.
+type FilesSource struct {
+	store store.Store
+	kafka *KafkaSource
+	tail  bool
+}
+
+// NewFilesSource returns a source reading st, with k for the offsets and the records beyond the
+// files.
+func NewFilesSource(st store.Store, k *KafkaSource) *FilesSource {
+	return &FilesSource{store: st, kafka: k}
+}
+
+// Name implements Source.
+func (s *FilesSource) Name() string {
+	if s.tail {
+		return "parquet+kafka"
+	}
+	return "parquet"
+}
+
+// Clicks implements Source.
+func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func([]Click) error) (ReadStats, error) {
+	spans, err := s.kafka.clickSpans(ctx, from, to)
+	if err != nil {
+		return ReadStats{}, err
+	}
+	var batch []Click
+	return readFilesThenKafka(ctx, s, s.kafka.o.ClicksTopic, from, to, spans, func(_ int32, rows []rawlog.ClickRow) error {
+		batch = batch[:0]
+		for i := range rows {
+			r := &rows[i]
+			c := Click{ClickID: r.ClickID, AdID: r.AdID, TS: r.TS, Partition: r.Partition, Offset: r.Offset}
+			if r.FraudScore != nil {
+				c.FraudScore, c.HasFraudScore = *r.FraudScore, true
+			}
+			batch = append(batch, c)
+		}
+		return fn(batch)
+	}, clickDecoder(from, to, fn))
+}
+
+// Verdicts implements Source.
+func (s *FilesSource) Verdicts(ctx context.Context, since time.Time, fn func([]Verdict) error) (ReadStats, error) {
+	spans, err := s.kafka.verdictSpans(ctx, since)
+	if err != nil {
+		return ReadStats{}, err
+	}
+	topic := s.kafka.o.VerdictsTopic
+	_, end, err := rawlog.Days(ctx, s.store, topic)
+	if err != nil {
+		return ReadStats{}, err
+	}
+	from := since.Add(-s.kafka.o.Early)
+	if end.Before(from) {
+		end = from
+	}
+	fraud := schemas.VerdictFraud.String()
+	var batch []Verdict
+	return readFilesThenKafka(ctx, s, topic, from, end, spans, func(_ int32, rows []rawlog.FraudVerdictRow) error {
+		batch = batch[:0]
+		for i := range rows {
+			r := &rows[i]
+			batch = append(batch, Verdict{ClickID: r.ClickID, Fraud: r.Verdict == fraud, Reason: r.Reason, DecidedAt: r.DecidedAt,
+				Partition: r.Partition, Offset: r.Offset})
+		}
+		return fn(batch)
+	}, verdictDecoder(fn))
+}
+
+// readFilesThenKafka reads topic's files of [from, to) below the flush markers, then the rest of
+// each partition's span from Kafka.
+func readFilesThenKafka[T rawlog.Row](ctx context.Context, s *FilesSource, topic string, from, to time.Time, spans map[int32]span,
+	rows func(int32, []T) error, dec func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
+	complete, err := rawlog.Complete(ctx, s.store, topic)
+	if err != nil {
+		return ReadStats{}, err
+	}
+	tail, err := tailSpans(topic, spans, complete)
+	if err != nil {
+		return ReadStats{}, err
+	}
+	var st ReadStats
+	files := rawlog.Files[T]{Store: s.store, Topic: topic, Below: complete}
+	if err := files.Read(ctx, from, to, func(p int32, rs []T) error { st.Records += int64(len(rs)); return rows(p, rs) }); err != nil {
+		return st, fmt.Errorf("read %s files: %w", topic, err)
+	}
+	ks, err := s.kafka.read(ctx, topic, tail, dec)
+	if ks.Records > 0 {
+		s.tail = true
+	}
+	st.Records += ks.Records
+	st.Undecodable += ks.Undecodable
+	return st, err
+}
+
+// tailSpans cuts each partition's span to what the files do not hold: from the partition's
+// complete offset (0 without a marker) on. It fails if records below the Kafka log's start are
+// in no file and may be wanted.
+func tailSpans(topic string, spans map[int32]span, complete map[int32]int64) (map[int32]span, error) {
+	out := make(map[int32]span, len(spans))
+	for p, sp := range spans {
+		c := complete[p]
+		if c < sp.Start && !sp.TimeCut {
+			return nil, fmt.Errorf("%s partition %d: the sink's files end at offset %d but Kafka starts at %d: records %d to %d are in neither; refusing to count from a gap",
+				topic, p, c, sp.Start, c, sp.Start-1)
+		}
+		sp.From = max(sp.From, c)
+		out[p] = sp
+	}
+	return out, nil
+}
