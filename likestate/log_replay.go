@@ -33,21 +33,32 @@ type ReplayStats struct {
 // logged every 2 s. The likes topic is written without transactions, so the last record of a
 // partition sits right below its end offset and the replay knows when it is done.
 func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Logger, fn func([]Record) error, dial ...kgo.Opt) (Snapshot, ReplayStats, error) {
-	var stats ReplayStats
-	snap, starts, err := snapshot(ctx, brokers, topic, logger, dial)
+	snap, starts, err := TakeSnapshot(ctx, brokers, topic, logger, dial...)
+	if err != nil {
+		return nil, ReplayStats{}, err
+	}
+	stats, err := ReplayRange(ctx, brokers, topic, logger, starts, snap, fn, dial...)
 	if err != nil {
 		return nil, stats, err
 	}
+	return snap, stats, nil
+}
+
+// ReplayRange reads each partition of topic from from[p] up to snap[p] (partitions absent from
+// from, or with nothing between, are not read), as Replay does: for a reader that has the log
+// below from elsewhere (the sink's files).
+func ReplayRange(ctx context.Context, brokers []string, topic string, logger *slog.Logger, from map[int32]int64, snap Snapshot, fn func([]Record) error, dial ...kgo.Opt) (ReplayStats, error) {
+	var stats ReplayStats
 	want := map[int32]kgo.Offset{}
 	var total int64
 	for p, end := range snap {
-		if end > starts[p] {
-			want[p] = kgo.NewOffset().At(starts[p])
-			total += end - starts[p]
+		if f, ok := from[p]; ok && end > f {
+			want[p] = kgo.NewOffset().At(f)
+			total += end - f
 		}
 	}
 	if len(want) == 0 {
-		return snap, stats, nil
+		return stats, nil
 	}
 	cl, err := kgo.NewClient(append(append(kafka.ClientOptions(brokers, "tally-likes-replay", logger, nil), dial...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
@@ -55,7 +66,7 @@ func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Lo
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)...)
 	if err != nil {
-		return nil, stats, fmt.Errorf("create replay consumer of %s: %w", topic, err)
+		return stats, fmt.Errorf("create replay consumer of %s: %w", topic, err)
 	}
 	defer cl.Close()
 
@@ -64,7 +75,7 @@ func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Lo
 	for len(want) > 0 {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, stats, fmt.Errorf("replay %s: %w", topic, err)
+			return stats, fmt.Errorf("replay %s: %w", topic, err)
 		}
 		fetches.EachError(func(t string, p int32, err error) {
 			logger.Warn("replay fetch error; retrying", "topic", t, "partition", p, "err", err)
@@ -93,7 +104,7 @@ func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Lo
 			}
 		})
 		if err := fn(batch); err != nil {
-			return nil, stats, err
+			return stats, err
 		}
 		if time.Since(lastLog) >= 2*time.Second {
 			lastLog = time.Now()
@@ -104,12 +115,12 @@ func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Lo
 	if stats.Undecodable > 0 {
 		logger.Warn("like log holds undecodable records; skipped", "topic", topic, "count", stats.Undecodable)
 	}
-	return snap, stats, nil
+	return stats, nil
 }
 
-// snapshot lists the read_committed end offsets and the start offsets of every partition of
-// topic. A topic that does not exist yet is an empty log.
-func snapshot(ctx context.Context, brokers []string, topic string, logger *slog.Logger, dial []kgo.Opt) (Snapshot, map[int32]int64, error) {
+// TakeSnapshot lists the read_committed end offsets (the snapshot) and the start offsets of
+// every partition of topic. A topic that does not exist yet is an empty log.
+func TakeSnapshot(ctx context.Context, brokers []string, topic string, logger *slog.Logger, dial ...kgo.Opt) (Snapshot, map[int32]int64, error) {
 	cl, err := kgo.NewClient(append(kafka.ClientOptions(brokers, "tally-likes-replay", logger, nil), dial...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create admin client for %s: %w", topic, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/platform/kafka"
 	"tally/schemas"
 	"tally/sink/rawlog"
 	"tally/sink/store"
@@ -17,11 +18,13 @@ import (
 //
 //  1. snapshots the topic's Kafka offsets as KafkaSource does (end offsets, and the stretch of
 //     the log that can hold the records wanted, by produce time);
-//  2. reads the sink's flush markers (rawlog.Complete): below a partition's marker every flush
-//     is complete, so its files hold every decodable record below that offset;
+//  2. reads the sink's flush markers and then its consumer group's committed offsets
+//     (rawlog.Complete): below a partition's marker every flush is complete, and the marker's
+//     own flush too once the group committed past it, so the files hold every decodable record
+//     below that offset;
 //  3. reads the files of the hours wanted whose flush lies below the marker (a file at or above
 //     it may belong to a flush still being written and is skipped);
-//  4. reads from Kafka each partition from the marker (or from where the time says the wanted
+//  4. reads from Kafka each partition from there (or from where the time says the wanted
 //     records begin, if that is later) up to the end offset of step 1.
 //
 // So no record is read twice and none below the snapshot is missed, whatever the sink's lag. A
@@ -34,13 +37,14 @@ import (
 type FilesSource struct {
 	store store.Store
 	kafka *KafkaSource
+	group string
 	tail  bool
 }
 
 // NewFilesSource returns a source reading st, with k for the offsets and the records beyond the
-// files.
-func NewFilesSource(st store.Store, k *KafkaSource) *FilesSource {
-	return &FilesSource{store: st, kafka: k}
+// files; group is the sink's consumer group (sink.group).
+func NewFilesSource(st store.Store, k *KafkaSource, group string) *FilesSource {
+	return &FilesSource{store: st, kafka: k, group: group}
 }
 
 // Name implements Source.
@@ -104,7 +108,14 @@ func (s *FilesSource) Verdicts(ctx context.Context, since time.Time, fn func([]V
 // each partition's span from Kafka.
 func readFilesThenKafka[T rawlog.Row](ctx context.Context, s *FilesSource, topic string, from, to time.Time, spans map[int32]span,
 	rows func(int32, []T) error, dec func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
-	complete, err := rawlog.Complete(ctx, s.store, topic)
+	complete, err := rawlog.Complete(ctx, s.store, topic, func() (map[int32]int64, error) {
+		cl, err := kgo.NewClient(append(kafka.ClientOptions(s.kafka.o.Brokers, "tally-batchjob-clicks", s.kafka.o.Logger, nil), s.kafka.o.Dial...)...)
+		if err != nil {
+			return nil, err
+		}
+		defer cl.Close()
+		return kafka.GroupOffsets(ctx, cl, s.group, topic)
+	})
 	if err != nil {
 		return ReadStats{}, err
 	}

@@ -16,9 +16,9 @@ import (
 	"tally/testsupport/testinfra"
 )
 
-// The real sink writes the log into files; records produced after it stopped are the tail the
-// files do not hold. A run from the files (with that tail from Kafka) and a run from Kafka alone
-// give the oracle's rows, and the version says which source it read.
+// The real sink writes the log into files. A run from the files and one from Kafka give the
+// oracle's rows; so do they after records the files do not hold were produced (the tail, read
+// from Kafka). The version says which source it read.
 func TestFilesSourceMatchesKafka(t *testing.T) {
 	testinfra.VerifyNoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -29,10 +29,35 @@ func TestFilesSourceMatchesKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetest.CatchUp(t, ctx, infra.Kafka.Addr(), st, schemas.TopicClicks, schemas.TopicFraudVerdicts)
+	group := fmt.Sprintf("sink-clicks-%d", time.Now().UnixNano())
+	clicksTopic, _ := rawlog.TopicByName(schemas.TopicClicks)
+	verdictsTopic, _ := rawlog.TopicByName(schemas.TopicFraudVerdicts)
+	storetest.CatchUp(t, ctx, infra.Kafka.Addr(), group, st, clicksTopic, verdictsTopic)
+
+	check := func(t *testing.T, want []Row, cases map[string]Source) {
+		for wantSource, src := range cases {
+			d := f.deps()
+			d.Source = src
+			rep, err := Run(ctx, f.day, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, rows, _ := f.report(t, rep.Version)
+			if diff := diffRows(rows, want); diff != "" || rep.Source != wantSource {
+				t.Fatalf("got %s: %s; want the oracle's rows from %s", rep.Summary(), diff, wantSource)
+			}
+			var stored string
+			if err := f.conn.QueryRow(ctx, "SELECT source FROM click_report_versions WHERE date = ? AND version = ?", f.day, rep.Version).Scan(&stored); err != nil || stored != wantSource {
+				t.Fatalf("source column of version %d: got %q (%v); want %q", rep.Version, stored, err, wantSource)
+			}
+		}
+	}
+	before := oracle(t, ctx, f.day)
+	t.Run("caught up", func(t *testing.T) {
+		check(t, before, map[string]Source{"kafka": source(), "parquet": NewFilesSource(st, source(), group)})
+	})
 
 	// The tail: clicks of the day and a fraud verdict on a billable click, after the sink stopped.
-	before := oracle(t, ctx, f.day)
 	ad := before[0].AdID
 	victim := billableClick(t, ctx, f.day, ad)
 	var tail []*kgo.Record
@@ -65,31 +90,9 @@ func TestFilesSourceMatchesKafka(t *testing.T) {
 	if inFiles < 3000 {
 		t.Fatalf("clicks of the day in files: got %d; want at least the 3000 generated", inFiles)
 	}
-
-	for _, tc := range []struct {
-		name, source string
-		src          Source
-	}{
-		{"kafka", "kafka", source()},
-		{"files", "parquet+kafka", NewFilesSource(st, source())},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d := f.deps()
-			d.Source = tc.src
-			rep, err := Run(ctx, f.day, d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, rows, _ := f.report(t, rep.Version)
-			if diff := diffRows(rows, want); diff != "" || rep.Source != tc.source {
-				t.Fatalf("got %s: %s; want the oracle's rows from %s", rep.Summary(), diff, tc.source)
-			}
-			var stored string
-			if err := f.conn.QueryRow(ctx, "SELECT source FROM click_report_versions WHERE date = ? AND version = ?", f.day, rep.Version).Scan(&stored); err != nil || stored != tc.source {
-				t.Fatalf("source column of version %d: got %q (%v); want %q", rep.Version, stored, err, tc.source)
-			}
-		})
-	}
+	t.Run("tail", func(t *testing.T) {
+		check(t, want, map[string]Source{"kafka": source(), "parquet+kafka": NewFilesSource(st, source(), group)})
+	})
 }
 
 func TestTailSpans(t *testing.T) {

@@ -4,7 +4,9 @@
 // the drift it finds, and writes a versioned report to ClickHouse.
 //
 // The log is read from its start up to end offsets snapshotted first, and the last record of
-// each (item, user) pair in log order is its state. Pairs changed after the snapshot (their
+// each (item, user) pair in log order is its state. When the sink's store holds files of the
+// topic, the log is read from them and from Kafka beyond them (log_files.go): the files keep
+// likes longer than Kafka may. Pairs changed after the snapshot (their
 // stored offset is at or above the snapshot's end) are newer than what the job knows: they are
 // neither counted as drift nor touched by repairs, and the next run checks them.
 //
@@ -27,13 +29,19 @@ import (
 	"tally/batchjob/runlock"
 	"tally/likestate"
 	"tally/platform/progress"
+	"tally/sink/rawlog"
+	"tally/sink/store"
 )
 
 // Deps is what a run reads and writes.
 type Deps struct {
-	Brokers    []string
-	Dial       []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options
-	Topic      string
+	Brokers []string
+	Dial    []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options
+	Topic   string
+	// Files is the sink's store; when it holds the topic's files the log is read from them and
+	// from Kafka beyond them (replayFiles), else from Kafka alone.
+	Files      store.Store
+	SinkGroup  string           // the sink's consumer group (sink.group), whose commits say which flushes are complete
 	ClickHouse driver.Conn      // database with the migrations applied
 	Store      *likestate.Store // the like serving state
 	Redis      *redis.Client    // for the run lock
@@ -50,7 +58,8 @@ type Report struct {
 	StartedAt    time.Time
 	FinishedAt   time.Time
 	Scope        string
-	Records      int64 // log records read
+	Source       string // "kafka", "parquet" or "parquet+kafka": where the log was read
+	Records      int64  // log records read
 	ItemsChecked uint64
 	Differences  uint64 // diff rows: (item, source) pairs that disagreed with the log
 	Repaired     uint64 // of those, repaired
@@ -59,8 +68,8 @@ type Report struct {
 
 // Summary is the one line the command prints.
 func (r Report) Summary() string {
-	return fmt.Sprintf("like reconciliation version %d scope %s: %d records, %d items checked, %d differences, %d repaired, took %s",
-		r.Version, r.Scope, r.Records, r.ItemsChecked, r.Differences, r.Repaired, r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond))
+	return fmt.Sprintf("like reconciliation version %d scope %s: %d records from %s, %d items checked, %d differences, %d repaired, took %s",
+		r.Version, r.Scope, r.Records, r.Source, r.ItemsChecked, r.Differences, r.Repaired, r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond))
 }
 
 // Diff is one item whose state in one store disagreed with the log. Expected and Actual are
@@ -95,7 +104,7 @@ func run(ctx context.Context, job Job, d Deps) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.Records = st.records
+	rep.Records, rep.Source = st.records, st.source
 	items := st.scope(job)
 	rep.ItemsChecked = uint64(len(items))
 	d.Logger.Info("like log read", "records", st.records, "pairs", st.pairs(), "items_in_scope", len(items))
@@ -136,11 +145,12 @@ type logState struct {
 	partition map[string]int32             // item -> its partition (all its records are there)
 	onDate    map[string]bool              // items with a record on the job's date
 	records   int64
+	source    string
 }
 
 func readLog(ctx context.Context, d Deps, job Job) (*logState, error) {
 	st := &logState{last: map[string]map[string]record{}, partition: map[string]int32{}, onDate: map[string]bool{}}
-	snap, stats, err := likestate.Replay(ctx, d.Brokers, d.Topic, d.Logger, func(recs []likestate.Record) error {
+	apply := func(recs []likestate.Record) error {
 		if d.Progress != nil {
 			d.Progress.Add(int64(len(recs)))
 		}
@@ -157,7 +167,29 @@ func readLog(ctx context.Context, d Deps, job Job) (*logState, error) {
 			}
 		}
 		return nil
-	}, d.Dial...)
+	}
+	files := false
+	if d.Files != nil {
+		first, _, err := rawlog.Days(ctx, d.Files, d.Topic)
+		if err != nil {
+			return nil, fmt.Errorf("look for the sink's %s files: %w", d.Topic, err)
+		}
+		files = !first.IsZero()
+	}
+	var snap likestate.Snapshot
+	var stats likestate.ReplayStats
+	var err error
+	st.source = "kafka"
+	if files {
+		var tail bool
+		snap, stats, tail, err = replayFiles(ctx, d, d.Files, apply)
+		st.source = "parquet"
+		if tail {
+			st.source = "parquet+kafka"
+		}
+	} else {
+		snap, stats, err = likestate.Replay(ctx, d.Brokers, d.Topic, d.Logger, apply, d.Dial...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read like log %s: %w", d.Topic, err)
 	}

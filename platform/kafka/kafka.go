@@ -102,3 +102,22 @@ func (d demoted) Handle(ctx context.Context, r slog.Record) error {
 
 func (d demoted) WithAttrs(as []slog.Attr) slog.Handler { return demoted{d.next.WithAttrs(as)} }
 func (d demoted) WithGroup(name string) slog.Handler    { return demoted{d.next.WithGroup(name)} }
+
+// GroupOffsets returns the offsets group has committed on topic's partitions (none committed:
+// an empty map).
+func GroupOffsets(ctx context.Context, cl *kgo.Client, group, topic string) (map[int32]int64, error) {
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fetch offsets of group %s: %w", group, err)
+	}
+	out := map[int32]int64{}
+	for p, o := range offs[topic] {
+		if o.At >= 0 {
+			out[p] = o.At
+		}
+	}
+	return out, nil
+}

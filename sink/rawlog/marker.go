@@ -57,18 +57,21 @@ func ReadMarker(ctx context.Context, st store.Store, topic string, partition int
 }
 
 // Complete returns, per partition of topic that has a marker, the offset below which every
-// flush was complete when it was called: the marker's First. Call it before listing files: the
-// files listed afterwards whose range starts below it are whole flushes, and the records from
-// it on are to be read from Kafka (a file starting at or above it may be part of a flush still
-// being written). A partition without a marker has no complete flush.
-func Complete(ctx context.Context, st store.Store, topic string) (map[int32]int64, error) {
+// flush was complete when it was called: the marker's First, or its Last+1 when the sink's
+// consumer group has committed past the marker's flush (committed, if not nil, returns the
+// group's committed offsets of topic; it is called after the markers are read, so a commit it
+// sees is of the marker's flush or a later one). Call it before listing files: the files listed
+// afterwards whose range starts below the result are whole flushes, and the records from it on
+// are to be read from Kafka (a file at or above it may be part of a flush still being written).
+// A partition without a marker has no complete flush.
+func Complete(ctx context.Context, st store.Store, topic string, committed func() (map[int32]int64, error)) (map[int32]int64, error) {
 	prefix := MarkerName(topic, 0)
 	prefix = prefix[:strings.LastIndexByte(prefix, '/')+1]
 	names, err := st.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("list flush markers of %s: %w", topic, err)
 	}
-	out := map[int32]int64{}
+	markers := map[int32]*Marker{}
 	for _, n := range names {
 		base, ok := strings.CutSuffix(strings.TrimPrefix(n, prefix), ".json")
 		p, err := strconv.ParseUint(strings.TrimPrefix(base, "p"), 10, 16)
@@ -80,7 +83,20 @@ func Complete(ctx context.Context, st store.Store, topic string) (map[int32]int6
 			return nil, err
 		}
 		if m != nil {
-			out[int32(p)] = m.First
+			markers[int32(p)] = m
+		}
+	}
+	var done map[int32]int64
+	if committed != nil && len(markers) > 0 {
+		if done, err = committed(); err != nil {
+			return nil, fmt.Errorf("read the sink's committed offsets of %s: %w", topic, err)
+		}
+	}
+	out := map[int32]int64{}
+	for p, m := range markers {
+		out[p] = m.First
+		if c, ok := done[p]; ok && c > m.Last {
+			out[p] = m.Last + 1
 		}
 	}
 	return out, nil

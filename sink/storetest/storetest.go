@@ -6,7 +6,6 @@ package storetest
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -59,20 +58,15 @@ func (s S3) Options(spool, prefix string) store.S3Options {
 }
 
 // CatchUp runs the sink (package archive) over topics of the Kafka log at brokers, writing into
-// st as a consumer group of its own, until it has committed every partition's end offset as of
-// the call, then stops it. Its flushes are cut every 100 ms or 64 KiB, so a partition's records
+// st as consumer group group, until it has committed every partition's end offset as of the
+// call, then stops it. Its flushes are cut every 100 ms or 64 KiB, so a partition's records
 // land in several flushes.
-func CatchUp(t testing.TB, ctx context.Context, brokers string, st store.Store, topics ...string) {
+func CatchUp(t testing.TB, ctx context.Context, brokers, group string, st store.Store, kept ...rawlog.Topic) {
 	t.Helper()
-	var kept []rawlog.Topic
-	for _, name := range topics {
-		topic, ok := rawlog.TopicByName(name)
-		if !ok {
-			t.Fatalf("topic %s is not kept by the sink", name)
-		}
-		kept = append(kept, topic)
+	var topics []string
+	for _, k := range kept {
+		topics = append(topics, k.Name)
 	}
-	group := fmt.Sprintf("sink-test-%d", time.Now().UnixNano())
 	logger := slog.New(slog.DiscardHandler)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
 	if err != nil {

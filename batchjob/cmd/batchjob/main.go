@@ -91,9 +91,14 @@ func run(args []string) int {
 		env.logger.Error("kafka client options", "err", err)
 		return exitError
 	}
+	files, err := env.files()
+	if err != nil {
+		env.logger.Error("open sink files", "err", err)
+		return exitError
+	}
 	meter := progress.Start(progress.Options{What: "like records"}) // lines only on a terminal, none under cron
 	rep, err := reconcile.Run(env.ctx, job, reconcile.Deps{
-		Brokers: env.cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, ClickHouse: env.conn, Store: store, Redis: env.rdb,
+		Brokers: env.cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Files: files, SinkGroup: env.sec.Sink.Group, ClickHouse: env.conn, Store: store, Redis: env.rdb,
 		LockTTL: lockTTL, Progress: meter, Logger: env.logger, Now: time.Now,
 	})
 	meter.Stop()
@@ -149,7 +154,7 @@ func runClicks(args []string) int {
 		return exitError
 	}
 	if ok {
-		src = clicks.NewFilesSource(st, kafkaSrc)
+		src = clicks.NewFilesSource(st, kafkaSrc, env.sec.Sink.Group)
 	}
 	env.logger.Info("click source chosen", "files", ok, "store", st.String())
 	deps := clicks.Deps{
