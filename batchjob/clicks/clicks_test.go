@@ -199,7 +199,7 @@ func produce(t testing.TB, ctx context.Context, recs []*kgo.Record) {
 }
 
 // readAll reads both topics whole, plainly, for the oracle.
-func readAll(t *testing.T, ctx context.Context) (clicks []*kgo.Record, verdicts []*kgo.Record) {
+func readAll(t testing.TB, ctx context.Context) (clicks []*kgo.Record, verdicts []*kgo.Record) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(infra.Kafka.Addr()))
 	if err != nil {

@@ -62,7 +62,7 @@ func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func([]
 		return ReadStats{}, err
 	}
 	var batch []Click
-	return readFilesThenKafka(ctx, s, s.kafka.o.ClicksTopic, from, to, spans, func(_ int32, rows []rawlog.ClickRow) error {
+	return readFilesThenKafka(ctx, s, s.kafka.o.ClicksTopic, from, to, spans, func(_ int32, rows []rawlog.ClickKey) error {
 		batch = batch[:0]
 		for i := range rows {
 			r := &rows[i]

@@ -31,7 +31,7 @@ import (
 
 // Deps is what a run reads and writes.
 type Deps struct {
-	Source     rawlog.Source[rawlog.ViewRow] // the sink's files of topic views
+	Source     rawlog.Source[rawlog.ViewKey] // the sink's files of topic views
 	SourceName string                        // "files" or "kafka", for the report
 	ClickHouse driver.Conn                   // database with the migrations applied
 	Window     time.Duration                 // aggregator.dedupe_window
@@ -106,13 +106,13 @@ func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 
 // Count recounts the views of day (UTC) per item from src with the dedupe rule, reading from
 // lookback before the day; records, if not nil, receives how many views were read.
-func Count(ctx context.Context, src rawlog.Source[rawlog.ViewRow], day time.Time, window, grace, lookback time.Duration, records *uint64) (map[string]int64, error) {
+func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time, window, grace, lookback time.Duration, records *uint64) (map[string]int64, error) {
 	from, to := day.Add(-lookback), day.Add(24*time.Hour)
 	lo, hi := day.UnixMilli(), to.UnixMilli()
 	wins := map[int32]*dedupe.Window{}
 	counts := map[string]int64{}
 	var n uint64
-	err := src.Read(ctx, from, to.Add(lookback), func(p int32, rows []rawlog.ViewRow) error {
+	err := src.Read(ctx, from, to.Add(lookback), func(p int32, rows []rawlog.ViewKey) error {
 		w := wins[p]
 		if w == nil {
 			w = dedupe.New(window.Milliseconds(), grace.Milliseconds())

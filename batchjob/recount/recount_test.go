@@ -97,7 +97,7 @@ func TestCountAppliesTheStreamingRule(t *testing.T) {
 	}
 	want := writeScenario(t, st)
 	var records uint64
-	got, err := recount.Count(context.Background(), rawlog.Files[rawlog.ViewRow]{Store: st, Topic: schemas.TopicViews}, day, window, grace, time.Hour, &records)
+	got, err := recount.Count(context.Background(), rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, day, window, grace, time.Hour, &records)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestRunReportsDifferencesInVersions(t *testing.T) {
 		want["a"], want["b"]+1, want["c"])); err != nil {
 		t.Fatal(err)
 	}
-	deps := recount.Deps{Source: rawlog.Files[rawlog.ViewRow]{Store: st, Topic: schemas.TopicViews}, SourceName: "files", ClickHouse: conn,
+	deps := recount.Deps{Source: rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, SourceName: "files", ClickHouse: conn,
 		Window: window, Grace: grace, Lookback: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now}
 	rep, err := recount.Run(ctx, day, deps)
 	if err != nil {

@@ -8,6 +8,38 @@ type Row interface {
 	EventTS() int64 // Unix milliseconds
 }
 
+// A reader may read a subset of a topic's columns into a struct of its own with the same
+// parquet tags (columns are matched by name): the other columns are not decoded, which saves
+// a job most of the cost of the strings it does not need (docs/BENCHMARKS.md, "Sink"). The
+// nightly jobs' subsets are ViewKey and ClickKey.
+
+// ViewKey is what the views recount reads of a view: its place in the log, its time and its
+// dedupe key.
+type ViewKey struct {
+	Partition int32  `parquet:"partition"`
+	Offset    int64  `parquet:"offset"`
+	TS        int64  `parquet:"ts,timestamp(millisecond)"`
+	ItemID    string `parquet:"item_id"`
+	ViewerID  string `parquet:"viewer_id"`
+}
+
+func (r ViewKey) Pos() (int32, int64) { return r.Partition, r.Offset }
+func (r ViewKey) EventTS() int64      { return r.TS }
+
+// ClickKey is what the click report reads of a click: its place in the log, its time, its id,
+// its ad and its fraud score.
+type ClickKey struct {
+	Partition  int32    `parquet:"partition"`
+	Offset     int64    `parquet:"offset"`
+	TS         int64    `parquet:"ts,timestamp(millisecond)"`
+	ClickID    string   `parquet:"click_id"`
+	AdID       string   `parquet:"ad_id"`
+	FraudScore *float64 `parquet:"fraud_score,optional"`
+}
+
+func (r ClickKey) Pos() (int32, int64) { return r.Partition, r.Offset }
+func (r ClickKey) EventTS() int64      { return r.TS }
+
 // ViewRow is a view (topic views). ts is a Parquet timestamp in milliseconds, which ClickHouse
 // reads as DateTime64(3).
 type ViewRow struct {

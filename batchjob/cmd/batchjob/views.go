@@ -71,7 +71,7 @@ func runViews(args []string) int {
 		logger.Error("open sink files", "err", err)
 		return exitError
 	}
-	files := rawlog.Files[rawlog.ViewRow]{Store: st, Topic: schemas.TopicViews}
+	files := rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}
 	ok, err := rawlog.Present(ctx, st, schemas.TopicViews, day.Add(-sec.Batchjob.ViewsLookback), day.Add(24*time.Hour))
 	if err != nil {
 		logger.Error("look for the day's files", "err", err)
