@@ -59,8 +59,8 @@ func (s S3) Options(spool, prefix string) store.S3Options {
 
 // CatchUp runs the sink (package archive) over topics of the Kafka log at brokers, writing into
 // st as consumer group group, until it has committed every partition's end offset as of the
-// call, then stops it. Its flushes are cut every 100 ms or 64 KiB, so a partition's records
-// land in several flushes.
+// call (within two minutes), then stops it. Its flushes are cut every 500 ms or 1 MiB, so a
+// large log lands in several flushes per partition without thousands of tiny files.
 func CatchUp(t testing.TB, ctx context.Context, brokers, group string, st store.Store, kept ...rawlog.Topic) {
 	t.Helper()
 	var topics []string
@@ -82,7 +82,7 @@ func CatchUp(t testing.TB, ctx context.Context, brokers, group string, st store.
 		t.Fatalf("list end offsets of %v: %v", topics, err)
 	}
 	a, err := archive.New(archive.Config{Brokers: []string{brokers}, Group: group, SessionTimeout: 6 * time.Second, Topics: kept,
-		Rotation: 100 * time.Millisecond, MaxBatchBytes: 64 << 10, Retention: map[string]time.Duration{}, RetentionEvery: time.Hour},
+		Rotation: 500 * time.Millisecond, MaxBatchBytes: 1 << 20, Retention: map[string]time.Duration{}, RetentionEvery: time.Hour},
 		st, time.Now, logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func CatchUp(t testing.TB, ctx context.Context, brokers, group string, st store.
 			t.Errorf("stop the sink: %v", err)
 		}
 	}()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		offs, err := adm.FetchOffsets(ctx, group)
 		done := err == nil
@@ -111,7 +111,7 @@ func CatchUp(t testing.TB, ctx context.Context, brokers, group string, st store.
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the sink did not commit %v within a minute (last fetch %v, err %v)", ends, offs, err)
+			t.Fatalf("the sink did not commit %v within two minutes (last fetch %v, err %v)", ends, offs, err)
 		}
 	}
 }
