@@ -37,7 +37,8 @@ import (
 type Config struct {
 	Brokers          []string
 	Dial             []kgo.Opt
-	Partitions       int // the counted topic is created with this many if missing
+	Partitions       int              // the counted topic is created with this many if missing
+	Durability       kafka.Durability // and with this replication
 	PublishInterval  time.Duration
 	SnapshotInterval time.Duration
 	SnapshotPath     string
@@ -98,7 +99,7 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 		return nil, fmt.Errorf("topk kafka client: %w", err)
 	}
 	defer admin.Close()
-	if err := kafka.EnsureTopics(ctx, admin, int32(cfg.Partitions), schemas.TopicCounted); err != nil {
+	if err := kafka.CreateTopics(ctx, admin, cfg.Durability, kafka.TopicSpec{Name: schemas.TopicCounted, Partitions: int32(cfg.Partitions)}); err != nil {
 		return nil, err
 	}
 	n, err := kafka.Partitions(ctx, admin, schemas.TopicCounted)

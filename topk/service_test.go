@@ -291,7 +291,7 @@ func TestServicePublishesTheLogsLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	if err := EnsureTopKTopic(ctx, prod); err != nil {
+	if err := EnsureTopKTopic(ctx, prod, kafka.Durability{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {

@@ -16,12 +16,6 @@ import (
 // counted topic holds, so a crash between the durable write and the publish loses nothing;
 // topk's guards skip whatever is published twice.
 
-// Counted publishes batches to the counted topic (*counted.Publisher).
-type Counted interface {
-	Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error
-	Last(ctx context.Context, kind schemas.CountKind, part int32) (schemas.BatchID, bool, error)
-}
-
 // secondCounts returns the pending batch's deltas as counted pairs.
 func (p *partition) secondCounts() []schemas.BucketCount {
 	out := make([]schemas.BucketCount, 0, len(p.deltas))

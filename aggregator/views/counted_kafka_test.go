@@ -19,11 +19,11 @@ import (
 
 // cutShort publishes only the first chunk of a batch and then fails, like a crash in the middle
 // of a publish.
-type cutShort struct{ Counted }
+type cutShort struct{ counted.Topic }
 
 func (c cutShort) Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error {
 	recs := schemas.CountedRecords(kind, b, counts)
-	if err := c.Counted.Publish(ctx, kind, b, recs[0].Counts); err != nil {
+	if err := c.Topic.Publish(ctx, kind, b, recs[0].Counts); err != nil {
 		return err
 	}
 	return errors.New("crashed after the first chunk")
