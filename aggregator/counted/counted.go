@@ -52,7 +52,7 @@ type Publisher struct {
 	cl      *kgo.Client
 	parts   int32 // partitions of the counted topic
 	logger  *slog.Logger
-	records prometheus.Counter
+	records *prometheus.CounterVec
 }
 
 // New connects, creates the counted topic if missing and checks its partition count.
@@ -78,7 +78,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 		return nil, fmt.Errorf("topic %s has %d partitions; want at least %d, one per source partition", schemas.TopicCounted, n, cfg.Partitions)
 	}
 	p := &Publisher{cfg: cfg, cl: cl, parts: int32(n), logger: logger,
-		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_counted_records_total", Help: "Records published to the counted topic (chunks of deduplicated batches)."})}
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_counted_records_total", Help: "Records published to the counted topic (chunks of deduplicated batches), by kind."}, []string{"kind"})}
+	for _, k := range schemas.CountKinds {
+		p.records.WithLabelValues(k.String())
+	}
 	reg.MustRegister(p.records)
 	return p, nil
 }
@@ -100,7 +103,7 @@ func (p *Publisher) Publish(ctx context.Context, kind schemas.CountKind, b schem
 		if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 			return fmt.Errorf("publish %s batch of partition %d ending at %d, chunk %d/%d: %w", kind, b.Partition, b.End, c.Chunk+1, c.Chunks, err)
 		}
-		p.records.Inc()
+		p.records.WithLabelValues(kind.String()).Inc()
 	}
 	return nil
 }
