@@ -45,8 +45,9 @@ const (
 	eoMinKills   = 5
 	// eoAllInOneKills is how often the all-in-one test kills the process, if the load lasts.
 	eoAllInOneKills = 8
-	// eoAllInOneClicks is how many clicks the all-in-one test posts, paced like its views.
-	eoAllInOneClicks = 25_000
+	// eoAllInOneClickRate paces the all-in-one test's clicks (a tenth of its views' count), so
+	// that they outlast the views and the kills go on while they arrive.
+	eoAllInOneClickRate = 300
 	dedupeWindow    = 30 * time.Minute
 	dedupeGrace     = 10 * time.Minute
 	eoEventMinute   = int64(time.Minute / time.Millisecond)
@@ -160,18 +161,18 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	go func() { postDone <- postEvents(ctx, api, n, 12_500, &posted) }()
 	var clicksPosted atomic.Int64
 	clicksDone := make(chan error, 1)
-	go func() { clicksDone <- postRecentClicks(ctx, api, eoAllInOneClicks, eoAllInOneClicks*12_500/n, &clicksPosted) }()
+	go func() { clicksDone <- postRecentClicks(ctx, api, max(1, n/10), eoAllInOneClickRate, &clicksPosted) }()
 	rng := rand.New(rand.NewPCG(43, 1))
 	kills := 0
 	for kills < eoAllInOneKills {
 		testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
 		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
-		if posted.Load() >= int64(n) {
+		if posted.Load() >= int64(n) && clicksPosted.Load() >= int64(max(1, n/10)) {
 			break
 		}
 		_ = all.stop(syscall.SIGKILL, 10*time.Second)
 		kills++
-		t.Logf("all-in-one killed after %d events", posted.Load())
+		t.Logf("all-in-one killed after %d views and %d clicks", posted.Load(), clicksPosted.Load())
 		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
 		if err := all.start(); err != nil {
 			t.Fatalf("restart the all-in-one: %v", err)
@@ -184,7 +185,7 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	if kills < eoMinKills {
-		t.Fatalf("got %d kills while views were posted; want at least %d", kills, eoMinKills)
+		t.Fatalf("got %d kills while views and clicks were posted; want at least %d", kills, eoMinKills)
 	}
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
 	// The clicks first: the 1m window still holds some of them.
