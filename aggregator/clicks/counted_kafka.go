@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	countedtopic "tally/aggregator/counted"
 	"tally/schemas"
 )
 
@@ -67,53 +68,27 @@ func (a *Aggregator) syncCounted(ctx context.Context, p *partition, counts []sch
 	}
 }
 
-// catchUpCounted publishes p's valid batches that ClickHouse holds past the last ads batch the
-// counted topic holds, each with its own epoch and end, so that a batch published in part is
-// completed (with the same chunks: same identity, same counts) and none is skipped.
+// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks
+// (counted.CatchUp).
 func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
-	last, found, err := a.cfg.Counted.Last(ctx, schemas.CountAds, p.id)
+	n, err := countedtopic.CatchUp(ctx, a.cfg.Counted, schemas.CountAds, p.id, a.now(), func(after int64, since time.Time) ([]countedtopic.Stored, error) {
+		return a.store.batchSeconds(ctx, p.id, after, p.flushed.clicks, since, p.invalid)
+	})
 	if err != nil {
 		return err
 	}
-	// With nothing published yet, only the last day's clicks matter (topk's longest window).
-	from, since := int64(-1), a.now().Add(-25*time.Hour)
-	if found {
-		// The last batch may be cut short: publish it again whole; topk skips its chunks seen.
-		from, since = last.Start, time.Time{}
-	}
-	batches, err := a.store.batchSeconds(ctx, p.id, from, p.flushed.clicks, since, p.invalid)
-	if err != nil {
-		return err
-	}
-	start := max(from, 0)
-	for _, b := range batches {
-		if found && b.epoch < last.Epoch {
-			continue // older than what topk has: it would refuse it anyway
-		}
-		if err := a.cfg.Counted.Publish(ctx, schemas.CountAds, schemas.BatchID{Partition: p.id, Epoch: b.epoch, Start: start, End: b.end}, b.counts); err != nil {
-			return err
-		}
-		start = b.end
-	}
-	if len(batches) > 0 {
-		a.logger.Info("counted topic caught up from clickhouse", "partition", p.id, "click_batches", len(batches), "from", from, "to", p.flushed.clicks)
+	if n > 0 {
+		a.logger.Info("counted topic caught up from clickhouse", "partition", p.id, "click_batches", n, "to", p.flushed.clicks)
 	}
 	p.countedEnd = p.flushed.clicks
 	return nil
-}
-
-// storedCounts is one batch's counted clicks per (ad, second), read back from ClickHouse.
-type storedCounts struct {
-	epoch  uint64
-	end    int64 // clicks_end
-	counts []schemas.BucketCount
 }
 
 // batchSeconds reads partition p's valid batches whose clicks_end is in (after, to], in offset
 // order, with their counted clicks of event-time seconds from since on. A batch's clicks are
 // the clicks_counted rows tagged with its end offsets (DISTINCT: a replay writes them again);
 // its marker in click_deltas, outside the fence invalid, makes it valid and gives its epoch.
-func (s store) batchSeconds(ctx context.Context, p int32, after, to int64, since time.Time, invalid string) ([]storedCounts, error) {
+func (s store) batchSeconds(ctx context.Context, p int32, after, to int64, since time.Time, invalid string) ([]countedtopic.Stored, error) {
 	if after >= to {
 		return nil, nil
 	}
@@ -128,27 +103,27 @@ func (s store) batchSeconds(ctx context.Context, p int32, after, to int64, since
 		return nil, fmt.Errorf("read counted clicks of partition %d after %d: %w", p, after, err)
 	}
 	defer rows.Close()
-	byEnd := map[int64]*storedCounts{}
+	byEnd := map[int64]*countedtopic.Stored{}
 	for rows.Next() {
-		var b storedCounts
+		var b countedtopic.Stored
 		var c schemas.BucketCount
-		if err := rows.Scan(&b.epoch, &b.end, &c.Key, &c.Second, &c.Count); err != nil {
+		if err := rows.Scan(&b.Epoch, &b.End, &c.Key, &c.Second, &c.Count); err != nil {
 			return nil, fmt.Errorf("scan counted clicks of partition %d: %w", p, err)
 		}
-		cur := byEnd[b.end]
+		cur := byEnd[b.End]
 		if cur == nil {
 			cur = &b
-			byEnd[b.end] = cur
+			byEnd[b.End] = cur
 		}
-		cur.counts = append(cur.counts, c)
+		cur.Counts = append(cur.Counts, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read counted clicks of partition %d: %w", p, err)
 	}
-	out := make([]storedCounts, 0, len(byEnd))
+	out := make([]countedtopic.Stored, 0, len(byEnd))
 	for _, b := range byEnd {
 		out = append(out, *b)
 	}
-	slices.SortFunc(out, func(x, y storedCounts) int { return int(x.end - y.end) })
+	slices.SortFunc(out, func(x, y countedtopic.Stored) int { return int(x.End - y.End) })
 	return out, nil
 }
