@@ -25,7 +25,8 @@ func TestFilesSourceMatchesKafka(t *testing.T) {
 	defer cancel()
 	f := newFixture(t, ctx, "files", 40)
 	produce(t, ctx, genDay(f.day, 3000, 40, 5))
-	st, err := store.NewLocal(t.TempDir())
+	dir := t.TempDir()
+	st, err := store.NewLocal(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +93,22 @@ func TestFilesSourceMatchesKafka(t *testing.T) {
 	}
 	t.Run("tail", func(t *testing.T) {
 		check(t, want, map[string]Source{"kafka": source(), "parquet+kafka": NewFilesSource(st, source(), group)})
+	})
+	// The command finds the files through the sink's settings; without them it reads Kafka.
+	t.Run("command", func(t *testing.T) {
+		for wantSource, extra := range map[string][]string{
+			"parquet+kafka": {"--sink.dir", dir, "--sink.group", group},
+			"kafka":         {"--sink.dir", t.TempDir()},
+		} {
+			code, stdout, stderr := command(t, ctx, f.args(append([]string{"clicks", "--date", f.day.Format(time.DateOnly)}, extra...)...)...)
+			if code != 0 || !strings.Contains(stdout, "("+wantSource+")") {
+				t.Fatalf("batchjob clicks %v: exit %d, stdout %q; want 0 and a summary from %s\n%s", extra, code, stdout, wantSource, stderr)
+			}
+			_, rows, _ := f.report(t, 0)
+			if diff := diffRows(rows, want); diff != "" {
+				t.Fatalf("batchjob clicks %v: %s", extra, diff)
+			}
+		}
 	})
 }
 
