@@ -16,19 +16,12 @@ import (
 	"tally/sink/store"
 )
 
-// Source is where a nightly job reads a topic's records: the sink's files (Files) or, when they
-// do not cover the time wanted, the Kafka log (the job's own reader, as a SourceFunc).
+// Source is where a nightly job reads a topic's records: the sink's files (Files), or a job's
+// own reader where the files do not cover the time wanted.
 type Source[T Row] interface {
 	// Read calls fn with the records whose event time lies in [from, to), in runs of one
 	// partition each, in offset order within the partition; fn must not keep rows.
 	Read(ctx context.Context, from, to time.Time, fn func(partition int32, rows []T) error) error
-}
-
-// SourceFunc makes a function a Source.
-type SourceFunc[T Row] func(ctx context.Context, from, to time.Time, fn func(partition int32, rows []T) error) error
-
-func (f SourceFunc[T]) Read(ctx context.Context, from, to time.Time, fn func(int32, []T) error) error {
-	return f(ctx, from, to, fn)
 }
 
 // Files reads a topic's records from the sink's files.
@@ -103,18 +96,6 @@ func Days(ctx context.Context, st store.Store, topic string) (first, end time.Ti
 		return first, end, nil
 	}
 	return slices.MinFunc(ds, time.Time.Compare), slices.MaxFunc(ds, time.Time.Compare).Add(day), nil
-}
-
-// Choose returns the files when they are present for [from, to), else the fallback.
-func Choose[T Row](ctx context.Context, files Files[T], fallback Source[T], from, to time.Time) (Source[T], bool, error) {
-	ok, err := Present(ctx, files.Store, files.Topic, from, to)
-	if err != nil {
-		return nil, false, fmt.Errorf("look for %s files: %w", files.Topic, err)
-	}
-	if ok {
-		return files, true, nil
-	}
-	return fallback, false, nil
 }
 
 // List returns the topic's files of the hours that overlap [from, to), sorted by partition,
