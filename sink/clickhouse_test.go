@@ -78,7 +78,7 @@ func TestClickHouseReadsTheFiles(t *testing.T) {
 		}
 	})
 	t.Run("views per item", func(t *testing.T) {
-		rows, err := conn.Query(ctx, fmt.Sprintf("SELECT item_id, count() AS views FROM file('%s', 'Parquet') GROUP BY item_id ORDER BY views DESC", day1))
+		rows, err := conn.Query(ctx, fmt.Sprintf("SELECT item_id, sum(count) AS views FROM file('%s', 'Parquet') GROUP BY item_id ORDER BY views DESC", day1))
 		if err != nil {
 			t.Fatal(err)
 		}
