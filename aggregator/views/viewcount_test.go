@@ -28,6 +28,7 @@ func TestEdgeViewCountsCountOncePerSourceAndSeq(t *testing.T) {
 	conn := openMigrated(t, ctx, "views_edge_test")
 	rdb := redisclient.Open(infra.Redis.Addr())
 	defer rdb.Close()
+	// Totals of their own name: other tests of the package share the Redis server.
 	clock := time.Now().UTC().Truncate(time.Second)
 	now := func() time.Time { return clock }
 	const parts = 2
@@ -43,7 +44,7 @@ func TestEdgeViewCountsCountOncePerSourceAndSeq(t *testing.T) {
 	sec := clock.Unix() - 60
 	newAgg := func() *Aggregator {
 		agg := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
-			MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(rdb, "views")}, conn, now, infra.Logger, prometheus.NewRegistry())
+			MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(rdb, "edgeviews")}, conn, now, infra.Logger, prometheus.NewRegistry())
 		agg.SetPartitions(parts)
 		return agg
 	}
@@ -68,7 +69,7 @@ func TestEdgeViewCountsCountOncePerSourceAndSeq(t *testing.T) {
 			checkRollups(t, ctx, conn, it, want[it])
 		}
 		pipe := rdb.Pipeline()
-		res := totals.New(rdb, "views").Queue(ctx, pipe, items)
+		res := totals.New(rdb, "edgeviews").Queue(ctx, pipe, items)
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
