@@ -1,6 +1,8 @@
 // Package aggregator wires the aggregator component: the ClickHouse connection (with schema
-// migrations applied at start), the views consumer, and the admin HTTP server. On shutdown the
-// consumer stops, writes its last batch and commits before the ClickHouse connection closes.
+// migrations applied at start), the counted-topic publisher both paths share (topk's input),
+// the views and clicks consumers, the likes loader, and the admin HTTP server. On shutdown the
+// consumers stop, write their last batches (and publish them) and commit before the publisher
+// and the ClickHouse connection close.
 package aggregator
 
 import (
@@ -35,7 +37,8 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 	var conn driver.Conn
 	var rdb *redis.Client
 	var src *views.Source
-	var pub *counted.Publisher
+	// The counted topic (topk's input) takes both paths' batches; nil when not published.
+	var pubTo counted.Topic
 	parts := []lifecycle.Part{
 		{
 			Name: "aggregator clickhouse",
@@ -60,19 +63,37 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 			Stop: func(context.Context) error { return rdb.Close() },
 		},
 		{
+			// Started before the consumers and stopped after them: their last flushes publish.
+			Name: "counted publisher",
+			Start: func(ctx context.Context) error {
+				if !s.PublishCounted {
+					return nil
+				}
+				dial, err := cfg.Kafka.Security().Options()
+				if err != nil {
+					return err
+				}
+				pub, err := counted.New(ctx, counted.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
+					Durability: cfg.Kafka.Durability(), ProduceTimeout: cfg.Kafka.ProduceTimeout}, logger, reg)
+				if err != nil {
+					return err
+				}
+				pubTo = pub
+				return nil
+			},
+			Stop: func(context.Context) error {
+				if pub, ok := pubTo.(*counted.Publisher); ok {
+					pub.Close()
+				}
+				return nil
+			},
+		},
+		{
 			Name: "views consumer",
 			Start: func(ctx context.Context) error {
 				dial, err := cfg.Kafka.Security().Options()
 				if err != nil {
 					return err
-				}
-				var pubTo views.Counted
-				if s.PublishCounted {
-					if pub, err = counted.New(ctx, counted.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
-						ProduceTimeout: cfg.Kafka.ProduceTimeout}, logger, reg); err != nil {
-						return err
-					}
-					pubTo = pub
 				}
 				agg := views.New(views.Config{
 					Window:         s.DedupeWindow,
@@ -102,13 +123,7 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 				}()
 				return nil
 			},
-			Stop: func(ctx context.Context) error {
-				err := src.Stop(ctx)
-				if pub != nil {
-					pub.Close()
-				}
-				return err
-			},
+			Stop: func(ctx context.Context) error { return src.Stop(ctx) },
 		},
 	}
 	var clickSrc *clicks.Source
@@ -124,6 +139,7 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 				MaxBatch:       s.MaxBatch,
 				VerdictHold:    cfg.Clicks.CountedTTL,
 				Owner:          owner(s.InstanceID),
+				Counted:        pubTo,
 			}, conn, now, logger, reg)
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {

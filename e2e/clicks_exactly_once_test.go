@@ -105,25 +105,7 @@ func TestClicksExactlyOnceThroughCrashes(t *testing.T) {
 // be down) until each batch is accepted whole.
 func postClicks(ctx context.Context, api string, n int, posted *atomic.Int64) error {
 	client := &http.Client{Timeout: 60 * time.Second}
-	send := func(path string, body []byte) error {
-		for attempt := 0; ; attempt++ {
-			resp, err := client.Post(api+path, "application/x-ndjson", bytes.NewReader(body))
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusAccepted && !bytes.Contains(b, []byte(`"rejected":[{`)) {
-					return nil
-				}
-				if resp.StatusCode != http.StatusServiceUnavailable {
-					return fmt.Errorf("post %s: got %d %s; want 202 with no rejection", path, resp.StatusCode, b[:min(len(b), 300)])
-				}
-			}
-			if ctx.Err() != nil || attempt > 600 {
-				return fmt.Errorf("post %s: gave up after %d attempts: %v", path, attempt, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	send := func(path string, body []byte) error { return postAccepted(ctx, client, api+path, body) }
 	rng := rand.New(rand.NewPCG(8, 8))
 	base := time.Now().Add(-120 * time.Minute).UnixMilli() // the latest repeat stays 10 minutes in the past
 	type sent struct{ id, ad string }
@@ -188,6 +170,28 @@ func postClicks(ctx context.Context, api string, n int, posted *atomic.Int64) er
 	return nil
 }
 
+// postAccepted posts an NDJSON body to url, retrying 503s (the infra may be down, or the
+// process restarting) until it is accepted whole.
+func postAccepted(ctx context.Context, client *http.Client, url string, body []byte) error {
+	for attempt := 0; ; attempt++ {
+		resp, err := client.Post(url, "application/x-ndjson", bytes.NewReader(body))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusAccepted && !bytes.Contains(b, []byte(`"rejected":[{`)) {
+				return nil
+			}
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				return fmt.Errorf("post %s: got %d %s; want 202 with no rejection", url, resp.StatusCode, b[:min(len(b), 300)])
+			}
+		}
+		if ctx.Err() != nil || attempt > 600 {
+			return fmt.Errorf("post %s: gave up after %d attempts: %v", url, attempt, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 type adMinute struct {
 	ad     string
 	minute int64
@@ -196,8 +200,9 @@ type adMinute struct {
 type clickCount struct{ clicks, billable int64 }
 
 // verifyClicks waits until the click checkpoints reach the end of both topics, then compares
-// every (ad, minute) and, once rolled up, every (ad, hour) with the oracle.
-func verifyClicks(t *testing.T, ctx context.Context, kafkaAddr, chAddr string) {
+// every (ad, minute) and, once rolled up, every (ad, hour) with the oracle, and returns the
+// oracle's counted clicks.
+func verifyClicks(t *testing.T, ctx context.Context, kafkaAddr, chAddr string) []oracleClick {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cl, err := kgo.NewClient(kafka.ClientOptions([]string{kafkaAddr}, "oracle", logger, nil)...)
@@ -246,7 +251,8 @@ func verifyClicks(t *testing.T, ctx context.Context, kafkaAddr, chAddr string) {
 		})
 		return behind == "", "behind:" + behind
 	})
-	want := clickOracle(t, ctx, cl, ends)
+	all, fraud := countedClicks(t, ctx, cl, ends)
+	want := byMinute(all, fraud)
 	gotMinutes, err := clickCounts(ctx, conn, `SELECT ad_id, toInt64(toUnixTimestamp(minute)), sum(clicks), sum(billable) FROM click_deltas WHERE ad_id != '' GROUP BY ad_id, minute`)
 	if err != nil {
 		t.Fatal(err)
@@ -277,6 +283,7 @@ func verifyClicks(t *testing.T, ctx context.Context, kafkaAddr, chAddr string) {
 		d = diffClicks(got, wantHours)
 		return len(d) == 0, fmt.Sprint(d[:min(len(d), 10)])
 	})
+	return all
 }
 
 func clickCounts(ctx context.Context, conn driver.Conn, q string) (map[adMinute]clickCount, error) {
@@ -315,12 +322,34 @@ func diffClicks(got, want map[adMinute]clickCount) []string {
 	return out
 }
 
-// clickOracle reads both topics whole and applies the streaming rule of docs/EXACTLY_ONCE.md
+// byMinute sums the oracle's clicks per (ad, minute), counted and billable.
+func byMinute(all []oracleClick, fraud map[string]bool) map[adMinute]clickCount {
+	out := map[adMinute]clickCount{}
+	for _, c := range all {
+		k := adMinute{c.ad, floorDiv(c.ts, 60_000) * 60}
+		s := out[k]
+		s.clicks++
+		if !fraud[c.id] {
+			s.billable++
+		}
+		out[k] = s
+	}
+	return out
+}
+
+// oracleClick is a click the oracle counts.
+type oracleClick struct {
+	id, ad string
+	ts     int64
+}
+
+// countedClicks reads both topics whole and applies the streaming rule of docs/EXACTLY_ONCE.md
 // ("Clicks") independently of package clicks: per partition, in offset order, a click counts
 // unless a counted click of the same id and ad still held (not older than window + grace behind
 // the newest click) lies within the window of it; it is billable unless the id's latest verdict
-// (a later decided_at wins, fraud a tie) is fraud. No fraud_score threshold is configured.
-func clickOracle(t *testing.T, ctx context.Context, cl *kgo.Client, ends kadm.ListedOffsets) map[adMinute]clickCount {
+// (a later decided_at wins, fraud a tie) is fraud (fraud holds those ids). No fraud_score
+// threshold is configured.
+func countedClicks(t *testing.T, ctx context.Context, cl *kgo.Client, ends kadm.ListedOffsets) (all []oracleClick, fraud map[string]bool) {
 	window, horizon := clickWindow.Milliseconds(), (2 * clickWindow).Milliseconds()
 	offsets := map[string]map[int32]kgo.Offset{schemas.TopicClicks: {}, schemas.TopicFraudVerdicts: {}}
 	remaining := 0
@@ -336,17 +365,12 @@ func clickOracle(t *testing.T, ctx context.Context, cl *kgo.Client, ends kadm.Li
 		}
 	})
 	cl.AddConsumePartitions(offsets)
-	type counted struct {
-		id, ad string
-		ts     int64
-	}
 	type verdict struct {
 		fraud   bool
 		decided int64
 	}
 	watermark := map[int32]int64{}
 	held := map[string][]int64{}
-	var all []counted
 	latest := map[string]verdict{}
 	for remaining > 0 {
 		fs := cl.PollFetches(ctx)
@@ -405,19 +429,13 @@ func clickOracle(t *testing.T, ctx context.Context, cl *kgo.Client, ends kadm.Li
 			}
 			held[key] = keep
 			if counts {
-				all = append(all, counted{c.ClickID, c.AdID, c.TS})
+				all = append(all, oracleClick{c.ClickID, c.AdID, c.TS})
 			}
 		})
 	}
-	out := map[adMinute]clickCount{}
-	for _, c := range all {
-		k := adMinute{c.ad, floorDiv(c.ts, 60_000) * 60}
-		s := out[k]
-		s.clicks++
-		if !latest[c.id].fraud {
-			s.billable++
-		}
-		out[k] = s
+	fraud = map[string]bool{}
+	for id, v := range latest {
+		fraud[id] = v.fraud
 	}
-	return out
+	return all, fraud
 }

@@ -45,6 +45,9 @@ const (
 	eoMinKills   = 5
 	// eoAllInOneKills is how often the all-in-one test kills the process, if the load lasts.
 	eoAllInOneKills = 8
+	// eoAllInOneClickRate paces the all-in-one test's clicks (a tenth of its views' count), so
+	// that they outlast the views and the kills go on while they arrive.
+	eoAllInOneClickRate = 300
 	dedupeWindow    = 30 * time.Minute
 	dedupeGrace     = 10 * time.Minute
 	eoEventMinute   = int64(time.Minute / time.Millisecond)
@@ -125,9 +128,10 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 }
 
 // TestAllInOneExactlyOnceThroughKills is the same promise in the mode most users start with:
-// one `pipeline run` process holding Kafka, ClickHouse, Redis, the aggregator and the collector,
-// SIGKILLed at random at least five times while views are posted, and started again with the
-// same command.
+// one `pipeline run` process holding Kafka, ClickHouse, Redis, the aggregator, topk and the
+// collector, SIGKILLed at random at least five times while views and clicks are posted, and
+// started again with the same command. Besides the views, every click count and the ads top-K
+// lists topk publishes (1m and 1h exact, 24h within its bound) must equal the oracle's.
 func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	n := eoEvents / 4
 	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
@@ -157,17 +161,20 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	// Paced so that the load outlasts at least eoMinKills restarts of the whole process (each
 	// start runs every component's recovery first).
 	go func() { postDone <- postEvents(ctx, api, n, 12_500, &posted) }()
+	var clicksPosted atomic.Int64
+	clicksDone := make(chan error, 1)
+	go func() { clicksDone <- postRecentClicks(ctx, api, max(1, n/10), eoAllInOneClickRate, &clicksPosted) }()
 	rng := rand.New(rand.NewPCG(43, 1))
 	kills := 0
 	for kills < eoAllInOneKills {
 		testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
 		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
-		if posted.Load() >= int64(n) {
+		if posted.Load() >= int64(n) && clicksPosted.Load() >= int64(max(1, n/10)) {
 			break
 		}
 		_ = all.stop(syscall.SIGKILL, 10*time.Second)
 		kills++
-		t.Logf("all-in-one killed after %d events", posted.Load())
+		t.Logf("all-in-one killed after %d views and %d clicks", posted.Load(), clicksPosted.Load())
 		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
 		if err := all.start(); err != nil {
 			t.Fatalf("restart the all-in-one: %v", err)
@@ -176,10 +183,15 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	if err := <-postDone; err != nil {
 		t.Fatal(err)
 	}
+	if err := <-clicksDone; err != nil {
+		t.Fatal(err)
+	}
 	if kills < eoMinKills {
-		t.Fatalf("got %d kills while views were posted; want at least %d", kills, eoMinKills)
+		t.Fatalf("got %d kills while views and clicks were posted; want at least %d", kills, eoMinKills)
 	}
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
+	// The clicks first: the 1m window still holds some of them.
+	verifyAdsTop(t, verifyClicks(t, ctx, kafkaAddr, chAddr), api)
 	verifyExact(t, ctx, kafkaAddr, chAddr, api)
 }
 
@@ -508,26 +520,11 @@ func postEvents(ctx context.Context, api string, n, perSecond int, posted *atomi
 			defer wg.Done()
 			client := &http.Client{Timeout: 60 * time.Second}
 			for b := range batches {
-				for attempt := 0; ; attempt++ {
-					resp, err := client.Post(api+"/v1/events", "application/x-ndjson", bytes.NewReader(b))
-					if err == nil {
-						body, _ := io.ReadAll(resp.Body)
-						resp.Body.Close()
-						if resp.StatusCode == http.StatusAccepted && !bytes.Contains(body, []byte(`"rejected":[{`)) {
-							posted.Add(int64(bytes.Count(b, []byte{'\n'})))
-							break
-						}
-						if resp.StatusCode != http.StatusServiceUnavailable {
-							errs <- fmt.Errorf("post batch: got %d %s; want 202 with no rejection", resp.StatusCode, body[:min(len(body), 300)])
-							return
-						}
-					}
-					if ctx.Err() != nil || attempt > 600 {
-						errs <- fmt.Errorf("post batch: gave up after %d attempts: %v", attempt, err)
-						return
-					}
-					time.Sleep(100 * time.Millisecond)
+				if err := postAccepted(ctx, client, api+"/v1/events", b); err != nil {
+					errs <- err
+					return
 				}
+				posted.Add(int64(bytes.Count(b, []byte{'\n'})))
 			}
 		}()
 	}

@@ -21,9 +21,11 @@ replace (
 require (
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	go.uber.org/goleak v1.3.0
 	tally/devstack v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
+	tally/schemas v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -47,7 +49,6 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/shopspring/decimal v1.6.0 // indirect
-	github.com/twmb/franz-go/pkg/kadm v1.20.0 // indirect
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	github.com/twmb/franz-go/plugin/kprom v1.5.0 // indirect

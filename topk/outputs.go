@@ -3,16 +3,14 @@ package topk
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/platform/kafka"
 	"tally/schemas"
 )
 
@@ -29,17 +27,10 @@ type Outputs struct {
 	HistoryK   int
 }
 
-// EnsureTopKTopic creates the topk topic, compacted, with one partition, if missing.
-func EnsureTopKTopic(ctx context.Context, cl *kgo.Client) error {
-	compact := "compact"
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": &compact}, schemas.TopicTopK)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("create topic %s: %w", schemas.TopicTopK, err)
-	}
-	return nil
+// EnsureTopKTopic creates the topk topic, compacted, with one partition and d's replication,
+// if missing.
+func EnsureTopKTopic(ctx context.Context, cl *kgo.Client, d kafka.Durability) error {
+	return kafka.CreateTopics(ctx, cl, d, kafka.TopicSpec{Name: schemas.TopicTopK, Partitions: 1, Compact: true})
 }
 
 // Publish writes lists to every output and returns the errors by output name.

@@ -37,7 +37,8 @@ import (
 type Config struct {
 	Brokers          []string
 	Dial             []kgo.Opt
-	Partitions       int // the counted topic is created with this many if missing
+	Partitions       int              // the counted topic is created with this many if missing
+	Durability       kafka.Durability // and with this replication
 	PublishInterval  time.Duration
 	SnapshotInterval time.Duration
 	SnapshotPath     string
@@ -61,13 +62,14 @@ type Service struct {
 }
 
 type metrics struct {
-	applied, skipped, undecodable prometheus.Counter
-	publishSeconds                prometheus.Histogram
-	publishErrors                 *prometheus.CounterVec
-	snapshotSeconds               prometheus.Histogram
-	snapshotErrors                prometheus.Counter
-	keys, entries, late           prometheus.GaugeFunc
-	lag                           prometheus.Gauge
+	applied              *prometheus.CounterVec
+	skipped, undecodable prometheus.Counter
+	publishSeconds       prometheus.Histogram
+	publishErrors        *prometheus.CounterVec
+	snapshotSeconds      prometheus.Histogram
+	snapshotErrors       prometheus.Counter
+	keys, entries, late  prometheus.GaugeFunc
+	lag                  prometheus.Gauge
 }
 
 // New loads the snapshot (or starts empty) and connects to Kafka; Start begins the work.
@@ -98,7 +100,7 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 		return nil, fmt.Errorf("topk kafka client: %w", err)
 	}
 	defer admin.Close()
-	if err := kafka.EnsureTopics(ctx, admin, int32(cfg.Partitions), schemas.TopicCounted); err != nil {
+	if err := kafka.CreateTopics(ctx, admin, cfg.Durability, kafka.TopicSpec{Name: schemas.TopicCounted, Partitions: int32(cfg.Partitions)}); err != nil {
 		return nil, err
 	}
 	n, err := kafka.Partitions(ctx, admin, schemas.TopicCounted)
@@ -117,7 +119,7 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 	}
 
 	s.m = metrics{
-		applied:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_topk_chunks_applied_total", Help: "Counted records (batch chunks) applied."}),
+		applied:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_topk_chunks_applied_total", Help: "Counted records (batch chunks) applied, by kind."}, []string{"kind"}),
 		skipped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_topk_chunks_skipped_total", Help: "Counted records skipped because their chunk was applied already (a batch published twice)."}),
 		undecodable: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_topk_undecodable_total", Help: "Counted records that did not decode or validate, skipped."}),
 		publishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_topk_publish_seconds", Help: "Time to compute and publish every list.",
@@ -132,6 +134,9 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 			func() float64 { return float64(tr.Stats().Entries) }),
 		late: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_topk_dropped_events", Help: "Events whose bucket had already left its exact window when they arrived (counted by no list)."},
 			func() float64 { return float64(tr.Stats().Dropped) }),
+	}
+	for _, k := range schemas.CountKinds {
+		s.m.applied.WithLabelValues(k.String())
 	}
 	s.m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_topk_lag_records", Help: "Counted records published but not yet read by topk, at the last publish."})
 	reg.MustRegister(s.m.lag, s.m.applied, s.m.skipped, s.m.undecodable, s.m.publishSeconds, s.m.publishErrors, s.m.snapshotSeconds, s.m.snapshotErrors,
@@ -204,7 +209,7 @@ func (s *Service) consume(ctx context.Context) {
 				return
 			}
 			if s.tr.Apply(r.Partition, r.Offset, c) {
-				s.m.applied.Inc()
+				s.m.applied.WithLabelValues(c.Kind.String()).Inc()
 			}
 		})
 		s.m.skipped.Add(float64(s.tr.Skipped() - skipped0))

@@ -158,53 +158,7 @@ func applied(t *testing.T) []schemas.Counted {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "test-oracle", infra.Logger, nil),
-		kgo.ConsumeTopics(schemas.TopicCounted), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, schemas.TopicCounted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type guard struct {
-		epoch uint64
-		end   int64
-		chunk uint32
-	}
-	guards := map[string]guard{}
-	var out []schemas.Counted
-	seen := map[int32]int64{}
-	for {
-		done := true
-		ends.Each(func(o kadm.ListedOffset) {
-			if seen[o.Partition] < o.Offset {
-				done = false
-			}
-		})
-		if done {
-			return out
-		}
-		fs := cl.PollFetches(ctx)
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[r.Partition] = r.Offset + 1
-			c, err := schemas.DecodeCounted(r.Value)
-			if err != nil {
-				return
-			}
-			src := schemas.CountedKey(c.Kind, c.Batch.Partition)
-			g, ok := guards[src]
-			if ok && !(c.Batch.Epoch > g.epoch || c.Batch.Epoch == g.epoch && (c.Batch.End > g.end || c.Batch.End == g.end && c.Chunk > g.chunk)) {
-				return
-			}
-			guards[src] = guard{c.Batch.Epoch, c.Batch.End, c.Chunk}
-			out = append(out, c)
-		})
-	}
+	return infra.AppliedCounted(t, ctx)
 }
 
 // redisLists reads every published list, or nil if one is missing or older than since.
@@ -291,7 +245,7 @@ func TestServicePublishesTheLogsLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	if err := EnsureTopKTopic(ctx, prod); err != nil {
+	if err := EnsureTopKTopic(ctx, prod, kafka.Durability{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {

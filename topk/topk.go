@@ -69,13 +69,13 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 				if prod, err = kgo.NewClient(append(opts, kafka.ProducerOptions(100, cfg.Kafka.ProduceTimeout)...)...); err != nil {
 					return fmt.Errorf("topk producer: %w", err)
 				}
-				if err := EnsureTopKTopic(ctx, prod); err != nil {
+				if err := EnsureTopKTopic(ctx, prod, cfg.Kafka.Durability()); err != nil {
 					prod.Close()
 					return err
 				}
 				out := &Outputs{Redis: rdb, Kafka: prod, ClickHouse: conn, HistoryK: s.HistoryK}
 				svc, err = New(ctx, Config{
-					Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
+					Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions, Durability: cfg.Kafka.Durability(),
 					PublishInterval: s.PublishInterval, SnapshotInterval: s.SnapshotInterval,
 					SnapshotPath: filepath.Join(cfg.DataDir, "topk", "snapshot"),
 					Tracker:      tracker.Options{Shards: s.Shards, Counters: s.DayCounters},

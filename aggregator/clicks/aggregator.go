@@ -11,6 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
+	countedtopic "tally/aggregator/counted"
 	"tally/platform/retry"
 	"tally/schemas"
 )
@@ -28,6 +29,8 @@ type Config struct {
 	// to the counted clicks' retention.
 	VerdictHold time.Duration
 	Owner       string // names this aggregator in its claims (logs and debugging)
+	// Counted, when set, receives every batch's deduplicated click counts (kind ads), for topk.
+	Counted countedtopic.Topic
 }
 
 // Aggregator holds the state of the assigned click partitions and writes their batches.
@@ -46,6 +49,7 @@ type Aggregator struct {
 	flushSeconds                        prometheus.Histogram
 	stepSeconds                         *prometheus.HistogramVec
 	flushErrors, fenced, zombies        prometheus.Counter
+	countedErrors                       prometheus.Counter
 }
 
 // New returns an aggregator writing through conn.
@@ -62,19 +66,22 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_flush_errors_total", Help: "Click-path ClickHouse steps that failed and were retried."}),
 		fenced:      prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_fenced_partitions_total", Help: "Click partitions dropped before writing because a newer owner had claimed them."}),
 		zombies:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_zombie_batches_total", Help: "Click batches written by an aggregator after it had lost the partition, found and undone."}),
+		countedErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_counted_errors_total",
+			Help: "Failed attempts to bring the counted topic (topk's input) up to the click checkpoint (retried at the next flush)."}),
 	}
-	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.stepSeconds, a.flushErrors, a.fenced, a.zombies)
+	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.stepSeconds, a.flushErrors, a.fenced, a.zombies, a.countedErrors)
 	return a
 }
 
 // Assign claims newly assigned partitions, undoes batches written by a previous owner after it
 // lost the partition, recomputes the hours the previous owner may not have rolled up, loads the
-// dedupe window and the verdict cache, and returns where each partition with a checkpoint
-// resumes in each topic.
+// dedupe window and the verdict cache, publishes to the counted topic the durable batches it
+// lacks, and returns where each partition with a checkpoint resumes in each topic.
 func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]offsets, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	resume := map[int32]offsets{}
+	var assigned []*partition
 	for _, id := range ids {
 		t0 := time.Now()
 		claims, err := a.store.loadClaims(ctx, id)
@@ -123,8 +130,19 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]offsets
 			resume[id] = cp.at
 		}
 		a.parts[id] = p
+		assigned = append(assigned, p)
 		a.logger.Info("click partition assigned", "partition", id, "epoch", epoch, "clicks_offset", cp.at.clicks, "verdicts_offset", cp.at.verdicts,
 			"found", cp.found, "hours_rolled_up", len(hours), "took", time.Since(t0).Round(time.Millisecond))
+	}
+	if a.cfg.Counted != nil {
+		// A new owner cannot know what the previous one published. Errors are logged; the
+		// partition's next flush tries again.
+		for _, p := range assigned {
+			if err := a.catchUpCounted(ctx, p); err != nil {
+				a.countedErrors.Inc()
+				a.logger.Warn("bring the counted topic up to the click checkpoint; retrying at the next flush", "partition", p.id, "err", err)
+			}
+		}
 	}
 	return resume, nil
 }
@@ -278,7 +296,13 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 	done := make(map[int32]offsets, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.next
+		var secs []schemas.BucketCount
+		if a.cfg.Counted != nil {
+			secs = p.secondCounts()
+		}
+		from := p.flushed.clicks
 		p.markFlushed()
+		a.syncCounted(ctx, p, secs, from)
 	}
 	if withRollups {
 		if only == nil {

@@ -57,11 +57,32 @@ func vrd(ad, id string, v schemas.Verdict, decided time.Duration) event {
 // window (held for window + grace behind the newest click), billable unless scored over the
 // threshold or condemned by the id's latest verdict (a later decision wins, fraud wins a tie).
 func oracle(log []event, window, grace time.Duration, threshold float64) map[minuteKey]delta {
-	type cc struct {
-		ad   string
-		ts   int64
-		over bool
+	countedClicks, latest := oracleCounted(log, window, grace, threshold)
+	out := map[minuteKey]delta{}
+	for id, cs := range countedClicks {
+		for _, c := range cs {
+			k := minuteKey{c.ad, floorDiv(c.ts, 60_000) * 60}
+			d := out[k]
+			d.clicks++
+			v, have := latest[id]
+			d.billable += b2i(billable(c.over, v, have))
+			out[k] = d
+		}
 	}
+	return out
+}
+
+// oracleClick is a click the oracle counts.
+type oracleClick struct {
+	ad   string
+	ts   int64
+	over bool
+}
+
+// oracleCounted returns the clicks the dedupe rule counts, by click id, and each id's latest
+// verdict.
+func oracleCounted(log []event, window, grace time.Duration, threshold float64) (map[string][]oracleClick, map[string]verdictState) {
+	type cc = oracleClick
 	held := map[string][]int64{}
 	var wm int64 = -1 << 62
 	var countedClicks = map[string][]cc{}
@@ -94,18 +115,7 @@ func oracle(log []event, window, grace time.Duration, threshold float64) map[min
 			latest[v.ClickID] = s
 		}
 	}
-	out := map[minuteKey]delta{}
-	for id, cs := range countedClicks {
-		for _, c := range cs {
-			k := minuteKey{c.ad, floorDiv(c.ts, 60_000) * 60}
-			d := out[k]
-			d.clicks++
-			v, have := latest[id]
-			d.billable += b2i(billable(c.over, v, have))
-			out[k] = d
-		}
-	}
-	return out
+	return countedClicks, latest
 }
 
 func abs(x int64) int64 {

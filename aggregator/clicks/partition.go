@@ -110,6 +110,10 @@ type partition struct {
 	dirty       map[hourKey]struct{}    // hours touched since the last rollup
 	poison      int
 
+	// countedEnd is the clicks checkpoint up to which the counted topic is known to hold every
+	// batch (-1: unknown).
+	countedEnd int64
+
 	epoch uint64
 	// invalid is the fence over the partition's claims up to this owner's (invalidSQL).
 	invalid string
@@ -117,7 +121,7 @@ type partition struct {
 
 func newPartition(id int32, window, grace, hold int64, threshold float64) *partition {
 	return &partition{
-		id: id, win: dedupe.New(window, grace), threshold: threshold, hold: max(hold, window+grace),
+		id: id, win: dedupe.New(window, grace), threshold: threshold, hold: max(hold, window+grace), countedEnd: -1,
 		deltas: map[minuteKey]*delta{}, byID: map[string][]int{}, latest: map[string]verdictState{}, resolvedIDs: map[string]bool{}, dirty: map[hourKey]struct{}{},
 	}
 }

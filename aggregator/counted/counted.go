@@ -1,6 +1,6 @@
 // Package counted publishes an aggregator's deduplicated counts to the counted topic
-// (schemas/counted.go), once per batch, after the batch is durable: the views path (and, when
-// wired, the clicks path) calls Publish with the batch's identity and its (key, second, count)
+// (schemas/counted.go), once per batch, after the batch is durable: the views path (kind items)
+// and the clicks path (kind ads) call Publish with the batch's identity and its (key, second, count)
 // pairs, and Last to learn what the topic already holds for a source partition, so a batch that
 // became durable but was never published (a crash in between) is published on the next start.
 //
@@ -32,16 +32,27 @@ type Config struct {
 	Dial    []kgo.Opt // security options (kafka.Security.Options)
 	// Partitions is the source topics' partition count: the counted topic is created with it
 	// and must have at least as many.
-	Partitions     int
+	Partitions int
+	// Durability is the replication a new counted topic gets (config: kafka.replication,
+	// kafka.min_insync), like the source topics: topk's input must survive a broker's loss.
+	Durability     kafka.Durability
 	ProduceTimeout time.Duration
+}
+
+// Topic is what an aggregator needs of the counted topic: a *Publisher, or in tests one that
+// fails part-way.
+type Topic interface {
+	Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error
+	Last(ctx context.Context, kind schemas.CountKind, part int32) (schemas.BatchID, bool, error)
 }
 
 // Publisher writes counted records.
 type Publisher struct {
 	cfg     Config
 	cl      *kgo.Client
+	parts   int32 // partitions of the counted topic
 	logger  *slog.Logger
-	records prometheus.Counter
+	records *prometheus.CounterVec
 }
 
 // New connects, creates the counted topic if missing and checks its partition count.
@@ -53,7 +64,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 	if err != nil {
 		return nil, fmt.Errorf("counted publisher: %w", err)
 	}
-	if err := kafka.EnsureTopics(ctx, cl, int32(cfg.Partitions), schemas.TopicCounted); err != nil {
+	if err := kafka.CreateTopics(ctx, cl, cfg.Durability, kafka.TopicSpec{Name: schemas.TopicCounted, Partitions: int32(cfg.Partitions)}); err != nil {
 		cl.Close()
 		return nil, err
 	}
@@ -66,8 +77,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 		cl.Close()
 		return nil, fmt.Errorf("topic %s has %d partitions; want at least %d, one per source partition", schemas.TopicCounted, n, cfg.Partitions)
 	}
-	p := &Publisher{cfg: cfg, cl: cl, logger: logger,
-		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_counted_records_total", Help: "Records published to the counted topic (chunks of deduplicated batches)."})}
+	p := &Publisher{cfg: cfg, cl: cl, parts: int32(n), logger: logger,
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_counted_records_total", Help: "Records published to the counted topic (chunks of deduplicated batches), by kind."}, []string{"kind"})}
+	for _, k := range schemas.CountKinds {
+		p.records.WithLabelValues(k.String())
+	}
 	reg.MustRegister(p.records)
 	return p, nil
 }
@@ -79,13 +93,17 @@ func (p *Publisher) Close() { p.cl.Close() }
 // chunks are written in order and each waits for the one before, so a failure leaves a prefix
 // of the batch in the topic, which readers complete when the batch is published again.
 func (p *Publisher) Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error {
+	if b.Partition >= p.parts {
+		// A source topic grown past the counted topic: the operator adds counted partitions.
+		return fmt.Errorf("publish %s batch of partition %d: topic %s has %d partitions; want one per source partition", kind, b.Partition, schemas.TopicCounted, p.parts)
+	}
 	key := []byte(schemas.CountedKey(kind, b.Partition))
 	for _, c := range schemas.CountedRecords(kind, b, counts) {
 		r := &kgo.Record{Topic: schemas.TopicCounted, Partition: b.Partition, Key: key, Value: schemas.AppendCounted(nil, c)}
 		if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 			return fmt.Errorf("publish %s batch of partition %d ending at %d, chunk %d/%d: %w", kind, b.Partition, b.End, c.Chunk+1, c.Chunks, err)
 		}
-		p.records.Inc()
+		p.records.WithLabelValues(kind.String()).Inc()
 	}
 	return nil
 }
@@ -147,4 +165,46 @@ func (p *Publisher) lastIn(ctx context.Context, kind schemas.CountKind, part int
 		})
 	}
 	return last, found, nil
+}
+
+// Stored is one durable batch read back from an aggregator's store, for CatchUp.
+type Stored struct {
+	Epoch  uint64
+	End    int64
+	Counts []schemas.BucketCount
+}
+
+// CatchUp publishes the durable batches of kind from source partition part that the topic
+// lacks. It finds the last batch the topic holds (Last) and publishes again every batch read
+// returns ending after that batch's start, each with its own epoch and end: the last batch may
+// be cut short, and is completed in the same chunks (readers skip the chunks they have). With
+// nothing published yet read gets after -1 and since now-25h, topk's longest window; otherwise
+// since is the zero time. read returns the valid batches ending after after, in offset order.
+// CatchUp returns how many batches it published.
+func CatchUp(ctx context.Context, t Topic, kind schemas.CountKind, part int32, now time.Time,
+	read func(after int64, since time.Time) ([]Stored, error)) (int, error) {
+	last, found, err := t.Last(ctx, kind, part)
+	if err != nil {
+		return 0, err
+	}
+	from, since := int64(-1), now.Add(-25*time.Hour)
+	if found {
+		from, since = last.Start, time.Time{}
+	}
+	batches, err := read(from, since)
+	if err != nil {
+		return 0, err
+	}
+	start, n := max(from, 0), 0
+	for _, b := range batches {
+		if found && b.Epoch < last.Epoch {
+			continue // older than what readers have: they would refuse it anyway
+		}
+		if err := t.Publish(ctx, kind, schemas.BatchID{Partition: part, Epoch: b.Epoch, Start: start, End: b.End}, b.Counts); err != nil {
+			return n, err
+		}
+		start = b.End
+		n++
+	}
+	return n, nil
 }

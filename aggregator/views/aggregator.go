@@ -13,6 +13,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tally/aggregator/counted"
 	"tally/platform/retry"
 	"tally/platform/totals"
 	"tally/schemas"
@@ -37,7 +38,7 @@ type Config struct {
 	// Totals, when set, receives every item's views and unique-viewer estimate, for reads.
 	Totals *totals.Store
 	// Counted, when set, receives every batch's deduplicated counts, for topk.
-	Counted Counted
+	Counted counted.Topic
 }
 
 // Aggregator holds the state of the assigned partitions and writes their batches.

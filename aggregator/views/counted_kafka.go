@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"tally/aggregator/counted"
 	"tally/platform/chclient"
 	"tally/schemas"
 )
@@ -15,12 +16,6 @@ import (
 // was just assigned, first publishes the valid batches ClickHouse holds past the last one the
 // counted topic holds, so a crash between the durable write and the publish loses nothing;
 // topk's guards skip whatever is published twice.
-
-// Counted publishes batches to the counted topic (*counted.Publisher).
-type Counted interface {
-	Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error
-	Last(ctx context.Context, kind schemas.CountKind, part int32) (schemas.BatchID, bool, error)
-}
 
 // secondCounts returns the pending batch's deltas as counted pairs.
 func (p *partition) secondCounts() []schemas.BucketCount {
@@ -68,51 +63,25 @@ func (a *Aggregator) catchUpCountedAll(ctx context.Context, parts []*partition) 
 	}
 }
 
-// catchUpCounted publishes p's valid batches that ClickHouse holds past the last batch the
-// counted topic holds, each with its own epoch and end, so that a batch published in part is
-// completed and none is skipped.
+// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks
+// (counted.CatchUp).
 func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
-	last, found, err := a.cfg.Counted.Last(ctx, schemas.CountItems, p.id)
+	n, err := counted.CatchUp(ctx, a.cfg.Counted, schemas.CountItems, p.id, a.now(), func(after int64, since time.Time) ([]counted.Stored, error) {
+		return a.store.batchSeconds(ctx, p.id, after, p.flushed, since, p.fence.invalidSQL(p.fence.epochs()))
+	})
 	if err != nil {
 		return err
 	}
-	// With nothing published yet, only the last day's batches matter (topk's longest window).
-	from, since := int64(-1), a.now().Add(-25*time.Hour)
-	if found {
-		// The last batch may be cut short: publish it again whole; topk skips its chunks seen.
-		from, since = last.Start, time.Time{}
-	}
-	batches, err := a.store.batchSeconds(ctx, p.id, from, p.flushed, since, p.fence.invalidSQL(p.fence.epochs()))
-	if err != nil {
-		return err
-	}
-	start := max(from, 0)
-	for _, b := range batches {
-		if found && b.epoch < last.Epoch {
-			continue // older than what topk has: it would refuse it anyway
-		}
-		if err := a.cfg.Counted.Publish(ctx, schemas.CountItems, schemas.BatchID{Partition: p.id, Epoch: b.epoch, Start: start, End: b.end}, b.counts); err != nil {
-			return err
-		}
-		start = b.end
-	}
-	if len(batches) > 0 {
-		a.logger.Info("counted topic caught up from clickhouse", "partition", p.id, "batches", len(batches), "from", from, "to", p.flushed)
+	if n > 0 {
+		a.logger.Info("counted topic caught up from clickhouse", "partition", p.id, "batches", n, "to", p.flushed)
 	}
 	p.countedEnd = p.flushed
 	return nil
 }
 
-// storedCounts is one batch's views per (item, second), read back from view_deltas.
-type storedCounts struct {
-	epoch  uint64
-	end    int64
-	counts []schemas.BucketCount
-}
-
 // batchSeconds reads partition p's valid batches ending in (after, to], in offset order, with
 // their counts of event-time seconds from since on.
-func (s *store) batchSeconds(ctx context.Context, p int32, after, to int64, since time.Time, invalid string) ([]storedCounts, error) {
+func (s *store) batchSeconds(ctx context.Context, p int32, after, to int64, since time.Time, invalid string) ([]counted.Stored, error) {
 	if after >= to {
 		return nil, nil
 	}
@@ -120,7 +89,7 @@ func (s *store) batchSeconds(ctx context.Context, p int32, after, to int64, sinc
 	if err != nil {
 		return nil, err
 	}
-	byEnd := map[int64]*storedCounts{}
+	byEnd := map[int64]*counted.Stored{}
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
 		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT epoch, end_offset, item_id, second, sum(views) FROM view_deltas
 			WHERE item_id IN (?) AND partition = %d AND end_offset > %d AND end_offset <= %d AND second >= %d AND NOT (%s)
@@ -140,10 +109,10 @@ func (s *store) batchSeconds(ctx context.Context, p int32, after, to int64, sinc
 			c.Second = sec.Unix()
 			b := byEnd[end]
 			if b == nil {
-				b = &storedCounts{epoch: epoch, end: end}
+				b = &counted.Stored{Epoch: epoch, End: end}
 				byEnd[end] = b
 			}
-			b.counts = append(b.counts, c)
+			b.Counts = append(b.Counts, c)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -151,10 +120,10 @@ func (s *store) batchSeconds(ctx context.Context, p int32, after, to int64, sinc
 		}
 	}
 	// Batches with no counted view have no items but still ended: they need no publish.
-	out := make([]storedCounts, 0, len(byEnd))
+	out := make([]counted.Stored, 0, len(byEnd))
 	for _, b := range byEnd {
 		out = append(out, *b)
 	}
-	slices.SortFunc(out, func(x, y storedCounts) int { return int(x.end - y.end) })
+	slices.SortFunc(out, func(x, y counted.Stored) int { return int(x.End - y.End) })
 	return out, nil
 }

@@ -9,21 +9,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/aggregator/counted"
-	"tally/platform/kafka"
 	"tally/schemas"
 )
 
 // cutShort publishes only the first chunk of a batch and then fails, like a crash in the middle
 // of a publish.
-type cutShort struct{ Counted }
+type cutShort struct{ counted.Topic }
 
 func (c cutShort) Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error {
 	recs := schemas.CountedRecords(kind, b, counts)
-	if err := c.Counted.Publish(ctx, kind, b, recs[0].Counts); err != nil {
+	if err := c.Topic.Publish(ctx, kind, b, recs[0].Counts); err != nil {
 		return err
 	}
 	return errors.New("crashed after the first chunk")
@@ -122,60 +119,14 @@ func sum(m map[string]uint64) (n uint64) {
 // readCounted reads the whole counted topic and applies it with topk's guard rule.
 func readCounted(t *testing.T, ctx context.Context) map[string]uint64 {
 	t.Helper()
-	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "test-reader", infra.Logger, nil),
-		kgo.ConsumeTopics(schemas.TopicCounted), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	type guard struct {
-		epoch uint64
-		end   int64
-		chunk uint32
-	}
-	guards := map[int32]*guard{}
 	out := map[string]uint64{}
-	ends, err := kadmEnds(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[int32]int64{}
-	for done := false; !done; {
-		fs := cl.PollFetches(ctx)
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
+	for _, c := range infra.AppliedCounted(t, ctx) {
+		if c.Kind != schemas.CountItems {
+			continue
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[r.Partition] = r.Offset + 1
-			c, err := schemas.DecodeCounted(r.Value)
-			if err != nil {
-				t.Fatalf("decode counted record: %v", err)
-			}
-			g := guards[c.Batch.Partition]
-			if g != nil && !(c.Batch.Epoch > g.epoch || c.Batch.Epoch == g.epoch && (c.Batch.End > g.end || c.Batch.End == g.end && c.Chunk > g.chunk)) {
-				return
-			}
-			guards[c.Batch.Partition] = &guard{c.Batch.Epoch, c.Batch.End, c.Chunk}
-			for _, e := range c.Counts {
-				out[fmt.Sprint(e.Key, "@", e.Second)] += e.Count
-			}
-		})
-		done = true
-		for p, e := range ends {
-			if seen[p] < e {
-				done = false
-			}
+		for _, e := range c.Counts {
+			out[fmt.Sprint(e.Key, "@", e.Second)] += e.Count
 		}
 	}
 	return out
-}
-
-func kadmEnds(ctx context.Context, cl *kgo.Client) (map[int32]int64, error) {
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, schemas.TopicCounted)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
 }

@@ -72,6 +72,10 @@ func TestTopBadParameters(t *testing.T) {
 		{"kind=items&kind=ads&window=1m", "kind"},
 		{"kind=items&window=1m&window=1h", "window"},
 		{"kind=items&window=1m&limit=5", "limit"},
+		{"kind=Ads&window=1m", "kind"},
+		{"kind=ads", "window"},
+		{"kind=ads&window=2m", "window"},
+		{"kind=ads&window=1h&k=1001", "k"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {

@@ -39,6 +39,9 @@ type TopicSpec struct {
 	// source of truth (likes), and its key (item_id) is not the identity of a record, so
 	// compaction would delete real changes.
 	Retention time.Duration
+	// Compact makes a new topic compacted (cleanup.policy=compact): a reader from the start
+	// ends with the latest record of each key. Not with Retention Forever.
+	Compact bool
 }
 
 // resolve returns the replication factor and min.insync.replicas for a cluster of n brokers.
@@ -70,6 +73,9 @@ func (s TopicSpec) topicConfigs(isr int) map[string]*string {
 		cfg["cleanup.policy"] = kadm.StringPtr("delete")
 	case s.Retention > 0:
 		cfg["retention.ms"] = kadm.StringPtr(strconv.FormatInt(s.Retention.Milliseconds(), 10))
+	}
+	if s.Compact {
+		cfg["cleanup.policy"] = kadm.StringPtr("compact")
 	}
 	return cfg
 }

@@ -49,7 +49,7 @@ func TestDurabilityResolve(t *testing.T) {
 // TestCreateTopicsOnACluster creates tally's topics on a three-broker cluster speaking the
 // real protocol and reads back what the brokers hold: replication 3, min.insync.replicas 2,
 // the likes topic kept forever and never compacted, even when it existed with a short
-// retention before.
+// retention before, and the topk topic compacted.
 func TestCreateTopicsOnACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -69,15 +69,16 @@ func TestCreateTopicsOnACluster(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 4, 3, map[string]*string{"retention.ms": kadm.StringPtr("60000"), "cleanup.policy": kadm.StringPtr("compact")}, "likes"); err != nil {
 		t.Fatal(err)
 	}
-	specs := []TopicSpec{{Name: "views", Partitions: 6, Retention: 7 * 24 * time.Hour}, {Name: "likes", Partitions: 6, Retention: Forever}}
+	specs := []TopicSpec{{Name: "views", Partitions: 6, Retention: 7 * 24 * time.Hour}, {Name: "likes", Partitions: 6, Retention: Forever},
+		{Name: "topk", Partitions: 1, Compact: true}}
 	if err := CreateTopics(ctx, cl, Durability{}, specs...); err != nil {
 		t.Fatal(err)
 	}
-	details, err := adm.ListTopics(ctx, "views", "likes")
+	details, err := adm.ListTopics(ctx, "views", "likes", "topk")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for topic, wantParts := range map[string]int{"views": 6, "likes": 4} {
+	for topic, wantParts := range map[string]int{"views": 6, "likes": 4, "topk": 1} {
 		d := details[topic]
 		if len(d.Partitions) != wantParts {
 			t.Errorf("%s: got %d partitions; want %d (an existing topic keeps its count)", topic, len(d.Partitions), wantParts)
@@ -88,13 +89,14 @@ func TestCreateTopicsOnACluster(t *testing.T) {
 			}
 		}
 	}
-	rcs, err := adm.DescribeTopicConfigs(ctx, "views", "likes")
+	rcs, err := adm.DescribeTopicConfigs(ctx, "views", "likes", "topk")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]map[string]string{
 		"views": {"retention.ms": "604800000", "min.insync.replicas": "2"},
 		"likes": {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"},
+		"topk":  {"cleanup.policy": "compact", "min.insync.replicas": "2"},
 	}
 	for _, rc := range rcs {
 		got := map[string]string{}

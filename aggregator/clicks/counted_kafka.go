@@ -1,0 +1,129 @@
+package clicks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	countedtopic "tally/aggregator/counted"
+	"tally/schemas"
+)
+
+// Deduplicated click counts for topk (aggregator/counted, kind ads): each durable batch's
+// (ad, event-time second, clicks counted after the click-id rule) is published after the
+// batch's deltas INSERT. It is the count, not billable_count: verdicts arriving later would
+// otherwise change counts topk already ranked. A batch is identified by the clicks offset alone
+// (End = clicks_end, Start = the clicks checkpoint before it): verdicts change no count here,
+// and a batch that counted a click advanced the clicks offset, so End grows with every
+// published batch of an epoch. Batches that counted no click are not published.
+//
+// A partition whose publish failed, or that was just assigned, first publishes the valid
+// batches ClickHouse holds (clicks_counted, joined to the markers that make a batch valid) past
+// the last one the counted topic holds, so a crash between the durable write and the publish
+// loses nothing; topk's guards skip what is published twice.
+
+// secondCounts returns the pending batch's counted clicks per (ad, second).
+func (p *partition) secondCounts() []schemas.BucketCount {
+	type adSecond struct {
+		ad     string
+		second int64
+	}
+	n := map[adSecond]uint64{}
+	for _, c := range p.counted {
+		n[adSecond{c.ad, floorDiv(c.ts, 1000)}]++
+	}
+	out := make([]schemas.BucketCount, 0, len(n))
+	for k, c := range n {
+		out = append(out, schemas.BucketCount{Key: k.ad, Second: k.second, Count: c})
+	}
+	return out
+}
+
+// syncCounted publishes the batch just written (counts, from clicks offset from to
+// p.flushed.clicks) when the topic is known to hold every batch before it; otherwise it catches
+// up from ClickHouse. Errors are logged and retried at the next flush: topk lagging never stops
+// counting.
+func (a *Aggregator) syncCounted(ctx context.Context, p *partition, counts []schemas.BucketCount, from int64) {
+	if a.cfg.Counted == nil {
+		return
+	}
+	if p.countedEnd == from {
+		if len(counts) == 0 {
+			p.countedEnd = p.flushed.clicks
+			return
+		}
+		b := schemas.BatchID{Partition: p.id, Epoch: p.epoch, Start: from, End: p.flushed.clicks}
+		err := a.cfg.Counted.Publish(ctx, schemas.CountAds, b, counts)
+		if err == nil {
+			p.countedEnd = p.flushed.clicks
+			return
+		}
+		a.logger.Warn("publish counted click batch; catching up from clickhouse", "partition", p.id, "err", err)
+	}
+	if err := a.catchUpCounted(ctx, p); err != nil {
+		a.countedErrors.Inc()
+		p.countedEnd = -1
+		a.logger.Warn("bring the counted topic up to the click checkpoint; retrying at the next flush", "partition", p.id, "err", err)
+	}
+}
+
+// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks
+// (counted.CatchUp).
+func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
+	n, err := countedtopic.CatchUp(ctx, a.cfg.Counted, schemas.CountAds, p.id, a.now(), func(after int64, since time.Time) ([]countedtopic.Stored, error) {
+		return a.store.batchSeconds(ctx, p.id, after, p.flushed.clicks, since, p.invalid)
+	})
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		a.logger.Info("counted topic caught up from clickhouse", "partition", p.id, "click_batches", n, "to", p.flushed.clicks)
+	}
+	p.countedEnd = p.flushed.clicks
+	return nil
+}
+
+// batchSeconds reads partition p's valid batches whose clicks_end is in (after, to], in offset
+// order, with their counted clicks of event-time seconds from since on. A batch's clicks are
+// the clicks_counted rows tagged with its end offsets (DISTINCT: a replay writes them again);
+// its marker in click_deltas, outside the fence invalid, makes it valid and gives its epoch.
+func (s store) batchSeconds(ctx context.Context, p int32, after, to int64, since time.Time, invalid string) ([]countedtopic.Stored, error) {
+	if after >= to {
+		return nil, nil
+	}
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT m.epoch, c.clicks_end, c.ad_id, intDiv(toUnixTimestamp64Milli(c.ts), 1000) AS sec, count()
+		FROM (SELECT DISTINCT clicks_end, verdicts_end, click_id, ad_id, ts FROM clicks_counted
+			WHERE partition = %[1]d AND clicks_end > %[2]d AND clicks_end <= %[3]d AND toUnixTimestamp64Milli(ts) >= %[4]d) AS c
+		INNER JOIN (SELECT epoch, clicks_end, verdicts_end FROM click_deltas
+			WHERE ad_id = '' AND partition = %[1]d AND clicks_end > %[2]d AND clicks_end <= %[3]d AND NOT (%[5]s)) AS m
+		ON c.clicks_end = m.clicks_end AND c.verdicts_end = m.verdicts_end
+		GROUP BY m.epoch, c.clicks_end, c.ad_id, sec`, p, after, to, since.UnixMilli(), invalid))
+	if err != nil {
+		return nil, fmt.Errorf("read counted clicks of partition %d after %d: %w", p, after, err)
+	}
+	defer rows.Close()
+	byEnd := map[int64]*countedtopic.Stored{}
+	for rows.Next() {
+		var b countedtopic.Stored
+		var c schemas.BucketCount
+		if err := rows.Scan(&b.Epoch, &b.End, &c.Key, &c.Second, &c.Count); err != nil {
+			return nil, fmt.Errorf("scan counted clicks of partition %d: %w", p, err)
+		}
+		cur := byEnd[b.End]
+		if cur == nil {
+			cur = &b
+			byEnd[b.End] = cur
+		}
+		cur.Counts = append(cur.Counts, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read counted clicks of partition %d: %w", p, err)
+	}
+	out := make([]countedtopic.Stored, 0, len(byEnd))
+	for _, b := range byEnd {
+		out = append(out, *b)
+	}
+	slices.SortFunc(out, func(x, y countedtopic.Stored) int { return int(x.End - y.End) })
+	return out, nil
+}
