@@ -105,6 +105,7 @@ func TestOpenAPIContract(t *testing.T) {
 	view := `{"item_id":"contract-item","viewer_id":"v1"}`
 	click := `{"click_id":"` + clickID + `","ad_id":"contract-ad","campaign_id":"c1","user_hash":"u1","ip_hash":"h1","device":"web","fraud_score":0.1}`
 	verdict := `{"click_id":"` + clickID + `","verdict":"fraud","reason":"test","decided_at":` + fmt.Sprint(time.Now().UnixMilli()) + `}`
+	viewCount := `{"item_id":"contract-item","second":` + fmt.Sprint(time.Now().Unix()) + `,"count":40,"source_id":"edge-1","seq":3}`
 	big := `{"item_id":"contract-item","viewer_id":"` + strings.Repeat("v", 3000) + `"}`
 	tests := []struct {
 		name, method, path, body string
@@ -124,6 +125,11 @@ func TestOpenAPIContract(t *testing.T) {
 		{"events", "POST", "/v1/events", `{"type":"view","item_id":"contract-item","viewer_id":"v2"}` + "\n" + `{"type":"view","item_id":"","viewer_id":"v3"}`, P, 202, false},
 		{"events all bad", "POST", "/v1/events", `{"type":"view","item_id":"","viewer_id":"v3"}`, P, 400, false},
 		{"events over max_lines", "POST", "/v1/events", strings.Repeat(`{"type":"view","item_id":"i","viewer_id":"v"}`+"\n", 6), P, 413, false},
+		{"view count", "POST", "/v1/view-counts", viewCount, P, 202, false},
+		{"view count of zero", "POST", "/v1/view-counts", strings.Replace(viewCount, `"count":40`, `"count":0`, 1), P, 400, true},
+		{"view count without seq", "POST", "/v1/view-counts", strings.Replace(viewCount, `,"seq":3`, ``, 1), P, 400, true},
+		{"view count with a read key", "POST", "/v1/view-counts", viewCount, A, 403, false},
+		{"events with a view count", "POST", "/v1/events", `{"type":"view_count","item_id":"contract-item","second":` + fmt.Sprint(time.Now().Unix()) + `,"count":2,"source_id":"edge-1","seq":4}`, P, 202, false},
 		{"item counts", "GET", "/v1/items/contract-item/counts", "", A, 200, false},
 		{"item counts of a bad id", "GET", "/v1/items/a%2Fb/counts", "", A, 400, true},
 		{"counts", "GET", "/v1/counts?ids=contract-item,other", "", A, 200, false},

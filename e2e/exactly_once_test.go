@@ -51,6 +51,8 @@ const (
 	dedupeWindow    = 30 * time.Minute
 	dedupeGrace     = 10 * time.Minute
 	eoEventMinute   = int64(time.Minute / time.Millisecond)
+	// eoCountEvery: one event in this many is an edge view count.
+	eoCountEvery = 50
 )
 
 // TestViewsExactlyOnceThroughCrashes posts a million views (half on one hot item, 20%
@@ -353,7 +355,10 @@ func verifyExact(t *testing.T, ctx context.Context, kafkaAddr, chAddr, api strin
 	t.Logf("caught up %s after the last post", time.Since(t0).Round(time.Millisecond))
 
 	oracle := computeOracle(t, ctx, cl, ends)
-	t.Logf("oracle: %d records, %d counted views over %d items", oracle.records, oracle.counted, len(oracle.items))
+	t.Logf("oracle: %d records (%d edge view counts), %d counted views over %d items", oracle.records, oracle.countRecords, oracle.counted, len(oracle.items))
+	if oracle.countRecords == 0 {
+		t.Error("oracle: got no edge view counts in the log; want the load's")
+	}
 
 	type check struct {
 		name string
@@ -530,8 +535,13 @@ func postEvents(ctx context.Context, api string, n, perSecond int, posted *atomi
 		if perSecond > 0 && i%eoBatch == 0 {
 			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(perSecond))))
 		}
-		e := gen.next()
-		fmt.Fprintf(&buf, `{"type":"view","item_id":%q,"viewer_id":%q,"event_id":%q,"ts":%d}`+"\n", e.ItemID, e.ViewerID, e.EventID, e.TS)
+		if i%eoCountEvery == eoCountEvery-1 {
+			c := gen.nextCount()
+			fmt.Fprintf(&buf, `{"type":"view_count","item_id":%q,"second":%d,"count":%d,"source_id":%q,"seq":%d}`+"\n", c.ItemID, c.Second, c.Count, c.SourceID, c.Seq)
+		} else {
+			e := gen.next()
+			fmt.Fprintf(&buf, `{"type":"view","item_id":%q,"viewer_id":%q,"event_id":%q,"ts":%d}`+"\n", e.ItemID, e.ViewerID, e.EventID, e.TS)
+		}
 		if (i+1)%eoBatch == 0 || i == n-1 {
 			select {
 			case batches <- bytes.Clone(buf.Bytes()):
@@ -556,15 +566,48 @@ func postEvents(ctx context.Context, api string, n, perSecond int, posted *atomi
 // eventGen makes the load: half the views on item-hot, 20% repeats of a recent view (half exact
 // retries with the same event id and time, half the same viewer and item a little later), and 3%
 // late by up to 25 minutes (some beyond the dedupe grace).
+//
+// Every eoCountEvery-th event is an edge server's view count instead (nextCount): a fifth of them
+// exact retries of a recent count, the rest new counts of 1 to 5,000 views from one of ten
+// sources, at the time the views have reached, 3% of them up to 25 minutes late.
 type eventGen struct {
 	rng    *rand.Rand
 	i, n   int
 	base   int64
 	recent []schemas.View
+	// The view counts' own stream, so that the views are the same with or without them.
+	crng         *rand.Rand
+	seqs         [10]uint64
+	recentCounts []schemas.ViewCount
 }
 
 func newEventGen(n int) *eventGen {
-	return &eventGen{rng: rand.New(rand.NewPCG(7, 7)), n: n, base: time.Now().Add(-120 * time.Minute).UnixMilli()}
+	return &eventGen{rng: rand.New(rand.NewPCG(7, 7)), n: n, base: time.Now().Add(-120 * time.Minute).UnixMilli(),
+		crng: rand.New(rand.NewPCG(11, 11))}
+}
+
+// nextCount returns the next view count of the load.
+func (g *eventGen) nextCount() schemas.ViewCount {
+	if len(g.recentCounts) > 20 && g.crng.IntN(5) == 0 {
+		return g.recentCounts[g.crng.IntN(len(g.recentCounts))]
+	}
+	src := g.crng.IntN(len(g.seqs))
+	g.seqs[src]++
+	item := "item-hot"
+	if g.crng.IntN(2) == 0 {
+		item = "item-" + strconv.Itoa(g.crng.IntN(eoItems))
+	}
+	ts := g.base + int64(g.i)*(90*eoEventMinute)/int64(g.n)
+	if g.crng.IntN(33) == 0 {
+		ts -= g.crng.Int64N(25 * eoEventMinute)
+	}
+	c := schemas.ViewCount{ItemID: item, Second: ts / 1000, Count: 1 + g.crng.Uint64N(5000), SourceID: "edge-" + strconv.Itoa(src), Seq: g.seqs[src]}
+	if len(g.recentCounts) < 1000 {
+		g.recentCounts = append(g.recentCounts, c)
+	} else {
+		g.recentCounts[g.crng.IntN(len(g.recentCounts))] = c
+	}
+	return c
 }
 
 func (g *eventGen) next() schemas.View {
@@ -602,6 +645,7 @@ type secondKey struct {
 
 type oracleResult struct {
 	records, counted int64
+	countRecords     int64 // edge view counts among the records
 	seconds          map[secondKey]uint64
 	items            map[string]uint64
 	viewers          map[string]map[string]struct{}
@@ -647,18 +691,32 @@ func computeOracle(t *testing.T, ctx context.Context, cl *kgo.Client, ends kadm.
 				remaining--
 			}
 			res.records++
-			v, err := schemas.DecodeView(r.Value)
-			if err != nil {
-				t.Fatalf("oracle: decode record: %v", err)
+			// A view is one view of its (viewer, item) pair; an edge view count is count views
+			// under its (source, seq), at the start of its second.
+			var item, key string
+			var ts int64
+			n := uint64(1)
+			if schemas.RecordKind(r.Value) == schemas.KindViewCount {
+				c, err := schemas.DecodeViewCount(r.Value)
+				if err != nil {
+					t.Fatalf("oracle: decode record: %v", err)
+				}
+				item, key, ts, n = c.ItemID, "\x01"+c.SourceID+"\x01"+strconv.FormatUint(c.Seq, 10), c.Second*1000, c.Count
+				res.countRecords++
+			} else {
+				v, err := schemas.DecodeView(r.Value)
+				if err != nil {
+					t.Fatalf("oracle: decode record: %v", err)
+				}
+				if res.viewers[v.ItemID] == nil {
+					res.viewers[v.ItemID] = map[string]struct{}{}
+				}
+				res.viewers[v.ItemID][v.ViewerID] = struct{}{}
+				item, key, ts = v.ItemID, v.ViewerID+"\x00"+v.ItemID, v.TS
 			}
-			if res.viewers[v.ItemID] == nil {
-				res.viewers[v.ItemID] = map[string]struct{}{}
-			}
-			res.viewers[v.ItemID][v.ViewerID] = struct{}{}
-			st.watermark = max(st.watermark, v.TS)
-			// A view counts unless a counted view of its pair still held (not older than
+			st.watermark = max(st.watermark, ts)
+			// A record counts unless a counted record of its key still held (not older than
 			// window + grace behind the watermark) lies within the window of it.
-			key := v.ViewerID + "\x00" + v.ItemID
 			held := st.counted[key][:0]
 			counts := true
 			for _, c := range st.counted[key] {
@@ -666,18 +724,18 @@ func computeOracle(t *testing.T, ctx context.Context, cl *kgo.Client, ends kadm.
 					continue
 				}
 				held = append(held, c)
-				if v.TS-c < window && c-v.TS < window {
+				if ts-c < window && c-ts < window {
 					counts = false
 				}
 			}
-			if counts && v.TS >= st.watermark-horizon {
-				held = append(held, v.TS)
+			if counts && ts >= st.watermark-horizon {
+				held = append(held, ts)
 			}
 			st.counted[key] = held
 			if counts {
-				res.counted++
-				res.seconds[secondKey{v.ItemID, int64(math.Floor(float64(v.TS) / 1000))}]++
-				res.items[v.ItemID]++
+				res.counted += int64(n)
+				res.seconds[secondKey{item, int64(math.Floor(float64(ts) / 1000))}] += n
+				res.items[item] += n
 			}
 		})
 	}

@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
+
+	"tally/schemas"
 )
 
 func TestViewBatchFill(t *testing.T) {
@@ -145,5 +148,31 @@ func TestFeedPageUniform(t *testing.T) {
 		if d := counts[i] - want; d < -500 || d > 500 {
 			t.Errorf("item %d: drawn %d times; want %d +- 500", i, counts[i], want)
 		}
+	}
+}
+
+// Every line of a view count batch is one the collector accepts, with the item, second, count
+// and a fresh seq drawn.
+func TestViewCountBatchFill(t *testing.T) {
+	b := newViewCountBatch("run1", 500, 2500).(*viewCountBatch)
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Now()
+	b.fill(rng, 0.5, 10, 1000)
+	seqs := map[uint64]bool{}
+	lines := 0
+	sc := bufio.NewScanner(bytes.NewReader(b.buf))
+	for sc.Scan() {
+		lines++
+		c, err := schemas.ParseViewCountJSON(sc.Bytes(), true, now, schemas.TimeBounds{Future: time.Minute, Late: time.Hour})
+		if err != nil {
+			t.Fatalf("line %d %q: %v", lines, sc.Text(), err)
+		}
+		if !strings.HasPrefix(c.ItemID, "run1-i") || c.Count != 2500 || !strings.HasPrefix(c.SourceID, "run1-edge") {
+			t.Fatalf("line %d: got %+v; want a count of 2500 views of a run1 item from a run1 source", lines, c)
+		}
+		seqs[c.Seq] = true
+	}
+	if lines != 500 || len(seqs) != 500 {
+		t.Errorf("got %d lines with %d distinct seqs; want 500 and 500", lines, len(seqs))
 	}
 }

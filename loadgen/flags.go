@@ -46,6 +46,11 @@ type Config struct {
 	ClickConcurrency int
 	ClickGroup       string
 
+	// view counts
+	CountRate  int // records per second
+	CountBatch int
+	CountViews int // views each record carries
+
 	// reads
 	ReadRate int
 	ReadIDs  int
@@ -62,7 +67,7 @@ type Config struct {
 
 // Scenarios says which workloads run at once.
 type Scenarios struct {
-	Views, Clicks, Reads, Likes bool
+	Views, Clicks, ViewCounts, Reads, Likes bool
 }
 
 func (s Scenarios) String() string {
@@ -70,7 +75,7 @@ func (s Scenarios) String() string {
 	for _, p := range []struct {
 		on   bool
 		name string
-	}{{s.Views, "views"}, {s.Clicks, "clicks"}, {s.Reads, "reads"}, {s.Likes, "likes"}} {
+	}{{s.Views, "views"}, {s.Clicks, "clicks"}, {s.ViewCounts, "view-counts"}, {s.Reads, "reads"}, {s.Likes, "likes"}} {
 		if p.on {
 			parts = append(parts, p.name)
 		}
@@ -78,11 +83,12 @@ func (s Scenarios) String() string {
 	return strings.Join(parts, "+")
 }
 
-// ParseScenarios reads a '+'-joined set of views, clicks, reads and likes (e.g. "views+reads").
+// ParseScenarios reads a '+'-joined set of views, clicks, view-counts, reads and likes (e.g.
+// "views+reads").
 func ParseScenarios(s string) (Scenarios, error) {
 	var sc Scenarios
 	if s == "" {
-		return sc, errors.New("is empty; want views, clicks, reads, likes or a '+'-joined set such as views+clicks")
+		return sc, errors.New("is empty; want views, clicks, view-counts, reads, likes or a '+'-joined set such as views+clicks")
 	}
 	for _, p := range strings.Split(s, "+") {
 		switch p {
@@ -90,12 +96,14 @@ func ParseScenarios(s string) (Scenarios, error) {
 			sc.Views = true
 		case "clicks":
 			sc.Clicks = true
+		case "view-counts":
+			sc.ViewCounts = true
 		case "reads":
 			sc.Reads = true
 		case "likes":
 			sc.Likes = true
 		default:
-			return sc, fmt.Errorf("has %q; want views, clicks, reads, likes or a '+'-joined set such as views+clicks", p)
+			return sc, fmt.Errorf("has %q; want views, clicks, view-counts, reads, likes or a '+'-joined set such as views+clicks", p)
 		}
 	}
 	return sc, nil
@@ -119,7 +127,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "collector base URL (loopback only)")
 	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers for the consumer-lag monitor (loopback only)")
 	fs.StringVar(&c.Group, "group", "tally-aggregator", "consumer group whose lag on topic views is sampled every second")
-	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, clicks, reads, likes, or a '+'-joined set (views+clicks)")
+	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, clicks, view-counts, reads, likes, or a '+'-joined set (views+clicks)")
 	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "how long the load runs (at most 30m)")
 	fs.StringVar(&c.RunID, "run-id", "", "prefix of every item and user id (default: load-<random>), so runs do not mix")
 	fs.DurationVar(&c.Timeout, "timeout", 15*time.Second, "per-request timeout")
@@ -146,6 +154,9 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.IntVar(&c.ClickBatch, "click-batch", 1000, "clicks: NDJSON lines per POST /v1/events")
 	fs.IntVar(&c.ClickConcurrency, "click-concurrency", 8, "clicks: concurrent posters")
 	fs.StringVar(&c.ClickGroup, "click-group", "tally-aggregator-clicks", "clicks: consumer group whose lag on topic clicks is sampled every second")
+	fs.IntVar(&c.CountRate, "count-rate", 1000, "view-counts: edge view count records per second (view_count lines to POST /v1/events from --concurrency posters; --hot-share of them on the hot item, the rest over --items items; a random source and seq each)")
+	fs.IntVar(&c.CountBatch, "count-batch", 100, "view-counts: NDJSON lines per POST /v1/events")
+	fs.IntVar(&c.CountViews, "count-views", 1000, "view-counts: views each record carries")
 	fs.IntVar(&c.Catalog, "catalog", 10000, "reads: items a feed page draws its ids from, uniformly (items 1..N; the views scenario posts to items 1..--items, so set both alike for views over the whole catalog)")
 
 	fs.IntVar(&c.LikeRate, "like-rate", 5000, "likes: PUT/DELETE requests per second on the hot item, open loop")
@@ -194,9 +205,9 @@ func (c Config) validate() error {
 	case !loopback(u.Hostname()):
 		bad("url", "host %q is not a loopback address; load is only sent to this machine", u.Hostname())
 	}
-	if c.Scenarios.Views || c.Scenarios.Clicks {
+	if c.Scenarios.Views || c.Scenarios.Clicks || c.Scenarios.ViewCounts {
 		if len(c.Brokers) == 0 {
-			bad("brokers", "is empty; the views and clicks scenarios sample consumer lag")
+			bad("brokers", "is empty; the views, clicks and view-counts scenarios sample consumer lag")
 		}
 		for _, b := range c.Brokers {
 			host, _, err := net.SplitHostPort(b)
@@ -235,6 +246,12 @@ func (c Config) validate() error {
 	}
 	inRange("items", c.Items, 1, 10_000_000)
 	inRange("max-inflight", c.MaxInflight, 1, maxConcurrency)
+	if c.Scenarios.ViewCounts {
+		inRange("count-rate", c.CountRate, 1, maxRate)
+		inRange("count-batch", c.CountBatch, 1, 10000)
+		inRange("count-views", c.CountViews, 1, 1_000_000_000)
+		inRange("concurrency", c.Concurrency, 1, maxConcurrency)
+	}
 	if c.Scenarios.Views {
 		inRange("rate", c.Rate, 1, maxRate)
 		inRange("batch", c.Batch, 1, 10000)

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -56,6 +57,10 @@ func TestParseArgs(t *testing.T) {
 		{"ipv6 loopback url", []string{"--url", "http://[::1]:8080"}, func(c Config) (any, any) { return c.URL, "http://[::1]:8080" }, ""},
 		{"likes alone ignores bad view settings", []string{"--scenario", "likes", "--batch", "0"}, func(c Config) (any, any) { return c.Batch, 0 }, ""},
 		{"unknown scenario", []string{"--scenario", "views+writes"}, nil, `--scenario has "writes"`},
+		{"view counts", []string{"--scenario", "view-counts", "--count-views", "5000"}, func(c Config) (any, any) {
+			return fmt.Sprint(c.Scenarios, c.CountViews, c.CountRate), "view-counts 5000 1000"
+		}, ""},
+		{"view counts of zero views", []string{"--scenario", "view-counts", "--count-views", "0"}, nil, "--count-views: got 0"},
 		{"empty scenario", []string{"--scenario", ""}, nil, "--scenario is empty"},
 		{"remote url refused", []string{"--url", "http://10.0.0.5:8080"}, nil, "--url: host \"10.0.0.5\" is not a loopback address"},
 		{"named host refused", []string{"--url", "http://example.com"}, nil, "is not a loopback address"},

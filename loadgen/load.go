@@ -8,6 +8,8 @@
 //     views are probed for visibility through GET /v1/items/{id}/counts;
 //   - clicks: the same for clicks (one hot ad), the click group's lag on topic clicks, and
 //     marker clicks probed through the minute series GET /v1/ads/{id}/clicks;
+//   - view-counts: edge servers' view counts (view_count lines, each carrying --count-views
+//     views) on the views path, watched like views;
 //   - reads: GET /v1/counts with a feed page, open loop: the hot item and ids drawn uniformly
 //     from a catalog of --catalog items;
 //   - likes: like/unlike on one hot item and GET /v1/users/{id}/likes, open loop.
@@ -55,6 +57,7 @@ type Report struct {
 	GeneratorCPU float64       `json:"generator_cpu_s"`
 	Views        *ViewsReport  `json:"views,omitempty"`
 	Clicks       *ViewsReport  `json:"clicks,omitempty"`
+	ViewCounts   *ViewsReport  `json:"view_counts,omitempty"`
 	Reads        *StreamReport `json:"reads,omitempty"`
 	Likes        *LikesReport  `json:"likes,omitempty"`
 	Errors       int           `json:"errors"` // every unexpected outcome of every stream
@@ -142,7 +145,7 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	var views, clicks *viewsRun
+	var views, clicks, counts *viewsRun
 	var reads *openLoop
 	var likes *likesStreams
 	if c.Scenarios.Views {
@@ -150,6 +153,9 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	}
 	if c.Scenarios.Clicks {
 		clicks = newViewsRun(c, clicksStream(c), api, web, prefix)
+	}
+	if c.Scenarios.ViewCounts {
+		counts = newViewsRun(c, viewCountsStream(c), api, web, prefix)
 	}
 	if c.Scenarios.Reads {
 		reads = readsStream(c, api, prefix)
@@ -171,6 +177,13 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	if clicks != nil {
 		wg.Go(func() { r := clicks.run(ctx, start, end, seed+5); rep.Clicks = &r })
 	}
+	if counts != nil {
+		wg.Go(func() {
+			r := counts.run(ctx, start, end, seed+6)
+			r.ViewsPerRecord = c.CountViews
+			rep.ViewCounts = &r
+		})
+	}
 	if reads != nil {
 		wg.Go(func() { r := reads.run(ctx, start, end, seed+2); rep.Reads = &r })
 	}
@@ -186,7 +199,7 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	var pw sync.WaitGroup
 	if c.Progress > 0 {
 		pw.Go(func() {
-			printProgress(progress, c.Progress, start, end, done, []*viewsRun{views, clicks}, reads, likes)
+			printProgress(progress, c.Progress, start, end, done, []*viewsRun{views, clicks, counts}, reads, likes)
 		})
 	}
 	wg.Wait()
@@ -195,7 +208,7 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 
 	rep.ElapsedS = time.Since(start).Seconds()
 	rep.GeneratorCPU = (cpuTime() - cpu0).Seconds()
-	for _, r := range []*ViewsReport{rep.Views, rep.Clicks} {
+	for _, r := range []*ViewsReport{rep.Views, rep.Clicks, rep.ViewCounts} {
 		if r != nil {
 			rep.Errors += r.Errors + r.Lag.Errors + r.Visibility.Errors
 		}

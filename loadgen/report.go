@@ -33,9 +33,10 @@ func WriteText(w io.Writer, r *Report) {
 		r.Scenario, r.URL, r.RunID, r.DurationS, r.ElapsedS, r.GeneratorCPU)
 	var samples []string
 	for _, st := range []struct {
-		name, unit, path string
-		v                *ViewsReport
-	}{{"views", "events", "GET /v1/items/{probe}/counts", r.Views}, {"clicks", "clicks", "GET /v1/ads/{probe}/clicks (minute series)", r.Clicks}} {
+		name, unit, path, metrics string
+		v                         *ViewsReport
+	}{{"views", "events", "GET /v1/items/{probe}/counts", "views", r.Views}, {"clicks", "clicks", "GET /v1/ads/{probe}/clicks (minute series)", "clicks", r.Clicks},
+		{"view-counts", "records", "GET /v1/items/{probe}/counts", "views", r.ViewCounts}} {
 		v := st.v
 		if v == nil {
 			continue
@@ -43,9 +44,12 @@ func WriteText(w io.Writer, r *Report) {
 		p("%s: target %d %s/s, batches of %d lines from %d posters, hot share %.0f%%", st.name, v.TargetRate, st.unit, v.Batch, v.Concurrency, v.HotShare*100)
 		p("  accepted    %d %s = %.0f/s (%.0f%% of target); %d requests, %d answered 503, %d errors",
 			v.AcceptedEvents, st.unit, v.EventsPerSec, 100*v.EventsPerSec/float64(v.TargetRate), v.Requests, v.Status503, v.Errors)
+		if v.ViewsPerRecord > 0 {
+			p("  carried     %d views per record = %.0f views/s", v.ViewsPerRecord, v.EventsPerSec*float64(v.ViewsPerRecord))
+		}
 		p("  request     %s", fmtSummary(v.Latency))
 		if v.ConsumedPerSec > 0 {
-			p("  aggregator  consumed %.0f records/s during the load, flush mean %.0f ms (tally_%s_* at /metrics)", v.ConsumedPerSec, v.FlushMeanMs, st.name)
+			p("  aggregator  consumed %.0f records/s during the load, flush mean %.0f ms (tally_%s_* at /metrics)", v.ConsumedPerSec, v.FlushMeanMs, st.metrics)
 		}
 		l := v.Lag
 		verdict := "not growing"

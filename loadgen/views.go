@@ -22,6 +22,8 @@ type ViewsReport struct {
 	AcceptedEvents int64   `json:"accepted_events"`
 	EventsPerSec   float64 `json:"events_per_sec"` // accepted (202) events per second of the run
 	Status503      int64   `json:"status_503"`
+	// ViewsPerRecord is, for edge view counts, the views each accepted record carries.
+	ViewsPerRecord int     `json:"views_per_record,omitempty"`
 	Latency        Summary `json:"latency"` // one POST /v1/events, send to full response
 	// Aggregator counters scraped from the collector's /metrics at the start and end of the load
 	// (present when the aggregator shares that endpoint, as in the all-in-one).

@@ -249,6 +249,7 @@ func FuzzParseEventJSON(f *testing.F) {
 		`{"type":"view","item_id":"i1","viewer_id":"u1"}`,
 		`{"type":"click","click_id":"k1","ad_id":"a1","campaign_id":"c1","user_hash":"u1","ip_hash":"h1","device":"ios"}`,
 		`{"type":"click"}`, `{"type":5}`, `{}`,
+		`{"type":"view_count","item_id":"i1","second":1796039940,"count":5,"source_id":"e","seq":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -266,6 +267,8 @@ func FuzzParseEventJSON(f *testing.F) {
 			err = ev.View.Validate(now, testBounds)
 		case KindClick:
 			err = ev.Click.Validate(now, testBounds)
+		case KindViewCount:
+			err = ev.ViewCount.Validate(now, testBounds)
 		default:
 			t.Fatalf("got kind %s for an accepted line", ev.Kind)
 		}

@@ -19,6 +19,8 @@ const (
 	KindFraudVerdict Kind = 4
 	// KindCounted is not an event but a batch of deduplicated counts (counted.go).
 	KindCounted Kind = 5
+	// KindViewCount is an edge server's count of views (view_count.go), on the views topic.
+	KindViewCount Kind = 6
 )
 
 func (k Kind) String() string {
@@ -33,6 +35,8 @@ func (k Kind) String() string {
 		return "fraud verdict"
 	case KindCounted:
 		return "counted"
+	case KindViewCount:
+		return "view count"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

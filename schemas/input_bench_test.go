@@ -34,3 +34,16 @@ func BenchmarkParseViewJSON(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseViewCountJSON is the collector's cost of one edge view count line (encoding/json
+// alone: counts are few and large, so they have no fast path), beside one view line's.
+func BenchmarkParseViewCountJSON(b *testing.B) {
+	now := time.UnixMilli(1764460800000)
+	line := []byte(`{"type":"view_count","item_id":"item-123","second":1764460799,"count":120000,"source_id":"edge-eu-3","seq":1234567}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseViewCountJSON(line, true, now, testBounds); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -131,18 +131,19 @@ func ParseFraudVerdictJSON(b []byte, now time.Time, bounds TimeBounds) (FraudVer
 	return v, v.Validate(now, bounds)
 }
 
-// Event is one line of an NDJSON batch: a view or a click, as Kind says.
+// Event is one line of an NDJSON batch: a view, a click or a view count, as Kind says.
 type Event struct {
-	Kind  Kind
-	View  View
-	Click Click
+	Kind      Kind
+	View      View
+	Click     Click
+	ViewCount ViewCount
 }
 
 // ParseEventJSON decodes and validates one line of a POST /v1/events batch, which must carry
-// "type":"view" or "type":"click". Views take ParseViewJSON's fast path; everything else is
-// dispatched on its type.
+// "type":"view", "type":"click" or "type":"view_count". Views take ParseViewJSON's fast path;
+// everything else is dispatched on its type.
 func ParseEventJSON(b []byte, now time.Time, bounds TimeBounds) (Event, error) {
-	if in, ok := decodeInputFast(b); ok && in.Type != "click" {
+	if in, ok := decodeInputFast(b); ok && in.Type != "click" && in.Type != "view_count" {
 		v, err := in.view(true, now, bounds)
 		return Event{Kind: KindView, View: v}, err
 	}
@@ -160,9 +161,12 @@ func ParseEventJSON(b []byte, now time.Time, bounds TimeBounds) (Event, error) {
 		case "click":
 			c, err := ParseClickJSON(b, true, now, bounds)
 			return Event{Kind: KindClick, Click: c}, err
+		case "view_count":
+			c, err := ParseViewCountJSON(b, true, now, bounds)
+			return Event{Kind: KindViewCount, ViewCount: c}, err
 		case "view", "":
 		default:
-			return Event{}, &FieldError{"type", fmt.Sprintf("got %q; want \"view\" or \"click\"", *peek.Type)}
+			return Event{}, &FieldError{"type", fmt.Sprintf("got %q; want \"view\", \"click\" or \"view_count\"", *peek.Type)}
 		}
 	}
 	v, err := parseViewJSONStd(b, true, now, bounds)

@@ -78,7 +78,7 @@ func TestClickHouseReadsTheFiles(t *testing.T) {
 		}
 	})
 	t.Run("views per item", func(t *testing.T) {
-		rows, err := conn.Query(ctx, fmt.Sprintf("SELECT item_id, count() AS views FROM file('%s', 'Parquet') GROUP BY item_id ORDER BY views DESC", day1))
+		rows, err := conn.Query(ctx, fmt.Sprintf("SELECT item_id, sum(count) AS views FROM file('%s', 'Parquet') GROUP BY item_id ORDER BY views DESC", day1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,6 +110,24 @@ func TestClickHouseReadsTheFiles(t *testing.T) {
 			FROM file('%s', 'Parquet') GROUP BY partition, offset HAVING c > 1)`, filepath.Join(filesDir, "views", "*", "*", "*.parquet"))).Scan(&dups)
 		if err != nil || dups != 0 {
 			t.Fatalf("got %d duplicated records, %v; want 0", dups, err)
+		}
+	})
+	t.Run("views carried by view counts", func(t *testing.T) {
+		topic, _ := rawlog.TopicByName(schemas.TopicViews)
+		sec := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC).Unix()
+		values := [][]byte{
+			schemas.AppendView(nil, schemas.View{ItemID: "short-1", ViewerID: "u1", TS: sec * 1000}),
+			schemas.AppendViewCount(nil, schemas.ViewCount{ItemID: "short-1", Second: sec, Count: 5000, SourceID: "edge-1", Seq: 1}),
+			schemas.AppendViewCount(nil, schemas.ViewCount{ItemID: "short-1", Second: sec + 1, Count: 700, SourceID: "edge-2", Seq: 9}),
+		}
+		if err := rawlog.WriteFlush(st, topic, 0, 0, values); err != nil {
+			t.Fatal(err)
+		}
+		var views, counted, rows uint64
+		err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT sum(count), sumIf(count, source_id != ''), count() FROM file('%s', 'Parquet') WHERE item_id = 'short-1'`,
+			filepath.Join(filesDir, "views", "2026-12-02", "*", "*.parquet"))).Scan(&views, &counted, &rows)
+		if err != nil || views != 5701 || counted != 5700 || rows != 3 {
+			t.Fatalf("got %d views, %d from view counts, %d rows, %v; want 5701, 5700, 3", views, counted, rows, err)
 		}
 	})
 	t.Run("dashboards user refused", func(t *testing.T) {

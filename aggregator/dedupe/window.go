@@ -25,10 +25,15 @@
 // most hold one. Memory follows that: a map of each pair's newest counted time, a second map
 // for pairs holding two or more, and a list only for pairs holding three or more.
 //
+// Edge servers' view counts go through the same rule under their own keys (CountKey) at the
+// start of their second: a retry carries the same second, so it is a duplicate for as long as
+// its original is held.
+//
 // A Window is not safe for concurrent use: each Kafka partition owns one.
 package dedupe
 
 import (
+	"encoding/binary"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -65,6 +70,22 @@ func Key(viewerID, itemID string) uint64 {
 	_, _ = d.WriteString(viewerID)
 	_, _ = d.Write([]byte{0})
 	_, _ = d.WriteString(itemID)
+	return d.Sum64()
+}
+
+// CountKey is the identity of an edge server's view count (source, seq) in the same window as
+// the viewer pairs: counts are deduplicated by the same rule and checkpointed with the same
+// state. It hashes 0x01, the source, 0x01 and seq's 8 bytes: no id holds 0x01 (ids are
+// printable), so a count's key and a pair's differ unless the 64-bit hashes collide, as two
+// pairs' may.
+func CountKey(sourceID string, seq uint64) uint64 {
+	var b [1 + 8]byte
+	b[0] = 1
+	binary.BigEndian.PutUint64(b[1:], seq)
+	d := xxhash.New()
+	_, _ = d.Write(b[:1])
+	_, _ = d.WriteString(sourceID)
+	_, _ = d.Write(b[:])
 	return d.Sum64()
 }
 

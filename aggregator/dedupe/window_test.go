@@ -268,3 +268,39 @@ func TestEvictChangesNoAnswer(t *testing.T) {
 		t.Errorf("got %d pairs after eviction; want at most %d", a.Len(), b.Len())
 	}
 }
+
+// CountKey is persisted in dedupe_state, so its values are pinned; it must differ from the keys
+// of viewer pairs spelt with the same strings, and between sources and sequence numbers.
+func TestCountKey(t *testing.T) {
+	if got, want := CountKey("edge-1", 42), CountKey("edge-1", 42); got != want {
+		t.Fatalf("got %x then %x; want the same key", got, want)
+	}
+	keys := map[uint64]string{
+		CountKey("edge-1", 42): "edge-1/42",
+		CountKey("edge-1", 43): "edge-1/43",
+		CountKey("edge-2", 42): "edge-2/42",
+		CountKey("", 0):        "empty/0",
+		Key("edge-1", "42"):    "pair edge-1,42",
+	}
+	if len(keys) != 5 {
+		t.Errorf("got %d distinct keys %v; want 5", len(keys), keys)
+	}
+	if got, want := CountKey("edge-1", 42), uint64(0x9d0b05734abeee53); got != want {
+		t.Errorf("got key %#x; want %#x (keys are persisted: a change loses the dedupe state)", got, want)
+	}
+	w := New(30*60_000, 10*60_000)
+	for i, tt := range []struct {
+		key    uint64
+		t      int64
+		counts bool
+	}{
+		{CountKey("e", 1), 1_000_000, true},
+		{CountKey("e", 1), 1_000_000, false}, // a retry
+		{CountKey("e", 2), 1_000_000, true},
+		{Key("e", "1"), 1_000_000, true},
+	} {
+		if got := w.Observe(tt.key, tt.t); got != tt.counts {
+			t.Errorf("event %d: got counts %v; want %v", i, got, tt.counts)
+		}
+	}
+}

@@ -82,7 +82,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, lastFlush: now(), lastSketch: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
-		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window)."}),
+		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window); a counted edge view count adds its count."}),
 		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records set aside because they did not decode or validate."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_flush_seconds", Help: "Time to write one flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
@@ -273,7 +273,7 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 		return
 	}
 	now := a.now()
-	counted0 := len(p.counted)
+	counted0, edge0 := len(p.counted), p.edgeViews
 	poison0 := p.poison
 	n := 0
 	for i, off := range offsets {
@@ -284,7 +284,7 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 		n++
 	}
 	a.m.records.Add(float64(n))
-	a.m.counted.Add(float64(len(p.counted) - counted0))
+	a.m.counted.Add(float64(len(p.counted)-counted0) + float64(p.edgeViews-edge0))
 	a.m.poison.Add(float64(p.poison - poison0))
 }
 

@@ -70,6 +70,9 @@ type partition struct {
 	records  int   // records in the pending batch
 	deltas   map[deltaKey]uint64
 	counted  []stateRow
+	// edgeViews is how many more views than records the batch's counted view counts carry
+	// (their counts less one each), for the counted-views metric.
+	edgeViews uint64
 	// sketches touched since assignment; clean ones idle for a while are dropped.
 	sketches  map[sketchKey]*sketch
 	lastEvict time.Time
@@ -117,6 +120,10 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 // sketches alone.
 func (p *partition) process(offset int64, value []byte, now time.Time) {
 	p.next = offset + 1
+	if schemas.RecordKind(value) == schemas.KindViewCount {
+		p.processCount(offset, value)
+		return
+	}
 	v, err := schemas.DecodeView(value)
 	counted := offset >= p.flushed
 	if counted {
@@ -142,6 +149,28 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 	if key := dedupe.Key(v.ViewerID, v.ItemID); p.win.Observe(key, v.TS) {
 		p.counted = append(p.counted, stateRow{key, v.TS})
 		p.deltas[deltaKey{v.ItemID, floorDiv(v.TS, 1000)}]++
+	}
+}
+
+// processCount applies an edge server's view count at offset: counted once per (source, seq)
+// by the same dedupe window as views, under a key no viewer pair can have (dedupe.CountKey), so
+// its state is checkpointed and restored with theirs. It adds its count to the item's second
+// and touches no sketch: it names no viewer.
+func (p *partition) processCount(offset int64, value []byte) {
+	if offset < p.flushed {
+		return
+	}
+	p.records++
+	c, err := schemas.DecodeViewCount(value)
+	if err != nil {
+		p.poison++
+		p.setAside(offset, value, err)
+		return
+	}
+	if key := dedupe.CountKey(c.SourceID, c.Seq); p.win.Observe(key, c.TS()) {
+		p.counted = append(p.counted, stateRow{key, c.TS()})
+		p.deltas[deltaKey{c.ItemID, c.Second}] += c.Count
+		p.edgeViews += c.Count - 1
 	}
 }
 
@@ -197,6 +226,7 @@ func (p *partition) markFlushed(end int64, now time.Time) {
 	p.poison = 0
 	clear(p.deltas)
 	p.counted = p.counted[:0]
+	p.edgeViews = 0
 	if now.Sub(p.lastEvict) > 30*time.Second {
 		p.win.Evict()
 		p.lastEvict = now

@@ -1,6 +1,7 @@
 // Package recount is the nightly views recount (batchjob views --date D): it counts the day's
 // views again from the sink's files with the streaming aggregator's dedupe rule (package
-// aggregator/dedupe, the same code, with the same window and grace), compares each item's count
+// aggregator/dedupe, the same code, with the same window and grace; an edge server's view count
+// is counted once per (source, seq) and adds its count), compares each item's count
 // with the streaming total in ClickHouse (views_total_by_day), and writes a versioned report
 // (view_recount_runs, view_recount_diffs). Expected: no difference.
 //
@@ -48,8 +49,8 @@ type Report struct {
 	FinishedAt   time.Time
 	Day          time.Time
 	Source       string
-	Records      uint64 // views read (lookback included)
-	Counted      uint64 // the day's views that count
+	Records      uint64 // records read, views and view counts (lookback included)
+	Counted      uint64 // the day's views that count (a view count's count included)
 	ItemsChecked uint64
 	Diffs        []Diff
 }
@@ -105,7 +106,7 @@ func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 }
 
 // Count recounts the views of day (UTC) per item from src with the dedupe rule, reading from
-// lookback before the day; records, if not nil, receives how many views were read.
+// lookback before the day; records, if not nil, receives how many records were read.
 func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time, window, grace, lookback time.Duration, records *uint64) (map[string]int64, error) {
 	from, to := day.Add(-lookback), day.Add(24*time.Hour)
 	lo, hi := day.UnixMilli(), to.UnixMilli()
@@ -120,8 +121,12 @@ func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time
 		}
 		for i := range rows {
 			r := &rows[i]
-			if w.Observe(dedupe.Key(r.ViewerID, r.ItemID), r.TS) && r.TS >= lo && r.TS < hi {
-				counts[r.ItemID]++
+			key, n := dedupe.Key(r.ViewerID, r.ItemID), int64(1)
+			if r.IsViewCount() {
+				key, n = dedupe.CountKey(r.SourceID, r.Seq), int64(r.Count)
+			}
+			if w.Observe(key, r.TS) && r.TS >= lo && r.TS < hi {
+				counts[r.ItemID] += n
 			}
 		}
 		n += uint64(len(rows))

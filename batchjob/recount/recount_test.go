@@ -63,6 +63,28 @@ var scenario = []view{
 	{1, "c", "u3", 24*time.Hour + 10*time.Minute, false}, // the next day: not counted in this one
 }
 
+type viewCount struct {
+	item    string
+	source  string
+	seq     uint64
+	n       uint64
+	at      time.Duration
+	counted bool
+}
+
+// countScenario are edge servers' view counts, after partition 0's views in its log.
+var countScenario = []viewCount{
+	{"a", "e1", 1, 100, -5 * time.Minute, false}, // the day before
+	{"a", "e1", 1, 100, -5 * time.Minute, false}, // its retry
+	{"e", "e1", 2, 300, 50 * time.Minute, true},
+	{"e", "e1", 2, 300, 50 * time.Minute, false}, // a retry
+	{"e", "e2", 2, 7, 50 * time.Minute, true},    // another source
+	{"a", "e1", 3, 9, 51 * time.Minute, true},    // beside views of the item
+}
+
+// scenarioRecords is how many records the scenario writes.
+var scenarioRecords = len(scenario) + len(countScenario)
+
 func writeScenario(t *testing.T, st store.Store) map[string]int64 {
 	t.Helper()
 	topic, _ := rawlog.TopicByName(schemas.TopicViews)
@@ -76,6 +98,15 @@ func writeScenario(t *testing.T, st store.Store) map[string]int64 {
 			values = append(values, schemas.AppendView(nil, schemas.View{ItemID: v.item, ViewerID: v.viewer, EventID: fmt.Sprint(i), TS: day.Add(v.at).UnixMilli()}))
 			if v.counted {
 				want[v.item]++
+			}
+		}
+		for _, c := range countScenario {
+			if p != 0 {
+				break
+			}
+			values = append(values, schemas.AppendViewCount(nil, schemas.ViewCount{ItemID: c.item, Second: day.Add(c.at).Unix(), Count: c.n, SourceID: c.source, Seq: c.seq}))
+			if c.counted {
+				want[c.item] += int64(c.n)
 			}
 		}
 		// Two flushes per partition, so the recount crosses files in offset order.
@@ -101,8 +132,8 @@ func TestCountAppliesTheStreamingRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) || records != uint64(len(scenario)) {
-		t.Fatalf("got %v from %d records; want %v from %d", got, records, want, len(scenario))
+	if fmt.Sprint(got) != fmt.Sprint(want) || records != uint64(scenarioRecords) {
+		t.Fatalf("got %v from %d records; want %v from %d", got, records, want, scenarioRecords)
 	}
 }
 
@@ -118,10 +149,10 @@ func TestRunReportsDifferencesInVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := writeScenario(t, st)
-	// The streaming totals: a and c agree, b is one too many, d exists only in ClickHouse.
+	// The streaming totals: a, c and e agree, b is one too many, d exists only in ClickHouse.
 	if err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO views_total_by_day (item_id, day, views) VALUES
-		('a', '2026-11-30', %d), ('b', '2026-11-30', %d), ('c', '2026-11-30', %d), ('d', '2026-11-30', 2), ('a', '2026-11-29', 7)`,
-		want["a"], want["b"]+1, want["c"])); err != nil {
+		('a', '2026-11-30', %d), ('b', '2026-11-30', %d), ('c', '2026-11-30', %d), ('d', '2026-11-30', 2), ('a', '2026-11-29', 7), ('e', '2026-11-30', %d)`,
+		want["a"], want["b"]+1, want["c"], want["e"])); err != nil {
 		t.Fatal(err)
 	}
 	deps := recount.Deps{Source: rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, SourceName: "files", ClickHouse: conn,
@@ -131,8 +162,8 @@ func TestRunReportsDifferencesInVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantDiffs := fmt.Sprint([]recount.Diff{{ItemID: "b", Files: want["b"], ClickHouse: want["b"] + 1}, {ItemID: "d", Files: 0, ClickHouse: 2}})
-	if fmt.Sprint(rep.Diffs) != wantDiffs || rep.Version != 1 || rep.ItemsChecked != 4 {
-		t.Fatalf("report: got version %d, %d items, diffs %v; want version 1, 4 items, diffs %s", rep.Version, rep.ItemsChecked, rep.Diffs, wantDiffs)
+	if fmt.Sprint(rep.Diffs) != wantDiffs || rep.Version != 1 || rep.ItemsChecked != 5 {
+		t.Fatalf("report: got version %d, %d items, diffs %v; want version 1, 5 items, diffs %s", rep.Version, rep.ItemsChecked, rep.Diffs, wantDiffs)
 	}
 	rep2, err := recount.Run(ctx, day, deps)
 	if err != nil || rep2.Version != 2 {

@@ -34,7 +34,8 @@ type Scope string
 const (
 	// Public routes need no key: health checks.
 	Public Scope = ""
-	// ScopeIngest sends events (POST /v1/views, /v1/events, /v1/clicks) and mints click ids.
+	// ScopeIngest sends events (POST /v1/views, /v1/events, /v1/view-counts, /v1/clicks) and
+	// mints click ids.
 	ScopeIngest Scope = "ingest"
 	// ScopeRead reads counts, series and a user's likes.
 	ScopeRead Scope = "read"
@@ -151,6 +152,7 @@ func CollectorRoutes() []Route {
 		{Pattern: "GET /openapi.json", Scope: Public},
 		{Pattern: "POST /v1/views", Scope: ScopeIngest},
 		{Pattern: "POST /v1/events", Scope: ScopeIngest},
+		{Pattern: "POST /v1/view-counts", Scope: ScopeIngest},
 		{Pattern: "POST /v1/clicks", Scope: ScopeIngest},
 		{Pattern: "POST /v1/ads/{ad_id}/click-ids", Scope: ScopeIngest},
 		{Pattern: "POST /v1/fraud-verdicts", Scope: ScopeFraud},

@@ -41,8 +41,8 @@ type Config struct {
 	MaxRenderAge time.Duration
 }
 
-// Handler serves POST /v1/views, /v1/events, /v1/clicks, /v1/fraud-verdicts and
-// /v1/ads/{ad_id}/click-ids.
+// Handler serves POST /v1/views, /v1/events, /v1/view-counts, /v1/clicks,
+// /v1/fraud-verdicts and /v1/ads/{ad_id}/click-ids.
 type Handler struct {
 	cfg    Config
 	cl     *kgo.Client
@@ -79,6 +79,7 @@ func New(cfg Config, cl *kgo.Client, now func() time.Time, logger *slog.Logger, 
 func (h *Handler) Register(r *api.Router) {
 	r.Handle("POST /v1/views", "views", h.bounded(h.serveView))
 	r.Handle("POST /v1/events", "events", h.bounded(h.serveEvents))
+	r.Handle("POST /v1/view-counts", "view_counts", h.bounded(h.serveViewCounts))
 	r.Handle("POST /v1/clicks", "clicks", h.bounded(h.serveClick))
 	r.Handle("POST /v1/fraud-verdicts", "fraud_verdicts", h.bounded(h.serveVerdicts))
 	r.Handle("POST /v1/ads/{ad_id}/click-ids", "click_ids", h.mintClickIDs)
@@ -224,11 +225,17 @@ func eachLine(body []byte, maxLines int, fn func(line []byte) (typ string, rec *
 	return b, nil
 }
 
-// parseEvents parses a POST /v1/events body of views and clicks.
+// parseEvents parses a POST /v1/events body of views, clicks and view counts.
 func (h *Handler) parseEvents(body []byte, now time.Time, rb *recordBuilder) (batch, error) {
 	return eachLine(body, h.cfg.MaxLines, func(line []byte) (string, *kgo.Record, error) {
 		ev, err := schemas.ParseEventJSON(line, now, h.cfg.Bounds)
-		if ev.Kind == schemas.KindClick {
+		switch ev.Kind {
+		case schemas.KindViewCount:
+			if err != nil {
+				return "view_count", nil, err
+			}
+			return "view_count", rb.viewCount(ev.ViewCount), nil
+		case schemas.KindClick:
 			if err == nil {
 				err = h.verifyClick(ev.Click, now)
 			}

@@ -13,18 +13,24 @@ type Row interface {
 // a job most of the cost of the strings it does not need (docs/BENCHMARKS.md, "Sink"). The
 // nightly jobs' subsets are ViewKey and ClickKey.
 
-// ViewKey is what the views recount reads of a view: its place in the log, its time and its
-// dedupe key.
+// ViewKey is what the views recount reads of a views record: its place in the log, its time,
+// its dedupe key and, for an edge view count, what it carries.
 type ViewKey struct {
 	Partition int32  `parquet:"partition"`
 	Offset    int64  `parquet:"offset"`
 	TS        int64  `parquet:"ts,timestamp(millisecond)"`
 	ItemID    string `parquet:"item_id"`
 	ViewerID  string `parquet:"viewer_id"`
+	Count     uint64 `parquet:"count"`
+	SourceID  string `parquet:"source_id"`
+	Seq       uint64 `parquet:"seq"`
 }
 
 func (r ViewKey) Pos() (int32, int64) { return r.Partition, r.Offset }
 func (r ViewKey) EventTS() int64      { return r.TS }
+
+// IsViewCount reports whether the record is an edge server's view count rather than a view.
+func (r ViewKey) IsViewCount() bool { return r.SourceID != "" }
 
 // ClickKey is what the click report reads of a click: its place in the log, its time, its id,
 // its ad and its fraud score.
@@ -40,8 +46,12 @@ type ClickKey struct {
 func (r ClickKey) Pos() (int32, int64) { return r.Partition, r.Offset }
 func (r ClickKey) EventTS() int64      { return r.TS }
 
-// ViewRow is a view (topic views). ts is a Parquet timestamp in milliseconds, which ClickHouse
-// reads as DateTime64(3).
+// ViewRow is a record of topic views: a view, or an edge server's view count (SourceID set).
+// ts is a Parquet timestamp in milliseconds, which ClickHouse reads as DateTime64(3). count is
+// the views the row carries: 1 for a view, the count for a view count, whose ts is the start of
+// its second and whose viewer_id and event_id are empty; source_id and seq are empty and 0 for a
+// view. Files written before view counts existed lack the last three columns (readers take
+// them as empty: an ordinary view).
 type ViewRow struct {
 	Partition int32  `parquet:"partition"`
 	Offset    int64  `parquet:"offset"`
@@ -49,22 +59,41 @@ type ViewRow struct {
 	ItemID    string `parquet:"item_id"`
 	ViewerID  string `parquet:"viewer_id"`
 	EventID   string `parquet:"event_id"`
+	Count     uint64 `parquet:"count"`
+	SourceID  string `parquet:"source_id"`
+	Seq       uint64 `parquet:"seq"`
 }
 
 func (r ViewRow) Pos() (int32, int64) { return r.Partition, r.Offset }
 func (r ViewRow) EventTS() int64      { return r.TS }
 
-// View is the row's event.
+// IsViewCount reports whether the row is an edge server's view count rather than a view.
+func (r ViewRow) IsViewCount() bool { return r.SourceID != "" }
+
+// View is the row's event, when it is a view.
 func (r ViewRow) View() schemas.View {
 	return schemas.View{ItemID: r.ItemID, ViewerID: r.ViewerID, EventID: r.EventID, TS: r.TS}
 }
 
+// ViewCount is the row's event, when it is a view count.
+func (r ViewRow) ViewCount() schemas.ViewCount {
+	return schemas.ViewCount{ItemID: r.ItemID, Second: r.TS / 1000, Count: r.Count, SourceID: r.SourceID, Seq: r.Seq}
+}
+
 func decodeView(p int32, off int64, value []byte) (ViewRow, int, error) {
+	if schemas.RecordKind(value) == schemas.KindViewCount {
+		c, err := schemas.DecodeViewCount(value)
+		if err != nil {
+			return ViewRow{}, 0, err
+		}
+		return ViewRow{Partition: p, Offset: off, TS: c.TS(), ItemID: c.ItemID, Count: c.Count, SourceID: c.SourceID, Seq: c.Seq},
+			36 + len(c.ItemID) + len(c.SourceID), nil
+	}
 	v, err := schemas.DecodeView(value)
 	if err != nil {
 		return ViewRow{}, 0, err
 	}
-	return ViewRow{Partition: p, Offset: off, TS: v.TS, ItemID: v.ItemID, ViewerID: v.ViewerID, EventID: v.EventID},
+	return ViewRow{Partition: p, Offset: off, TS: v.TS, ItemID: v.ItemID, ViewerID: v.ViewerID, EventID: v.EventID, Count: 1},
 		20 + len(v.ItemID) + len(v.ViewerID) + len(v.EventID), nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
+
 	"tally/schemas"
 	"tally/sink/store"
 )
@@ -21,8 +23,14 @@ func TestEveryTopicRoundTrips(t *testing.T) {
 	}{
 		{schemas.TopicViews, schemas.AppendView(nil, schemas.View{ItemID: "i", ViewerID: "v", EventID: "e", TS: ts}), func(t *testing.T, st store.Store) {
 			got := readOne[ViewRow](t, st, schemas.TopicViews)
-			if want := (schemas.View{ItemID: "i", ViewerID: "v", EventID: "e", TS: ts}); got.View() != want {
+			if want := (schemas.View{ItemID: "i", ViewerID: "v", EventID: "e", TS: ts}); got.View() != want || got.IsViewCount() || got.Count != 1 {
 				t.Fatalf("got %+v; want %+v", got.View(), want)
+			}
+		}},
+		{schemas.TopicViews, schemas.AppendViewCount(nil, schemas.ViewCount{ItemID: "i", Second: ts / 1000, Count: 900, SourceID: "edge-1", Seq: 7}), func(t *testing.T, st store.Store) {
+			got := readOne[ViewRow](t, st, schemas.TopicViews)
+			if want := (schemas.ViewCount{ItemID: "i", Second: ts / 1000, Count: 900, SourceID: "edge-1", Seq: 7}); !got.IsViewCount() || got.ViewCount() != want || got.TS != ts {
+				t.Fatalf("got %+v; want a view count row of %+v", got, want)
 			}
 		}},
 		{schemas.TopicLikes, schemas.AppendLike(nil, schemas.Like{ItemID: "i", UserID: "u", Liked: true, TS: ts, RequestID: "r"}), func(t *testing.T, st store.Store) {
@@ -76,4 +84,45 @@ func readOne[T Row](t *testing.T, st store.Store, topic string) T {
 		t.Fatalf("position: got %d/%d; want 2/40", p, off)
 	}
 	return rows[0]
+}
+
+// TestViewFilesWithoutCountColumnsReadAsViews reads a views file of the shape written before
+// view counts existed (no count, source_id, seq): every row is a view.
+func TestViewFilesWithoutCountColumnsReadAsViews(t *testing.T) {
+	type oldViewRow struct {
+		Partition int32  `parquet:"partition"`
+		Offset    int64  `parquet:"offset"`
+		TS        int64  `parquet:"ts,timestamp(millisecond)"`
+		ItemID    string `parquet:"item_id"`
+		ViewerID  string `parquet:"viewer_id"`
+		EventID   string `parquet:"event_id"`
+	}
+	st, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Date(2026, 12, 1, 7, 30, 0, 0, time.UTC)
+	f, err := st.Create(HourPrefix(schemas.TopicViews, ts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := parquet.NewGenericWriter[oldViewRow](f, WriterOptions()...)
+	if _, err := w.Write([]oldViewRow{{Partition: 2, Offset: 40, TS: ts.UnixMilli(), ItemID: "i", ViewerID: "v", EventID: "e"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Commit(FileName(schemas.TopicViews, ts.Truncate(time.Hour), 2, 40, 40)); err != nil {
+		t.Fatal(err)
+	}
+	got := readOne[ViewRow](t, st, schemas.TopicViews)
+	if want := (schemas.View{ItemID: "i", ViewerID: "v", EventID: "e", TS: ts.UnixMilli()}); got.IsViewCount() || got.View() != want {
+		t.Fatalf("got %+v; want the view %+v", got, want)
+	}
+	// The recount's projection reads the same file the same way.
+	key := readOne[ViewKey](t, st, schemas.TopicViews)
+	if want := (ViewKey{Partition: 2, Offset: 40, TS: ts.UnixMilli(), ItemID: "i", ViewerID: "v"}); key.IsViewCount() || key != want {
+		t.Fatalf("got %+v; want %+v", key, want)
+	}
 }
