@@ -41,7 +41,7 @@ func (s *Settings) Sections() []config.Section {
 // where to look (written to out).
 func AllInOne(e cli.Env, s *Settings, out io.Writer) []lifecycle.Part {
 	cfg := e.Config
-	var opts embedded.Options
+	opts := embedded.Options{Registry: e.Registry}
 	if s.Sink.Storage == "local" {
 		opts.ReadDirs = []string{s.Sink.DirIn(cfg)}
 	}
@@ -94,7 +94,7 @@ Stop with Ctrl-C.
 func Infra(e cli.Env, out io.Writer) []lifecycle.Part {
 	cfg := e.Config
 	// Infra mode runs no sink; a standalone sink beside it writes to <data_dir>/sink by default.
-	return append(embedded.Parts(cfg, e.Logger, embedded.Options{ReadDirs: []string{filepath.Join(cfg.DataDir, "sink")}}), lifecycle.Part{
+	return append(embedded.Parts(cfg, e.Logger, embedded.Options{ReadDirs: []string{filepath.Join(cfg.DataDir, "sink")}, Registry: e.Registry}), lifecycle.Part{
 		Name: "banner",
 		Start: func(context.Context) error {
 			fmt.Fprintf(out, "tally infra: kafka %v, clickhouse http://%s/, redis %s (data in %s)\n",

@@ -32,8 +32,9 @@ type engine struct {
 	version  string
 	tz       *time.Location
 	tzName   string
-	baseline map[string]string // session-wide settings that resets return to
-	guard    *guard            // what outside SQL may not name, from the engine's own lists
+	baseline map[string]string                // session-wide settings that resets return to
+	guard    *guard                           // what outside SQL may not name, from the engine's own lists
+	observe  func(c call, held time.Duration) // if set, told how long each call held the engine
 
 	// Guarded by gate.
 	closed    bool
@@ -202,6 +203,7 @@ type call struct {
 	sql      string
 	format   string // output format when the SQL has no FORMAT clause
 	kind     string // statement kind, to undo what USE and SET leave behind
+	table    string // for the engine-time metrics only
 	setNames []string
 	priority priority
 	// limits are applied after settings and readonly=1 after both, so
@@ -233,6 +235,9 @@ func (e *engine) run(ctx context.Context, c call) (output, error) {
 		return output{}, newError(http.StatusServiceUnavailable, codeTimeoutExceeded, "request timed out waiting for the engine: %v", err)
 	}
 	defer e.gate.release()
+	if e.observe != nil {
+		defer func(t0 time.Time) { e.observe(c, time.Since(t0)) }(time.Now())
+	}
 	if e.closed || e.closing.Load() {
 		return output{}, newError(http.StatusServiceUnavailable, codeAborted, "server is shutting down")
 	}

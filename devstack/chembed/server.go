@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures Start.
@@ -80,6 +81,10 @@ type Config struct {
 	// MaxPipelineBodies bounds the pipeline requests reading their bodies
 	// at once; more wait. Default 32.
 	MaxPipelineBodies int
+	// Registry, if set, receives the engine's busy time and statement
+	// counts by statement kind and table (docs/BENCHMARKS.md reads them
+	// to tell what the serialized engine spends its time on).
+	Registry prometheus.Registerer
 }
 
 const (
@@ -171,6 +176,21 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("start chembed: %w", err)
+	}
+	if cfg.Registry != nil {
+		busy := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_chembed_engine_seconds_total",
+			Help: "Seconds the embedded engine ran statements (it runs one at a time), by statement kind and table."}, []string{"kind", "table"})
+		n := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_chembed_statements_total",
+			Help: "Statements the embedded engine ran, by statement kind and table."}, []string{"kind", "table"})
+		if err := registerAll(cfg.Registry, busy, n); err != nil {
+			eng.close()
+			_ = ln.Close()
+			return nil, fmt.Errorf("start chembed: %w", err)
+		}
+		eng.observe = func(c call, d time.Duration) {
+			busy.WithLabelValues(c.kind, c.table).Add(d.Seconds())
+			n.WithLabelValues(c.kind, c.table).Inc()
+		}
 	}
 	s := &Server{
 		cfg:      cfg,
@@ -422,6 +442,7 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.Res
 		sql:       p.sql,
 		format:    format,
 		kind:      p.st.kind,
+		table:     statementTable(p.sql, who),
 		setNames:  p.st.setNames,
 		priority:  prio,
 		limits:    limits,
@@ -775,3 +796,30 @@ func contentType(format string, compressed bool) string {
 // newQueryID makes a random UUID, as ClickHouse does for requests without
 // a query_id.
 func newQueryID() string { return uuid.NewString() }
+
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register engine metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// statementTable names the table a pipeline statement writes or first reads
+// (the word after INTO, else after the first FROM), for the engine-time
+// metrics; outside queries are all "outside", so their labels stay few.
+func statementTable(sql string, who role) string {
+	if who == roleReadonly {
+		return "outside"
+	}
+	f := strings.Fields(sql)
+	for _, kw := range []string{"INTO", "FROM"} {
+		for i := 0; i+1 < len(f); i++ {
+			if strings.EqualFold(f[i], kw) {
+				return strings.Trim(f[i+1], "`\"(),;")
+			}
+		}
+	}
+	return ""
+}

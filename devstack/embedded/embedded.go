@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"tally/devstack/chembed"
 	"tally/devstack/kafkabroker"
 	"tally/devstack/redisproc"
@@ -70,6 +72,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 					CORSOrigins: ch.CORSOrigins,
 					// The pipeline user reads the sink's local files with file() (docs/ARCHITECTURE.md).
 					PipelineReadDirs: readDirs(opts.ReadDirs),
+					Registry:         opts.Registry,
 				})
 				if err != nil {
 					return err
@@ -130,6 +133,8 @@ type Options struct {
 	// ReadDirs are local directories the embedded engine's pipeline user may read with file()
 	// (the sink's files, when the sink writes locally).
 	ReadDirs []string
+	// Registry, if set, receives the embedded engine's busy-time metrics.
+	Registry prometheus.Registerer
 }
 
 // readDirs makes dirs absolute, as the engine's guard compares them; one that cannot be is
