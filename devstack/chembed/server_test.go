@@ -21,6 +21,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/chdb-io/chdb-go/chdb"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // chDB allows one session per process, so the whole test binary shares one
@@ -28,6 +29,7 @@ import (
 var (
 	shared    *Server
 	sharedDir string
+	sharedReg = prometheus.NewRegistry()
 	dbCounter atomic.Int64
 )
 
@@ -54,6 +56,7 @@ func TestMain(m *testing.M) {
 		BodyTimeout:        testBodyTimeout,
 		IdleTimeout:        testIdleTimeout,
 		MaxOutsideRequests: testMaxOutside,
+		Registry:           sharedReg,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start shared server:", err)
