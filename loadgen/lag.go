@@ -106,15 +106,17 @@ func (m *lagMonitor) lag(ctx context.Context) (int64, error) {
 	return total, perr
 }
 
-// sample records the lag every second until ctx ends.
+// sample records the lag at once and then every second until ctx ends.
 func (m *lagMonitor) sample(ctx context.Context, start time.Time) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 		sctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 		n, err := m.lag(sctx)

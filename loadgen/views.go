@@ -133,11 +133,13 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 	lag := v.lag
 	defer lag.close()
 	probes := &prober{api: v.api, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait, kind: v.s.probe}
-	before := scrapeViewsMetrics(ctx, v.web, c.URL, v.s.metrics)
 
+	// The lag is sampled from the start: the scrape below can take seconds on a busy machine,
+	// and a short run would otherwise end before the first sample.
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(ctx)
 	bg.Go(func() { lag.sample(bgCtx, start) })
+	before := scrapeViewsMetrics(ctx, v.web, c.URL, v.s.metrics)
 	bg.Go(func() { probes.run(bgCtx, ctx, c.ProbeEvery) })
 
 	v.post(ctx, start, end, seed)
