@@ -41,8 +41,12 @@ type workload struct {
 	rng  *rand.Rand
 	zipf *rand.Zipf
 	cl   *kgo.Client
-	ends [partitions]int64
-	sent [][]schemas.Counted // every batch published, for republishing
+	// epoch is this workload's claim on every partition: the tests of this package share one
+	// counted topic, so each workload writes under an epoch above the ones before it, as a
+	// new aggregator would, and no batch identity stands for two different batches.
+	epoch uint64
+	ends  [partitions]int64
+	sent  [][]schemas.Counted // every batch published, for republishing
 }
 
 func newWorkload(t *testing.T) *workload {
@@ -58,7 +62,7 @@ func newWorkload(t *testing.T) *workload {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(42, uint64(time.Now().UnixNano())))
-	return &workload{rng: rng, zipf: rand.NewZipf(rng, 1.1, 1, 3000), cl: cl}
+	return &workload{rng: rng, zipf: rand.NewZipf(rng, 1.1, 1, 3000), cl: cl, epoch: uint64(time.Now().UnixNano())}
 }
 
 func (w *workload) produce(t *testing.T, recs ...schemas.Counted) {
@@ -93,7 +97,7 @@ func (w *workload) batch(pairs int) []schemas.Counted {
 	}
 	start := w.ends[p]
 	w.ends[p] += int64(10 + w.rng.IntN(100))
-	recs := schemas.CountedRecords(kind, schemas.BatchID{Partition: p, Epoch: 1, Start: start, End: w.ends[p]}, counts)
+	recs := schemas.CountedRecords(kind, schemas.BatchID{Partition: p, Epoch: w.epoch, Start: start, End: w.ends[p]}, counts)
 	w.sent = append(w.sent, recs)
 	return recs
 }
