@@ -361,6 +361,11 @@ func (a *Aggregator) undoZombies(ctx context.Context, p *partition) error {
 	if err != nil {
 		return err
 	}
+	// Once the deltas are deleted a retry finds no zombie marker, so the hours are also left
+	// to the flush's own rollup step: a failed recompute below is redone there.
+	for _, h := range hours {
+		p.dirty[h] = struct{}{}
+	}
 	if err := a.store.deleteInvalid(ctx, p.id, p.invalid); err != nil {
 		return err
 	}
