@@ -149,13 +149,13 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	var reads *openLoop
 	var likes *likesStreams
 	if c.Scenarios.Views {
-		views = newViewsRun(c, viewsStream(c), api, web, prefix)
+		views = newViewsRun(ctx, c, viewsStream(c), api, web, prefix)
 	}
 	if c.Scenarios.Clicks {
-		clicks = newViewsRun(c, clicksStream(c), api, web, prefix)
+		clicks = newViewsRun(ctx, c, clicksStream(c), api, web, prefix)
 	}
 	if c.Scenarios.ViewCounts {
-		counts = newViewsRun(c, viewCountsStream(c), api, web, prefix)
+		counts = newViewsRun(ctx, c, viewCountsStream(c), api, web, prefix)
 	}
 	if c.Scenarios.Reads {
 		reads = readsStream(c, api, prefix)

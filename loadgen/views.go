@@ -72,13 +72,17 @@ type viewsRun struct {
 	prefix string
 	errs   errorLog
 	lag    *lagMonitor
+	// before is the aggregator's counters read before the load's start: on a busy machine the
+	// scrape can take seconds, which must not come out of the load's own time.
+	before viewsMetrics
 
 	requests, accepted, unavailable atomic.Int64
 	lat                             recorder
 }
 
-func newViewsRun(c Config, s eventStream, api *client.Client, web *http.Client, prefix string) *viewsRun {
-	return &viewsRun{cfg: c, s: s, api: api, web: web, prefix: prefix, lag: newLagMonitor(c.Brokers, s.group, s.topic)}
+func newViewsRun(ctx context.Context, c Config, s eventStream, api *client.Client, web *http.Client, prefix string) *viewsRun {
+	return &viewsRun{cfg: c, s: s, api: api, web: web, prefix: prefix, lag: newLagMonitor(c.Brokers, s.group, s.topic),
+		before: scrapeViewsMetrics(ctx, web, c.URL, s.metrics)}
 }
 
 func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) {
@@ -133,13 +137,11 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 	lag := v.lag
 	defer lag.close()
 	probes := &prober{api: v.api, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait, kind: v.s.probe}
+	before := v.before
 
-	// The lag is sampled from the start: the scrape below can take seconds on a busy machine,
-	// and a short run would otherwise end before the first sample.
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(ctx)
 	bg.Go(func() { lag.sample(bgCtx, start) })
-	before := scrapeViewsMetrics(ctx, v.web, c.URL, v.s.metrics)
 	bg.Go(func() { probes.run(bgCtx, ctx, c.ProbeEvery) })
 
 	v.post(ctx, start, end, seed)
