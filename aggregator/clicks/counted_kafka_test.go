@@ -2,7 +2,6 @@ package clicks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -12,20 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	countedtopic "tally/aggregator/counted"
+	"tally/aggregator/counted/countedtest"
 	"tally/schemas"
 )
-
-// failAfterFirstChunk publishes only the first chunk of a batch and then fails, like a crash in
-// the middle of a publish.
-type failAfterFirstChunk struct{ countedtopic.Topic }
-
-func (c failAfterFirstChunk) Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error {
-	recs := schemas.CountedRecords(kind, b, counts)
-	if err := c.Topic.Publish(ctx, kind, b, recs[0].Counts); err != nil {
-		return err
-	}
-	return errors.New("crashed after the first chunk")
-}
 
 // The counted topic, read with topk's rule, holds exactly the clicks the click-id rule counts
 // (the oracle's, per ad and event-time second) up to each owner's checkpoint: after plain
@@ -133,7 +121,7 @@ func TestCountedTopicHoldsTheDeduplicatedClicks(t *testing.T) {
 
 	a, at = assign()
 	check("crash before the publishes", at)
-	a.cfg.Counted = failAfterFirstChunk{pub}
+	a.cfg.Counted = countedtest.FailAfterFirstChunk{Topic: pub}
 	big := n1 + schemas.MaxCountedChunk + 100
 	a.Process(schemas.TopicClicks, part, seq(n1, big), f.clicks[n1:big])
 	if _, err := a.Flush(ctx); err != nil {

@@ -2,7 +2,6 @@ package views
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"testing"
@@ -11,20 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/aggregator/counted"
+	"tally/aggregator/counted/countedtest"
 	"tally/schemas"
 )
-
-// cutShort publishes only the first chunk of a batch and then fails, like a crash in the middle
-// of a publish.
-type cutShort struct{ counted.Topic }
-
-func (c cutShort) Publish(ctx context.Context, kind schemas.CountKind, b schemas.BatchID, counts []schemas.BucketCount) error {
-	recs := schemas.CountedRecords(kind, b, counts)
-	if err := c.Topic.Publish(ctx, kind, b, recs[0].Counts); err != nil {
-		return err
-	}
-	return errors.New("crashed after the first chunk")
-}
 
 // The counted topic, read with topk's rule (a chunk counts iff it comes after the last one
 // applied from its source partition), holds exactly ClickHouse's deltas: after plain flushes,
@@ -99,7 +87,7 @@ func TestCountedTopicFollowsClickHouse(t *testing.T) {
 	a = newAgg()
 	check("crash before the publish")
 
-	a.cfg.Counted = cutShort{pub}
+	a.cfg.Counted = countedtest.FailAfterFirstChunk{Topic: pub}
 	post(a, schemas.MaxCountedChunk+50) // two chunks; the second never leaves
 	a.cfg.Counted = nil
 	a = newAgg()
