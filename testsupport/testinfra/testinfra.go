@@ -40,7 +40,7 @@ func Start() (*Infra, error) {
 		w = os.Stderr
 	}
 	in := &Infra{Dir: dir, Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	if in.Kafka, err = kafkabroker.Start(filepath.Join(dir, "kafka"), "127.0.0.1:0", false); err != nil {
+	if in.Kafka, err = kafkabroker.Start(kafkabroker.Options{Dir: filepath.Join(dir, "kafka"), Addr: "127.0.0.1:0"}); err != nil {
 		in.Stop()
 		return nil, err
 	}
