@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -218,6 +219,83 @@ func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
 			checkRollups(t, ctx, conn, item, 100)
 		})
 	}
+}
+
+// On a ClickHouse cluster the rollup tables are Replicated, which drop an INSERT block identical
+// to a recent one, also when it arrives through a materialized view. Two batches, or two repairs,
+// can carry identical rollup rows (one view of an item in the same second); both must count.
+// The embedded engine is made to deduplicate the same way: the rollups get a deduplication
+// window (as Replicated tables have), and INSERT ... SELECT is deduplicated whatever the query
+// (as servers before 26.1 did).
+func TestIdenticalRollupRowsOfTwoBatchesBothCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_rollup_dedup_test")
+	for _, r := range rollups() {
+		if err := conn.Exec(ctx, "ALTER TABLE "+r.table+" MODIFY SETTING non_replicated_deduplication_window = 1000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dedupCtx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"deduplicate_insert_select": "enable_even_for_bad_queries"}))
+	clock := time.Now().UTC().Truncate(time.Second)
+	// The engine deduplicates as a replica would: two identical plain INSERTs keep one block.
+	for range 2 {
+		if err := conn.Exec(ctx, "INSERT INTO views_by_minute VALUES ('dedup-check', ?, 1)", clock.Truncate(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rollupTotals(t, ctx, conn, "dedup-check")["views_by_minute"]; got != 1 {
+		t.Fatalf("got %d after two identical INSERTs; want 1 (the engine deduplicating like a replica)", got)
+	}
+	now := func() time.Time { return clock }
+	at := clock.Add(-time.Minute) // every view in the same second
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
+		MaxBatch: 1000, SketchIdle: time.Minute, Owner: "test"}
+	viewer := 0
+	// batch gives a one view of item at the same second, by a new viewer, and flushes it.
+	batch := func(a *Aggregator, part int32, item string) {
+		processViews(a, part, item, viewer, 1, at)
+		viewer++
+		clock = clock.Add(cfg.FlushInterval)
+		if _, err := a.Flush(dedupCtx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assign := func(part int32) *Aggregator {
+		a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+		if _, err := a.Assign(dedupCtx, []int32{part}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	t.Run("rollups of two batches", func(t *testing.T) {
+		a := assign(0)
+		batch(a, 0, "same-rows")
+		batch(a, 0, "same-rows")
+		checkRollups(t, ctx, conn, "same-rows", 2)
+	})
+	t.Run("two repairs", func(t *testing.T) {
+		const part, item = 1, "same-repairs"
+		a := assign(part)
+		for round := range 2 {
+			batch(a, part, item)
+			batch(a, part, item) // its marker vouches for the previous batch's rollups only
+			// Lose this batch's rollup rows, as a ClickHouse killed mid-flush would; the next
+			// owner repairs them with the same correction each round.
+			end := int64(viewer)
+			for _, r := range rollups() {
+				q := fmt.Sprintf(`INSERT INTO %[1]s SELECT item_id, %[2]s, -toInt64(sum(views)) FROM view_deltas
+					WHERE item_id = ? AND partition = ? AND end_offset = ? GROUP BY item_id, %[2]s`, r.table, r.expr)
+				lossCtx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": fmt.Sprintf("loss %d %s", round, r.table)}))
+				if err := conn.Exec(lossCtx, q, item, uint16(part), end); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a = assign(part)
+		}
+		checkRollups(t, ctx, conn, item, 4)
+	})
 }
 
 // processViews gives a the records from to from+n-1 of part: views of item by viewers "v<offset>" at ts.
