@@ -132,7 +132,7 @@ func Parts(e cli.Env, s *Settings) (parts []lifecycle.Part, addr func() string) 
 	likesPart := lifecycle.Part{
 		Name: "likes handler and applier",
 		Start: func(context.Context) error {
-			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger).Register(routes)
+			likes.NewHandler(likes.HandlerOptions{Store: likeStore, Producer: cl, Topic: schemas.TopicLikes, ProduceTimeout: cfg.Kafka.ProduceTimeout, Now: now, Logger: logger}).Register(routes)
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {
 				return err
