@@ -119,8 +119,7 @@ func TestRetriesWhenNoAnswerArrives(t *testing.T) {
 			case <-r.Context().Done():
 			}
 		}},
-		// Three: the transport itself resends a request once when its connection breaks.
-		{"connection broken", 3, func(w http.ResponseWriter, r *http.Request, _ <-chan struct{}) {
+		{"connection broken twice", 2, func(w http.ResponseWriter, r *http.Request, _ <-chan struct{}) {
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err == nil {
 				conn.Close()
@@ -152,11 +151,11 @@ func TestRetriesWhenNoAnswerArrives(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := c.SendView(context.Background(), View{ItemID: "i", ViewerID: "v"}); err != nil {
-				t.Fatalf("got %v; want success on the second attempt", err)
+				t.Fatalf("got %v; want success once the failures are over", err)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if len(bodies) != tt.fails+1 || slices.Compact(slices.Clone(bodies))[0] != bodies[0] || len(slices.Compact(slices.Clone(bodies))) != 1 {
+			if len(bodies) != tt.fails+1 || len(slices.Compact(slices.Clone(bodies))) != 1 {
 				t.Errorf("requests: got %q; want %d with the same body", bodies, tt.fails+1)
 			}
 		})
