@@ -2,9 +2,10 @@
 # One multi-stage build for every tally component. Each component is its own target:
 #   docker build --target collector -t tally/collector .
 # Binaries are static (CGO_ENABLED=0: no component outside the all-in-one links the embedded
-# ClickHouse engine), the runtime base is Alpine (busybox's wget runs the healthchecks; crond
-# runs the batch jobs), and every process runs as the unprivileged user tally (uid 10001).
-# The target list must match the cmd directories: deploy/compose_test.go checks both ways.
+# ClickHouse engine), the runtime base is Alpine (busybox's wget runs the healthchecks, its sh
+# and date the nightly schedule), and every process runs as the unprivileged user tally (uid
+# 10001). The target list must match the cmd directories, and the images stay static, non-root
+# and pinned: deploy/compose_test.go checks it.
 
 ARG GO_IMAGE=golang:1.26.8-alpine3.22
 ARG BASE_IMAGE=alpine:3.22.2

@@ -202,3 +202,64 @@ func TestComposeKeepsServerData(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerfileImages: the images are built from pinned base images, their binaries are static
+// (no libc needed on the small base), and every component's image runs as a non-root user
+// inherited from the one base stage.
+func TestDockerfileImages(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	args := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^ARG\s+(\w+)=(\S+)\s*$`).FindAllStringSubmatch(text, -1) {
+		args[m[1]] = m[2]
+	}
+	from := map[string]string{} // stage -> what it is built FROM, ARGs expanded
+	for _, m := range regexp.MustCompile(`(?im)^FROM\s+(\S+)\s+AS\s+(\S+)\s*$`).FindAllStringSubmatch(text, -1) {
+		image := m[1]
+		if a, ok := strings.CutPrefix(image, "${"); ok {
+			image = args[strings.TrimSuffix(a, "}")]
+		}
+		from[m[2]] = image
+	}
+	for _, stage := range []string{"build", "base"} {
+		if !pinnedRe.MatchString(from[stage]) {
+			t.Errorf("stage %s is FROM %q; want an image pinned to a full version", stage, from[stage])
+		}
+	}
+	if !regexp.MustCompile(`(?m)^ENV\s+.*\bCGO_ENABLED=0\b`).MatchString(text) {
+		t.Errorf("got no ENV CGO_ENABLED=0 in the build stage; want static binaries")
+	}
+	user := regexp.MustCompile(`(?m)^USER\s+(\S+)\s*$`).FindAllStringSubmatch(text, -1)
+	if len(user) != 1 || strings.HasPrefix(user[0][1], "0") || strings.HasPrefix(user[0][1], "root") {
+		t.Errorf("got USER lines %v; want one, in the base stage, naming a non-root uid", user)
+	}
+	// Every component target descends from base (directly or through another component).
+	for _, c := range append(components(t), "batchjob-cron") {
+		stage, seen := c, 0
+		for stage != "base" && seen < len(from) {
+			stage, seen = from[stage], seen+1
+		}
+		if stage != "base" {
+			t.Errorf("target %s does not descend from the base stage (FROM %q); want the non-root base", c, from[c])
+		}
+	}
+}
+
+// TestGrafanaPluginPinned: Grafana installs the ClickHouse data source plugin at a pinned version,
+// the one the provisioned data source and the dashboards are written for.
+func TestGrafanaPluginPinned(t *testing.T) {
+	p, err := loadCompose(t, secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	if p := p.Services["grafana"].Environment["GF_PLUGINS_PREINSTALL_SYNC"]; p != nil {
+		v = *p
+	}
+	if !regexp.MustCompile(`(^|,)grafana-clickhouse-datasource@\d+\.\d+\.\d+(,|$)`).MatchString(v) {
+		t.Errorf("grafana GF_PLUGINS_PREINSTALL_SYNC = %q; want grafana-clickhouse-datasource@<x.y.z>", v)
+	}
+}

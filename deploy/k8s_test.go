@@ -169,7 +169,7 @@ func checkWorkloads(t *testing.T, o objects, wantSecret bool, imagePrefix string
 	for _, c := range o.configMaps {
 		configMaps[c.Name] = true
 	}
-	for _, want := range []string{"Deployment collector", "StatefulSet aggregator", "Deployment topk", "Deployment sink"} {
+	for _, want := range []string{"Deployment collector", "StatefulSet aggregator", "Deployment topk", "StatefulSet sink"} {
 		found := false
 		for _, w := range o.workloads() {
 			found = found || w.name == want
@@ -209,7 +209,18 @@ func checkWorkloads(t *testing.T, o objects, wantSecret bool, imagePrefix string
 			}
 			var config bool
 			for _, e := range c.Env {
-				config = config || e.Name == "TALLY_CONFIG"
+				if e.Name == "TALLY_CONFIG" {
+					config = true
+					if !mountsConfig(w.spec, c, e.Value) {
+						t.Errorf("%s/%s: TALLY_CONFIG is %s, where no ConfigMap is mounted; want the tally-config file there", w.name, c.Name, e.Value)
+					}
+				}
+				// A static group member id from the pod's name needs a name that survives the
+				// pod: a Deployment's pods get new names, leaving stale members behind.
+				if strings.HasSuffix(e.Name, "_INSTANCE_ID") && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+					e.ValueFrom.FieldRef.FieldPath == "metadata.name" && !strings.HasPrefix(w.name, "StatefulSet ") {
+					t.Errorf("%s/%s: %s is the pod's name; want it only on a StatefulSet, whose pod names are stable", w.name, c.Name, e.Name)
+				}
 				if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 					continue
 				}
@@ -223,6 +234,21 @@ func checkWorkloads(t *testing.T, o objects, wantSecret bool, imagePrefix string
 			}
 		}
 	}
+}
+
+// mountsConfig reports whether c mounts a ConfigMap volume of spec at path (the file itself,
+// or a directory holding it).
+func mountsConfig(spec corev1.PodSpec, c corev1.Container, path string) bool {
+	fromConfigMap := map[string]bool{}
+	for _, v := range spec.Volumes {
+		fromConfigMap[v.Name] = v.ConfigMap != nil
+	}
+	for _, m := range c.VolumeMounts {
+		if fromConfigMap[m.Name] && (m.MountPath == path || m.SubPath == "" && strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 func checkCollector(t *testing.T, o objects) {

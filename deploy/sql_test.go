@@ -124,16 +124,20 @@ var dashboardQueries = []struct{ file, panel string }{
 	{"likes-batch.json", "Batch job runs (versions)"},
 	{"likes-batch.json", "Drift repaired per run"},
 	{"likes-batch.json", "Largest differences of the latest run"},
+	{"likes-batch.json", "Views recount runs (versions)"},
+	{"likes-batch.json", "Views recount differences of the latest run"},
 	{"clicks-topk.json", "Clicks per minute (provisional)"},
 	{"clicks-topk.json", "Clicks per day: provisional vs final"},
 	{"clicks-topk.json", "Top ads by clicks"},
 	{"clicks-topk.json", "Final daily click versions"},
 	{"clicks-topk.json", "Top-K published (latest)"},
+	{"clicks-topk.json", "Clicks aggregator progress per partition"},
 }
 
 // seed is data for every table the queries read, dated inside their time range. The click
-// report has a complete version 1 and a version 2 whose run died before its click_report_versions
-// row: the final numbers must come from version 1 only.
+// report and the views recount each have a complete version 1 and a version 2 whose run died
+// before its run row (click_report_versions, view_recount_runs): the panels must show version 1
+// only.
 var seed = []string{
 	`INSERT INTO tally.view_deltas (partition, end_offset, watermark, item_id, second, views) VALUES
 		(0, 100, now64(3) - 5, '', now(), 0), (1, 50, now64(3) - 9, '', now(), 0),
@@ -154,6 +158,10 @@ var seed = []string{
 	`INSERT INTO tally.click_report_versions VALUES (today() - 1, 1, now64(3) - 3700, now64(3) - 3600, 'kafka', 2, 16, 15, 1, 1, 18)`,
 	`INSERT INTO tally.click_deltas (partition, epoch, clicks_end, verdicts_end, watermark, rolled_clicks, rolled_verdicts, ad_id, minute, clicks, billable) VALUES
 		(1, 1, 20, 0, now64(3) - 5, 0, 0, 'ad-1', toStartOfMinute(now() - 86000), 16, 15)`,
+	`INSERT INTO tally.view_recount_runs VALUES (1, now64(3) - 100, now64(3) - 90, today() - 2, 'files', 120, 100, 40, 2)`,
+	`INSERT INTO tally.view_recount_diffs VALUES
+		(1, today() - 2, 'post-1', 10, 11, 1), (1, today() - 2, 'post-2', 20, 17, -3),
+		(2, today() - 2, 'post-3', 5, 50, 45)`,
 	`INSERT INTO tally.topk_snapshots VALUES
 		('views', '1m', now64(3) - 120, 1, 'post-9', 50, true, 0),
 		('views', '1m', now64(3) - 60, 1, 'post-1', 70, true, 0), ('views', '1m', now64(3) - 60, 2, 'post-2', 30, true, 0),
@@ -262,14 +270,18 @@ func TestDashboardQueries(t *testing.T) {
 		})
 	}
 	// The seeded values each panel must show: final clicks only from the complete report
-	// version, provisional ones without the checkpoint marker rows, and the latest top-K list of
-	// each kind and window.
+	// version, provisional ones without the checkpoint marker rows, the latest top-K list of
+	// each kind and window, checkpoints only from the marker rows, and the recount's differences
+	// only from its latest finished run.
 	values := []struct{ key, sql, want string }{
 		{"clicks-topk.json/Clicks per day: provisional vs final", "SELECT toString(sum(final)) || '/' || toString(sum(final_billable)) FROM (%s)", "16/15"},
 		{"clicks-topk.json/Clicks per minute (provisional)", "SELECT toString(sum(provisional_clicks)) || '/' || toString(sum(provisional_billable)) FROM (%s)", "29/27"},
 		{"clicks-topk.json/Top ads by clicks", "SELECT arrayStringConcat(groupArray(ad_id), ',') FROM (%s)", "ad-1,ad-2"},
 		{"clicks-topk.json/Final daily click versions", "SELECT arrayStringConcat(groupArray(toString(version)), ',') FROM (%s)", "1"},
 		{"clicks-topk.json/Top-K published (latest)", "SELECT arrayStringConcat(groupArray(key), ',') FROM (%s)", "post-1,post-2,ad-1"},
+		{"clicks-topk.json/Clicks aggregator progress per partition", "SELECT arrayStringConcat(groupArray(toString(partition) || ':' || toString(clicks_offset) || '/' || toString(verdicts_offset)), ',') FROM (%s)", "0:40/3"},
+		{"likes-batch.json/Views recount runs (versions)", "SELECT arrayStringConcat(groupArray(toString(version) || ':' || toString(differences)), ',') FROM (%s)", "1:2"},
+		{"likes-batch.json/Views recount differences of the latest run", "SELECT arrayStringConcat(groupArray(item_id || ':' || toString(diff)), ',') FROM (%s)", "post-2:-3,post-1:1"},
 	}
 	for _, v := range values {
 		t.Run(v.key+"/values", func(t *testing.T) {

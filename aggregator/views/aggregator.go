@@ -157,14 +157,15 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		if n := len(f.claims); n > 0 {
 			prev = f.claims[n-1].start
 		}
-		c := claim{epoch: f.maxEpoch() + 1, start: cp.end}
-		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, a.now()); err != nil {
+		c := claim{epoch: f.maxEpoch() + 1, start: cp.end, at: a.now()}
+		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, c.at); err != nil {
 			return nil, err
 		}
 		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
-		p.epoch, p.start, p.rolled = c.epoch, c.start, cp.rolled
+		p.epoch, p.rolled = c.epoch, cp.rolled
 		p.fence = newFence(append(f.claims, c))
-		if err := a.reconcile(ctx, p, prev); err != nil {
+		p.lookback = p.fence.lookback(c.at.Add(-zombieLookback), prev)
+		if err := a.reconcile(ctx, p, p.lookback); err != nil {
 			return nil, err
 		}
 		pairs := 0
@@ -191,6 +192,12 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 	a.catchUpCountedAll(ctx, assigned)
 	return resume, nil
 }
+
+// zombieLookback is how far back in claims an owner looks for zombies' batches: a statement whose
+// check of the claims (inside the statement) ran before a claim but whose rows committed after it
+// (a ClickHouse server runs statements concurrently) is found as long as it commits within this
+// of the claim it raced, even when the owners of the claims since then all died before looking.
+const zombieLookback = 10 * time.Minute
 
 // zombieRecheck is how long a zombie's undone batch is undone again at every check: the rest of
 // the zombie's flush (a few statements) lands within it unless the zombie stalls once more.
@@ -455,7 +462,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		p.markFlushed(p.next, now)
 		if rolled {
 			p.rolled = p.flushed
-		} else if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, p, p.start) }); err != nil {
+		} else if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, p, p.lookback) }); err != nil {
 			return nil, err
 		}
 	}
@@ -471,7 +478,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 			return nil, err
 		}
 		for _, p := range held {
-			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.start) }); err != nil {
+			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.lookback) }); err != nil {
 				return nil, err
 			}
 		}

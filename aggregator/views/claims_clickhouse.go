@@ -8,7 +8,7 @@ import (
 
 // loadFence reads partition p's claims.
 func (s *store) loadFence(ctx context.Context, p int32) (fence, error) {
-	rows, err := s.conn.Query(ctx, `SELECT epoch, start_offset FROM partition_claims WHERE partition = ?`, uint16(p))
+	rows, err := s.conn.Query(ctx, `SELECT epoch, start_offset, claimed_at FROM partition_claims WHERE partition = ?`, uint16(p))
 	if err != nil {
 		return fence{}, fmt.Errorf("load claims of partition %d: %w", p, err)
 	}
@@ -16,7 +16,7 @@ func (s *store) loadFence(ctx context.Context, p int32) (fence, error) {
 	var cs []claim
 	for rows.Next() {
 		var c claim
-		if err := rows.Scan(&c.epoch, &c.start); err != nil {
+		if err := rows.Scan(&c.epoch, &c.start, &c.at); err != nil {
 			return fence{}, fmt.Errorf("scan claim of partition %d: %w", p, err)
 		}
 		cs = append(cs, c)

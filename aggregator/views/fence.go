@@ -5,13 +5,15 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 )
 
 // claim is one assignment of a partition: the epoch its owner writes under (the previous
-// maximum + 1) and the deltas checkpoint it resumed from.
+// maximum + 1), the deltas checkpoint it resumed from and when it was made.
 type claim struct {
 	epoch uint64
 	start int64
+	at    time.Time
 }
 
 // fence is the validity rule of a partition's batches, derived from its claims alone: a batch of
@@ -45,6 +47,17 @@ func (f fence) epochs() []uint64 {
 		es = append(es, c.epoch)
 	}
 	return es
+}
+
+// lookback is where an owner looks for zombies' batches: the lowest start among the claims made
+// since since (the claims a statement still running could have raced), and at most upTo.
+func (f fence) lookback(since time.Time, upTo int64) int64 {
+	for _, c := range f.claims {
+		if !c.at.Before(since) && c.start < upTo {
+			upTo = c.start
+		}
+	}
+	return upTo
 }
 
 // bound is the highest end offset a valid batch of epoch e may have; ok is false when no later

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -40,6 +41,90 @@ func TestFenceValidity(t *testing.T) {
 	if got, want := f.maxEpoch(), uint64(3); got != want {
 		t.Errorf("got max epoch %d; want %d", got, want)
 	}
+}
+
+func TestFenceLookback(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	f := newFence([]claim{{epoch: 1, start: 0, at: t0}, {epoch: 2, start: 40, at: t0.Add(time.Minute)},
+		{epoch: 3, start: 100, at: t0.Add(2 * time.Minute)}})
+	tests := []struct {
+		name  string
+		since time.Time
+		upTo  int64
+		want  int64
+	}{
+		{"every claim recent", t0, 100, 0},
+		{"the two newest recent", t0.Add(time.Minute), 100, 40},
+		{"only the newest recent", t0.Add(2 * time.Minute), 100, 100},
+		{"none recent: upTo", t0.Add(time.Hour), 70, 70},
+		{"upTo below every recent start", t0, -1, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := f.lookback(tt.since, tt.upTo); got != tt.want {
+				t.Errorf("got lookback %d; want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// A ClickHouse server may commit a statement whose check of the claims (inside the statement)
+// ran just before a claim. If that owner dies before it looks for zombies' batches, and the next
+// owner's checkpoint is already past the batch, the next owner must still find it: it looks back
+// over every claim of the last zombieLookback, not only from its own start.
+func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_zombie_lookback_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	withOwner := func(owner string) Config { c := cfg; c.Owner = owner; return c }
+	const part, item = int32(30), "lookback"
+	process := func(a *Aggregator, from, n int) { processViews(a, part, item, from, n, clock) }
+
+	zombie := New(withOwner("zombie"), conn, now, infra.Logger, prometheus.NewRegistry())
+	if _, err := zombie.Assign(ctx, []int32{part}); err != nil {
+		t.Fatal(err)
+	}
+	process(zombie, 0, 40)
+	clock = clock.Add(cfg.SketchInterval)
+	if _, err := zombie.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	process(zombie, 40, 60) // its statement for 40-100 is under way when the next owner claims
+
+	first := New(withOwner("first"), conn, now, infra.Logger, prometheus.NewRegistry())
+	if resume, err := first.Assign(ctx, []int32{part}); err != nil || resume[part] != 40 {
+		t.Fatalf("got resume %v, %v; want partition %d at 40", resume, err, part)
+	}
+	process(first, 40, 60)
+	clock = clock.Add(cfg.SketchInterval)
+	if _, err := first.Flush(ctx); err != nil { // deltas and sketches to 100; then it dies
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Minute)
+	second := New(withOwner("second"), conn, now, infra.Logger, prometheus.NewRegistry())
+	if resume, err := second.Assign(ctx, []int32{part}); err != nil || resume[part] != 100 {
+		t.Fatalf("got resume %v, %v; want partition %d at 100", resume, err, part)
+	}
+	// The zombie's rows commit now, after both claims.
+	zp := []*partition{zombie.parts[part]}
+	if err := zombie.store.writeBatchItems(ctx, zp, clock); err != nil {
+		t.Fatal(err)
+	}
+	if err := zombie.store.writeDeltasInto(ctx, "view_deltas", zp, clock); err != nil {
+		t.Fatal(err)
+	}
+	if got := rollupTotals(t, ctx, conn, item)["view_deltas"]; got != 160 {
+		t.Fatalf("got %d views in the deltas after the zombie's commit; want 160", got)
+	}
+	clock = clock.Add(cfg.SketchInterval) // the second owner looks for zombies' batches
+	if _, err := second.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkRollups(t, ctx, conn, item, 100)
 }
 
 // rollupTotals returns item -> total per rollup table, and the deltas' total.
@@ -136,6 +221,83 @@ func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
 	}
 }
 
+// On a ClickHouse cluster the rollup tables are Replicated, which drop an INSERT block identical
+// to a recent one, also when it arrives through a materialized view. Two batches, or two repairs,
+// can carry identical rollup rows (one view of an item in the same second); both must count.
+// The embedded engine is made to deduplicate the same way: the rollups get a deduplication
+// window (as Replicated tables have), and INSERT ... SELECT is deduplicated whatever the query
+// (as servers before 26.1 did).
+func TestIdenticalRollupRowsOfTwoBatchesBothCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_rollup_dedup_test")
+	for _, r := range rollups() {
+		if err := conn.Exec(ctx, "ALTER TABLE "+r.table+" MODIFY SETTING non_replicated_deduplication_window = 1000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dedupCtx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"deduplicate_insert_select": "enable_even_for_bad_queries"}))
+	clock := time.Now().UTC().Truncate(time.Second)
+	// The engine deduplicates as a replica would: two identical plain INSERTs keep one block.
+	for range 2 {
+		if err := conn.Exec(ctx, "INSERT INTO views_by_minute VALUES ('dedup-check', ?, 1)", clock.Truncate(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rollupTotals(t, ctx, conn, "dedup-check")["views_by_minute"]; got != 1 {
+		t.Fatalf("got %d after two identical INSERTs; want 1 (the engine deduplicating like a replica)", got)
+	}
+	now := func() time.Time { return clock }
+	at := clock.Add(-time.Minute) // every view in the same second
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
+		MaxBatch: 1000, SketchIdle: time.Minute, Owner: "test"}
+	viewer := 0
+	// batch gives a one view of item at the same second, by a new viewer, and flushes it.
+	batch := func(a *Aggregator, part int32, item string) {
+		processViews(a, part, item, viewer, 1, at)
+		viewer++
+		clock = clock.Add(cfg.FlushInterval)
+		if _, err := a.Flush(dedupCtx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assign := func(part int32) *Aggregator {
+		a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+		if _, err := a.Assign(dedupCtx, []int32{part}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	t.Run("rollups of two batches", func(t *testing.T) {
+		a := assign(0)
+		batch(a, 0, "same-rows")
+		batch(a, 0, "same-rows")
+		checkRollups(t, ctx, conn, "same-rows", 2)
+	})
+	t.Run("two repairs", func(t *testing.T) {
+		const part, item = 1, "same-repairs"
+		a := assign(part)
+		for round := range 2 {
+			batch(a, part, item)
+			batch(a, part, item) // its marker vouches for the previous batch's rollups only
+			// Lose this batch's rollup rows, as a ClickHouse killed mid-flush would; the next
+			// owner repairs them with the same correction each round.
+			end := int64(viewer)
+			for _, r := range rollups() {
+				q := fmt.Sprintf(`INSERT INTO %[1]s SELECT item_id, %[2]s, -toInt64(sum(views)) FROM view_deltas
+					WHERE item_id = ? AND partition = ? AND end_offset = ? GROUP BY item_id, %[2]s`, r.table, r.expr)
+				lossCtx := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": fmt.Sprintf("loss %d %s", round, r.table)}))
+				if err := conn.Exec(lossCtx, q, item, uint16(part), end); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a = assign(part)
+		}
+		checkRollups(t, ctx, conn, item, 4)
+	})
+}
+
 // processViews gives a the records from to from+n-1 of part: views of item by viewers "v<offset>" at ts.
 func processViews(a *Aggregator, part int32, item string, from, n int, ts time.Time) {
 	offs := make([]int64, n)
@@ -159,11 +321,17 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
 		MaxBatch: 1000, SketchIdle: time.Minute}
 	tests := []struct {
-		name      string
-		slipsPast bool // the zombie's INSERT lands after the new owner's claim, past the fence check
+		name string
+		// slip says how the zombie's batch gets past its check of the claims: "" it does not
+		// (its next flush checks first), "statement" its INSERTs are sent after the new owner's
+		// claim (a stall between check and INSERT), "commit" its rows commit after the claim
+		// although the statement's own check ran before it (a ClickHouse server running
+		// statements concurrently).
+		slip string
 	}{
-		{"fence check drops the batch", false},
-		{"batch written past the check is undone", true},
+		{"fence check drops the batch", ""},
+		{"batch sent past the check is dropped by the statement", "statement"},
+		{"batch committed past the claim is undone", "commit"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -194,24 +362,29 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if tt.slipsPast {
-				// The zombie's fence check passed before the claim; its INSERTs land now.
+			if tt.slip != "" {
+				// The zombie's fence check passed before the claim; its INSERTs arrive now.
 				zp := zombie.parts[part]
 				parts := []*partition{zp}
+				deltas := func() error { return zombie.store.writeDeltas(ctx, parts, clock) }
+				want := 100 // the statement drops the batch: nothing of it lands
+				if tt.slip == "commit" {
+					deltas = func() error { return zombie.store.writeDeltasInto(ctx, "view_deltas", parts, clock) }
+					want = 160 // it lands; the owner must find and undo it
+				}
 				for _, write := range []func() error{
 					func() error { return zombie.store.writeBatchItems(ctx, parts, clock) },
-					func() error { return zombie.store.writeDeltas(ctx, parts, clock) },
+					deltas,
 					func() error { return zombie.store.writeRollups(ctx, parts) },
 				} {
 					if err := write(); err != nil {
 						t.Fatal(err)
 					}
 				}
-				// Its deltas land (the test must double count first); its rollup rows arrive after
-				// the owner's claim and are dropped.
+				// Its rollup rows arrive after the owner's claim and are dropped.
 				got := rollupTotals(t, ctx, conn, item)
-				if got["view_deltas"] != 160 || got["views_total"] != 100 {
-					t.Fatalf("got %d views in the deltas and %d in views_total after the zombie's write; want 160 and 100", got["view_deltas"], got["views_total"])
+				if got["view_deltas"] != int64(want) || got["views_total"] != 100 {
+					t.Fatalf("got %d views in the deltas and %d in views_total after the zombie's write; want %d and 100", got["view_deltas"], got["views_total"], want)
 				}
 				clock = clock.Add(cfg.SketchInterval) // the owner looks for zombies' batches
 				if _, err := owner.Flush(ctx); err != nil {

@@ -80,12 +80,13 @@ type partition struct {
 	dead      []deadLetter // their dead letters, written before the batch (deadletter.go)
 
 	// Fencing (docs/EXACTLY_ONCE.md, "Zombie aggregators"): the epoch this owner claimed, the
-	// checkpoint it claimed from, the claims that decide which batches are valid, and the
-	// zombie batches already undone, with when they were first undone.
-	epoch  uint64
-	start  int64
-	fence  fence
-	undone map[batchRef]time.Time
+	// offset after which it looks for zombies' batches (fence.lookback), the claims that decide
+	// which batches are valid, and the zombie batches already undone, with when they were first
+	// undone.
+	epoch    uint64
+	lookback int64
+	fence    fence
+	undone   map[batchRef]time.Time
 	// rolled is the offset up to which the rollups are known to hold this partition's batches.
 	rolled int64
 	// redisEnd is the checkpoint Redis's item totals are known to hold (-1: unknown), and

@@ -2,9 +2,13 @@ package views
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"tally/platform/chclient"
 )
@@ -36,7 +40,20 @@ func rollups() []rollup {
 // claim is checked by the statement itself because a writer can stall between any check of its
 // own and the write: rows that arrive after a newer owner's claim are dropped, and that owner's
 // repair, which runs after its claim, sees everything that arrived before.
+//
+// On a ClickHouse cluster the rollups are Replicated tables, which drop an INSERT block
+// identical to a recent one (and so do their materialized views' blocks where
+// deduplicate_blocks_in_dependent_materialized_views is on, the default of recent servers). Two
+// batches can carry identical rollup rows (one late view of an item in the same second), so the
+// INSERT carries the batch's identity as its deduplication token: another batch's rows are
+// never taken for a repeat of these.
 func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
+	var token strings.Builder
+	token.WriteString("views-rollups")
+	for _, p := range parts {
+		fmt.Fprintf(&token, " %d/%d/%d", p.id, p.epoch, p.next)
+	}
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": token.String()}))
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_rollup_claimed (partition, epoch, item_id, second, views)")
 	if err != nil {
 		return fmt.Errorf("prepare rollup insert: %w", err)
@@ -66,12 +83,18 @@ func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
 // Buckets are compared from horizon on: older deltas may have been removed by their TTL. The
 // INSERTs write only while p has no claim newer than epoch: a repair by an owner that lost p could
 // land between the new owner's deltas and its rollups and count them twice (writeRollups).
+//
+// Each INSERT has a deduplication token of its own: two repairs can write identical corrections
+// (one view of an item in the same bucket, lost twice), which a Replicated rollup table on a
+// cluster would otherwise drop as a repeat (writeRollups). A repair needs no deduplication: it
+// compares before it writes.
 func (s *store) repairRollups(ctx context.Context, p int32, epoch uint64, items []string, invalid string, horizon time.Time) (int, error) {
 	fixed := 0
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
 		for _, r := range rollups() {
 			from := (horizon.Unix() + r.width - 1) / r.width * r.width // first whole bucket
-			q := fmt.Sprintf(`INSERT INTO %[1]s (item_id, %[2]s, views)
+			// In the statement: FitList's settings would replace a token set on ctx.
+			q := fmt.Sprintf(`INSERT INTO %[1]s (item_id, %[2]s, views) SETTINGS insert_deduplication_token = 'views-repair %[8]s'
 				SELECT item_id, b, w - h FROM (
 					SELECT item_id, b, sum(w) AS w, sum(h) AS h FROM (
 						SELECT item_id, %[3]s AS b, toInt64(views) AS w, toInt64(0) AS h FROM view_deltas
@@ -81,7 +104,7 @@ func (s *store) repairRollups(ctx context.Context, p int32, epoch uint64, items 
 						WHERE item_id IN (?) AND %[2]s >= toDateTime(%[5]d)
 					) GROUP BY item_id, b
 				) WHERE w != h AND (SELECT count() FROM partition_claims WHERE partition = %[4]d AND epoch > %[7]d) = 0`,
-				r.table, r.column, r.expr, p, from, invalid, epoch)
+				r.table, r.column, r.expr, p, from, invalid, epoch, rand.Text())
 			if err := s.conn.Exec(chclient.FitList(ctx, round, 2), q, round, round); err != nil {
 				return fixed, fmt.Errorf("repair %s of partition %d: %w", r.table, p, err)
 			}

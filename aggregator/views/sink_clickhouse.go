@@ -237,9 +237,18 @@ func (s *store) writeSketches(ctx context.Context, parts []*partition, now time.
 
 // writeDeltas writes the batches of parts and their checkpoint markers in one INSERT block,
 // which ClickHouse makes visible all at once. Every row carries the epoch it was written under
-// and the partition's rollup checkpoint (rolled_up_to) at that moment.
+// and the partition's rollup checkpoint (rolled_up_to) at that moment. The block goes through
+// view_deltas_claimed, whose materialized view drops the rows of a partition claimed by a newer
+// owner since: the fence is checked inside the statement, so no stall of this process between a
+// check and the INSERT can let a displaced owner's batch in.
 func (s *store) writeDeltas(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views, epoch, rolled_up_to)")
+	return s.writeDeltasInto(ctx, "view_deltas_claimed", parts, now)
+}
+
+// writeDeltasInto is writeDeltas into table; tests write into view_deltas itself to stand for a
+// ClickHouse server committing a statement whose fence check ran just before a claim.
+func (s *store) writeDeltasInto(ctx context.Context, table string, parts []*partition, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+table+" (partition, end_offset, watermark, item_id, second, views, epoch, rolled_up_to)")
 	if err != nil {
 		return fmt.Errorf("prepare deltas insert: %w", err)
 	}
