@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,6 +100,63 @@ func TestRetries(t *testing.T) {
 				if b != s.bodies[0] {
 					t.Errorf("attempt %d sent %q; want the first attempt's %q (ids and time fixed before the first try)", i+1, b, s.bodies[0])
 				}
+			}
+		})
+	}
+}
+
+// When no answer arrives (the attempt times out, or the connection breaks), the call is sent
+// again, with the same body: the event's id and time were fixed before the first attempt.
+func TestRetriesWhenNoAnswerArrives(t *testing.T) {
+	tests := []struct {
+		name  string
+		fails int // requests answered by fail before the first answer
+		fail  func(w http.ResponseWriter, r *http.Request, release <-chan struct{})
+	}{
+		{"attempt timed out", 1, func(w http.ResponseWriter, r *http.Request, release <-chan struct{}) {
+			select { // past the client's 200 ms bound per attempt
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}},
+		{"connection broken twice", 2, func(w http.ResponseWriter, r *http.Request, _ <-chan struct{}) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var bodies []string
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				bodies = append(bodies, string(b))
+				n := len(bodies)
+				mu.Unlock()
+				if n <= tt.fails {
+					tt.fail(w, r, release)
+					return
+				}
+				w.WriteHeader(202)
+				io.WriteString(w, accepted1)
+			}))
+			defer srv.Close()
+			defer close(release)
+			c, err := New(Options{BaseURL: srv.URL, HTTPClient: DefaultHTTPClient(200*time.Millisecond, 1), RetryBase: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SendView(context.Background(), View{ItemID: "i", ViewerID: "v"}); err != nil {
+				t.Fatalf("got %v; want success once the failures are over", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(bodies) != tt.fails+1 || len(slices.Compact(slices.Clone(bodies))) != 1 {
+				t.Errorf("requests: got %q; want %d with the same body", bodies, tt.fails+1)
 			}
 		})
 	}

@@ -15,9 +15,10 @@ import (
 )
 
 // checkLivePage opens the collector's page in headless Chromium (Debian's chromium, installed by
-// scripts/setup.sh), posts views for an item the page shows, and waits for the page's count to
-// rise to them without a reload. It writes a screenshot under the test's artifact directory
-// (go test -artifacts keeps it; scripts/test passes it).
+// scripts/setup.sh), posts views for an item and clicks for an ad the page shows, and waits for
+// the page's counts to rise to them without a reload (the clicks marked provisional), with the
+// top lists filled. It writes a screenshot under the test's artifact directory (go test
+// -artifacts keeps it; scripts/test passes it).
 func checkLivePage(t *testing.T, api string) {
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
@@ -52,9 +53,11 @@ func checkLivePage(t *testing.T, api string) {
 		}
 	}()
 
-	const item = "page-item"
+	const item, ad = "page-item", "page-ad"
 	cellSel := chromedp.CSS(`#item-table tr[data-item="` + item + `"] td.views`)
-	if err := chromedp.Do(ctx, chromedp.Navigate(api+"/?items="+item+",page-other"), chromedp.WaitVisible(cellSel)); err != nil {
+	clicksSel := chromedp.CSS(`#ad-table tr[data-ad="` + ad + `"] td:nth-child(2)`)
+	badgeSel := chromedp.CSS(`#ad-table tr[data-ad="` + ad + `"] .badge`)
+	if err := chromedp.Do(ctx, chromedp.Navigate(api+"/?items="+item+",page-other&ads="+ad), chromedp.WaitVisible(cellSel), chromedp.WaitVisible(clicksSel)); err != nil {
 		t.Fatalf("load the page: %v", err)
 	}
 	before, err := chromedp.Run(ctx, chromedp.Text(cellSel))
@@ -64,23 +67,55 @@ func checkLivePage(t *testing.T, api string) {
 	if before != "0" {
 		t.Fatalf("views before posting: got %q; want 0", before)
 	}
+	if clicks, err := chromedp.Run(ctx, chromedp.Text(clicksSel)); err != nil || clicks != "0" {
+		t.Fatalf("clicks before posting: got %q, %v; want 0", clicks, err)
+	}
 	var lines strings.Builder
 	for i := range 7 {
 		fmt.Fprintf(&lines, `{"type":"view","item_id":%q,"viewer_id":"pv%d"}`+"\n", item, i)
 	}
+	for i := range 3 {
+		fmt.Fprintf(&lines, `{"type":"click","click_id":"page-click-%d","ad_id":%q,"campaign_id":"c1","user_hash":"u%d","ip_hash":"h1","device":"web"}`+"\n", i, ad, i)
+	}
 	if code := post(t, api+"/v1/events", lines.String()); code != 202 {
 		t.Fatalf("POST /v1/events: got %d; want 202", code)
 	}
-	var after string
+	var after, clicks string
 	deadline := time.Now().Add(30 * time.Second)
-	for after != "7" && time.Now().Before(deadline) {
+	for (after != "7" || clicks != "3") && time.Now().Before(deadline) {
 		time.Sleep(500 * time.Millisecond)
 		if after, err = chromedp.Run(ctx, chromedp.Text(cellSel)); err != nil {
 			t.Fatalf("read the count: %v", err)
 		}
+		if clicks, err = chromedp.Run(ctx, chromedp.Text(clicksSel)); err != nil {
+			t.Fatalf("read the clicks: %v", err)
+		}
 	}
 	if after != "7" {
 		t.Errorf("views shown after posting 7: got %q; want 7 (the page updates without a reload)", after)
+	}
+	if clicks != "3" {
+		t.Errorf("clicks of %s shown after posting 3: got %q; want 3", ad, clicks)
+	}
+	if badge, err := chromedp.Run(ctx, chromedp.Text(badgeSel)); err != nil || badge != "provisional" {
+		t.Errorf("clicks of %s marked: got %q, %v; want provisional (no nightly report yet)", ad, badge, err)
+	}
+	// The 1-minute list, whose window ends at the last complete 5 seconds (the 1-hour one may be
+	// empty for the test's first minute).
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#top-window"), "1m")); err != nil {
+		t.Fatalf("choose the 1m top lists: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("top-window").dispatchEvent(new Event("change"))`)); err != nil {
+		t.Fatalf("choose the 1m top lists: %v", err)
+	}
+	var top int
+	for deadline := time.Now().Add(20 * time.Second); top == 0 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if top, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#top-items li").length`)); err != nil {
+			t.Fatalf("read the top list: %v", err)
+		}
+	}
+	if top == 0 {
+		t.Errorf("top items over 1m listed: got none; want some (topk runs in the all-in-one)")
 	}
 	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#status")))
 	if err != nil {

@@ -48,9 +48,9 @@ const (
 	// eoAllInOneClickRate paces the all-in-one test's clicks (a tenth of its views' count), so
 	// that they outlast the views and the kills go on while they arrive.
 	eoAllInOneClickRate = 300
-	dedupeWindow    = 30 * time.Minute
-	dedupeGrace     = 10 * time.Minute
-	eoEventMinute   = int64(time.Minute / time.Millisecond)
+	dedupeWindow        = 30 * time.Minute
+	dedupeGrace         = 10 * time.Minute
+	eoEventMinute       = int64(time.Minute / time.Millisecond)
 	// eoCountEvery: one event in this many is an edge view count.
 	eoCountEvery = 50
 )

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -51,6 +52,11 @@ func replayFiles(ctx context.Context, d Deps, st store.Store, fn func([]likestat
 	if err != nil {
 		return nil, stats, false, err
 	}
+	lowest := maps.Clone(from) // each partition's first offset: its first file's, else the Kafka tail's
+	for _, r := range use {
+		lowest[r.Partition] = min(lowest[r.Partition], r.First)
+	}
+	d.setTotal(snap, lowest)
 	var batch []likestate.Record
 	err = rawlog.ReadInOrder(ctx, st, use, func(p int32, rows []rawlog.LikeRow) error {
 		batch = batch[:0]

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/platform/progress"
 	"tally/schemas"
 	"tally/sink/rawlog"
 	"tally/sink/store"
@@ -52,7 +53,14 @@ func TestFilesMatchKafka(t *testing.T) {
 	run := func(t *testing.T, files store.Store) (Report, error) {
 		d := f.deps()
 		d.Files, d.SinkGroup = files, group
-		return Run(ctx, Job{All: true}, d)
+		d.Progress = progress.Start(progress.Options{What: "like records", Never: true})
+		rep, err := Run(ctx, Job{All: true}, d)
+		d.Progress.Stop()
+		// The progress line's total is known before the read and is what the read found.
+		if want := fmt.Sprintf("progress: %d/%d like records (100%%)", rep.Records, rep.Records); err == nil && !strings.HasPrefix(d.Progress.Line(), want) {
+			t.Errorf("progress: got %q; want it to start %q", d.Progress.Line(), want)
+		}
+		return rep, err
 	}
 	records := int64(360 + len(tail))
 	for _, tc := range []struct {

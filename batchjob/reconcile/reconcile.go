@@ -188,13 +188,32 @@ func readLog(ctx context.Context, d Deps, job Job) (*logState, error) {
 			st.source = "parquet+kafka"
 		}
 	} else {
-		snap, stats, err = likestate.Replay(ctx, d.Brokers, d.Topic, d.Logger, apply, d.Dial...)
+		var starts map[int32]int64
+		if snap, starts, err = likestate.TakeSnapshot(ctx, d.Brokers, d.Topic, d.Logger, d.Dial...); err == nil {
+			d.setTotal(snap, starts)
+			stats, err = likestate.ReplayRange(ctx, d.Brokers, d.Topic, d.Logger, starts, snap, apply, d.Dial...)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read like log %s: %w", d.Topic, err)
 	}
 	st.snap, st.records = snap, stats.Records
 	return st, nil
+}
+
+// setTotal gives the progress meter the records to read: each partition's offsets from first
+// up to the snapshot (an estimate should the log ever hold gaps).
+func (d Deps) setTotal(snap likestate.Snapshot, first map[int32]int64) {
+	if d.Progress == nil {
+		return
+	}
+	var total int64
+	for p, end := range snap {
+		if f, ok := first[p]; ok && end > f {
+			total += end - f
+		}
+	}
+	d.Progress.SetTotal(total)
 }
 
 // scope lists the items the job checks, sorted.

@@ -27,6 +27,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"tally/aggregator/dedupe"
+	"tally/platform/progress"
 	"tally/sink/rawlog"
 )
 
@@ -38,6 +39,7 @@ type Deps struct {
 	Window     time.Duration                 // aggregator.dedupe_window
 	Grace      time.Duration                 // aggregator.dedupe_grace
 	Lookback   time.Duration                 // batchjob.views_lookback
+	Progress   *progress.Meter               // counts the records read (nil: not counted)
 	Logger     *slog.Logger
 	Now        func() time.Time
 }
@@ -71,7 +73,8 @@ func (r Report) Summary() string {
 // Run recounts day (UTC midnight) and writes the report.
 func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 	rep := Report{StartedAt: d.Now().UTC(), Day: day.UTC(), Source: d.SourceName}
-	counts, err := Count(ctx, d.Source, day, d.Window, d.Grace, d.Lookback, &rep.Records)
+	counts, records, err := Count(ctx, d.Source, day, d.Window, d.Grace, d.Lookback, d.Progress)
+	rep.Records = records
 	if err != nil {
 		return rep, err
 	}
@@ -106,8 +109,9 @@ func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 }
 
 // Count recounts the views of day (UTC) per item from src with the dedupe rule, reading from
-// lookback before the day; records, if not nil, receives how many records were read.
-func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time, window, grace, lookback time.Duration, records *uint64) (map[string]int64, error) {
+// lookback before the day, and returns the counts and how many records it read; meter, if not
+// nil, counts the records as they are read.
+func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time, window, grace, lookback time.Duration, meter *progress.Meter) (map[string]int64, uint64, error) {
 	from, to := day.Add(-lookback), day.Add(24*time.Hour)
 	lo, hi := day.UnixMilli(), to.UnixMilli()
 	wins := map[int32]*dedupe.Window{}
@@ -130,15 +134,15 @@ func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time
 			}
 		}
 		n += uint64(len(rows))
+		if meter != nil {
+			meter.Add(int64(len(rows)))
+		}
 		return nil
 	})
-	if records != nil {
-		*records = n
-	}
 	if err != nil {
-		return nil, fmt.Errorf("read views of %s: %w", day.Format(time.DateOnly), err)
+		return nil, n, fmt.Errorf("read views of %s: %w", day.Format(time.DateOnly), err)
 	}
-	return counts, nil
+	return counts, n, nil
 }
 
 func streamingTotals(ctx context.Context, conn driver.Conn, day time.Time) (map[string]int64, error) {

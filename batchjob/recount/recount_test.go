@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"tally/batchjob/recount"
+	"tally/platform/progress"
 	"tally/schemas"
 	"tally/schemas/migrate"
 	"tally/sink/rawlog"
@@ -127,13 +128,17 @@ func TestCountAppliesTheStreamingRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := writeScenario(t, st)
-	var records uint64
-	got, err := recount.Count(context.Background(), rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, day, window, grace, time.Hour, &records)
+	meter := progress.Start(progress.Options{Never: true})
+	got, records, err := recount.Count(context.Background(), rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, day, window, grace, time.Hour, meter)
+	meter.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) || records != uint64(scenarioRecords) {
 		t.Fatalf("got %v from %d records; want %v from %d", got, records, want, scenarioRecords)
+	}
+	if meter.Done() != int64(scenarioRecords) {
+		t.Errorf("progress: got %d records; want %d", meter.Done(), scenarioRecords)
 	}
 }
 

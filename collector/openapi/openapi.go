@@ -1,7 +1,7 @@
 // Package openapi holds the collector's API contract, an OpenAPI 3.1 document kept beside the
-// code (openapi.json) and served at /openapi.json. The collector's contract test
-// (TestOpenAPIContract) sends real requests for every route and status to a running collector
-// and validates both sides against it, so the document cannot drift from the code. The handler is stateless.
+// code (openapi.json) and served at /openapi.json. TestOpenAPIContract (package collector)
+// sends real requests for every route and status to running collectors and validates both
+// sides against it, so the document cannot drift from the code. The handler is stateless.
 package openapi
 
 import (

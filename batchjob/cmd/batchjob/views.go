@@ -15,6 +15,7 @@ import (
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/logging"
+	"tally/platform/progress"
 	"tally/schemas"
 	"tally/schemas/migrate"
 	"tally/sink"
@@ -81,9 +82,11 @@ func runViews(args []string) int {
 		logger.Error("the sink's files do not cover the day (none written, or removed by retention)", "day", day.Format(time.DateOnly), "store", st.String())
 		return exitError
 	}
+	meter := progress.Start(progress.Options{What: "view records"}) // lines only on a terminal, none under cron
 	rep, err := recount.Run(ctx, day, recount.Deps{Source: files, SourceName: "files", ClickHouse: conn,
 		Window: sec.Aggregator.DedupeWindow, Grace: sec.Aggregator.DedupeGrace, Lookback: sec.Batchjob.ViewsLookback,
-		Logger: logger, Now: time.Now})
+		Progress: meter, Logger: logger, Now: time.Now})
+	meter.Stop()
 	if err != nil {
 		logger.Error("view recount failed", "err", err)
 		return exitError
