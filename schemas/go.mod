@@ -18,11 +18,13 @@ replace (
 	tally/topk => ../topk
 )
 
-require github.com/ClickHouse/clickhouse-go/v2 v2.51.0
+require (
+	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
+	github.com/cespare/xxhash/v2 v2.3.0
+)
 
 require (
 	github.com/ClickHouse/ch-go v0.75.0 // indirect
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.8.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
