@@ -17,6 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/redis/go-redis/v9"
 
+	"tally/aggregator/aggregatorconf"
 	"tally/aggregator/clicks"
 	"tally/aggregator/counted"
 	"tally/aggregator/likes"
@@ -33,7 +34,7 @@ import (
 
 // Parts returns the aggregator's lifecycle parts; e.Config is read when they start. OwnAdmin adds
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
+func Parts(e cli.Env, s *aggregatorconf.Settings, admin lifecycle.Admin) []lifecycle.Part {
 	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	var conn driver.Conn
 	var rdb *redis.Client
@@ -192,7 +193,7 @@ func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
 
 // OpenClickHouse connects to the configured ClickHouse, applies the migrations and sets the
 // configured retention.
-func OpenClickHouse(ctx context.Context, cfg *config.Config, s *Settings, logger *slog.Logger) (driver.Conn, error) {
+func OpenClickHouse(ctx context.Context, cfg *config.Config, s *aggregatorconf.Settings, logger *slog.Logger) (driver.Conn, error) {
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := chclient.Open(octx, cfg.ClickHouse.Options())
@@ -214,7 +215,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, s *Settings, logger
 
 // setRetention applies the configured TTLs. It changes table metadata only; existing parts are
 // trimmed by later merges rather than rewritten now.
-func setRetention(ctx context.Context, conn driver.Conn, c *Settings, countedTTL time.Duration) error {
+func setRetention(ctx context.Context, conn driver.Conn, c *aggregatorconf.Settings, countedTTL time.Duration) error {
 	days := func(d time.Duration) int { return int(d / (24 * time.Hour)) }
 	for _, t := range []struct {
 		table, column string

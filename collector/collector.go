@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
+	"tally/collector/collectorconf"
 	"tally/collector/ingest"
 	"tally/collector/likes"
 	"tally/collector/openapi"
@@ -37,7 +38,7 @@ import (
 // Parts returns the collector's lifecycle parts. e.Config is read when the parts start, so embedded
 // infrastructure started earlier can fill in its addresses. addr reports the bound listen
 // address once started.
-func Parts(e cli.Env, s *Settings) (parts []lifecycle.Part, addr func() string) {
+func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr func() string) {
 	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	var cl *kgo.Client
 	var likeStore *likestate.Store

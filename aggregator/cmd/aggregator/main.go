@@ -6,13 +6,14 @@ import (
 	"os"
 
 	"tally/aggregator"
+	"tally/aggregator/aggregatorconf"
 	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
 )
 
 func main() {
-	var settings aggregator.Settings
+	var settings aggregatorconf.Settings
 	os.Exit(cli.Run(cli.Command{Name: "aggregator", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		return aggregator.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))

@@ -24,12 +24,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
-	"tally/aggregator"
+	"tally/aggregator/aggregatorconf"
 	"tally/batchjob"
 	"tally/batchjob/clicks"
 	"tally/batchjob/reconcile"
 	"tally/batchjob/runlock"
-	"tally/collector"
+	"tally/collector/collectorconf"
 	"tally/likestate"
 	"tally/platform/chclient"
 	"tally/platform/config"
@@ -38,8 +38,8 @@ import (
 	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/schemas/migrate"
-	"tally/sink"
 	"tally/sink/rawlog"
+	"tally/sink/sinkconf"
 	"tally/sink/store"
 )
 
@@ -244,7 +244,7 @@ func open(job string, rest []string) (*env, int) {
 // files opens the sink's store (sink.storage, sink.dir, sink.s3.*), where the jobs find the
 // sink's files.
 func (e *env) files() (store.Store, error) {
-	return sink.OpenStore(e.ctx, &e.cfg, &e.sec.Sink, e.logger)
+	return e.sec.Sink.OpenStore(e.ctx, &e.cfg, e.logger)
 }
 
 func (e *env) close() {
@@ -257,9 +257,9 @@ func (e *env) close() {
 // collector's time bounds (which clicks the log can hold), the aggregator's dedupe rule (views),
 // the sink's files, and the jobs' own.
 type sections struct {
-	Collector  collector.Settings
-	Aggregator aggregator.Settings
-	Sink       sink.Settings
+	Collector  collectorconf.Settings
+	Aggregator aggregatorconf.Settings
+	Sink       sinkconf.Settings
 	Batchjob   batchjob.Settings
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"tally/collector"
 	"tally/collector/auth"
+	"tally/collector/collectorconf"
 	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
@@ -17,7 +18,7 @@ func main() {
 	if auth.IsCommand(os.Args[1:]) {
 		os.Exit(auth.Command(os.Args[1:], auth.CommandEnv{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Now: time.Now}))
 	}
-	var settings collector.Settings
+	var settings collectorconf.Settings
 	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		parts, _ := collector.Parts(e, &settings)
 		return parts, nil

@@ -1,4 +1,8 @@
-package collector
+// Package collectorconf is the collector's section of the configuration (collector.*), with the
+// API keys' configured form (apikey.go) that the auth package enforces. It is a leaf of its own
+// so that batchjob clicks, which reads the collector's event-time bounds, loads the same section
+// without linking the collector. The section is plain data, filled in once by config.Load.
+package collectorconf
 
 import (
 	"encoding/hex"
@@ -6,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"tally/collector/auth"
 	"tally/platform/config"
 )
 
@@ -41,9 +44,9 @@ type Settings struct {
 
 // AuthSettings is the collector's API access control (docs/SECURITY.md).
 type AuthSettings struct {
-	Enabled      string       `mapstructure:"enabled"`
-	Keys         auth.APIKeys `mapstructure:"keys"`
-	UserTokenKey string       `mapstructure:"user_token_key"`
+	Enabled      string  `mapstructure:"enabled"`
+	Keys         APIKeys `mapstructure:"keys"`
+	UserTokenKey string  `mapstructure:"user_token_key"`
 }
 
 // Name is the section's top-level key.
@@ -122,8 +125,8 @@ func (c *Settings) validateAuth(bad config.Bad) {
 		bad("collector.auth.enabled", "is off but collector.addr %q is not a loopback address: anyone who reaches it could write and read everything; "+
 			"configure collector.auth.keys and set collector.auth.enabled to on or auto, or listen on 127.0.0.1 (docs/SECURITY.md)", c.Addr)
 	}
-	if k := c.Auth.UserTokenKey; k != "" && len(k) < auth.MinUserTokenKey {
-		bad("collector.auth.user_token_key", "is %d bytes; want at least %d random bytes (e.g. `openssl rand -hex 32`)", len(k), auth.MinUserTokenKey)
+	if k := c.Auth.UserTokenKey; k != "" && len(k) < MinUserTokenKey {
+		bad("collector.auth.user_token_key", "is %d bytes; want at least %d random bytes (e.g. `openssl rand -hex 32`)", len(k), MinUserTokenKey)
 	}
 	ids, hashes := map[string]bool{}, map[string]bool{}
 	likes := false

@@ -1,4 +1,4 @@
-package collector
+package collectorconf
 
 import (
 	"os"
@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"tally/collector/auth"
 	"tally/platform/config"
 )
 
@@ -21,19 +20,19 @@ func TestAuthKeysFromEveryLayer(t *testing.T) {
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	web := auth.APIKey{ID: "web", SHA256: testHash, Scopes: []string{"ingest", "read"}, Rate: 50, Burst: 100}
-	app := auth.APIKey{ID: "app", SHA256: strings.ToUpper(testHash[:63]) + "9", Scopes: []string{"like"}, Rate: 2.5, Burst: 5}
+	web := APIKey{ID: "web", SHA256: testHash, Scopes: []string{"ingest", "read"}, Rate: 50, Burst: 100}
+	app := APIKey{ID: "app", SHA256: strings.ToUpper(testHash[:63]) + "9", Scopes: []string{"like"}, Rate: 2.5, Burst: 5}
 	compact := "app:" + app.SHA256 + ":like:2.5:5"
 	tests := []struct {
 		name string
 		env  map[string]string
 		args []string
-		want auth.APIKeys
+		want APIKeys
 	}{
-		{"yaml list", nil, []string{"--config", file}, auth.APIKeys{web}},
-		{"flag compact", nil, []string{"--config", file, "--collector.auth.keys", compact}, auth.APIKeys{app}},
+		{"yaml list", nil, []string{"--config", file}, APIKeys{web}},
+		{"flag compact", nil, []string{"--config", file, "--collector.auth.keys", compact}, APIKeys{app}},
 		{"env compact, two keys", map[string]string{"TALLY_COLLECTOR_AUTH_KEYS": compact + ",web:" + testHash + ":ingest+read:50:100"},
-			[]string{"--config", file}, auth.APIKeys{app, web}},
+			[]string{"--config", file}, APIKeys{app, web}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,4 +1,8 @@
-package aggregator
+// Package aggregatorconf is the aggregator's section of the configuration (aggregator.*). It is
+// a leaf of its own so that batchjob views, which recounts with the same dedupe window and grace,
+// loads the same section without linking the aggregator. The section is plain data, filled in
+// once by config.Load.
+package aggregatorconf
 
 import (
 	"time"
