@@ -35,7 +35,7 @@ type Settings struct {
 
 // Sections lists s's sections for config.Load, in the order --help shows them.
 func (s *Settings) Sections() []config.Section {
-	return []config.Section{&s.Collector, &s.Aggregator, &s.TopK, &s.Sink, &s.Demo}
+	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.TopK, &s.Sink, &s.Demo)
 }
 
 // AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not

@@ -27,7 +27,6 @@ import (
 	"tally/likestate"
 	"tally/platform/chclient"
 	"tally/platform/cli"
-	"tally/platform/config"
 	"tally/platform/kafka"
 	"tally/platform/lifecycle"
 	"tally/platform/redisclient"
@@ -102,7 +101,7 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 				return err
 			}
 			runner.AddCheck("collector kafka", cl.Ping)
-			keys, err := clickKeys(cfg.Clicks)
+			keys, err := clickKeys(&s.ClickIDs)
 			if err != nil {
 				return err
 			}
@@ -113,7 +112,7 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 
 				MaxConcurrentBodies: s.MaxConcurrentBodies,
 				ClickKeys:           keys,
-				MaxRenderAge:        cfg.Clicks.MaxRenderAge,
+				MaxRenderAge:        s.ClickIDs.MaxRenderAge,
 			}, cl, now, logger, reg)
 			ing.Register(routes)
 			return nil
@@ -158,7 +157,7 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 }
 
 // clickKeys builds the click-id keys from clicks.*; nil when no signing key is configured.
-func clickKeys(c config.Clicks) (*schemas.ClickIDKeys, error) {
+func clickKeys(c *collectorconf.ClickIDs) (*schemas.ClickIDKeys, error) {
 	if c.SigningKey == "" {
 		return nil, nil
 	}

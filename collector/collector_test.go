@@ -44,7 +44,7 @@ func collector(t *testing.T, args ...string) (api, admin string) {
 	var s collectorconf.Settings
 	cfg, err := config.Load("collector", append([]string{"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
 		"--redis.addr", infra.Redis.Addr(), "--collector.addr", apiAddr, "--collector.admin_addr", adminAddr,
-		"--kafka.partitions", "2", "--data_dir", t.TempDir()}, args...), &s)
+		"--kafka.partitions", "2", "--data_dir", t.TempDir()}, args...), s.Sections()...)
 	if err != nil {
 		t.Fatal(err)
 	}

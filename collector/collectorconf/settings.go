@@ -1,7 +1,9 @@
-// Package collectorconf is the collector's section of the configuration (collector.*), with the
-// API keys' configured form (apikey.go) that the auth package enforces. It is a leaf of its own
-// so that batchjob clicks, which reads the collector's event-time bounds, loads the same section
-// without linking the collector. The section is plain data, filled in once by config.Load.
+// Package collectorconf is the collector's section of the configuration (collector.*), its part
+// of the clicks section (clickids.go: the click-id keys), and the API keys' configured form
+// (apikey.go) that the auth package enforces. It is a leaf of its own so that the batch jobs,
+// which read the collector's event-time bounds, and the aggregator, which checks a file's clicks
+// section whole, load the same sections without linking the collector. The sections are plain
+// data, filled in once by config.Load.
 package collectorconf
 
 import (
@@ -40,6 +42,9 @@ type Settings struct {
 	MaxConcurrentBodies int           `mapstructure:"max_concurrent_bodies"`
 	AdminAddr           string        `mapstructure:"admin_addr"`
 	Auth                AuthSettings  `mapstructure:"auth"`
+
+	// ClickIDs is the collector's part of the clicks section, loaded beside this one (Sections).
+	ClickIDs ClickIDs `mapstructure:"-"`
 }
 
 // AuthSettings is the collector's API access control (docs/SECURITY.md).
@@ -51,6 +56,10 @@ type AuthSettings struct {
 
 // Name is the section's top-level key.
 func (*Settings) Name() string { return "collector" }
+
+// Sections lists the collector's sections for config.Load: collector.* and its part of
+// clicks.*.
+func (c *Settings) Sections() []config.Section { return []config.Section{c, &c.ClickIDs} }
 
 // Settings declares every collector key once: its default and its one-line help.
 func (*Settings) Settings() []config.Setting {

@@ -7,14 +7,17 @@ import (
 
 	"tally/aggregator"
 	"tally/aggregator/aggregatorconf"
+	"tally/collector/collectorconf"
 	"tally/platform/cli"
-	"tally/platform/config"
 	"tally/platform/lifecycle"
 )
 
 func main() {
 	var settings aggregatorconf.Settings
-	os.Exit(cli.Run(cli.Command{Name: "aggregator", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	// The click-id keys are the clicks section's other part: the aggregator reads none of them,
+	// but loads them so that a file's clicks section is checked whole (config.Section).
+	var clickIDs collectorconf.ClickIDs
+	os.Exit(cli.Run(cli.Command{Name: "aggregator", Args: os.Args[1:], Standalone: true, Sections: append(settings.Sections(), &clickIDs), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		return aggregator.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))
 }

@@ -160,7 +160,7 @@ func runClicks(args []string) int {
 	deps := clicks.Deps{
 		Source:     src,
 		ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
-		Rules:    clicks.Rules{FraudScoreThreshold: cfg.Clicks.FraudScoreThreshold},
+		Rules:    clicks.Rules{FraudScoreThreshold: env.sec.Aggregator.Clicks.FraudScoreThreshold},
 		Lookback: env.sec.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
 	}
 	meter := progress.Start(progress.Options{What: "click and verdict records"}) // lines only on a terminal, none under cron
@@ -254,8 +254,9 @@ func (e *env) close() {
 }
 
 // sections are the configuration sections the jobs read besides the shared ones: the
-// collector's time bounds (which clicks the log can hold), the aggregator's dedupe rule (views),
-// the sink's files, and the jobs' own.
+// collector's time bounds (which clicks the log can hold), the aggregator's dedupe rule (views)
+// and click counting rules, the sink's files, and the jobs' own. The collector's part of the
+// clicks section is loaded with it, so a file's clicks section is checked whole.
 type sections struct {
 	Collector  collectorconf.Settings
 	Aggregator aggregatorconf.Settings
@@ -264,5 +265,5 @@ type sections struct {
 }
 
 func (s *sections) list() []config.Section {
-	return []config.Section{&s.Collector, &s.Aggregator, &s.Sink, &s.Batchjob}
+	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.Sink, &s.Batchjob)
 }

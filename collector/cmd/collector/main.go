@@ -6,11 +6,11 @@ import (
 	"os"
 	"time"
 
+	"tally/aggregator/aggregatorconf"
 	"tally/collector"
 	"tally/collector/auth"
 	"tally/collector/collectorconf"
 	"tally/platform/cli"
-	"tally/platform/config"
 	"tally/platform/lifecycle"
 )
 
@@ -19,7 +19,10 @@ func main() {
 		os.Exit(auth.Command(os.Args[1:], auth.CommandEnv{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Now: time.Now}))
 	}
 	var settings collectorconf.Settings
-	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	// The counting rules are the clicks section's other part: the collector reads none of them,
+	// but loads them so that a file's clicks section is checked whole (config.Section).
+	var clickRules aggregatorconf.Clicks
+	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: append(settings.Sections(), &clickRules), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		parts, _ := collector.Parts(e, &settings)
 		return parts, nil
 	}}))
