@@ -40,8 +40,7 @@ type Bad func(key, format string, args ...any)
 // checks the decoded values, and may read the shared sections (shared is already decoded).
 //
 // Two sections may share a top-level name when their keys are disjoint: each owner declares
-// its part (the clicks section: the collector's click-id keys, the aggregator's counting rules),
-// and each part is decoded from its own keys. A binary that reads one part of a name must pass
+// its part of a section two components share, and each part is decoded from its own keys. A binary that reads one part of a name must pass
 // every part, or the file's other keys under that name are unknown to it.
 type Section interface {
 	Name() string
