@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"tally/aggregator/clicks"
@@ -23,6 +22,7 @@ import (
 	"tally/aggregator/likes"
 	"tally/aggregator/views"
 	"tally/platform/chclient"
+	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/platform/redisclient"
@@ -31,9 +31,10 @@ import (
 	"tally/schemas/migrate"
 )
 
-// Parts returns the aggregator's lifecycle parts; cfg is read when they start. OwnAdmin adds
+// Parts returns the aggregator's lifecycle parts; e.Config is read when they start. OwnAdmin adds
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, admin lifecycle.Admin) []lifecycle.Part {
+func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
+	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	var conn driver.Conn
 	var rdb *redis.Client
 	var src *views.Source

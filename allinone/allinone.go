@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"time"
 
 	"tally/aggregator"
 	"tally/allinone/demo"
@@ -46,10 +45,10 @@ func AllInOne(e cli.Env, s *Settings, out io.Writer) []lifecycle.Part {
 		opts.ReadDirs = []string{s.Sink.DirIn(cfg)}
 	}
 	parts := embedded.Parts(cfg, e.Logger, opts)
-	parts = append(parts, aggregator.Parts(cfg, &s.Aggregator, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.SharedAdmin)...)
-	parts = append(parts, topk.Parts(cfg, &s.TopK, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.SharedAdmin)...)
-	parts = append(parts, sink.Parts(cfg, &s.Sink, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.SharedAdmin)...)
-	coll, apiAddr := collector.Parts(cfg, &s.Collector, e.Runner, e.Logger, e.Registry, time.Now)
+	parts = append(parts, aggregator.Parts(e, &s.Aggregator, lifecycle.SharedAdmin)...)
+	parts = append(parts, topk.Parts(e, &s.TopK, lifecycle.SharedAdmin)...)
+	parts = append(parts, sink.Parts(e, &s.Sink, lifecycle.SharedAdmin)...)
+	coll, apiAddr := collector.Parts(e, &s.Collector)
 	parts = append(parts, coll...)
 	if s.Demo.Enabled && s.Collector.AuthOn() {
 		// The demo posts without a key; with access control on it would only collect 401s.

@@ -27,7 +27,6 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	tally/aggregator v0.0.0-00010101000000-000000000000
 	tally/collector v0.0.0-00010101000000-000000000000
-	tally/devstack v0.0.0-00010101000000-000000000000
 	tally/likestate v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
@@ -103,4 +102,5 @@ require (
 	golang.org/x/tools v0.51.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/ini.v1 v1.67.3 // indirect
+	tally/devstack v0.0.0-00010101000000-000000000000 // indirect
 )

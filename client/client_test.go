@@ -17,7 +17,7 @@ import (
 
 // script is an HTTP server answering each request with the next scripted status, recording the
 // bodies it got. It stands in for the collector only to test the client's retry policy (pure
-// logic); TestAllInOne in the pipeline module drives the real collector with this client.
+// logic); TestAllInOne in the e2e module drives the real collector with this client.
 type script struct {
 	mu      sync.Mutex
 	answers []answer

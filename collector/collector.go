@@ -9,12 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -27,6 +25,7 @@ import (
 	"tally/collector/web"
 	"tally/likestate"
 	"tally/platform/chclient"
+	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/kafka"
 	"tally/platform/lifecycle"
@@ -35,10 +34,11 @@ import (
 	"tally/schemas/migrate"
 )
 
-// Parts returns the collector's lifecycle parts. cfg is read when the parts start, so embedded
+// Parts returns the collector's lifecycle parts. e.Config is read when the parts start, so embedded
 // infrastructure started earlier can fill in its addresses. addr reports the bound listen
 // address once started.
-func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (parts []lifecycle.Part, addr func() string) {
+func Parts(e cli.Env, s *Settings) (parts []lifecycle.Part, addr func() string) {
+	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	var cl *kgo.Client
 	var likeStore *likestate.Store
 	var conn driver.Conn
@@ -132,7 +132,7 @@ func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *sl
 	likesPart := lifecycle.Part{
 		Name: "likes handler and applier",
 		Start: func(context.Context) error {
-			likes.NewHandler(likeStore, cl, schemas.TopicLikes, cfg.Kafka.ProduceTimeout, now, logger).Register(routes)
+			likes.NewHandler(likes.HandlerOptions{Store: likeStore, Producer: cl, Topic: schemas.TopicLikes, ProduceTimeout: cfg.Kafka.ProduceTimeout, Now: now, Logger: logger}).Register(routes)
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {
 				return err

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/collector/auth"
+	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/testsupport/testinfra"
@@ -47,7 +48,7 @@ func collector(t *testing.T, args ...string) (api, admin string) {
 		t.Fatal(err)
 	}
 	runner := lifecycle.NewRunner(infra.Logger)
-	parts, _ := Parts(&cfg, &s, runner, infra.Logger, prometheus.NewRegistry(), time.Now)
+	parts, _ := Parts(cli.Env{Config: &cfg, Logger: infra.Logger, Registry: prometheus.NewRegistry(), Runner: runner, Now: time.Now}, &s)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runner.Run(ctx, 20*time.Second, parts...) }()

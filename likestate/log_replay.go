@@ -2,13 +2,11 @@ package likestate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/kafka"
@@ -127,29 +125,11 @@ func TakeSnapshot(ctx context.Context, brokers []string, topic string, logger *s
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	list := func(what string, f func(context.Context, ...string) (kadm.ListedOffsets, error)) (map[int32]int64, error) {
-		listed, err := f(ctx, topic)
-		if err != nil {
-			return nil, fmt.Errorf("list %s offsets of %s: %w", what, topic, err)
-		}
-		out := map[int32]int64{}
-		var lerr error
-		listed.Each(func(o kadm.ListedOffset) {
-			switch {
-			case errors.Is(o.Err, kerr.UnknownTopicOrPartition) && o.Partition < 0:
-			case o.Err != nil:
-				lerr = errors.Join(lerr, fmt.Errorf("list %s offset of %s/%d: %w", what, topic, o.Partition, o.Err))
-			default:
-				out[o.Partition] = o.Offset
-			}
-		})
-		return out, lerr
-	}
-	ends, err := list("end", adm.ListCommittedOffsets)
+	ends, err := kafka.PartitionOffsets(topic, "end", func() (kadm.ListedOffsets, error) { return adm.ListCommittedOffsets(ctx, topic) })
 	if err != nil {
 		return nil, nil, err
 	}
-	starts, err := list("start", adm.ListStartOffsets)
+	starts, err := kafka.PartitionOffsets(topic, "start", func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topic) })
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,24 +1,3 @@
-// Package likes serves like state: PUT/DELETE /v1/items/{item_id}/likes/{user_id} and
-// GET /v1/users/{user_id}/likes, with exact totals.
-//
-// The Kafka topic likes is the source of truth: a change is written there (acks=all) before it
-// is applied to Redis, and Redis is only a view of the log that can always be rebuilt from it.
-// Each item's likers are spread over Shards Redis sets, chosen by a hash of the user id, so a
-// viral item's set and its writes are split Shards ways instead of one huge key. The item's
-// total is kept in one plain key, which every script that changes a set sets to the sum of the
-// item's set sizes in the same atomic step; a feed page's totals are then one MGET of one key
-// per item (a plain key read costs Redis a fraction of a scripted SCARD, and one key per item a
-// sixteenth of one per shard). Every change is applied by one Lua script that keeps, per (item,
-// user), the log offset of the last applied record and ignores older ones: applying the same
-// record twice, or two records in any order, ends in the state of the later record in the log.
-// The scripts touch all of an item's keys at once, so the layout needs one Redis node (not a
-// cluster).
-//
-// Concurrency and lifecycle: Store and Handler are safe for concurrent use and own no
-// goroutines; the Store uses a Redis client its caller owns. The Applier owns a consumer-group
-// client and one goroutine from Start to Stop: it applies every record of the log (repairing a
-// crash between a request's log write and its Redis write) and rebuilds the whole serving
-// state from the log when Redis lost it, while requests answer 503.
 package likestate
 
 import (
@@ -34,7 +13,13 @@ import (
 	"tally/schemas"
 )
 
-// Shards is the number of Redis sets an item's likers are spread over.
+// Shards is the number of Redis sets an item's likers are spread over, chosen by a hash of the
+// user id, so a viral item's set and its writes are split Shards ways instead of one huge key.
+// The item's total is kept in one plain key, which every script that changes a set sets to the
+// sum of the item's set sizes in the same atomic step; a feed page's totals are then one MGET of
+// one key per item (a plain key read costs Redis a fraction of a scripted SCARD, and one key per
+// item a sixteenth of one per shard). The scripts touch all of an item's keys at once, so the
+// layout needs one Redis node (not a cluster).
 const Shards = 16
 
 // Redis keys outside the per-item shards.
@@ -43,8 +28,8 @@ const (
 	// came back empty) likes are not served until a rebuild sets it again. Its suffix is the
 	// version of the key layout: a collector of a new layout finds no marker and rebuilds from
 	// the log over what Redis holds (the replay sets every item's total key), so an upgrade
-	// needs no manual step once the old collectors are stopped (docs/ARCHITECTURE.md). Version
-	// 2 added per-shard size keys, version 3 replaced them with one total key per item.
+	// needs no manual step once the old collectors are stopped (docs/ARCHITECTURE.md, which
+	// also says what each earlier version left in Redis).
 	ReadyKey = "likes:ready:3"
 	// rebuildingKey is the lease of the rebuild in progress (its token, with a TTL the rebuild
 	// keeps extending): one applier rebuilds at a time, and a FLUSHALL during a rebuild removes
@@ -427,17 +412,18 @@ func (s *Store) Recount(ctx context.Context, item string) error {
 	return nil
 }
 
-// Repair sets (item, user) to the log's state at a snapshot: liked, and offset of the pair's
-// last record below the snapshot (hasOffset false when the log has none). snapshotEnd is the
-// snapshot's end offset of the item's partition: a pair whose stored offset is at or above it
-// got a newer record since, which wins; Repair then reports false and changes nothing.
-func (s *Store) Repair(ctx context.Context, item, user string, liked bool, offset int64, hasOffset bool, snapshotEnd int64) (bool, error) {
+// Repair sets (item, user) to the log's state at a snapshot, want: whether the user likes the
+// item, and the offset of the pair's last record below the snapshot (HasOffset false when the
+// log has none). snapshotEnd is the snapshot's end offset of the item's partition: a pair whose
+// stored offset is at or above it got a newer record since, which wins; Repair then reports
+// false and changes nothing.
+func (s *Store) Repair(ctx context.Context, item, user string, want PairState, snapshotEnd int64) (bool, error) {
 	shard := Shard(user)
 	off := ""
-	if hasOffset {
-		off = strconv.FormatInt(offset, 10)
+	if want.HasOffset {
+		off = strconv.FormatInt(want.Offset, 10)
 	}
-	n, err := s.repair.Run(ctx, s.rdb, itemKeys(item, shard), user, flag(liked), off, snapshotEnd).Int()
+	n, err := s.repair.Run(ctx, s.rdb, itemKeys(item, shard), user, flag(want.Liked), off, snapshotEnd).Int()
 	if err != nil {
 		return false, fmt.Errorf("repair like state of %s/%s: %w", item, user, err)
 	}

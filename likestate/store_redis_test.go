@@ -185,7 +185,7 @@ func TestTotalKeyFollowsSets(t *testing.T) {
 		}, 0},
 		{"repair", func(t *testing.T, item string) {
 			for i := range 10 {
-				if _, err := s.Repair(ctx, item, fmt.Sprintf("user-%d", i), i%3 != 0, int64(i), true, 100); err != nil {
+				if _, err := s.Repair(ctx, item, fmt.Sprintf("user-%d", i), PairState{Liked: i%3 != 0, Offset: int64(i), HasOffset: true}, 100); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -71,4 +71,5 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+	tally/schemas v0.0.0-00010101000000-000000000000 // indirect
 )

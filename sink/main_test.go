@@ -56,7 +56,7 @@ func testMain(m *testing.M) int {
 // startKafka starts a broker for one test.
 func startKafka(t *testing.T) *kafkabroker.Broker {
 	t.Helper()
-	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(kafkabroker.Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/sink/archive"
@@ -25,9 +24,10 @@ import (
 // staleTemp is the age past which a temporary file is taken for the leftover of a crash.
 const staleTemp = time.Hour
 
-// Parts returns the sink's lifecycle parts; cfg is read when they start. OwnAdmin adds the
+// Parts returns the sink's lifecycle parts; e.Config is read when they start. OwnAdmin adds the
 // admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, admin lifecycle.Admin) []lifecycle.Part {
+func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
+	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	var a *archive.Archive
 	parts := []lifecycle.Part{{
 		Name: "sink consumer",

@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
-	"tally/platform/config"
+	"tally/platform/cli"
 	"tally/platform/kafka"
 	"tally/platform/lifecycle"
 	"tally/platform/redisclient"
@@ -23,9 +21,10 @@ import (
 	"tally/topk/tracker"
 )
 
-// Parts returns topk's lifecycle parts; cfg is read when they start. OwnAdmin adds the admin
+// Parts returns topk's lifecycle parts; e.Config is read when they start. OwnAdmin adds the admin
 // HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(cfg *config.Config, s *Settings, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time, admin lifecycle.Admin) []lifecycle.Part {
+func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
+	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	logger = logger.With("component", "topk")
 	var conn driver.Conn
 	var rdb *redis.Client

@@ -53,7 +53,7 @@ func Start(t testing.TB, flags ...string) *Running {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runner := lifecycle.NewRunner(logger)
-	env := cli.Env{Config: &cfg, Logger: logger, Registry: prometheus.NewRegistry(), Runner: runner}
+	env := cli.Env{Config: &cfg, Logger: logger, Registry: prometheus.NewRegistry(), Runner: runner, Now: time.Now}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Running{Config: &cfg, Settings: &settings, API: "http://" + addrs[2], cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- runner.Run(ctx, 20*time.Second, allinone.AllInOne(env, &settings, io.Discard)...) }()

@@ -2,13 +2,11 @@ package clicks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/kafka"
@@ -223,39 +221,21 @@ func (s *KafkaSource) spans(ctx context.Context, topic string, fromMs, toMs int6
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	list := func(what string, f func() (kadm.ListedOffsets, error)) (map[int32]int64, error) {
-		listed, err := f()
-		if err != nil {
-			return nil, fmt.Errorf("list %s offsets of %s: %w", what, topic, err)
-		}
-		out := map[int32]int64{}
-		var lerr error
-		listed.Each(func(o kadm.ListedOffset) {
-			switch {
-			case errors.Is(o.Err, kerr.UnknownTopicOrPartition) && o.Partition < 0:
-			case o.Err != nil:
-				lerr = errors.Join(lerr, fmt.Errorf("list %s offset of %s/%d: %w", what, topic, o.Partition, o.Err))
-			default:
-				out[o.Partition] = o.Offset
-			}
-		})
-		return out, lerr
-	}
-	ends, err := list("end", func() (kadm.ListedOffsets, error) { return adm.ListCommittedOffsets(ctx, topic) })
+	ends, err := kafka.PartitionOffsets(topic, "end", func() (kadm.ListedOffsets, error) { return adm.ListCommittedOffsets(ctx, topic) })
 	if err != nil {
 		return nil, err
 	}
-	starts, err := list("start", func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topic) })
+	starts, err := kafka.PartitionOffsets(topic, "start", func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topic) })
 	if err != nil {
 		return nil, err
 	}
-	firsts, err := list("first-after-time", func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, fromMs, topic) })
+	firsts, err := kafka.PartitionOffsets(topic, "first-after-time", func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, fromMs, topic) })
 	if err != nil {
 		return nil, err
 	}
 	lasts := ends
 	if toMs >= 0 {
-		if lasts, err = list("stop-time", func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, toMs, topic) }); err != nil {
+		if lasts, err = kafka.PartitionOffsets(topic, "stop-time", func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, toMs, topic) }); err != nil {
 			return nil, err
 		}
 	}

@@ -49,7 +49,7 @@ func checkRedis(ctx context.Context, d Deps, st *logState, items []string) ([]Di
 			}
 			for _, user := range c.drift {
 				r, inLog := st.last[item][user]
-				if _, err := d.Store.Repair(ctx, item, user, r.liked, r.offset, inLog, end); err != nil {
+				if _, err := d.Store.Repair(ctx, item, user, likestate.PairState{Liked: r.liked, Offset: r.offset, HasOffset: inLog}, end); err != nil {
 					d.Logger.Error("repair redis like state", "item_id", item, "user_id", user, "err", err)
 					df.Repaired = false
 				}

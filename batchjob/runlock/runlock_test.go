@@ -4,40 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/devstack/redisproc"
 	"tally/testsupport/testinfra"
 )
 
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		dir, err := os.MkdirTemp("", "runlock-test-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		p, err := redisproc.Start(ctx, redisproc.Config{Dir: filepath.Join(dir, "redis"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "start redis:", err)
-			return 1
-		}
-		defer p.Stop(context.Background())
-		redisAddr = p.Addr()
-		return m.Run()
-	}())
+	os.Exit(testinfra.WithRedis(func(addr string) int { redisAddr = addr; return m.Run() }))
 }
 
 func client(t *testing.T) *redis.Client {

@@ -34,7 +34,7 @@ func clickJSON(id, ad string, extra string) string {
 // and 400s naming the field for forged ids, ids of another ad, ids rendered too long ago, and
 // malformed input.
 func TestClicksAreValidatedAndDurable(t *testing.T) {
-	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(kafkabroker.Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 // generator's (no ts, no event id), through the handler into an embedded broker: parsing,
 // building the records, and waiting for Kafka's acknowledgement. ns/line is per view.
 func BenchmarkServeEvents(b *testing.B) {
-	k, err := kafkabroker.Start(b.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(kafkabroker.Options{Dir: b.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
 		b.Fatal(err)
 	}

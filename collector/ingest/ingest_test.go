@@ -44,7 +44,7 @@ func serve(h *Handler, method, path, body string) *httptest.ResponseRecorder {
 // TestAcceptedMeansInKafka checks that a 202 is answered only for records Kafka holds, keyed by
 // item, with the wire encoding the aggregator reads.
 func TestAcceptedMeansInKafka(t *testing.T) {
-	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(kafkabroker.Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestRecordBuilderMatchesViewRecord(t *testing.T) {
 // reused while other batches are in flight, and checks that Kafka holds every accepted view
 // exactly as posted: a builder reused before its records were acknowledged would overwrite them.
 func TestReusedBuildersKeepAcceptedRecords(t *testing.T) {
-	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(kafkabroker.Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func viewCountJSON(item string, second int64, count int64, source string, seq in
 // lines of POST /v1/events: 202 only for what Kafka holds, on the views topic keyed by item, and
 // 400s naming the field, per line in a batch.
 func TestViewCountsAreValidatedAndDurable(t *testing.T) {
-	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(kafkabroker.Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

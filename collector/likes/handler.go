@@ -41,10 +41,21 @@ type Handler struct {
 	readyUntil     atomic.Int64 // Unix nanoseconds until which the last readiness check stands
 }
 
-// NewHandler returns a handler writing changes to topic through cl before applying them to
-// store. produceTimeout bounds the wait for Kafka's acknowledgement.
-func NewHandler(store *likestate.Store, cl *kgo.Client, topic string, produceTimeout time.Duration, now func() time.Time, logger *slog.Logger) *Handler {
-	return &Handler{store: store, cl: cl, topic: topic, produceTimeout: produceTimeout, now: now, logger: logger}
+// HandlerOptions is what a Handler is built from.
+type HandlerOptions struct {
+	Store    *likestate.Store
+	Producer *kgo.Client // the collector's producer, owned by the caller
+	Topic    string      // the likes topic, written before Store
+	// ProduceTimeout bounds the wait for Kafka's acknowledgement.
+	ProduceTimeout time.Duration
+	Now            func() time.Time
+	Logger         *slog.Logger
+}
+
+// NewHandler returns a handler writing changes to o.Topic through o.Producer before applying
+// them to o.Store.
+func NewHandler(o HandlerOptions) *Handler {
+	return &Handler{store: o.Store, cl: o.Producer, topic: o.Topic, produceTimeout: o.ProduceTimeout, now: o.Now, logger: o.Logger}
 }
 
 // Register adds the likes routes to r.

@@ -147,7 +147,7 @@ func TestRedisDownAnswers503(t *testing.T) {
 	defer rdb.Close()
 	down := likestate.NewStore(rdb)
 	mux := http.NewServeMux()
-	NewHandler(down, e.prod, e.topic, 5*time.Second, time.Now, testLogger()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
+	NewHandler(HandlerOptions{Store: down, Producer: e.prod, Topic: e.topic, ProduceTimeout: 5 * time.Second, Now: time.Now, Logger: testLogger()}).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	defer e.client.CloseIdleConnections()
@@ -178,7 +178,7 @@ func TestReadyCheckReuseEndsAtFirstFailure(t *testing.T) {
 	e := newEnv(t, "readyreuse")
 	frozen := time.Now() // the reuse never runs out on this clock
 	mux := http.NewServeMux()
-	NewHandler(e.store, e.prod, e.topic, 5*time.Second, func() time.Time { return frozen }, testLogger()).Register(api.NewRouter(mux, prometheus.NewRegistry()))
+	NewHandler(HandlerOptions{Store: e.store, Producer: e.prod, Topic: e.topic, ProduceTimeout: 5 * time.Second, Now: func() time.Time { return frozen }, Logger: testLogger()}).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	put := func() (int, string) {

@@ -68,7 +68,7 @@ func newEnv(t testing.TB, name string) *env {
 	e.rdb = redisclient.Open(infra.Redis.Addr())
 	e.store = likestate.NewStore(e.rdb)
 	mux := http.NewServeMux()
-	NewHandler(e.store, e.prod, e.topic, 10*time.Second, time.Now, testLogger()).Register(api.NewRouter(mux, reg))
+	NewHandler(HandlerOptions{Store: e.store, Producer: e.prod, Topic: e.topic, ProduceTimeout: 10 * time.Second, Now: time.Now, Logger: testLogger()}).Register(api.NewRouter(mux, reg))
 	e.srv = httptest.NewServer(mux)
 	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}, Timeout: 15 * time.Second}
 	e.applier, err = NewApplier(ApplierConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-" + name,

@@ -39,7 +39,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 				if err != nil {
 					return err
 				}
-				if k, err = kafkabroker.Start(dir, cfg.Kafka.EmbeddedAddr, cfg.Kafka.SyncWrites); err != nil {
+				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: cfg.Kafka.EmbeddedAddr, SyncWrites: cfg.Kafka.SyncWrites}); err != nil {
 					return err
 				}
 				cfg.Kafka.Brokers = []string{k.Addr()}

@@ -19,9 +19,19 @@ type Broker struct {
 	addr    string
 }
 
-// Start starts one kfake broker listening on addr, persisting records and group offsets
-// under dir (they survive a restart on the same dir). syncWrites fsyncs every batch.
-func Start(dir, addr string, syncWrites bool) (*Broker, error) {
+// Options says where a broker keeps its data and listens.
+type Options struct {
+	// Dir holds the records and group offsets; they survive a restart on the same Dir.
+	Dir string
+	// Addr is the listen address (port 0 picks a free one; Broker.Addr says which).
+	Addr string
+	// SyncWrites fsyncs every batch (survives power loss, slower).
+	SyncWrites bool
+}
+
+// Start starts one kfake broker as o says.
+func Start(o Options) (*Broker, error) {
+	dir, addr := o.Dir, o.Addr
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("embedded kafka address %q: %w", addr, err)
@@ -40,7 +50,7 @@ func Start(dir, addr string, syncWrites bool) (*Broker, error) {
 			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
 		}),
 	}
-	if syncWrites {
+	if o.SyncWrites {
 		opts = append(opts, kfake.SyncWrites())
 	}
 	c, err := kfake.NewCluster(opts...)

@@ -21,7 +21,7 @@ func TestEmbeddedRestartKeepsEverything(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	k, err := Start(dir, "127.0.0.1:0", false)
+	k, err := Start(Options{Dir: dir, Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestEmbeddedRestartKeepsEverything(t *testing.T) {
 	cl.Close()
 	k.Close()
 
-	k, err = Start(dir, addr, false)
+	k, err = Start(Options{Dir: dir, Addr: addr})
 	if err != nil {
 		t.Fatalf("restart on %s: %v", addr, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,12 +23,15 @@ import (
 	"tally/platform/logging"
 )
 
-// Env is what a binary's part list is built from.
+// Env is what a binary's part list is built from: the loaded shared configuration, the logger,
+// the metrics registry, the runner the parts register readiness checks with, and the clock
+// (Run sets time.Now; a test may pass its own).
 type Env struct {
 	Config   *config.Config
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	Runner   *lifecycle.Runner
+	Now      func() time.Time
 }
 
 // Command is what Run runs.
@@ -71,7 +75,7 @@ func Run(c Command) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	runner := lifecycle.NewRunner(logger)
-	ps, err := parts(Env{Config: &cfg, Logger: logger, Registry: reg, Runner: runner})
+	ps, err := parts(Env{Config: &cfg, Logger: logger, Registry: reg, Runner: runner, Now: time.Now})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

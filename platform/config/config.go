@@ -1,8 +1,8 @@
 // Package config loads the settings of every tally binary from, in rising order of precedence,
 // built-in defaults, a YAML file (--config), TALLY_* environment variables and command-line
 // flags. It declares the shared sections (settings.go: data_dir, log, debug, runtime, kafka,
-// clickhouse, redis, shutdown); each component declares its own section (a Section) in its own
-// package, and a binary's main passes the sections it reads to Load. Every setting is declared
+// clickhouse, redis, shutdown; clicks.go: clicks); each component declares its own section (a
+// Section) in its own package, and a binary's main passes the sections it reads to Load. Every setting is declared
 // once, so --help, the example file and the environment names cannot drift apart. Loading is
 // pure: no globals, no init().
 package config

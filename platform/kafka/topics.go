@@ -139,3 +139,25 @@ func keepForever(ctx context.Context, adm *kadm.Client, topic string) error {
 	}
 	return nil
 }
+
+// PartitionOffsets runs list, one kadm listing of topic's partitions (end, start, or by time),
+// and returns its offsets by partition. A topic that does not exist yet is an empty log: no
+// offsets and no error. what names the listing in errors ("end", "start").
+func PartitionOffsets(topic, what string, list func() (kadm.ListedOffsets, error)) (map[int32]int64, error) {
+	listed, err := list()
+	if err != nil {
+		return nil, fmt.Errorf("list %s offsets of %s: %w", what, topic, err)
+	}
+	out := map[int32]int64{}
+	var lerr error
+	listed.Each(func(o kadm.ListedOffset) {
+		switch {
+		case errors.Is(o.Err, kerr.UnknownTopicOrPartition) && o.Partition < 0:
+		case o.Err != nil:
+			lerr = errors.Join(lerr, fmt.Errorf("list %s offset of %s/%d: %w", what, topic, o.Partition, o.Err))
+		default:
+			out[o.Partition] = o.Offset
+		}
+	})
+	return out, lerr
+}

@@ -2,8 +2,10 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -53,17 +55,7 @@ func TestDurabilityResolve(t *testing.T) {
 func TestCreateTopicsOnACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, err := kgo.NewClient(ClientOptions(c.ListenAddrs(), "test", logger, nil)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := clusterClient(t, 3)
 	adm := kadm.NewClient(cl)
 	// An old likes topic made with the broker's default retention and compaction.
 	if _, err := adm.CreateTopic(ctx, 4, 3, map[string]*string{"retention.ms": kadm.StringPtr("60000"), "cleanup.policy": kadm.StringPtr("compact")}, "likes"); err != nil {
@@ -118,18 +110,73 @@ func TestCreateTopicsOnACluster(t *testing.T) {
 func TestCreateTopicsRefusesAFactorAboveTheCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(ClientOptions(c.ListenAddrs(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	err = CreateTopics(ctx, cl, Durability{ReplicationFactor: 3}, TopicSpec{Name: "views", Partitions: 1})
+	cl := clusterClient(t, 1)
+	err := CreateTopics(ctx, cl, Durability{ReplicationFactor: 3}, TopicSpec{Name: "views", Partitions: 1})
 	if err == nil || !strings.Contains(err.Error(), "replication factor 3 is above the 1 brokers") {
 		t.Fatalf("got %v; want the replication factor named", err)
 	}
+}
+
+func TestPartitionOffsets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := clusterClient(t, 1, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 3, 1, nil, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 1 gets two records, partition 2 one, partition 0 none.
+	for _, p := range []int32{1, 1, 2} {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: p, Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name    string
+		topic   string
+		list    func(context.Context, ...string) (kadm.ListedOffsets, error)
+		want    map[int32]int64
+		wantErr string
+	}{
+		{"end offsets of every partition", "t", adm.ListEndOffsets, map[int32]int64{0: 0, 1: 2, 2: 1}, ""},
+		{"start offsets", "t", adm.ListStartOffsets, map[int32]int64{0: 0, 1: 0, 2: 0}, ""},
+		{"a topic not created yet is an empty log", "missing", adm.ListEndOffsets, map[int32]int64{}, ""},
+		{"a failed listing names what and the topic", "t", func(context.Context, ...string) (kadm.ListedOffsets, error) {
+			return nil, errors.New("broker gone")
+		}, nil, "list end offsets of t: broker gone"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := PartitionOffsets(tt.topic, "end", func() (kadm.ListedOffsets, error) { return tt.list(ctx, tt.topic) })
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("got error %v; want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("got %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// clusterClient starts a kfake cluster of n brokers for one test and returns a client of it
+// (ClientOptions and opts); both end with the test.
+func clusterClient(t *testing.T, n int, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(append(ClientOptions(c.ListenAddrs(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil), opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }

@@ -4,44 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"tally/devstack/redisproc"
+	"tally/testsupport/testinfra"
 )
 
 var rdb *redis.Client
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dir, err := os.MkdirTemp("", "totals-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	p, err := redisproc.Start(ctx, redisproc.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start redis:", err)
-		return 1
-	}
-	defer p.Stop(context.Background())
-	rdb = redis.NewClient(&redis.Options{Addr: p.Addr()})
-	defer rdb.Close()
-	return m.Run()
+	os.Exit(testinfra.WithRedis(func(addr string) int {
+		rdb = redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		return m.Run()
+	}))
 }
 
 // fresh empties Redis and returns a store named after the test.

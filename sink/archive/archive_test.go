@@ -34,7 +34,7 @@ const partitions = 4
 
 func startKafka(t *testing.T) (string, *kgo.Client) {
 	t.Helper()
-	k, err := kafkabroker.Start(t.TempDir(), "127.0.0.1:0", false)
+	k, err := kafkabroker.Start(kafkabroker.Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

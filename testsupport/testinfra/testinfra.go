@@ -35,12 +35,8 @@ func Start() (*Infra, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create test dir: %w", err)
 	}
-	var w io.Writer = io.Discard
-	if os.Getenv("TALLY_TEST_LOG") == "1" {
-		w = os.Stderr
-	}
-	in := &Infra{Dir: dir, Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	if in.Kafka, err = kafkabroker.Start(filepath.Join(dir, "kafka"), "127.0.0.1:0", false); err != nil {
+	in := &Infra{Dir: dir, Logger: logger()}
+	if in.Kafka, err = kafkabroker.Start(kafkabroker.Options{Dir: filepath.Join(dir, "kafka"), Addr: "127.0.0.1:0"}); err != nil {
 		in.Stop()
 		return nil, err
 	}
@@ -55,6 +51,37 @@ func Start() (*Infra, error) {
 		return nil, err
 	}
 	return in, nil
+}
+
+// WithRedis starts a redis-server alone under a temporary directory, runs run with its address
+// and stops it, returning run's result: the body of a TestMain whose package needs Redis and
+// nothing else (no chDB engine, no broker). Use it as
+// os.Exit(testinfra.WithRedis(func(addr string) int { ...; return m.Run() })).
+func WithRedis(run func(addr string) int) int {
+	dir, err := os.MkdirTemp("", "tally-redis-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "create test dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := redisproc.Start(ctx, redisproc.Config{Dir: dir, Logger: logger()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start redis:", err)
+		return 1
+	}
+	defer p.Stop(context.Background())
+	return run(p.Addr())
+}
+
+// logger is the infrastructure's logger: io.Discard unless TALLY_TEST_LOG=1.
+func logger() *slog.Logger {
+	var w io.Writer = io.Discard
+	if os.Getenv("TALLY_TEST_LOG") == "1" {
+		w = os.Stderr
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // FreeAddr returns a loopback host:port nothing listens on now.

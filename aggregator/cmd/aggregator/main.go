@@ -4,7 +4,6 @@ package main
 
 import (
 	"os"
-	"time"
 
 	"tally/aggregator"
 	"tally/platform/cli"
@@ -15,6 +14,6 @@ import (
 func main() {
 	var settings aggregator.Settings
 	os.Exit(cli.Run(cli.Command{Name: "aggregator", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
-		return aggregator.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.OwnAdmin), nil
+		return aggregator.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))
 }

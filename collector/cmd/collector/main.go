@@ -19,7 +19,7 @@ func main() {
 	}
 	var settings collector.Settings
 	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
-		parts, _ := collector.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now)
+		parts, _ := collector.Parts(e, &settings)
 		return parts, nil
 	}}))
 }

@@ -4,7 +4,6 @@ package main
 
 import (
 	"os"
-	"time"
 
 	"tally/platform/cli"
 	"tally/platform/config"
@@ -15,6 +14,6 @@ import (
 func main() {
 	var settings topk.Settings
 	os.Exit(cli.Run(cli.Command{Name: "topk", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
-		return topk.Parts(e.Config, &settings, e.Runner, e.Logger, e.Registry, time.Now, lifecycle.OwnAdmin), nil
+		return topk.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))
 }
