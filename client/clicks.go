@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -99,5 +100,109 @@ func (c *Client) AdClicks(ctx context.Context, adID string, q SeriesQuery) (Clic
 	var out ClickSeries
 	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/ads/" + url.PathEscape(adID) + "/clicks",
 		query: q.values(), want: http.StatusOK, out: &out})
+	return out, err
+}
+
+// Verdict is a fraud verdict on one click (a line of POST /v1/fraud-verdicts). AdID may be left
+// empty when the click id is signed (the id carries its ad). DecidedAt is optional: the current
+// time, stamped once before the first attempt. The latest decision per click wins, so a retry,
+// which sends the same lines, changes nothing.
+type Verdict struct {
+	ClickID, AdID string
+	Fraud         bool // false: "valid"
+	Reason        string
+	DecidedAt     time.Time
+}
+
+type verdictJSON struct {
+	ClickID   string `json:"click_id"`
+	AdID      string `json:"ad_id,omitempty"`
+	Verdict   string `json:"verdict"`
+	Reason    string `json:"reason,omitempty"`
+	DecidedAt int64  `json:"decided_at"`
+}
+
+// SendVerdicts posts fraud verdicts as one NDJSON body (POST /v1/fraud-verdicts; the key needs
+// scope fraud) and returns once the accepted ones are durable. Good lines are stored even when
+// others are rejected: the result lists the rejected ones. When every line was rejected the
+// error is an *APIError with status 400 and the result still lists them.
+func (c *Client) SendVerdicts(ctx context.Context, vs ...Verdict) (Accepted, error) {
+	if len(vs) == 0 {
+		return Accepted{}, fmt.Errorf("send verdicts: got none; want at least one")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, v := range vs {
+		if v.DecidedAt.IsZero() {
+			v.DecidedAt = c.now()
+		}
+		j := verdictJSON{ClickID: v.ClickID, AdID: v.AdID, Verdict: "valid", Reason: v.Reason, DecidedAt: v.DecidedAt.UnixMilli()}
+		if v.Fraud {
+			j.Verdict = "fraud"
+		}
+		if err := enc.Encode(j); err != nil { // one line each: Encode ends it with a newline
+			return Accepted{}, fmt.Errorf("encode verdict on click %s: %w", v.ClickID, err)
+		}
+	}
+	var res Accepted
+	err := c.call(ctx, request{method: http.MethodPost, path: "/v1/fraud-verdicts", body: buf.Bytes(),
+		contentType: "application/x-ndjson", want: http.StatusAccepted, out: &res, decode400: true})
+	return res, err
+}
+
+// DailyReport is one page of one version of a day's exact click report, as the nightly job
+// (batchjob clicks) wrote it: the numbers to bill from.
+type DailyReport struct {
+	Date          string       `json:"date"` // YYYY-MM-DD, UTC
+	Version       uint32       `json:"version"`
+	LatestVersion uint32       `json:"latest_version"`
+	Final         bool         `json:"final"` // always true: reports are exact
+	ComputedAt    time.Time    `json:"computed_at"`
+	Totals        ReportTotals `json:"totals"`
+	Ads           []AdCount    `json:"ads"`
+	// NextAfter, when not empty, is the After of the next page (ask with this Version to stay
+	// on it).
+	NextAfter string `json:"next_after"`
+}
+
+// ReportTotals sums a version over all its ads.
+type ReportTotals struct {
+	Ads           uint64 `json:"ads"`
+	ExactCount    uint64 `json:"exact_count"`
+	BillableCount uint64 `json:"billable_count"`
+}
+
+// AdCount is one ad's numbers in a report.
+type AdCount struct {
+	AdID          string `json:"ad_id"`
+	ExactCount    uint64 `json:"exact_count"`
+	BillableCount uint64 `json:"billable_count"`
+}
+
+// ReportQuery selects a page; the zero value is the first page of the latest version, with the
+// server's page size (10,000 ads).
+type ReportQuery struct {
+	Version uint32 // 0: the latest complete version
+	After   string // the ad id the page starts after: the previous page's NextAfter
+	Limit   int    // ads per page, 1..100,000; 0: the server's default
+}
+
+// DailyReport reads a page of day's click report (GET /v1/reports/daily/{date}; the key needs
+// scope billing). A day without a complete version, or without the version asked for, is an
+// *APIError with status 404.
+func (c *Client) DailyReport(ctx context.Context, day time.Time, q ReportQuery) (DailyReport, error) {
+	v := url.Values{}
+	if q.Version > 0 {
+		v.Set("version", strconv.FormatUint(uint64(q.Version), 10))
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var out DailyReport
+	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/reports/daily/" + day.UTC().Format(time.DateOnly),
+		query: v, want: http.StatusOK, out: &out})
 	return out, err
 }

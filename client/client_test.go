@@ -23,6 +23,7 @@ type script struct {
 	answers []answer
 	bodies  []string
 	headers []http.Header
+	urls    []string
 }
 
 type answer struct {
@@ -36,6 +37,7 @@ func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.bodies = append(s.bodies, string(b))
 	s.headers = append(s.headers, r.Header.Clone())
+	s.urls = append(s.urls, r.URL.RequestURI())
 	a := answer{status: http.StatusInternalServerError, body: `{"error":"script exhausted"}`}
 	if len(s.answers) > 0 {
 		a, s.answers = s.answers[0], s.answers[1:]

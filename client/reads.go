@@ -102,3 +102,57 @@ func (c *Client) Views(ctx context.Context, itemID string, q SeriesQuery) (Serie
 		query: q.values(), want: http.StatusOK, out: &out})
 	return out, err
 }
+
+// TopKind is what a top-K list ranks.
+type TopKind string
+
+const (
+	TopItems TopKind = "items" // items by views, after the 30-minute viewer rule
+	TopAds   TopKind = "ads"   // ads by clicks, after the click_id rule
+)
+
+// TopWindow is the span of event time a top-K list covers.
+type TopWindow string
+
+const (
+	Window1m  TopWindow = "1m"  // exact
+	Window1h  TopWindow = "1h"  // exact
+	Window24h TopWindow = "24h" // within ErrorBound
+)
+
+// MaxTopK is the most entries one Top call may ask for.
+const MaxTopK = 1000
+
+// TopList is the latest top-K list topk published for a kind and window, cut to the k asked.
+type TopList struct {
+	Kind       TopKind    `json:"kind"`
+	Window     TopWindow  `json:"window"`
+	ComputedAt time.Time  `json:"computed_at"`
+	From       time.Time  `json:"from"` // start of the event time counted, inclusive
+	To         time.Time  `json:"to"`   // end, exclusive
+	Exact      bool       `json:"exact"`
+	ErrorBound int64      `json:"error_bound"` // 24h: every count is within this of the true one
+	Entries    []TopEntry `json:"entries"`
+}
+
+// TopEntry is one place of a list; equal counts rank by key, ascending.
+type TopEntry struct {
+	Rank  int    `json:"rank"`
+	Key   string `json:"key"`
+	Count int64  `json:"count"`
+}
+
+// Top reads the latest top-K list of kind over window (GET /v1/top), k entries at most (0: the
+// server's default, 100).
+func (c *Client) Top(ctx context.Context, kind TopKind, window TopWindow, k int) (TopList, error) {
+	if k < 0 || k > MaxTopK {
+		return TopList{}, fmt.Errorf("top: got k %d; want 0..%d", k, MaxTopK)
+	}
+	q := url.Values{"kind": {string(kind)}, "window": {string(window)}}
+	if k > 0 {
+		q.Set("k", strconv.Itoa(k))
+	}
+	var out TopList
+	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/top", query: q, want: http.StatusOK, out: &out})
+	return out, err
+}

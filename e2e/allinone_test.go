@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"tally/allinone/allinonetest"
+	"tally/client"
 	"tally/platform/chclient"
 	"tally/schemas/migrate"
 	"tally/testsupport/testinfra"
@@ -63,7 +64,7 @@ func TestAllInOne(t *testing.T) {
 	t.Run("counts API", func(t *testing.T) { checkCounts(t, api) })
 	t.Run("top-K API", func(t *testing.T) { checkTop(t, api) })
 	t.Run("bad inputs", func(t *testing.T) { checkBadInputs(t, api) })
-	t.Run("go client", func(t *testing.T) { checkClient(t, api) })
+	t.Run("go client", func(t *testing.T) { checkClient(t, api, conn) })
 	t.Run("live page in a browser", func(t *testing.T) { checkLivePage(t, api) })
 	t.Run("migrations re-applied change nothing", func(t *testing.T) { checkMigrationsIdempotent(t, ctx, conn) })
 	t.Run("demo workload rows", func(t *testing.T) {
@@ -79,24 +80,18 @@ func TestAllInOne(t *testing.T) {
 	}
 }
 
-// checkTop finds e2e-item's 3 views in the 1m list topk published, through the collector.
+// checkTop finds e2e-item's 3 views in the 1m list topk published, through the Go client.
 func checkTop(t *testing.T, api string) {
-	var got struct {
-		Window  string `json:"window"`
-		Exact   bool   `json:"exact"`
-		Entries []struct {
-			Key   string `json:"key"`
-			Count uint64 `json:"count"`
-		} `json:"entries"`
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.New(client.Options{BaseURL: api})
+	if err != nil {
+		t.Fatal(err)
 	}
+	var got client.TopList
 	// The 5-second bucket of the views must be complete, then published (2 s).
 	waitFor(t, 30*time.Second, "e2e-item in the 1m top-K list", func() bool {
-		resp, err := http.Get(api + "/v1/top?kind=items&window=1m&k=1000")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		if json.NewDecoder(resp.Body).Decode(&got) != nil {
+		if got, err = c.Top(ctx, client.TopItems, client.Window1m, client.MaxTopK); err != nil {
 			return false
 		}
 		for _, e := range got.Entries {
@@ -106,16 +101,15 @@ func checkTop(t *testing.T, api string) {
 		}
 		return false
 	})
-	if got.Window != "1m" || !got.Exact {
-		t.Errorf("got window %q exact %v; want 1m, exact", got.Window, got.Exact)
+	if got.Kind != client.TopItems || got.Window != client.Window1m || !got.Exact || !got.From.Before(got.To) || got.Entries[0].Rank != 1 {
+		t.Errorf("got kind %q window %q exact %v from %v to %v first rank %d; want items, 1m, exact, from before to, rank 1",
+			got.Kind, got.Window, got.Exact, got.From, got.To, got.Entries[0].Rank)
 	}
-	resp, err := http.Get(api + "/v1/top?kind=items&window=2m")
-	if err != nil {
-		t.Fatal(err)
+	if _, err := c.Top(ctx, client.TopItems, "2m", 0); !client.IsStatus(err, 400) {
+		t.Errorf("window=2m: got %v; want a 400 APIError", err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 400 {
-		t.Errorf("window=2m: got %d; want 400", resp.StatusCode)
+	if _, err := c.Top(ctx, client.TopAds, client.Window1h, client.MaxTopK+1); err == nil || client.IsStatus(err, 400) {
+		t.Errorf("k over the maximum: got %v; want the client to refuse it before sending", err)
 	}
 }
 

@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"tally/client"
 )
 
 // checkClient drives the real collector through the Go client: a view, a batch through the
-// Batcher, a bad line, a like, then the counts, the series and the user's likes.
-func checkClient(t *testing.T, api string) {
+// Batcher, a bad line, a like, then the counts, the series and the user's likes; fraud verdicts;
+// a daily click report, written to conn as batchjob clicks writes one, read a page at a time.
+func checkClient(t *testing.T, api string, conn driver.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := client.New(client.Options{BaseURL: api})
@@ -71,5 +74,64 @@ func checkClient(t *testing.T, api string) {
 	}
 	if _, err := c.Counts(ctx); err == nil {
 		t.Error("Counts with no ids: got nil error; want one")
+	}
+	checkClientVerdicts(t, ctx, c)
+	checkClientReport(t, ctx, c, conn)
+}
+
+func checkClientVerdicts(t *testing.T, ctx context.Context, c *client.Client) {
+	res, err := c.SendVerdicts(ctx, client.Verdict{ClickID: "client-click", AdID: "client-ad", Fraud: true, Reason: "chargeback"},
+		client.Verdict{ClickID: "client-click-2"}) // an unsigned id needs its ad
+	if err != nil || res.Accepted != 1 || len(res.Rejected) != 1 || res.Rejected[0].Line != 2 || res.Rejected[0].Field != "ad_id" {
+		t.Errorf("SendVerdicts with a bad line: got %+v, %v; want 1 accepted, line 2 rejected for ad_id", res, err)
+	}
+	res, err = c.SendVerdicts(ctx, client.Verdict{ClickID: "client-click-3", DecidedAt: time.Now().Add(time.Hour)})
+	if !client.IsStatus(err, 400) || len(res.Rejected) != 1 {
+		t.Errorf("SendVerdicts with only bad lines: got %+v, %v; want a 400 APIError listing the line", res, err)
+	}
+	if _, err := c.SendVerdicts(ctx); err == nil {
+		t.Error("SendVerdicts with no verdicts: got nil error; want one")
+	}
+}
+
+func checkClientReport(t *testing.T, ctx context.Context, c *client.Client, conn driver.Conn) {
+	day := time.Date(2026, 3, 14, 0, 0, 0, 0, time.UTC)
+	if _, err := c.DailyReport(ctx, day, client.ReportQuery{}); !client.IsStatus(err, 404) {
+		t.Fatalf("DailyReport of a day without a version: got %v; want a 404 APIError", err)
+	}
+	computed := day.Add(26 * time.Hour).Truncate(time.Millisecond)
+	ads := []client.AdCount{{AdID: "ra", ExactCount: 5, BillableCount: 4}, {AdID: "rb", ExactCount: 3, BillableCount: 3}, {AdID: "rc", ExactCount: 1}}
+	for _, a := range ads {
+		if err := conn.Exec(ctx, "INSERT INTO click_reports_daily (date, version, ad_id, exact_count, billable_count, computed_at) VALUES (?, 1, ?, ?, ?, ?)",
+			day, a.AdID, a.ExactCount, a.BillableCount, computed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := conn.Exec(ctx, `INSERT INTO click_report_versions (date, version, started_at, computed_at, source, ads, exact_count, billable_count, duplicates, fraud, records_read)
+		VALUES (?, 1, ?, ?, 'kafka', 3, 9, 7, 0, 0, 9)`, day, computed, computed); err != nil {
+		t.Fatal(err)
+	}
+	var got []client.AdCount
+	q := client.ReportQuery{Limit: 2}
+	for page := 1; ; page++ {
+		r, err := c.DailyReport(ctx, day, q)
+		if err != nil {
+			t.Fatalf("DailyReport page %d: %v", page, err)
+		}
+		want := client.ReportTotals{Ads: 3, ExactCount: 9, BillableCount: 7}
+		if r.Date != "2026-03-14" || r.Version != 1 || r.LatestVersion != 1 || !r.Final || !r.ComputedAt.Equal(computed) || r.Totals != want {
+			t.Errorf("DailyReport page %d: got %+v; want date 2026-03-14, version 1 of 1, final, computed at %v, totals %+v", page, r, computed, want)
+		}
+		got = append(got, r.Ads...)
+		if r.NextAfter == "" || page > len(ads) {
+			break
+		}
+		q.Version, q.After = r.Version, r.NextAfter
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ads) {
+		t.Errorf("DailyReport pages: got %+v; want %+v", got, ads)
+	}
+	if _, err := c.DailyReport(ctx, day, client.ReportQuery{Version: 2}); !client.IsStatus(err, 404) {
+		t.Errorf("DailyReport of a version not written: got %v; want a 404 APIError", err)
 	}
 }

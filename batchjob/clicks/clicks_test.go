@@ -456,10 +456,10 @@ func TestRunMatchesOracle(t *testing.T) {
 func billableClick(t *testing.T, ctx context.Context, day time.Time, ad string) string {
 	t.Helper()
 	ta := NewTally(day, Rules{FraudScoreThreshold: 1}, ad)
-	if _, err := source().Clicks(ctx, day.Add(-24*time.Hour), day.AddDate(0, 0, 1), func(cs []Click) error { ta.AddClicks(cs); return nil }); err != nil {
+	if _, err := source().Clicks(ctx, day.Add(-24*time.Hour), day.AddDate(0, 0, 1), func(_ int64, cs []Click) error { ta.AddClicks(cs); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := source().Verdicts(ctx, day.Add(-24*time.Hour), func(vs []Verdict) error { ta.AddVerdicts(vs); return nil }); err != nil {
+	if _, err := source().Verdicts(ctx, day.Add(-24*time.Hour), func(_ int64, vs []Verdict) error { ta.AddVerdicts(vs); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range ta.Audit() {

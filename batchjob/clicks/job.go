@@ -45,7 +45,8 @@ type Deps struct {
 	// Lookback is how long before the day the clicks are read to find repeats of earlier
 	// days' clicks.
 	Lookback time.Duration
-	// Progress counts the click and verdict records read (nil: not counted).
+	// Progress is given the click and verdict records to read (Source.Size) and counts them as
+	// they are read (nil: not counted).
 	Progress *progress.Meter
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -108,18 +109,22 @@ func run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 func tally(ctx context.Context, day time.Time, d Deps, audit string) (*Tally, ReadStats, error) {
 	t := NewTally(day, d.Rules, audit)
 	from, to := day.Add(-d.Lookback), day.AddDate(0, 0, 1)
-	count := func(n int) {
-		if d.Progress != nil {
-			d.Progress.Add(int64(n))
+	count := func(int64) {}
+	if d.Progress != nil {
+		total, err := d.Source.Size(ctx, from, to)
+		if err != nil {
+			return nil, ReadStats{}, fmt.Errorf("size the read of %s: %w", day.Format(time.DateOnly), err)
 		}
+		d.Progress.SetTotal(total)
+		count = d.Progress.Add
 	}
-	cs, err := d.Source.Clicks(ctx, from, to, func(b []Click) error { t.AddClicks(b); count(len(b)); return nil })
+	cs, err := d.Source.Clicks(ctx, from, to, func(n int64, b []Click) error { t.AddClicks(b); count(n); return nil })
 	if err != nil {
 		return nil, ReadStats{}, fmt.Errorf("read clicks of %s: %w", day.Format(time.DateOnly), err)
 	}
 	d.Logger.Info("clicks read", "records", cs.Records, "undecodable", cs.Undecodable, "in_range", t.Stats().Clicks,
 		"click_ids", len(t.clicks), "ads", len(t.ads))
-	vs, err := d.Source.Verdicts(ctx, from, func(b []Verdict) error { t.AddVerdicts(b); count(len(b)); return nil })
+	vs, err := d.Source.Verdicts(ctx, from, func(n int64, b []Verdict) error { t.AddVerdicts(b); count(n); return nil })
 	if err != nil {
 		return nil, ReadStats{}, fmt.Errorf("read fraud verdicts for %s: %w", day.Format(time.DateOnly), err)
 	}

@@ -39,12 +39,17 @@ type ReadStats struct {
 // records not yet in files, are another (FilesSource), and a run does not care which it is
 // given. Calls are made one at a time.
 type Source interface {
-	// Clicks calls fn with every click whose event time lies in [from, to), in batches. Records
+	// Clicks calls fn with every click whose event time lies in [from, to), in batches, each
+	// with how many log records it came from (read counts them all, decodable or not). Records
 	// outside the range may be read but are not passed on.
-	Clicks(ctx context.Context, from, to time.Time, fn func([]Click) error) (ReadStats, error)
+	Clicks(ctx context.Context, from, to time.Time, fn func(read int64, b []Click) error) (ReadStats, error)
 	// Verdicts calls fn with every verdict on a click stamped at or after since (and possibly
-	// older ones), in batches.
-	Verdicts(ctx context.Context, since time.Time, fn func([]Verdict) error) (ReadStats, error)
+	// older ones), in batches, each with how many log records it came from.
+	Verdicts(ctx context.Context, since time.Time, fn func(read int64, b []Verdict) error) (ReadStats, error)
+	// Size is how many records Clicks(from, to) and then Verdicts(from) would read if called
+	// now, found without reading them (Kafka offsets, the files' footers): the progress line's
+	// total. Records produced in between make the reads a little longer.
+	Size(ctx context.Context, from, to time.Time) (int64, error)
 	// Name says which source it is, for the report ("kafka", "parquet", "parquet+kafka"); asked
 	// after the reads.
 	Name() string

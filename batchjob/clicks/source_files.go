@@ -56,13 +56,13 @@ func (s *FilesSource) Name() string {
 }
 
 // Clicks implements Source.
-func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func([]Click) error) (ReadStats, error) {
-	spans, err := s.kafka.clickSpans(ctx, from, to)
+func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func(int64, []Click) error) (ReadStats, error) {
+	pl, err := s.planClicks(ctx, from, to)
 	if err != nil {
 		return ReadStats{}, err
 	}
 	var batch []Click
-	return readFilesThenKafka(ctx, s, s.kafka.o.ClicksTopic, from, to, spans, func(_ int32, rows []rawlog.ClickKey) error {
+	return pl.read(ctx, s, func(_ int32, rows []rawlog.ClickKey) error {
 		batch = batch[:0]
 		for i := range rows {
 			r := &rows[i]
@@ -72,42 +72,84 @@ func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func([]
 			}
 			batch = append(batch, c)
 		}
-		return fn(batch)
+		return fn(int64(len(rows)), batch)
 	}, clickDecoder(from, to, fn))
 }
 
 // Verdicts implements Source.
-func (s *FilesSource) Verdicts(ctx context.Context, since time.Time, fn func([]Verdict) error) (ReadStats, error) {
-	spans, err := s.kafka.verdictSpans(ctx, since)
+func (s *FilesSource) Verdicts(ctx context.Context, since time.Time, fn func(int64, []Verdict) error) (ReadStats, error) {
+	pl, err := s.planVerdicts(ctx, since)
 	if err != nil {
 		return ReadStats{}, err
-	}
-	topic := s.kafka.o.VerdictsTopic
-	_, end, err := rawlog.Days(ctx, s.store, topic)
-	if err != nil {
-		return ReadStats{}, err
-	}
-	from := since.Add(-s.kafka.o.Early)
-	if end.Before(from) {
-		end = from
 	}
 	fraud := schemas.VerdictFraud.String()
 	var batch []Verdict
-	return readFilesThenKafka(ctx, s, topic, from, end, spans, func(_ int32, rows []rawlog.FraudVerdictRow) error {
+	return pl.read(ctx, s, func(_ int32, rows []rawlog.FraudVerdictRow) error {
 		batch = batch[:0]
 		for i := range rows {
 			r := &rows[i]
 			batch = append(batch, Verdict{ClickID: r.ClickID, Fraud: r.Verdict == fraud, Reason: r.Reason, DecidedAt: r.DecidedAt,
 				Partition: r.Partition, Offset: r.Offset})
 		}
-		return fn(batch)
+		return fn(int64(len(rows)), batch)
 	}, verdictDecoder(fn))
 }
 
-// readFilesThenKafka reads topic's files of [from, to) below the flush markers, then the rest of
-// each partition's span from Kafka.
-func readFilesThenKafka[T rawlog.Row](ctx context.Context, s *FilesSource, topic string, from, to time.Time, spans map[int32]span,
-	rows func(int32, []T) error, dec func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
+// Size implements Source: the rows in the footers of the files the reads would open, and the
+// offsets of the Kafka spans beyond them.
+func (s *FilesSource) Size(ctx context.Context, from, to time.Time) (int64, error) {
+	c, err := s.planClicks(ctx, from, to)
+	if err != nil {
+		return 0, err
+	}
+	v, err := s.planVerdicts(ctx, from)
+	if err != nil {
+		return 0, err
+	}
+	nc, err := c.size(ctx)
+	if err != nil {
+		return 0, err
+	}
+	nv, err := v.size(ctx)
+	return nc + nv, err
+}
+
+// plan is what a read of one topic covers: its files of [from, to) below the flush markers,
+// then the rest of each partition's span from Kafka.
+type plan[T rawlog.Row] struct {
+	files    rawlog.Files[T]
+	from, to time.Time
+	tail     map[int32]span
+}
+
+func (s *FilesSource) planClicks(ctx context.Context, from, to time.Time) (plan[rawlog.ClickKey], error) {
+	spans, err := s.kafka.clickSpans(ctx, from, to)
+	if err != nil {
+		return plan[rawlog.ClickKey]{}, err
+	}
+	return planTopic[rawlog.ClickKey](ctx, s, s.kafka.o.ClicksTopic, from, to, spans)
+}
+
+// planVerdicts reads the verdict files from the hour of since - Early on: whole hours, so the
+// footers' row counts are what the read finds (older verdicts are allowed).
+func (s *FilesSource) planVerdicts(ctx context.Context, since time.Time) (plan[rawlog.FraudVerdictRow], error) {
+	spans, err := s.kafka.verdictSpans(ctx, since)
+	if err != nil {
+		return plan[rawlog.FraudVerdictRow]{}, err
+	}
+	topic := s.kafka.o.VerdictsTopic
+	_, end, err := rawlog.Days(ctx, s.store, topic)
+	if err != nil {
+		return plan[rawlog.FraudVerdictRow]{}, err
+	}
+	from := since.Add(-s.kafka.o.Early).Truncate(time.Hour)
+	if end.Before(from) {
+		end = from
+	}
+	return planTopic[rawlog.FraudVerdictRow](ctx, s, topic, from, end, spans)
+}
+
+func planTopic[T rawlog.Row](ctx context.Context, s *FilesSource, topic string, from, to time.Time, spans map[int32]span) (plan[T], error) {
 	complete, err := rawlog.Complete(ctx, s.store, topic, func() (map[int32]int64, error) {
 		cl, err := kgo.NewClient(append(kafka.ClientOptions(s.kafka.o.Brokers, "tally-batchjob-clicks", s.kafka.o.Logger, nil), s.kafka.o.Dial...)...)
 		if err != nil {
@@ -117,18 +159,29 @@ func readFilesThenKafka[T rawlog.Row](ctx context.Context, s *FilesSource, topic
 		return kafka.GroupOffsets(ctx, cl, s.group, topic)
 	})
 	if err != nil {
-		return ReadStats{}, err
+		return plan[T]{}, err
 	}
 	tail, err := tailSpans(topic, spans, complete)
 	if err != nil {
-		return ReadStats{}, err
+		return plan[T]{}, err
 	}
+	return plan[T]{files: rawlog.Files[T]{Store: s.store, Topic: topic, Below: complete}, from: from, to: to, tail: tail}, nil
+}
+
+// size is how many records the read covers.
+func (pl plan[T]) size(ctx context.Context) (int64, error) {
+	n, err := pl.files.Rows(ctx, pl.from, pl.to)
+	return n + spanRecords(pl.tail), err
+}
+
+// read reads the files, passing their rows to rows, then the tail, passing its records to dec.
+func (pl plan[T]) read(ctx context.Context, s *FilesSource, rows func(int32, []T) error, dec func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
 	var st ReadStats
-	files := rawlog.Files[T]{Store: s.store, Topic: topic, Below: complete}
-	if err := files.Read(ctx, from, to, func(p int32, rs []T) error { st.Records += int64(len(rs)); return rows(p, rs) }); err != nil {
+	topic := pl.files.Topic
+	if err := pl.files.Read(ctx, pl.from, pl.to, func(p int32, rs []T) error { st.Records += int64(len(rs)); return rows(p, rs) }); err != nil {
 		return st, fmt.Errorf("read %s files: %w", topic, err)
 	}
-	ks, err := s.kafka.read(ctx, topic, tail, dec)
+	ks, err := s.kafka.read(ctx, topic, pl.tail, dec)
 	if ks.Records > 0 {
 		s.tail = true
 	}

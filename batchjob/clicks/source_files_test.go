@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/platform/progress"
 	"tally/schemas"
 	"tally/sink/rawlog"
 	"tally/sink/store"
@@ -39,9 +40,16 @@ func TestFilesSourceMatchesKafka(t *testing.T) {
 		for wantSource, src := range cases {
 			d := f.deps()
 			d.Source = src
+			d.Progress = progress.Start(progress.Options{What: "records", Never: true})
 			rep, err := Run(ctx, f.day, d)
+			d.Progress.Stop()
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The progress line's total is known before the read and is what the read found (the
+			// line's thousands separators dropped).
+			if want := fmt.Sprintf("progress: %d/%d records (100%%)", rep.Read.Records, rep.Read.Records); !strings.HasPrefix(strings.ReplaceAll(d.Progress.Line(), ",", ""), want) {
+				t.Errorf("%s: progress: got %q; want it to start %q", wantSource, d.Progress.Line(), want)
 			}
 			_, rows, _ := f.report(t, rep.Version)
 			if diff := diffRows(rows, want); diff != "" || rep.Source != wantSource {

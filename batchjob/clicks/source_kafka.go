@@ -39,7 +39,7 @@ func NewKafkaSource(o KafkaOptions) *KafkaSource { return &KafkaSource{o: o} }
 func (s *KafkaSource) Name() string { return "kafka" }
 
 // Clicks implements Source.
-func (s *KafkaSource) Clicks(ctx context.Context, from, to time.Time, fn func([]Click) error) (ReadStats, error) {
+func (s *KafkaSource) Clicks(ctx context.Context, from, to time.Time, fn func(int64, []Click) error) (ReadStats, error) {
 	spans, err := s.clickSpans(ctx, from, to)
 	if err != nil {
 		return ReadStats{}, err
@@ -49,12 +49,34 @@ func (s *KafkaSource) Clicks(ctx context.Context, from, to time.Time, fn func([]
 
 // Verdicts implements Source: every verdict produced since the earliest time a click stamped
 // since could have been produced, up to the end of the log.
-func (s *KafkaSource) Verdicts(ctx context.Context, since time.Time, fn func([]Verdict) error) (ReadStats, error) {
+func (s *KafkaSource) Verdicts(ctx context.Context, since time.Time, fn func(int64, []Verdict) error) (ReadStats, error) {
 	spans, err := s.verdictSpans(ctx, since)
 	if err != nil {
 		return ReadStats{}, err
 	}
 	return s.read(ctx, s.o.VerdictsTopic, spans, verdictDecoder(fn))
+}
+
+// Size implements Source: the offsets of the spans the reads would cover.
+func (s *KafkaSource) Size(ctx context.Context, from, to time.Time) (int64, error) {
+	cs, err := s.clickSpans(ctx, from, to)
+	if err != nil {
+		return 0, err
+	}
+	vs, err := s.verdictSpans(ctx, from)
+	if err != nil {
+		return 0, err
+	}
+	return spanRecords(cs) + spanRecords(vs), nil
+}
+
+// spanRecords is how many records a read of spans covers.
+func spanRecords(spans map[int32]span) int64 {
+	var n int64
+	for _, sp := range spans {
+		n += max(0, sp.Stop-sp.From)
+	}
+	return n
 }
 
 // clickSpans are the offsets of the clicks topic that can hold clicks stamped in [from, to).
@@ -69,7 +91,7 @@ func (s *KafkaSource) verdictSpans(ctx context.Context, since time.Time) (map[in
 }
 
 // clickDecoder passes on the decodable clicks stamped in [from, to).
-func clickDecoder(from, to time.Time, fn func([]Click) error) func([]*kgo.Record, *ReadStats) error {
+func clickDecoder(from, to time.Time, fn func(int64, []Click) error) func([]*kgo.Record, *ReadStats) error {
 	fromMs, toMs := from.UnixMilli(), to.UnixMilli()
 	var batch []Click
 	return func(recs []*kgo.Record, st *ReadStats) error {
@@ -86,12 +108,12 @@ func clickDecoder(from, to time.Time, fn func([]Click) error) func([]*kgo.Record
 			batch = append(batch, Click{ClickID: c.ClickID, AdID: c.AdID, TS: c.TS, FraudScore: c.FraudScore,
 				HasFraudScore: c.HasFraudScore, Partition: r.Partition, Offset: r.Offset})
 		}
-		return fn(batch)
+		return fn(int64(len(recs)), batch)
 	}
 }
 
 // verdictDecoder passes on the decodable verdicts.
-func verdictDecoder(fn func([]Verdict) error) func([]*kgo.Record, *ReadStats) error {
+func verdictDecoder(fn func(int64, []Verdict) error) func([]*kgo.Record, *ReadStats) error {
 	var batch []Verdict
 	return func(recs []*kgo.Record, st *ReadStats) error {
 		batch = batch[:0]
@@ -104,7 +126,7 @@ func verdictDecoder(fn func([]Verdict) error) func([]*kgo.Record, *ReadStats) er
 			batch = append(batch, Verdict{ClickID: v.ClickID, Fraud: v.Verdict == schemas.VerdictFraud, Reason: v.Reason,
 				DecidedAt: v.DecidedAt, Partition: r.Partition, Offset: r.Offset})
 		}
-		return fn(batch)
+		return fn(int64(len(recs)), batch)
 	}
 }
 
@@ -114,12 +136,11 @@ func (s *KafkaSource) read(ctx context.Context, topic string, spans map[int32]sp
 	var st ReadStats
 	want := map[int32]kgo.Offset{}
 	stop := map[int32]int64{}
-	var total int64
+	total := spanRecords(spans)
 	for p, r := range spans {
 		if r.Stop > r.From {
 			want[p] = kgo.NewOffset().At(r.From)
 			stop[p] = r.Stop
-			total += r.Stop - r.From
 		}
 	}
 	if len(want) == 0 {

@@ -110,13 +110,20 @@ func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 
 // Count recounts the views of day (UTC) per item from src with the dedupe rule, reading from
 // lookback before the day, and returns the counts and how many records it read; meter, if not
-// nil, counts the records as they are read.
+// nil, is given the records to read (the files' footers) and counts them as they are read.
 func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time, window, grace, lookback time.Duration, meter *progress.Meter) (map[string]int64, uint64, error) {
 	from, to := day.Add(-lookback), day.Add(24*time.Hour)
 	lo, hi := day.UnixMilli(), to.UnixMilli()
 	wins := map[int32]*dedupe.Window{}
 	counts := map[string]int64{}
 	var n uint64
+	if meter != nil {
+		total, err := src.Rows(ctx, from, to.Add(lookback))
+		if err != nil {
+			return nil, 0, fmt.Errorf("size the read of views of %s: %w", day.Format(time.DateOnly), err)
+		}
+		meter.SetTotal(total)
+	}
 	err := src.Read(ctx, from, to.Add(lookback), func(p int32, rows []rawlog.ViewKey) error {
 		w := wins[p]
 		if w == nil {

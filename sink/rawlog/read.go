@@ -22,6 +22,9 @@ type Source[T Row] interface {
 	// Read calls fn with the records whose event time lies in [from, to), in runs of one
 	// partition each, in offset order within the partition; fn must not keep rows.
 	Read(ctx context.Context, from, to time.Time, fn func(partition int32, rows []T) error) error
+	// Rows is how many records Read over [from, to) would read now, found without reading them:
+	// a progress line's total. It is exact when from and to fall on whole hours.
+	Rows(ctx context.Context, from, to time.Time) (int64, error)
 }
 
 // Files reads a topic's records from the sink's files.
@@ -36,15 +39,9 @@ type Files[T Row] struct {
 
 // Read reads every file of the hours in [from, to) and passes on the rows of [from, to).
 func (f Files[T]) Read(ctx context.Context, from, to time.Time, fn func(int32, []T) error) error {
-	refs, err := List(ctx, f.Store, f.Topic, from, to)
+	refs, err := f.refs(ctx, from, to)
 	if err != nil {
 		return err
-	}
-	if f.Below != nil {
-		refs = slices.DeleteFunc(refs, func(r FileRef) bool {
-			below, ok := f.Below[r.Partition]
-			return !ok || r.First >= below
-		})
 	}
 	lo, hi := from.UnixMilli(), to.UnixMilli()
 	var keep []T
@@ -60,6 +57,50 @@ func (f Files[T]) Read(ctx context.Context, from, to time.Time, fn func(int32, [
 		}
 		return fn(p, keep)
 	})
+}
+
+// Rows implements Source: the row counts in the footers of the files Read would read (rows of
+// those hours outside [from, to) included).
+func (f Files[T]) Rows(ctx context.Context, from, to time.Time) (int64, error) {
+	refs, err := f.refs(ctx, from, to)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, r := range refs {
+		rows, err := fileRows(ctx, f.Store, r.Name)
+		if err != nil {
+			return n, err
+		}
+		n += rows
+	}
+	return n, nil
+}
+
+// refs lists the files Read reads.
+func (f Files[T]) refs(ctx context.Context, from, to time.Time) ([]FileRef, error) {
+	refs, err := List(ctx, f.Store, f.Topic, from, to)
+	if err != nil || f.Below == nil {
+		return refs, err
+	}
+	return slices.DeleteFunc(refs, func(r FileRef) bool {
+		below, ok := f.Below[r.Partition]
+		return !ok || r.First >= below
+	}), nil
+}
+
+// fileRows is the row count a file's footer gives; the rows are not read.
+func fileRows(ctx context.Context, st store.Store, name string) (int64, error) {
+	obj, err := st.Open(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	defer obj.Close()
+	f, err := parquet.OpenFile(obj, obj.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		return 0, fmt.Errorf("open parquet file %s: %w", name, err)
+	}
+	return f.NumRows(), nil
 }
 
 // Present reports whether the files can stand for the log over [from, to): the topic has files
