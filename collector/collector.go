@@ -31,6 +31,7 @@ import (
 	"tally/platform/lifecycle"
 	"tally/platform/redisclient"
 	"tally/schemas"
+	"tally/schemas/clickconf"
 	"tally/schemas/migrate"
 )
 
@@ -157,7 +158,7 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 }
 
 // clickKeys builds the click-id keys from clicks.*; nil when no signing key is configured.
-func clickKeys(c *collectorconf.ClickIDs) (*schemas.ClickIDKeys, error) {
+func clickKeys(c *clickconf.ClickIDs) (*schemas.ClickIDKeys, error) {
 	if c.SigningKey == "" {
 		return nil, nil
 	}

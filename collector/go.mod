@@ -28,7 +28,6 @@ require (
 	github.com/twmb/franz-go v1.22.3
 	go.uber.org/goleak v1.3.0
 	golang.org/x/time v0.16.0
-	tally/aggregator v0.0.0-00010101000000-000000000000
 	tally/devstack v0.0.0-00010101000000-000000000000
 	tally/likestate v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000

@@ -1,8 +1,7 @@
-// Package aggregatorconf is the aggregator's section of the configuration (aggregator.*) and its
-// part of the clicks section (clicks.go: the click path's group and counting rules). It is a leaf
-// of its own so that the batch jobs, which count with the same dedupe window and grace and the
-// same fraud threshold, and the collector, which checks a file's clicks section whole, load the
-// same sections without linking the aggregator. The sections are plain data, filled in once by
+// Package aggregatorconf is the aggregator's section of the configuration (aggregator.*), with
+// its part of the clicks section (clickconf.Rules: the click path's group and counting rules).
+// It is a leaf of its own so that the batch jobs, which count with the same dedupe window and
+// grace and the same fraud threshold, load the same sections without linking the aggregator. The sections are plain data, filled in once by
 // config.Load.
 package aggregatorconf
 
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"tally/platform/config"
+	"tally/schemas/clickconf"
 )
 
 // Settings is the aggregator's section of the configuration (aggregator.*), loaded by
@@ -30,7 +30,7 @@ type Settings struct {
 	PublishCounted bool          `mapstructure:"publish_counted"`
 
 	// Clicks is the aggregator's part of the clicks section, loaded beside this one (Sections).
-	Clicks Clicks `mapstructure:"-"`
+	Clicks clickconf.Rules `mapstructure:"-"`
 }
 
 const day = 24 * time.Hour

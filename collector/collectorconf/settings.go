@@ -1,8 +1,8 @@
-// Package collectorconf is the collector's section of the configuration (collector.*), its part
-// of the clicks section (clickids.go: the click-id keys), and the API keys' configured form
-// (apikey.go) that the auth package enforces. It is a leaf of its own so that the batch jobs,
-// which read the collector's event-time bounds, and the aggregator, which checks a file's clicks
-// section whole, load the same sections without linking the collector. The sections are plain
+// Package collectorconf is the collector's section of the configuration (collector.*), with its
+// part of the clicks section (clickconf.ClickIDs: the click-id keys), and the API keys'
+// configured form (apikey.go) that the auth package enforces. It is a leaf of its own so that
+// the batch jobs, which read the collector's event-time bounds, load the same sections without
+// linking the collector. The sections are plain
 // data, filled in once by config.Load.
 package collectorconf
 
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"tally/platform/config"
+	"tally/schemas/clickconf"
 )
 
 // Auth modes of collector.auth.enabled.
@@ -44,7 +45,7 @@ type Settings struct {
 	Auth                AuthSettings  `mapstructure:"auth"`
 
 	// ClickIDs is the collector's part of the clicks section, loaded beside this one (Sections).
-	ClickIDs ClickIDs `mapstructure:"-"`
+	ClickIDs clickconf.ClickIDs `mapstructure:"-"`
 }
 
 // AuthSettings is the collector's API access control (docs/SECURITY.md).

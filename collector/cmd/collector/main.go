@@ -6,12 +6,12 @@ import (
 	"os"
 	"time"
 
-	"tally/aggregator/aggregatorconf"
 	"tally/collector"
 	"tally/collector/auth"
 	"tally/collector/collectorconf"
 	"tally/platform/cli"
 	"tally/platform/lifecycle"
+	"tally/schemas/clickconf"
 )
 
 func main() {
@@ -21,7 +21,7 @@ func main() {
 	var settings collectorconf.Settings
 	// The counting rules are the clicks section's other part: the collector reads none of them,
 	// but loads them so that a file's clicks section is checked whole (config.Section).
-	var clickRules aggregatorconf.Clicks
+	var clickRules clickconf.Rules
 	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: append(settings.Sections(), &clickRules), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		parts, _ := collector.Parts(e, &settings)
 		return parts, nil

@@ -1,4 +1,4 @@
-package aggregatorconf
+package clickconf
 
 import (
 	"time"
@@ -6,11 +6,9 @@ import (
 	"tally/platform/config"
 )
 
-// Clicks is the aggregator's part of the clicks section: the click path's consumer group and the
-// counting rules the streaming count and batchjob clicks must agree on. The collector's click-id
-// keys are the other part (collectorconf.ClickIDs), under the same top-level name; a binary
-// reading one part reads both, so a file's clicks section is checked whole.
-type Clicks struct {
+// Rules is the aggregator's part of the clicks section: the click path's consumer group and the
+// counting rules the streaming count and batchjob clicks must agree on.
+type Rules struct {
 	Group               string        `mapstructure:"group"`
 	DedupeWindow        time.Duration `mapstructure:"dedupe_window"`
 	DedupeGrace         time.Duration `mapstructure:"dedupe_grace"`
@@ -18,11 +16,13 @@ type Clicks struct {
 	CountedTTL          time.Duration `mapstructure:"counted_ttl"`
 }
 
+const day = 24 * time.Hour
+
 // Name is the section's top-level key.
-func (*Clicks) Name() string { return "clicks" }
+func (*Rules) Name() string { return "clicks" }
 
 // Settings declares the counting rules' keys once: default and one-line help.
-func (*Clicks) Settings() []config.Setting {
+func (*Rules) Settings() []config.Setting {
 	return []config.Setting{
 		{Key: "clicks.group", Default: "tally-aggregator-clicks", Help: "Kafka consumer group of the aggregators' click path (topics clicks and fraud_verdicts)"},
 		{Key: "clicks.dedupe_window", Default: 10 * time.Minute, Help: "a click id counts once within this much event time"},
@@ -33,8 +33,8 @@ func (*Clicks) Settings() []config.Setting {
 }
 
 // Validate checks the counting rules and names every bad key; that clicks.group differs from
-// aggregator.group is checked by Settings, which holds both.
-func (c *Clicks) Validate(_ *config.Config, bad config.Bad) {
+// aggregator.group is checked by the aggregator's settings, which hold both.
+func (c *Rules) Validate(_ *config.Config, bad config.Bad) {
 	if c.Group == "" {
 		bad("clicks.group", "must not be empty")
 	}

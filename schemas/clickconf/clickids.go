@@ -1,4 +1,10 @@
-package collectorconf
+// Package clickconf is the clicks section of the configuration (clicks.*), in two parts under
+// the one top-level name: ClickIDs, the keys the collector signs and verifies click ids with,
+// and Rules, the click path's consumer group and the counting rules the streaming count and
+// batchjob clicks must agree on. It sits with the shared contract because several binaries read
+// it: a binary that reads one part loads both, so a file's clicks section is checked whole
+// (config.Section), without any component importing another's settings.
+package clickconf
 
 import (
 	"encoding/base64"
@@ -10,9 +16,7 @@ import (
 )
 
 // ClickIDs is the collector's part of the clicks section: the keys it signs and verifies click
-// ids with (docs/API.md, docs/SECURITY.md). The aggregator's counting rules are the other part
-// (aggregatorconf.Clicks), under the same top-level name; a binary reading one part reads both,
-// so a file's clicks section is checked whole.
+// ids with (docs/API.md, docs/SECURITY.md).
 type ClickIDs struct {
 	SigningKey   string        `mapstructure:"signing_key"`
 	Keys         []string      `mapstructure:"keys"`
