@@ -17,6 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/redis/go-redis/v9"
 
+	"tally/aggregator/aggregatorconf"
 	"tally/aggregator/clicks"
 	"tally/aggregator/counted"
 	"tally/aggregator/likes"
@@ -33,7 +34,7 @@ import (
 
 // Parts returns the aggregator's lifecycle parts; e.Config is read when they start. OwnAdmin adds
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
+func Parts(e cli.Env, s *aggregatorconf.Settings, admin lifecycle.Admin) []lifecycle.Part {
 	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	var conn driver.Conn
 	var rdb *redis.Client
@@ -132,13 +133,13 @@ func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
 		Name: "clicks consumer",
 		Start: func(context.Context) error {
 			agg := clicks.New(clicks.Config{
-				Window:         cfg.Clicks.DedupeWindow,
-				Grace:          cfg.Clicks.DedupeGrace,
-				FraudThreshold: cfg.Clicks.FraudScoreThreshold,
+				Window:         s.Clicks.DedupeWindow,
+				Grace:          s.Clicks.DedupeGrace,
+				FraudThreshold: s.Clicks.FraudScoreThreshold,
 				FlushInterval:  s.FlushInterval,
 				RollupInterval: s.SketchInterval,
 				MaxBatch:       s.MaxBatch,
-				VerdictHold:    cfg.Clicks.CountedTTL,
+				VerdictHold:    s.Clicks.CountedTTL,
 				Owner:          owner(s.InstanceID),
 				Counted:        pubTo,
 			}, conn, now, logger, reg)
@@ -146,7 +147,7 @@ func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
 			if err != nil {
 				return err
 			}
-			group := clicks.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: cfg.Clicks.Group,
+			group := clicks.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: s.Clicks.Group,
 				InstanceID: s.InstanceID, SessionTimeout: s.SessionTimeout}
 			if clickSrc, err = clicks.NewSource(group, agg, s.FlushInterval, logger); err != nil {
 				return err
@@ -192,7 +193,7 @@ func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
 
 // OpenClickHouse connects to the configured ClickHouse, applies the migrations and sets the
 // configured retention.
-func OpenClickHouse(ctx context.Context, cfg *config.Config, s *Settings, logger *slog.Logger) (driver.Conn, error) {
+func OpenClickHouse(ctx context.Context, cfg *config.Config, s *aggregatorconf.Settings, logger *slog.Logger) (driver.Conn, error) {
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	conn, err := chclient.Open(octx, cfg.ClickHouse.Options())
@@ -204,7 +205,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, s *Settings, logger
 		conn.Close()
 		return nil, err
 	}
-	if err := setRetention(octx, conn, s, cfg.Clicks.CountedTTL); err != nil {
+	if err := setRetention(octx, conn, s); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -214,7 +215,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, s *Settings, logger
 
 // setRetention applies the configured TTLs. It changes table metadata only; existing parts are
 // trimmed by later merges rather than rewritten now.
-func setRetention(ctx context.Context, conn driver.Conn, c *Settings, countedTTL time.Duration) error {
+func setRetention(ctx context.Context, conn driver.Conn, c *aggregatorconf.Settings) error {
 	days := func(d time.Duration) int { return int(d / (24 * time.Hour)) }
 	for _, t := range []struct {
 		table, column string
@@ -226,8 +227,8 @@ func setRetention(ctx context.Context, conn driver.Conn, c *Settings, countedTTL
 		{"views_by_day", "day", days(c.TTLDays)},
 		{"click_deltas", "minute", days(c.TTLMinutes)},
 		{"clicks_by_hour", "hour", days(c.TTLDays)},
-		{"clicks_counted", "toDateTime(ts)", days(countedTTL)},
-		{"click_verdicts", "toDateTime(decided_at)", days(countedTTL)},
+		{"clicks_counted", "toDateTime(ts)", days(c.Clicks.CountedTTL)},
+		{"click_verdicts", "toDateTime(decided_at)", days(c.Clicks.CountedTTL)},
 	} {
 		q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL %s + INTERVAL %d DAY SETTINGS materialize_ttl_after_modify = 0", t.table, t.column, t.days)
 		if err := conn.Exec(ctx, q); err != nil {

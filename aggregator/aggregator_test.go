@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"tally/aggregator/aggregatorconf"
 	"tally/platform/config"
 	"tally/schemas/migrate"
 	"tally/testsupport/testinfra"
@@ -41,7 +42,7 @@ func TestStartRecreatesDroppedSchemaObjects(t *testing.T) {
 			infra.DB(t, ctx, db) // starts it empty
 			var cfg config.Config
 			cfg.ClickHouse = config.ClickHouse{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"}
-			s := Settings{TTLSeconds: 7 * 24 * time.Hour, TTLMinutes: 90 * 24 * time.Hour, TTLDays: 730 * 24 * time.Hour}
+			s := aggregatorconf.Settings{TTLSeconds: 7 * 24 * time.Hour, TTLMinutes: 90 * 24 * time.Hour, TTLDays: 730 * 24 * time.Hour}
 			conn, err := OpenClickHouse(ctx, &cfg, &s, infra.Logger)
 			if err != nil {
 				t.Fatal(err)

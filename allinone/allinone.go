@@ -10,29 +10,32 @@ import (
 	"path/filepath"
 
 	"tally/aggregator"
+	"tally/aggregator/aggregatorconf"
 	"tally/allinone/demo"
 	"tally/collector"
+	"tally/collector/collectorconf"
 	"tally/devstack/embedded"
 	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/sink"
+	"tally/sink/sinkconf"
 	"tally/topk"
 )
 
 // Settings is every component's section of the configuration: the all-in-one reads them all.
 // A new component adds its section here and to Sections.
 type Settings struct {
-	Collector  collector.Settings
-	Aggregator aggregator.Settings
+	Collector  collectorconf.Settings
+	Aggregator aggregatorconf.Settings
 	TopK       topk.Settings
-	Sink       sink.Settings
+	Sink       sinkconf.Settings
 	Demo       demo.Settings
 }
 
 // Sections lists s's sections for config.Load, in the order --help shows them.
 func (s *Settings) Sections() []config.Section {
-	return []config.Section{&s.Collector, &s.Aggregator, &s.TopK, &s.Sink, &s.Demo}
+	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.TopK, &s.Sink, &s.Demo)
 }
 
 // AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not

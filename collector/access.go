@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/collector/auth"
+	"tally/collector/collectorconf"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
 )
@@ -17,7 +18,7 @@ import (
 // routes go: with auth on, /metrics and /debug/pprof/ move to their own server on
 // collector.admin_addr (the returned part) and the API keeps only /healthz and /readyz; with
 // auth off the API listens on loopback only (config refuses anything else), so they stay on it.
-func access(cfg *config.Config, s *Settings, mux *http.ServeMux, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (http.Handler, []lifecycle.Part) {
+func access(cfg *config.Config, s *collectorconf.Settings, mux *http.ServeMux, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (http.Handler, []lifecycle.Part) {
 	if !s.AuthOn() {
 		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
 		return mux, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
+	"tally/collector/collectorconf"
 	"tally/collector/ingest"
 	"tally/collector/likes"
 	"tally/collector/openapi"
@@ -26,18 +27,18 @@ import (
 	"tally/likestate"
 	"tally/platform/chclient"
 	"tally/platform/cli"
-	"tally/platform/config"
 	"tally/platform/kafka"
 	"tally/platform/lifecycle"
 	"tally/platform/redisclient"
 	"tally/schemas"
+	"tally/schemas/clickconf"
 	"tally/schemas/migrate"
 )
 
 // Parts returns the collector's lifecycle parts. e.Config is read when the parts start, so embedded
 // infrastructure started earlier can fill in its addresses. addr reports the bound listen
 // address once started.
-func Parts(e cli.Env, s *Settings) (parts []lifecycle.Part, addr func() string) {
+func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr func() string) {
 	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	var cl *kgo.Client
 	var likeStore *likestate.Store
@@ -101,7 +102,7 @@ func Parts(e cli.Env, s *Settings) (parts []lifecycle.Part, addr func() string) 
 				return err
 			}
 			runner.AddCheck("collector kafka", cl.Ping)
-			keys, err := clickKeys(cfg.Clicks)
+			keys, err := clickKeys(&s.ClickIDs)
 			if err != nil {
 				return err
 			}
@@ -112,7 +113,7 @@ func Parts(e cli.Env, s *Settings) (parts []lifecycle.Part, addr func() string) 
 
 				MaxConcurrentBodies: s.MaxConcurrentBodies,
 				ClickKeys:           keys,
-				MaxRenderAge:        cfg.Clicks.MaxRenderAge,
+				MaxRenderAge:        s.ClickIDs.MaxRenderAge,
 			}, cl, now, logger, reg)
 			ing.Register(routes)
 			return nil
@@ -157,7 +158,7 @@ func Parts(e cli.Env, s *Settings) (parts []lifecycle.Part, addr func() string) 
 }
 
 // clickKeys builds the click-id keys from clicks.*; nil when no signing key is configured.
-func clickKeys(c config.Clicks) (*schemas.ClickIDKeys, error) {
+func clickKeys(c *clickconf.ClickIDs) (*schemas.ClickIDKeys, error) {
 	if c.SigningKey == "" {
 		return nil, nil
 	}

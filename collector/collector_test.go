@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/collector/auth"
+	"tally/collector/collectorconf"
 	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
@@ -40,10 +41,10 @@ func collector(t *testing.T, args ...string) (api, admin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s Settings
+	var s collectorconf.Settings
 	cfg, err := config.Load("collector", append([]string{"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
 		"--redis.addr", infra.Redis.Addr(), "--collector.addr", apiAddr, "--collector.admin_addr", adminAddr,
-		"--kafka.partitions", "2", "--data_dir", t.TempDir()}, args...), &s)
+		"--kafka.partitions", "2", "--data_dir", t.TempDir()}, args...), s.Sections()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 // Package schemas holds what every tally component must agree on: the event types and their
-// validation, their wire encoding in Kafka, the topic names, and (in subpackages) the ClickHouse
-// DDL as versioned migrations. It is pure data and functions: no I/O, no state.
+// validation, their wire encoding in Kafka, the topic names, and in subpackages the ClickHouse
+// DDL as versioned migrations and the dedupe rule the streaming path and the nightly recount
+// must both apply (dedupe). It is pure data and functions: no I/O, no state.
 package schemas
 
 // Topic names. Records are keyed by item_id, so every event of one item lands in one partition

@@ -8,31 +8,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	"tally/platform/cli"
-	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/sink/archive"
 	"tally/sink/rawlog"
-	"tally/sink/store"
+	"tally/sink/sinkconf"
 )
-
-// staleTemp is the age past which a temporary file is taken for the leftover of a crash.
-const staleTemp = time.Hour
 
 // Parts returns the sink's lifecycle parts; e.Config is read when they start. OwnAdmin adds the
 // admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
-func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
+func Parts(e cli.Env, s *sinkconf.Settings, admin lifecycle.Admin) []lifecycle.Part {
 	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	var a *archive.Archive
 	parts := []lifecycle.Part{{
 		Name: "sink consumer",
 		Start: func(ctx context.Context) error {
-			st, err := OpenStore(ctx, cfg, s, logger)
+			st, err := s.OpenStore(ctx, cfg, logger)
 			if err != nil {
 				return err
 			}
@@ -71,7 +65,7 @@ func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
 }
 
 // Retention is each kept topic's retention: sink.retention, or its sink.retention_by_topic entry.
-func Retention(s *Settings) map[string]time.Duration {
+func Retention(s *sinkconf.Settings) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, t := range rawlog.Topics() {
 		out[t.Name] = s.Retention
@@ -80,32 +74,4 @@ func Retention(s *Settings) map[string]time.Duration {
 		out[topic] = d
 	}
 	return out
-}
-
-// OpenStore opens the configured store and removes temporary files a crash left behind. The
-// batch jobs open the same store to read the files.
-func OpenStore(ctx context.Context, cfg *config.Config, s *Settings, logger *slog.Logger) (store.Store, error) {
-	dir := s.DirIn(cfg)
-	var st store.Store
-	var err error
-	var temps string
-	switch s.Storage {
-	case "s3":
-		s3 := s.S3
-		temps = filepath.Join(dir, "spool")
-		st, err = store.NewS3(ctx, store.S3Options{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region,
-			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Secure: s3.Secure, SpoolDir: temps})
-	default:
-		temps = dir
-		st, err = store.NewLocal(dir)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open sink store: %w", err)
-	}
-	if n, err := store.RemoveStaleTemps(temps, time.Now().Add(-staleTemp)); err != nil {
-		logger.Warn("remove stale temporary sink files", "dir", temps, "err", err)
-	} else if n > 0 {
-		logger.Info("removed temporary sink files left by a crash", "dir", temps, "files", n)
-	}
-	return st, nil
 }

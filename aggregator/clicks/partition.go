@@ -20,8 +20,8 @@ package clicks
 import (
 	"math"
 
-	"tally/aggregator/dedupe"
 	"tally/schemas"
+	"tally/schemas/dedupe"
 )
 
 type minuteKey struct {

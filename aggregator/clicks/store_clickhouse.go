@@ -8,9 +8,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/aggregator/dedupe"
 	"tally/platform/chclient"
 	"tally/schemas"
+	"tally/schemas/dedupe"
 )
 
 // store reads and writes the click tables (schemas/migrations/006_clicks.sql).

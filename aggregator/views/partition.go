@@ -21,8 +21,8 @@ import (
 	"github.com/axiomhq/hyperloglog"
 	metro "github.com/dgryski/go-metro"
 
-	"tally/aggregator/dedupe"
 	"tally/schemas"
+	"tally/schemas/dedupe"
 )
 
 // allTime is the day number under which the all-time sketch of an item is stored (1970-01-01;

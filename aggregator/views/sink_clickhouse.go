@@ -10,8 +10,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/axiomhq/hyperloglog"
 
-	"tally/aggregator/dedupe"
 	"tally/platform/chclient"
+	"tally/schemas/dedupe"
 )
 
 // store reads and writes the views tables (schemas/migrations/001_views.sql).

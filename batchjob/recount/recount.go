@@ -1,6 +1,6 @@
 // Package recount is the nightly views recount (batchjob views --date D): it counts the day's
 // views again from the sink's files with the streaming aggregator's dedupe rule (package
-// aggregator/dedupe, the same code, with the same window and grace; an edge server's view count
+// schemas/dedupe, the same code, with the same window and grace; an edge server's view count
 // is counted once per (source, seq) and adds its count), compares each item's count
 // with the streaming total in ClickHouse (views_total_by_day), and writes a versioned report
 // (view_recount_runs, view_recount_diffs). Expected: no difference.
@@ -26,8 +26,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/aggregator/dedupe"
 	"tally/platform/progress"
+	"tally/schemas/dedupe"
 	"tally/sink/rawlog"
 )
 

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"tally/collector/api"
+	"tally/collector/collectorconf"
 )
 
 // Scope is what a key may do.
@@ -70,7 +71,7 @@ type Route struct {
 
 // Options builds a Guard.
 type Options struct {
-	Keys         []APIKey
+	Keys         []collectorconf.APIKey
 	UserTokenKey []byte                // HMAC key of user tokens; empty: every like is refused with 401
 	Now          func() time.Time      // default time.Now
 	Logger       *slog.Logger          // refusals at debug level; default none
@@ -95,7 +96,7 @@ type key struct {
 func (k *key) has(s Scope) bool { return k.scopes[s] || k.scopes[ScopeAdmin] }
 
 // New returns a guard for opts.Keys. It checks what the collector's settings check
-// (collector.Settings.Validate), so a Guard built without the config loader is as strict.
+// (collectorconf.Settings.Validate), so a Guard built without the config loader is as strict.
 func New(opts Options) (*Guard, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now

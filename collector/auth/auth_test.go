@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+
+	"tally/collector/collectorconf"
 )
 
 // clock is a settable time source, so token expiry and token buckets are tested without sleeping.
@@ -42,7 +44,7 @@ func server(t *testing.T, clk *clock) (*httptest.Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	g, err := New(Options{
-		Keys: []APIKey{
+		Keys: []collectorconf.APIKey{
 			{ID: "ingest", SHA256: HashSecret(ingestSecret), Scopes: []string{"ingest"}, Rate: 1000, Burst: 1000},
 			{ID: "read", SHA256: HashSecret(readSecret), Scopes: []string{"read"}, Rate: 1000, Burst: 1000},
 			{ID: "like", SHA256: HashSecret(likeSecret), Scopes: []string{"like", "read"}, Rate: 1000, Burst: 1000},
@@ -209,7 +211,7 @@ func TestLikesNeedTheUsersToken(t *testing.T) {
 		})
 	}
 	t.Run("no user-token key configured", func(t *testing.T) {
-		g, err := New(Options{Keys: []APIKey{{ID: "like", SHA256: HashSecret(likeSecret), Scopes: []string{"like"}, Rate: 1, Burst: 1}},
+		g, err := New(Options{Keys: []collectorconf.APIKey{{ID: "like", SHA256: HashSecret(likeSecret), Scopes: []string{"like"}, Rate: 1, Burst: 1}},
 			Now: clk.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -275,16 +277,16 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 }
 
 func TestNewRejectsBadKeys(t *testing.T) {
-	good := APIKey{ID: "a", SHA256: HashSecret(ingestSecret), Scopes: []string{"ingest"}, Rate: 1, Burst: 1}
+	good := collectorconf.APIKey{ID: "a", SHA256: HashSecret(ingestSecret), Scopes: []string{"ingest"}, Rate: 1, Burst: 1}
 	tests := []struct {
 		name string
-		keys []APIKey
+		keys []collectorconf.APIKey
 		want string
 	}{
-		{"short hash", []APIKey{{ID: "a", SHA256: "abc", Scopes: []string{"read"}, Rate: 1, Burst: 1}}, "64 hex digits"},
-		{"unknown scope", []APIKey{{ID: "a", SHA256: good.SHA256, Scopes: []string{"write"}, Rate: 1, Burst: 1}}, `unknown scope "write"`},
-		{"zero rate", []APIKey{{ID: "a", SHA256: good.SHA256, Scopes: []string{"read"}, Burst: 1}}, "rate 0"},
-		{"same secret twice", []APIKey{good, {ID: "b", SHA256: strings.ToUpper(good.SHA256), Scopes: []string{"read"}, Rate: 1, Burst: 1}}, "another key's"},
+		{"short hash", []collectorconf.APIKey{{ID: "a", SHA256: "abc", Scopes: []string{"read"}, Rate: 1, Burst: 1}}, "64 hex digits"},
+		{"unknown scope", []collectorconf.APIKey{{ID: "a", SHA256: good.SHA256, Scopes: []string{"write"}, Rate: 1, Burst: 1}}, `unknown scope "write"`},
+		{"zero rate", []collectorconf.APIKey{{ID: "a", SHA256: good.SHA256, Scopes: []string{"read"}, Burst: 1}}, "rate 0"},
+		{"same secret twice", []collectorconf.APIKey{good, {ID: "b", SHA256: strings.ToUpper(good.SHA256), Scopes: []string{"read"}, Rate: 1, Burst: 1}}, "another key's"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

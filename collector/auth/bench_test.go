@@ -5,12 +5,14 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"tally/collector/collectorconf"
 )
 
 // BenchmarkGuard is the cost the guard adds to one request (key hash, bucket, scope; and for a
 // like the token's HMAC), without the network.
 func BenchmarkGuard(b *testing.B) {
-	g, err := New(Options{Keys: []APIKey{{ID: "k", SHA256: HashSecret(likeSecret), Scopes: []string{"ingest", "like"}, Rate: 1e9, Burst: 1e9}},
+	g, err := New(Options{Keys: []collectorconf.APIKey{{ID: "k", SHA256: HashSecret(likeSecret), Scopes: []string{"ingest", "like"}, Rate: 1e9, Burst: 1e9}},
 		UserTokenKey: []byte(tokenKey)})
 	if err != nil {
 		b.Fatal(err)

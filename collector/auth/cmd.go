@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"tally/collector/collectorconf"
 	"tally/platform/config"
 )
 
@@ -65,8 +66,8 @@ func command(args []string, env CommandEnv) error {
 			return err
 		}
 		secret := NewSecret()
-		k := APIKey{ID: *id, SHA256: HashSecret(secret), Scopes: *scopes, Rate: *rate, Burst: *burst}
-		if _, err := New(Options{Keys: []APIKey{k}}); err != nil || *id == "" || len(*scopes) == 0 {
+		k := collectorconf.APIKey{ID: *id, SHA256: HashSecret(secret), Scopes: *scopes, Rate: *rate, Burst: *burst}
+		if _, err := New(Options{Keys: []collectorconf.APIKey{k}}); err != nil || *id == "" || len(*scopes) == 0 {
 			return fmt.Errorf("want --id and --scopes, rate and burst above 0 (%v)", err)
 		}
 		fmt.Fprintf(env.Stdout, "secret (send as %s; shown once): %s\n\ncollector.auth.keys entry:\n"+
@@ -96,8 +97,8 @@ func command(args []string, env CommandEnv) error {
 		}
 		name := config.EnvName("collector.auth.user_token_key")
 		key := env.Getenv(name)
-		if len(key) < MinUserTokenKey {
-			return fmt.Errorf("%s is %d bytes; want the collector's user-token key (at least %d bytes)", name, len(key), MinUserTokenKey)
+		if len(key) < collectorconf.MinUserTokenKey {
+			return fmt.Errorf("%s is %d bytes; want the collector's user-token key (at least %d bytes)", name, len(key), collectorconf.MinUserTokenKey)
 		}
 		tok, err := MintUserToken([]byte(key), *user, env.Now(), *ttl)
 		if err != nil {

@@ -1,8 +1,8 @@
 // Package config loads the settings of every tally binary from, in rising order of precedence,
 // built-in defaults, a YAML file (--config), TALLY_* environment variables and command-line
 // flags. It declares the shared sections (settings.go: data_dir, log, debug, runtime, kafka,
-// clickhouse, redis, shutdown; clicks.go: clicks); each component declares its own section (a
-// Section) in its own package, and a binary's main passes the sections it reads to Load. Every setting is declared
+// clickhouse, redis, shutdown); each component declares its own section (a Section) in its own
+// package, and a binary's main passes the sections it reads to Load. Every setting is declared
 // once, so --help, the example file and the environment names cannot drift apart. Loading is
 // pure: no globals, no init().
 package config
@@ -38,6 +38,10 @@ type Bad func(key, format string, args ...any)
 // struct with mapstructure tags that Load fills in. Name is the top-level key the section's
 // settings live under (e.g. "collector"); Settings lists them with full dotted keys; Validate
 // checks the decoded values, and may read the shared sections (shared is already decoded).
+//
+// Two sections may share a top-level name when their keys are disjoint: each owner declares
+// its part of a section two components share, and each part is decoded from its own keys. A binary that reads one part of a name must pass
+// every part, or the file's other keys under that name are unknown to it.
 type Section interface {
 	Name() string
 	Settings() []Setting
@@ -56,6 +60,9 @@ func Load(name string, args []string, sections ...Section) (Config, error) {
 	all := settings()
 	for _, sec := range sections {
 		all = append(all, sec.Settings()...)
+	}
+	if err := checkDisjoint(all); err != nil {
+		return Config{}, err
 	}
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
@@ -104,7 +111,7 @@ func Load(name string, args []string, sections ...Section) (Config, error) {
 		}
 	}
 
-	cfg, err := decode(v, all, sections)
+	cfg, err := decode(v, sections)
 	if err != nil {
 		return Config{}, err
 	}
@@ -115,33 +122,35 @@ func Load(name string, args []string, sections ...Section) (Config, error) {
 	return cfg, nil
 }
 
-// decode fills the shared Config and every section from v in one pass, so a bad value's error
-// names its full dotted key. The target is a struct made for this call: the shared sections
-// squashed at the top and one field per component section under its name. Keys of sections
-// this binary does not read are dropped first (see Load).
-func decode(v *viper.Viper, all []Setting, sections []Section) (Config, error) {
-	fields := []reflect.StructField{{Name: "Shared", Type: reflect.TypeOf(Config{}), Tag: `mapstructure:",squash"`}}
-	for i, sec := range sections {
+// decode fills the shared Config from the shared keys and each section from its own keys, so
+// sections sharing a top-level name never see each other's keys, and a bad value's error names
+// its full dotted key. Keys of sections this binary does not read are left alone (see Load).
+func decode(v *viper.Viper, sections []Section) (Config, error) {
+	in := v.AllSettings()
+	var cfg Config
+	errs := []error{decodeInto(&cfg, own(in, settings(), ""))}
+	for _, sec := range sections {
 		t := reflect.TypeOf(sec)
 		if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 			return Config{}, fmt.Errorf("config: section %s is a %s; want a pointer to a struct", sec.Name(), t)
 		}
-		fields = append(fields, reflect.StructField{Name: fmt.Sprintf("S%d", i), Type: t, Tag: reflect.StructTag(`mapstructure:"` + sec.Name() + `"`)})
+		// The section goes in a struct of one field under its name, so errors name
+		// "section.key" as the file and the flags spell it.
+		target := reflect.New(reflect.StructOf([]reflect.StructField{{Name: "S", Type: t, Tag: reflect.StructTag(`mapstructure:"` + sec.Name() + `"`)}}))
+		target.Elem().Field(0).Set(reflect.ValueOf(sec)) // decoded in place
+		errs = append(errs, decodeInto(target.Interface(), own(in, sec.Settings(), "")))
 	}
-	target := reflect.New(reflect.StructOf(fields))
-	for i, sec := range sections {
-		target.Elem().Field(i + 1).Set(reflect.ValueOf(sec)) // decoded in place
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	in := v.AllSettings()
-	for k := range in {
-		if !underSetting(all, k) {
-			delete(in, k)
-		}
-	}
+	return cfg, nil
+}
+
+func decodeInto(target any, in map[string]any) error {
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		ErrorUnused:      true,
 		WeaklyTypedInput: true, // environment values are strings: "8" is an int setting's 8
-		Result:           target.Interface(),
+		Result:           target,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToTimeDurationHookFunc(),
 			mapstructure.StringToSliceHookFunc(","),
@@ -151,12 +160,38 @@ func decode(v *viper.Viper, all []Setting, sections []Section) (Config, error) {
 		),
 	})
 	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return err
 	}
-	if err := dec.Decode(in); err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+	return dec.Decode(in)
+}
+
+// own is the part of m (the settings under prefix) that declared lives under: a setting's value
+// whole, a map some setting lives under filtered the same way, nothing else.
+func own(m map[string]any, declared []Setting, prefix string) map[string]any {
+	out := map[string]any{}
+	for k, val := range m {
+		key := prefix + k
+		switch sub, isMap := val.(map[string]any); {
+		case isSetting(declared, key):
+			out[k] = val
+		case isMap && underSetting(declared, key):
+			out[k] = own(sub, declared, key+".")
+		}
 	}
-	return target.Elem().Field(0).Interface().(Config), nil
+	return out
+}
+
+// checkDisjoint rejects a key declared twice, by the shared sections or by two sections that
+// share a top-level name: its value could not belong to both.
+func checkDisjoint(all []Setting) error {
+	seen := map[string]bool{}
+	for _, s := range all {
+		if seen[s.Key] {
+			return fmt.Errorf("config: setting %s is declared twice", s.Key)
+		}
+		seen[s.Key] = true
+	}
+	return nil
 }
 
 // checkFileKeys rejects keys in the YAML file that no setting declares, so a typo is an error

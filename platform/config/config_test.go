@@ -57,11 +57,6 @@ func TestLoadPrecedence(t *testing.T) {
 		{"memory size flag", nil, []string{"--redis.embedded_maxmemory", "512MB"}, func(c Config, k comp) (any, any) { return c.Redis.EmbeddedMaxMemory, "512MB" }},
 		{"env list", map[string]string{"TALLY_KAFKA_BROKERS": "x:1,y:2"}, nil, func(c Config, k comp) (any, any) { return strings.Join(c.Kafka.Brokers, ","), "x:1,y:2" }},
 		{"env config file", map[string]string{"TALLY_CONFIG": file}, nil, func(c Config, k comp) (any, any) { return k.MaxLines, 7 }},
-		{"click keys from env", map[string]string{"TALLY_CLICKS_KEYS": "old:" + strings.Repeat("A", 43) + ",new:" + strings.Repeat("B", 43), "TALLY_CLICKS_SIGNING_KEY": "new"}, nil,
-			func(c Config, _ comp) (any, any) {
-				k, err := c.Clicks.ClickIDKeys()
-				return fmt.Sprintln(len(k), err, len(k[1].Secret), c.Clicks.SigningKey), "2 <nil> 32 new\n"
-			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,13 +105,6 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"dashboards user named as the pipeline user", nil, []string{"--clickhouse.embedded_readonly_user", "default"}, "clickhouse.embedded_readonly_user"},
 		{"cors wildcard", nil, []string{"--clickhouse.embedded_cors_origins", "*"}, "clickhouse.embedded_cors_origins"},
 		{"no time limit", nil, []string{"--clickhouse.embedded_max_execution_time", "0s"}, "clickhouse.embedded_max_execution_time"},
-		{"click key not base64", nil, []string{"--clicks.keys", "k1:!!!", "--clicks.signing_key", "k1"}, "clicks.keys"},
-		{"click key too short", nil, []string{"--clicks.keys", "k1:c2hvcnQ", "--clicks.signing_key", "k1"}, "clicks.keys"},
-		{"click key without id", map[string]string{"TALLY_CLICKS_KEYS": "c2hvcnQ"}, nil, "clicks.keys"},
-		{"signing key not listed", nil, []string{"--clicks.keys", "k1:" + strings.Repeat("A", 43), "--clicks.signing_key", "k2"}, "clicks.signing_key"},
-		{"keys without a signing key", nil, []string{"--clicks.keys", "k1:" + strings.Repeat("A", 43)}, "clicks.signing_key"},
-		{"fraud threshold over 1", nil, []string{"--clicks.fraud_score_threshold", "1.5"}, "clicks.fraud_score_threshold"},
-		{"counted clicks kept a day", nil, []string{"--clicks.counted_ttl", "24h"}, "clicks.counted_ttl"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +116,89 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 				t.Errorf("got error %v; want one naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+// part is a second section under comp's top-level name with keys of its own, as two components
+// each declare their part of a shared section.
+type part struct {
+	Group  string        `mapstructure:"group"`
+	Window time.Duration `mapstructure:"window"`
+	Auth   struct {
+		Token string `mapstructure:"token"`
+	} `mapstructure:"auth"`
+}
+
+func (*part) Name() string { return "comp" }
+
+func (*part) Settings() []Setting {
+	return []Setting{
+		{Key: "comp.group", Default: "g", Help: "group"},
+		{Key: "comp.window", Default: time.Minute, Help: "window"},
+		{Key: "comp.auth.token", Default: "", Help: "token"},
+	}
+}
+
+func (p *part) Validate(_ *Config, bad Bad) { Positive(bad, "comp.window", p.Window) }
+
+// dup declares a key comp declares too.
+type dup struct {
+	Addr string `mapstructure:"addr"`
+}
+
+func (*dup) Name() string { return "comp" }
+
+func (*dup) Settings() []Setting { return []Setting{{Key: "comp.addr", Default: "", Help: "again"}} }
+
+func (*dup) Validate(*Config, Bad) {}
+
+func TestSectionsSharingAName(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte("comp:\n  addr: 127.0.0.1:1001\n  max_lines: 7\n  group: from-file\n  window: 2m\n  auth:\n    token: t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("comp:\n  auth:\n    tokn: t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		want    string // with the error: a piece of its text; without: the two parts printed
+		wantErr bool
+	}{
+		{"defaults", nil, nil, "127.0.0.1:8080 10 g 1m0s ", false},
+		{"file fills both parts", nil, []string{"--config", file}, "127.0.0.1:1001 7 from-file 2m0s t", false},
+		{"flag and env reach their part", map[string]string{"TALLY_COMP_WINDOW": "3m"}, []string{"--comp.group", "flag", "--comp.max_lines", "9"}, "127.0.0.1:8080 9 flag 3m0s ", false},
+		{"bad value in the second part names its key", nil, []string{"--comp.window", "soon"}, "comp.window", true},
+		{"bad value in the first part names its key", map[string]string{"TALLY_COMP_MAX_LINES": "many"}, nil, "comp.max_lines", true},
+		{"second part's check", nil, []string{"--comp.window", "0s"}, "comp.window", true},
+		{"unknown nested file key", nil, []string{"--config", typo}, `"comp.auth.tokn"`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var c comp
+			var p part
+			_, err := Load("test", tt.args, &c, &p)
+			switch {
+			case tt.wantErr && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("got error %v; want one naming %s", err, tt.want)
+			case !tt.wantErr && err != nil:
+				t.Fatalf("Load: %v", err)
+			case !tt.wantErr:
+				if got := fmt.Sprint(c.Addr, " ", c.MaxLines, " ", p.Group, " ", p.Window, " ", p.Auth.Token); got != tt.want {
+					t.Errorf("got %q; want %q", got, tt.want)
+				}
+			}
+		})
+	}
+	if _, err := Load("test", nil, &comp{}, &dup{}); err == nil || !strings.Contains(err.Error(), "comp.addr is declared twice") {
+		t.Errorf("got error %v; want one saying comp.addr is declared twice", err)
 	}
 }
 

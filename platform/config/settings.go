@@ -24,7 +24,6 @@ type Config struct {
 	Kafka      Kafka      `mapstructure:"kafka"`
 	ClickHouse ClickHouse `mapstructure:"clickhouse"`
 	Redis      Redis      `mapstructure:"redis"`
-	Clicks     Clicks     `mapstructure:"clicks"`
 	Shutdown   Shutdown   `mapstructure:"shutdown"`
 }
 
@@ -114,7 +113,7 @@ type Shutdown struct {
 
 // settings declares every shared key once: its default and its one-line help.
 func settings() []Setting {
-	return append([]Setting{
+	return []Setting{
 		{"data_dir", "./data", "directory for embedded Kafka, ClickHouse and Redis data"},
 		{"log.level", "info", "log level: debug, info, warn, error"},
 		{"log.format", "text", "log format: text or json"},
@@ -169,7 +168,7 @@ func settings() []Setting {
 		{"redis.tls.server_name", "", "name Redis's certificate must carry; empty: the host dialled"},
 
 		{"shutdown.timeout", 20 * time.Second, "bound on graceful shutdown"},
-	}, clickSettings()...)
+	}
 }
 
 // Validate checks the shared settings and names every bad key.
@@ -243,7 +242,6 @@ func (c Config) validate(sections []Section) error {
 		bad("redis.embedded_maxmemory", "got %q; want a size such as 512mb or 2gb", c.Redis.EmbeddedMaxMemory)
 	}
 	c.validateBackendSecurity(bad)
-	c.validateClicks(bad)
 	for _, sec := range sections {
 		sec.Validate(&c, bad)
 	}

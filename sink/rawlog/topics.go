@@ -1,7 +1,9 @@
 // Package rawlog is the format of the sink's files, the raw event log kept beyond Kafka's
 // retention: which topics are kept, one Parquet row type per topic (one column per field, plus
 // the record's partition and offset), the file names, writing one hour's file of a partition, and
-// reading files back for the nightly jobs (read.go).
+// reading files back for the nightly jobs (read.go). With store it is the sink's public read
+// API: the nightly jobs import these two (and the settings leaf sinkconf) and nothing else of the
+// sink.
 //
 // A file holds the records of one topic partition, within one offset range, whose event time
 // falls in one UTC hour; its name says all four:

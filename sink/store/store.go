@@ -3,6 +3,9 @@
 // store's root. A file becomes visible under its name only once it is complete and durable
 // (Create, write, Commit), so a reader listing the store never sees half a file.
 //
+// With rawlog it is the sink's public read API: the nightly jobs import these two (and the
+// settings leaf sinkconf) and nothing else of the sink.
+//
 // Stores are safe for concurrent use; a File belongs to one goroutine.
 package store
 

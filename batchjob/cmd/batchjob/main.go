@@ -24,12 +24,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
-	"tally/aggregator"
+	"tally/aggregator/aggregatorconf"
 	"tally/batchjob"
 	"tally/batchjob/clicks"
 	"tally/batchjob/reconcile"
 	"tally/batchjob/runlock"
-	"tally/collector"
+	"tally/collector/collectorconf"
 	"tally/likestate"
 	"tally/platform/chclient"
 	"tally/platform/config"
@@ -38,8 +38,8 @@ import (
 	"tally/platform/redisclient"
 	"tally/schemas"
 	"tally/schemas/migrate"
-	"tally/sink"
 	"tally/sink/rawlog"
+	"tally/sink/sinkconf"
 	"tally/sink/store"
 )
 
@@ -160,7 +160,7 @@ func runClicks(args []string) int {
 	deps := clicks.Deps{
 		Source:     src,
 		ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
-		Rules:    clicks.Rules{FraudScoreThreshold: cfg.Clicks.FraudScoreThreshold},
+		Rules:    clicks.Rules{FraudScoreThreshold: env.sec.Aggregator.Clicks.FraudScoreThreshold},
 		Lookback: env.sec.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
 	}
 	meter := progress.Start(progress.Options{What: "click and verdict records"}) // lines only on a terminal, none under cron
@@ -244,7 +244,7 @@ func open(job string, rest []string) (*env, int) {
 // files opens the sink's store (sink.storage, sink.dir, sink.s3.*), where the jobs find the
 // sink's files.
 func (e *env) files() (store.Store, error) {
-	return sink.OpenStore(e.ctx, &e.cfg, &e.sec.Sink, e.logger)
+	return e.sec.Sink.OpenStore(e.ctx, &e.cfg, e.logger)
 }
 
 func (e *env) close() {
@@ -254,15 +254,16 @@ func (e *env) close() {
 }
 
 // sections are the configuration sections the jobs read besides the shared ones: the
-// collector's time bounds (which clicks the log can hold), the aggregator's dedupe rule (views),
-// the sink's files, and the jobs' own.
+// collector's time bounds (which clicks the log can hold), the aggregator's dedupe rule (views)
+// and click counting rules, the sink's files, and the jobs' own. The collector's part of the
+// clicks section is loaded with it, so a file's clicks section is checked whole.
 type sections struct {
-	Collector  collector.Settings
-	Aggregator aggregator.Settings
-	Sink       sink.Settings
+	Collector  collectorconf.Settings
+	Aggregator aggregatorconf.Settings
+	Sink       sinkconf.Settings
 	Batchjob   batchjob.Settings
 }
 
 func (s *sections) list() []config.Section {
-	return []config.Section{&s.Collector, &s.Aggregator, &s.Sink, &s.Batchjob}
+	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.Sink, &s.Batchjob)
 }

@@ -18,7 +18,6 @@ import (
 	"tally/platform/progress"
 	"tally/schemas"
 	"tally/schemas/migrate"
-	"tally/sink"
 	"tally/sink/rawlog"
 )
 
@@ -67,7 +66,7 @@ func runViews(args []string) int {
 		return exitError
 	}
 	defer conn.Close()
-	st, err := sink.OpenStore(ctx, &cfg, &sec.Sink, logger)
+	st, err := sec.Sink.OpenStore(ctx, &cfg, logger)
 	if err != nil {
 		logger.Error("open sink files", "err", err)
 		return exitError

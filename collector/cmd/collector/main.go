@@ -8,17 +8,21 @@ import (
 
 	"tally/collector"
 	"tally/collector/auth"
+	"tally/collector/collectorconf"
 	"tally/platform/cli"
-	"tally/platform/config"
 	"tally/platform/lifecycle"
+	"tally/schemas/clickconf"
 )
 
 func main() {
 	if auth.IsCommand(os.Args[1:]) {
 		os.Exit(auth.Command(os.Args[1:], auth.CommandEnv{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Now: time.Now}))
 	}
-	var settings collector.Settings
-	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	var settings collectorconf.Settings
+	// The counting rules are the clicks section's other part: the collector reads none of them,
+	// but loads them so that a file's clicks section is checked whole (config.Section).
+	var clickRules clickconf.Rules
+	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: append(settings.Sections(), &clickRules), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		parts, _ := collector.Parts(e, &settings)
 		return parts, nil
 	}}))

@@ -9,10 +9,11 @@ import (
 	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/sink"
+	"tally/sink/sinkconf"
 )
 
 func main() {
-	var settings sink.Settings
+	var settings sinkconf.Settings
 	os.Exit(cli.Run(cli.Command{Name: "sink", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		return sink.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))

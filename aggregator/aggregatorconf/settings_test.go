@@ -1,4 +1,4 @@
-package aggregator
+package aggregatorconf
 
 import (
 	"strings"
@@ -17,11 +17,16 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"ttl not days", []string{"--aggregator.ttl_seconds", "36h"}, "aggregator.ttl_seconds"},
 		{"sketch before flush", []string{"--aggregator.sketch_interval", "100ms"}, "aggregator.sketch_interval"},
 		{"click group shared with views", []string{"--clicks.group", "tally-aggregator"}, "clicks.group"},
+		{"no click group", []string{"--clicks.group", ""}, "clicks.group: must not be empty"},
+		{"click window zero", []string{"--clicks.dedupe_window", "0s"}, "clicks.dedupe_window"},
+		{"bad click window", []string{"--clicks.dedupe_window", "soon"}, "clicks.dedupe_window"},
+		{"fraud threshold over 1", []string{"--clicks.fraud_score_threshold", "1.5"}, "clicks.fraud_score_threshold"},
+		{"counted clicks kept a day", []string{"--clicks.counted_ttl", "24h"}, "clicks.counted_ttl"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var s Settings
-			_, err := config.Load("test", tt.args, &s)
+			_, err := config.Load("test", tt.args, s.Sections()...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got error %v; want one naming %s", err, tt.want)
 			}

@@ -1,12 +1,19 @@
-package sink
+// Package sinkconf is the sink's section of the configuration (sink.*) and the opening of the
+// store it names. It is a leaf of its own so that the nightly jobs, which read the sink's files
+// (sink/store, sink/rawlog), load the same section without linking the sink component. The
+// section is plain data, filled in once by config.Load.
+package sinkconf
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"tally/platform/config"
+	"tally/sink/store"
 )
 
 // Settings is the sink's section of the configuration (sink.*), loaded by config.Load beside the
@@ -37,6 +44,9 @@ type S3Settings struct {
 }
 
 const day = 24 * time.Hour
+
+// staleTemp is the age past which a temporary file is taken for the leftover of a crash.
+const staleTemp = time.Hour
 
 // Name is the section's top-level key.
 func (*Settings) Name() string { return "sink" }
@@ -132,4 +142,32 @@ func parseTopicRetention(e string) (string, time.Duration, error) {
 		return "", 0, fmt.Errorf("got %q; want a whole number of hours such as likes=2160h", e)
 	}
 	return topic, d, nil
+}
+
+// OpenStore opens the store these settings name and removes temporary files a crash left
+// behind. The sink writes its files there; the batch jobs open the same store to read them.
+func (s *Settings) OpenStore(ctx context.Context, cfg *config.Config, logger *slog.Logger) (store.Store, error) {
+	dir := s.DirIn(cfg)
+	var st store.Store
+	var err error
+	var temps string
+	switch s.Storage {
+	case "s3":
+		s3 := s.S3
+		temps = filepath.Join(dir, "spool")
+		st, err = store.NewS3(ctx, store.S3Options{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region,
+			AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Secure: s3.Secure, SpoolDir: temps})
+	default:
+		temps = dir
+		st, err = store.NewLocal(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open sink store: %w", err)
+	}
+	if n, err := store.RemoveStaleTemps(temps, time.Now().Add(-staleTemp)); err != nil {
+		logger.Warn("remove stale temporary sink files", "dir", temps, "err", err)
+	} else if n > 0 {
+		logger.Info("removed temporary sink files left by a crash", "dir", temps, "files", n)
+	}
+	return st, nil
 }

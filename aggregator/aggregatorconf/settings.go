@@ -1,9 +1,15 @@
-package aggregator
+// Package aggregatorconf is the aggregator's section of the configuration (aggregator.*), with
+// its part of the clicks section (clickconf.Rules: the click path's group and counting rules).
+// It is a leaf of its own so that the batch jobs, which count with the same dedupe window and
+// grace and the same fraud threshold, load the same sections without linking the aggregator. The sections are plain data, filled in once by
+// config.Load.
+package aggregatorconf
 
 import (
 	"time"
 
 	"tally/platform/config"
+	"tally/schemas/clickconf"
 )
 
 // Settings is the aggregator's section of the configuration (aggregator.*), loaded by
@@ -22,12 +28,19 @@ type Settings struct {
 	TTLMinutes     time.Duration `mapstructure:"ttl_minutes"`
 	TTLDays        time.Duration `mapstructure:"ttl_days"`
 	PublishCounted bool          `mapstructure:"publish_counted"`
+
+	// Clicks is the aggregator's part of the clicks section, loaded beside this one (Sections).
+	Clicks clickconf.Rules `mapstructure:"-"`
 }
 
 const day = 24 * time.Hour
 
 // Name is the section's top-level key.
 func (*Settings) Name() string { return "aggregator" }
+
+// Sections lists the aggregator's sections for config.Load: aggregator.* and its part of
+// clicks.*.
+func (c *Settings) Sections() []config.Section { return []config.Section{c, &c.Clicks} }
 
 // Settings declares every aggregator key once: its default and its one-line help.
 func (*Settings) Settings() []config.Setting {
@@ -54,8 +67,8 @@ func (c *Settings) Validate(shared *config.Config, bad config.Bad) {
 	if c.Group == "" {
 		bad("aggregator.group", "must not be empty")
 	}
-	if shared != nil && shared.Clicks.Group == c.Group {
-		bad("clicks.group", "got %q; want a consumer group of its own (not aggregator.group)", shared.Clicks.Group)
+	if c.Clicks.Group == c.Group {
+		bad("clicks.group", "got %q; want a consumer group of its own (not aggregator.group)", c.Clicks.Group)
 	}
 	config.Positive(bad, "aggregator.flush_interval", c.FlushInterval)
 	if c.SketchInterval < c.FlushInterval {

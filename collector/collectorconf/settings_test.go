@@ -1,13 +1,13 @@
-package collector
+package collectorconf
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
-	"tally/collector/auth"
 	"tally/platform/config"
 )
 
@@ -21,19 +21,19 @@ func TestAuthKeysFromEveryLayer(t *testing.T) {
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	web := auth.APIKey{ID: "web", SHA256: testHash, Scopes: []string{"ingest", "read"}, Rate: 50, Burst: 100}
-	app := auth.APIKey{ID: "app", SHA256: strings.ToUpper(testHash[:63]) + "9", Scopes: []string{"like"}, Rate: 2.5, Burst: 5}
+	web := APIKey{ID: "web", SHA256: testHash, Scopes: []string{"ingest", "read"}, Rate: 50, Burst: 100}
+	app := APIKey{ID: "app", SHA256: strings.ToUpper(testHash[:63]) + "9", Scopes: []string{"like"}, Rate: 2.5, Burst: 5}
 	compact := "app:" + app.SHA256 + ":like:2.5:5"
 	tests := []struct {
 		name string
 		env  map[string]string
 		args []string
-		want auth.APIKeys
+		want APIKeys
 	}{
-		{"yaml list", nil, []string{"--config", file}, auth.APIKeys{web}},
-		{"flag compact", nil, []string{"--config", file, "--collector.auth.keys", compact}, auth.APIKeys{app}},
+		{"yaml list", nil, []string{"--config", file}, APIKeys{web}},
+		{"flag compact", nil, []string{"--config", file, "--collector.auth.keys", compact}, APIKeys{app}},
 		{"env compact, two keys", map[string]string{"TALLY_COLLECTOR_AUTH_KEYS": compact + ",web:" + testHash + ":ingest+read:50:100"},
-			[]string{"--config", file}, auth.APIKeys{app, web}},
+			[]string{"--config", file}, APIKeys{app, web}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,6 +130,53 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 			_, err := config.Load("test", tt.args, &s)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got error %v; want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestClickIDs: the collector's part of the clicks section decodes its keys from every layer and
+// a bad key stops the start naming it.
+func TestClickIDs(t *testing.T) {
+	a, b := strings.Repeat("A", 43), strings.Repeat("B", 43) // 32 bytes each in base64url
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // the error's key, or for a good load the keys read
+	}{
+		{"keys from env", map[string]string{"TALLY_CLICKS_KEYS": "old:" + a + ",new:" + b, "TALLY_CLICKS_SIGNING_KEY": "new"}, nil, "2 keys, old 32 bytes, signing with new"},
+		{"keys from flags", nil, []string{"--clicks.keys", "k1:" + a, "--clicks.signing_key", "k1"}, "1 keys, k1 32 bytes, signing with k1"},
+		{"key not base64", nil, []string{"--clicks.keys", "k1:!!!", "--clicks.signing_key", "k1"}, "clicks.keys"},
+		{"key too short", nil, []string{"--clicks.keys", "k1:c2hvcnQ", "--clicks.signing_key", "k1"}, "clicks.keys"},
+		{"key without id", map[string]string{"TALLY_CLICKS_KEYS": "c2hvcnQ"}, nil, "clicks.keys"},
+		{"key listed twice", nil, []string{"--clicks.keys", "k1:" + a + ",k1:" + b, "--clicks.signing_key", "k1"}, "clicks.keys"},
+		{"signing key not listed", nil, []string{"--clicks.keys", "k1:" + a, "--clicks.signing_key", "k2"}, "clicks.signing_key"},
+		{"keys without a signing key", nil, []string{"--clicks.keys", "k1:" + a}, "clicks.signing_key"},
+		{"render age zero", nil, []string{"--clicks.max_render_age", "0s"}, "clicks.max_render_age"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var c Settings
+			_, err := config.Load("test", tt.args, c.Sections()...)
+			if strings.HasPrefix(tt.want, "clicks.") {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("got error %v; want one naming %s", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			keys, err := c.ClickIDs.ClickIDKeys()
+			if err != nil {
+				t.Fatalf("ClickIDKeys: %v", err)
+			}
+			if got := fmt.Sprintf("%d keys, %s %d bytes, signing with %s", len(keys), keys[0].ID, len(keys[0].Secret), c.ClickIDs.SigningKey); got != tt.want {
+				t.Errorf("got %q; want %q", got, tt.want)
 			}
 		})
 	}

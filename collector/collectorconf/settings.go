@@ -1,4 +1,10 @@
-package collector
+// Package collectorconf is the collector's section of the configuration (collector.*), with its
+// part of the clicks section (clickconf.ClickIDs: the click-id keys), and the API keys'
+// configured form (apikey.go) that the auth package enforces. It is a leaf of its own so that
+// the batch jobs, which read the collector's event-time bounds, load the same sections without
+// linking the collector. The sections are plain
+// data, filled in once by config.Load.
+package collectorconf
 
 import (
 	"encoding/hex"
@@ -6,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"tally/collector/auth"
 	"tally/platform/config"
+	"tally/schemas/clickconf"
 )
 
 // Auth modes of collector.auth.enabled.
@@ -37,17 +43,24 @@ type Settings struct {
 	MaxConcurrentBodies int           `mapstructure:"max_concurrent_bodies"`
 	AdminAddr           string        `mapstructure:"admin_addr"`
 	Auth                AuthSettings  `mapstructure:"auth"`
+
+	// ClickIDs is the collector's part of the clicks section, loaded beside this one (Sections).
+	ClickIDs clickconf.ClickIDs `mapstructure:"-"`
 }
 
 // AuthSettings is the collector's API access control (docs/SECURITY.md).
 type AuthSettings struct {
-	Enabled      string       `mapstructure:"enabled"`
-	Keys         auth.APIKeys `mapstructure:"keys"`
-	UserTokenKey string       `mapstructure:"user_token_key"`
+	Enabled      string  `mapstructure:"enabled"`
+	Keys         APIKeys `mapstructure:"keys"`
+	UserTokenKey string  `mapstructure:"user_token_key"`
 }
 
 // Name is the section's top-level key.
 func (*Settings) Name() string { return "collector" }
+
+// Sections lists the collector's sections for config.Load: collector.* and its part of
+// clicks.*.
+func (c *Settings) Sections() []config.Section { return []config.Section{c, &c.ClickIDs} }
 
 // Settings declares every collector key once: its default and its one-line help.
 func (*Settings) Settings() []config.Setting {
@@ -122,8 +135,8 @@ func (c *Settings) validateAuth(bad config.Bad) {
 		bad("collector.auth.enabled", "is off but collector.addr %q is not a loopback address: anyone who reaches it could write and read everything; "+
 			"configure collector.auth.keys and set collector.auth.enabled to on or auto, or listen on 127.0.0.1 (docs/SECURITY.md)", c.Addr)
 	}
-	if k := c.Auth.UserTokenKey; k != "" && len(k) < auth.MinUserTokenKey {
-		bad("collector.auth.user_token_key", "is %d bytes; want at least %d random bytes (e.g. `openssl rand -hex 32`)", len(k), auth.MinUserTokenKey)
+	if k := c.Auth.UserTokenKey; k != "" && len(k) < MinUserTokenKey {
+		bad("collector.auth.user_token_key", "is %d bytes; want at least %d random bytes (e.g. `openssl rand -hex 32`)", len(k), MinUserTokenKey)
 	}
 	ids, hashes := map[string]bool{}, map[string]bool{}
 	likes := false
