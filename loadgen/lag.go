@@ -2,11 +2,13 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -87,6 +89,11 @@ func (m *lagMonitor) lag(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("list end offsets of %s: %w", m.topic, err)
 	}
 	committed, err := m.adm.FetchOffsets(ctx, m.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// The consumers have not joined yet (the sampler starts with the load): nothing is
+		// committed, so every record counts.
+		committed, err = kadm.OffsetResponses{}, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("fetch committed offsets of group %s: %w", m.group, err)
 	}
