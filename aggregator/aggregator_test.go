@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tally/aggregator/aggregatorconf"
+	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/schemas/migrate"
 	"tally/testsupport/testinfra"
@@ -94,5 +95,39 @@ func TestSchemaRepairRefusesNamingTheObject(t *testing.T) {
 	want := "view_deltas of migration 001_views is missing and re-creating it failed"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("got %v; want an error containing %q", err, want)
+	}
+}
+
+// Collectors, aggregators and batch jobs start together against a fresh database (compose, a
+// scaled Deployment): every one applies the migrations. Each statement is idempotent but a
+// migration's sequence is not atomic (one process drops a table another is still copying
+// from), so a process must get through by retrying, not fail to start.
+func TestConcurrentMigrationsAllSucceed(t *testing.T) {
+	const rounds, processes = 4, 3
+	for r := range rounds {
+		t.Run(fmt.Sprintf("round %d", r), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			db := fmt.Sprintf("agg_concurrent_migrate_%d", r)
+			infra.DB(t, ctx, db)
+			errs := make(chan error, processes)
+			for p := range processes {
+				go func() {
+					conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"})
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer conn.Close()
+					_, err = migrate.Apply(ctx, conn, infra.Logger.With("process", p))
+					errs <- err
+				}()
+			}
+			for range processes {
+				if err := <-errs; err != nil {
+					t.Errorf("got %v from a process migrating beside others; want nil", err)
+				}
+			}
+		})
 	}
 }

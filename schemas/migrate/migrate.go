@@ -1,7 +1,8 @@
 // Package migrate applies the ClickHouse migrations of package migrations in version order and
 // records each in schema_migrations with its checksum. Applying twice changes nothing; a file
 // changed after it was applied is an error, because the database no longer matches the code.
-// Two processes applying at once is safe: every statement is idempotent.
+// Processes applying at once all get through: every statement is idempotent, and a migration
+// whose statement failed beside another process's run is run again from its start (applyOne).
 //
 // A recorded migration is not proof that its objects still exist (a DROP TABLE by hand leaves
 // the record behind), so Apply then checks that every table and view the migrations create is
@@ -16,10 +17,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -142,20 +145,60 @@ func ApplyTo(ctx context.Context, conn driver.Conn, logger *slog.Logger, t Targe
 			}
 			continue
 		}
-		for i, s := range m.Statements {
-			if err := conn.Exec(ctx, s); err != nil {
-				return 0, fmt.Errorf("apply migration %03d_%s statement %d: %w", m.Version, m.Name, i+1, err)
-			}
+		if err := applyOne(ctx, conn, logger, m); err != nil {
+			return 0, err
 		}
-		if err := conn.Exec(ctx, "INSERT INTO schema_migrations (version, name, checksum) VALUES (?, ?, ?)", m.Version, m.Name, m.Checksum); err != nil {
-			return 0, fmt.Errorf("record migration %03d_%s: %w", m.Version, m.Name, err)
-		}
-		logger.Info("migration applied", "version", m.Version, "name", m.Name)
 	}
 	if _, err := repair(ctx, conn, logger, ms); err != nil {
 		return 0, err
 	}
 	return version, nil
+}
+
+// applyAttempts bounds how often a migration is run again after a failed statement.
+const applyAttempts = 6
+
+// applyOne runs m's statements and records it. Processes started together against a fresh
+// database (collectors, aggregators, batch jobs) apply the same migration at once: each statement
+// is idempotent, but a migration's sequence is not atomic (one process drops the table another is
+// still copying from), so a failed statement is retried from the migration's start, after a
+// jittered pause, unless another process has recorded the migration meanwhile.
+func applyOne(ctx context.Context, conn driver.Conn, logger *slog.Logger, m Migration) error {
+	for attempt := 1; ; attempt++ {
+		err := runStatements(ctx, conn, m)
+		if err == nil {
+			if err := conn.Exec(ctx, "INSERT INTO schema_migrations (version, name, checksum) VALUES (?, ?, ?)", m.Version, m.Name, m.Checksum); err != nil {
+				return fmt.Errorf("record migration %03d_%s: %w", m.Version, m.Name, err)
+			}
+			logger.Info("migration applied", "version", m.Version, "name", m.Name)
+			return nil
+		}
+		if attempt == applyAttempts || ctx.Err() != nil {
+			return err
+		}
+		var n uint64
+		if qerr := conn.QueryRow(ctx, "SELECT count() FROM schema_migrations WHERE version = ?", m.Version).Scan(&n); qerr == nil && n > 0 {
+			logger.Info("migration applied by another process", "version", m.Version, "name", m.Name)
+			return nil
+		}
+		pause := time.Duration(attempt)*100*time.Millisecond + rand.N(100*time.Millisecond)
+		logger.Warn("apply migration failed; another process may be applying it, retrying", "version", m.Version, "name", m.Name,
+			"attempt", attempt, "pause", pause, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+func runStatements(ctx context.Context, conn driver.Conn, m Migration) error {
+	for i, s := range m.Statements {
+		if err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("apply migration %03d_%s statement %d: %w", m.Version, m.Name, i+1, err)
+		}
+	}
+	return nil
 }
 
 // createRe matches a statement creating a table or view, capturing the object's name; dropRe a
