@@ -31,26 +31,31 @@ type Settings struct {
 	TopK       topk.Settings
 	Sink       sinkconf.Settings
 	Demo       demo.Settings
+	AllInOne   Components
 }
 
 // Sections lists s's sections for config.Load, in the order --help shows them.
 func (s *Settings) Sections() []config.Section {
-	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.TopK, &s.Sink, &s.Demo)
+	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.TopK, &s.Sink, &s.Demo, &s.AllInOne)
 }
 
 // AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not
-// configured, the aggregator, the sink, the collector, the demo workload if enabled, and a banner saying
-// where to look (written to out).
+// configured, the aggregator, topk and the sink (unless s.AllInOne leaves them out), the collector, the
+// demo workload if enabled, and a banner saying where to look (written to out).
 func AllInOne(e cli.Env, s *Settings, out io.Writer) []lifecycle.Part {
 	cfg := e.Config
 	opts := embedded.Options{Registry: e.Registry}
-	if s.Sink.Storage == "local" {
+	if s.AllInOne.Sink && s.Sink.Storage == "local" {
 		opts.ReadDirs = []string{s.Sink.DirIn(cfg)}
 	}
 	parts := embedded.Parts(cfg, e.Logger, opts)
 	parts = append(parts, aggregator.Parts(e, &s.Aggregator, lifecycle.SharedAdmin)...)
-	parts = append(parts, topk.Parts(e, &s.TopK, lifecycle.SharedAdmin)...)
-	parts = append(parts, sink.Parts(e, &s.Sink, lifecycle.SharedAdmin)...)
+	if s.AllInOne.TopK {
+		parts = append(parts, topk.Parts(e, &s.TopK, lifecycle.SharedAdmin)...)
+	}
+	if s.AllInOne.Sink {
+		parts = append(parts, sink.Parts(e, &s.Sink, lifecycle.SharedAdmin)...)
+	}
 	coll, apiAddr := collector.Parts(e, &s.Collector)
 	parts = append(parts, coll...)
 	if s.Demo.Enabled && s.Collector.AuthOn() {
