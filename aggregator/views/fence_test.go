@@ -311,7 +311,9 @@ func processViews(a *Aggregator, part int32, item string, from, n int, ts time.T
 
 // An aggregator that lost its partition (stalled past the session timeout) must not add its
 // batch to what the new owner writes. The fence check before the write drops it; a write that
-// slipped between that check and its INSERT is found by the owner and undone.
+// slipped between that check and its INSERT is dropped by the statement's own check; rows that
+// commit after the claim all the same (a server running statements concurrently) are found by
+// the owner and undone.
 func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
