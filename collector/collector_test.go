@@ -29,9 +29,10 @@ func TestMain(m *testing.M) {
 	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
 }
 
-// collector runs the collector's parts with the settings in args (and the test
-// infrastructure's addresses) until the test ends, and returns its API and admin base URLs.
-func collector(t *testing.T, args ...string) (api, admin string) {
+// startCollector runs the collector's parts with the settings in args (and the test
+// infrastructure's addresses) until the test ends, and returns its API and admin base URLs once
+// its parts have started.
+func startCollector(t *testing.T, args ...string) (api, admin string) {
 	t.Helper()
 	apiAddr, err := testinfra.FreeAddr()
 	if err != nil {
@@ -59,16 +60,36 @@ func collector(t *testing.T, args ...string) (api, admin string) {
 			t.Errorf("collector run: %v", err)
 		}
 	})
-	testinfra.WaitFor(t, 60*time.Second, "collector ready", func() (bool, string) {
+	testinfra.WaitFor(t, 60*time.Second, "collector started", func() (bool, string) {
 		select {
 		case err := <-done:
 			done <- err
 			t.Fatalf("collector stopped while starting: %v", err)
 		default:
 		}
-		return runner.Ready(), "not ready"
+		return runner.Ready(), "not started"
 	})
 	return "http://" + apiAddr, "http://" + adminAddr
+}
+
+// collector is startCollector and waits for /readyz (on the admin address when auth is on),
+// which also waits for the like state rebuilt from the log: until then counts and likes answer
+// 503.
+func collector(t *testing.T, args ...string) (api, admin string) {
+	t.Helper()
+	api, admin = startCollector(t, args...)
+	testinfra.WaitFor(t, 60*time.Second, "collector ready", func() (bool, string) {
+		for _, base := range []string{api, admin} {
+			if resp, err := http.Get(base + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return true, ""
+				}
+			}
+		}
+		return false, "/readyz not 200"
+	})
+	return api, admin
 }
 
 func call(t *testing.T, method, url, body string, header map[string]string) (int, string) {

@@ -82,7 +82,7 @@ func TestOpenAPIContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken, _ := collector(t, "--redis.addr", deadRedis)
+	broken, _ := startCollector(t, "--redis.addr", deadRedis)
 	doc.Servers = openapi3.Servers{{URL: api}, {URL: broken}}
 	// A complete version of a daily click report, as the nightly job leaves it, in the
 	// collector's database (its migrations ran at start).
