@@ -164,8 +164,8 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
 		p.epoch, p.rolled = c.epoch, cp.rolled
 		p.fence = newFence(append(f.claims, c))
-		p.lookback = p.fence.lookback(c.at.Add(-zombieLookback), prev)
-		if err := a.reconcile(ctx, p, p.lookback); err != nil {
+		p.start = c.start
+		if err := a.reconcile(ctx, p, p.fence.lookback(c.at.Add(-zombieLookback), prev)); err != nil {
 			return nil, err
 		}
 		pairs := 0
@@ -462,7 +462,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		p.markFlushed(p.next, now)
 		if rolled {
 			p.rolled = p.flushed
-		} else if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, p, p.lookback) }); err != nil {
+		} else if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, p, p.zombiesFrom(a.now())) }); err != nil {
 			return nil, err
 		}
 	}
@@ -478,7 +478,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 			return nil, err
 		}
 		for _, p := range held {
-			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.lookback) }); err != nil {
+			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.zombiesFrom(a.now())) }); err != nil {
 				return nil, err
 			}
 		}

@@ -80,13 +80,12 @@ type partition struct {
 	dead      []deadLetter // their dead letters, written before the batch (deadletter.go)
 
 	// Fencing (docs/EXACTLY_ONCE.md, "Zombie aggregators"): the epoch this owner claimed, the
-	// offset after which it looks for zombies' batches (fence.lookback), the claims that decide
-	// which batches are valid, and the zombie batches already undone, with when they were first
-	// undone.
-	epoch    uint64
-	lookback int64
-	fence    fence
-	undone   map[batchRef]time.Time
+	// checkpoint it claimed from, the claims that decide which batches are valid, and the
+	// zombie batches already undone, with when they were first undone.
+	epoch  uint64
+	start  int64
+	fence  fence
+	undone map[batchRef]time.Time
 	// rolled is the offset up to which the rollups are known to hold this partition's batches.
 	rolled int64
 	// redisEnd is the checkpoint Redis's item totals are known to hold (-1: unknown), and
@@ -240,4 +239,12 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
+}
+
+// zombiesFrom is the offset after which p's owner looks for zombies' batches at now: its own
+// start, or lower while claims of the last zombieLookback started lower (fence.lookback).
+// Computed at each look, so that once those claims are older the look costs no more than one
+// from its own start.
+func (p *partition) zombiesFrom(now time.Time) int64 {
+	return p.fence.lookback(now.Add(-zombieLookback), p.start)
 }
