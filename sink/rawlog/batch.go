@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/compress/zstd"
 
 	"tally/sink/store"
 )
@@ -44,18 +43,18 @@ const rowsPerGroup = 256 << 10
 // chunk is how many decoded rows are handed to the Parquet writer at once.
 const chunk = 1024
 
-func define[T Row](name string, retention time.Duration, decode func(int32, int64, []byte) (T, int, error)) Topic {
+func define[T Row](name string, retention time.Duration, decode func(int32, int64, []byte) (T, int, error), opts []parquet.WriterOption) Topic {
 	return Topic{Name: name, Retention: retention, NewBatch: func(open OpenHour) Batch {
-		return &batch[T]{decode: decode, open: open, hours: map[time.Time]*hourFile[T]{}}
+		return &batch[T]{decode: decode, open: open, opts: opts, hours: map[time.Time]*hourFile[T]{}}
 	}}
 }
 
-// WriterOptions are the Parquet settings of every file: zstd at its fastest level (a third
-// of the size of the fastest codecs at a fraction of the cost of stronger levels), bounded row
-// groups.
-func WriterOptions() []parquet.WriterOption {
+// writerOptions are the Parquet settings of every file: zstd at its fastest level (a third
+// of the size of the fastest codecs at a fraction of the cost of stronger levels) through
+// codec, bounded row groups.
+func writerOptions(codec *pageCodec) []parquet.WriterOption {
 	return []parquet.WriterOption{
-		parquet.Compression(&zstd.Codec{Level: zstd.SpeedFastest}),
+		parquet.Compression(codec),
 		parquet.MaxRowsPerRowGroup(rowsPerGroup),
 		parquet.CreatedBy("tally sink", "1", ""),
 	}
@@ -64,6 +63,7 @@ func WriterOptions() []parquet.WriterOption {
 type batch[T Row] struct {
 	decode func(int32, int64, []byte) (T, int, error)
 	open   OpenHour
+	opts   []parquet.WriterOption
 	hours  map[time.Time]*hourFile[T]
 	bytes  int64
 	rows   int
@@ -87,7 +87,7 @@ func (b *batch[T]) Add(p int32, off int64, value []byte) error {
 		if err != nil {
 			return &WriteError{fmt.Errorf("open file of hour %s: %w", hour.Format(time.RFC3339), err)}
 		}
-		f = &hourFile[T]{w: parquet.NewGenericWriter[T](w, WriterOptions()...), buf: make([]T, 0, chunk)}
+		f = &hourFile[T]{w: parquet.NewGenericWriter[T](w, b.opts...), buf: make([]T, 0, chunk)}
 		b.hours[hour] = f
 	}
 	f.buf = append(f.buf, row)

@@ -17,7 +17,8 @@
 //
 // Rows are written in offset order; columns are zstd-compressed.
 //
-// Nothing here holds state between calls; a Batch belongs to one goroutine.
+// The topics of one Topics call share a zstd encoder (safe for concurrent use); nothing else
+// holds state between calls, and a Batch belongs to one goroutine.
 package rawlog
 
 import (
@@ -41,12 +42,13 @@ const day = 24 * time.Hour
 // Topics is the table of kept topics. Adding one is one entry: its row type (rows.go) and its
 // decoder.
 func Topics() []Topic {
+	opts := writerOptions(newPageCodec())
 	return []Topic{
-		define(schemas.TopicViews, 7*day, decodeView),
+		define(schemas.TopicViews, 7*day, decodeView, opts),
 		// Likes are state (the log is their source of truth): kept longer.
-		define(schemas.TopicLikes, 90*day, decodeLike),
-		define(schemas.TopicClicks, 7*day, decodeClick),
-		define(schemas.TopicFraudVerdicts, 7*day, decodeFraudVerdict),
+		define(schemas.TopicLikes, 90*day, decodeLike, opts),
+		define(schemas.TopicClicks, 7*day, decodeClick, opts),
+		define(schemas.TopicFraudVerdicts, 7*day, decodeFraudVerdict, opts),
 	}
 }
 

@@ -106,7 +106,7 @@ func TestViewFilesWithoutCountColumnsReadAsViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := parquet.NewGenericWriter[oldViewRow](f, WriterOptions()...)
+	w := parquet.NewGenericWriter[oldViewRow](f, writerOptions(newPageCodec())...)
 	if _, err := w.Write([]oldViewRow{{Partition: 2, Offset: 40, TS: ts.UnixMilli(), ItemID: "i", ViewerID: "v", EventID: "e"}}); err != nil {
 		t.Fatal(err)
 	}
