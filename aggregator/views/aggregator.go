@@ -483,10 +483,18 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 			}
 		}
 	}
+	// Each partition's publish waits for the broker to acknowledge every chunk, in order (a
+	// failure must leave a prefix: topk's guards skip what they saw). Partitions publish to
+	// counted partitions of their own and touch only their own countedEnd, so they go at once,
+	// beside the Redis applies, instead of holding the consume loop one after another.
+	var published sync.WaitGroup
+	for _, p := range parts {
+		published.Go(func() { a.syncCounted(ctx, p, secs[p.id], from[p.id]) })
+	}
 	for _, p := range parts {
 		a.syncTotals(ctx, p, mem[p.id], from[p.id])
-		a.syncCounted(ctx, p, secs[p.id], from[p.id])
 	}
+	published.Wait()
 	if withSketches && only == nil && a.tot != nil {
 		a.checkTotals(ctx)
 	}
