@@ -58,7 +58,9 @@ type Aggregator struct {
 	// until the group says what became of them (assigned again, revoked or lost); reclaim, those
 	// of them whose records the group still delivers here (see Reclaims).
 	fenced, reclaim map[int32]bool
-	lastFlush       time.Time
+	lastFlush       time.Time // start of the last flush
+	flushEnded      time.Time
+	flushTook       time.Duration
 	lastSketch      time.Time
 
 	m metrics
@@ -312,11 +314,19 @@ func (a *Aggregator) Reclaims() []int32 {
 	return ids
 }
 
-// FlushDue reports whether the interval has passed or a partition's batch is full.
+// FlushDue reports whether the interval has passed since the last flush started, and the
+// loop has consumed for at least half as long as that flush took, or a partition's batch is full.
+//
+// The second condition only bites when a flush takes longer than the interval (a busy engine,
+// a machine short of CPU): without it the next flush would start after a single poll, each
+// flush would carry one poll's records, and its fixed cost (a dozen statements) would cap the
+// rate below the input, so the lag would grow for good. With it the batches grow with the
+// flush time and the fixed cost is spread over them.
 func (a *Aggregator) FlushDue() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.now().Sub(a.lastFlush) >= a.cfg.FlushInterval {
+	now := a.now()
+	if now.Sub(a.lastFlush) >= a.cfg.FlushInterval && now.Sub(a.flushEnded) >= a.flushTook/2 {
 		return true
 	}
 	for _, p := range a.parts {
@@ -380,6 +390,10 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 	now := a.now()
 	a.m.lagSeconds.Set(now.Sub(a.lastFlush).Seconds())
 	a.lastFlush = now
+	defer func() {
+		a.flushEnded = a.now()
+		a.flushTook = a.flushEnded.Sub(now)
+	}()
 	var parts, sketchParts []*partition
 	for id, p := range a.parts {
 		if only != nil && !only[id] {

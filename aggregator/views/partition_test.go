@@ -150,6 +150,43 @@ func TestFlushDue(t *testing.T) {
 	}
 }
 
+// A flush slower than the interval is followed by at least half its time of consuming, so the
+// batches grow with the flush time instead of each flush carrying one poll's records.
+func TestFlushDueAfterASlowFlush(t *testing.T) {
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	tests := []struct {
+		name       string
+		took       time.Duration // the last flush's duration
+		endedSince time.Duration // how long ago it ended
+		records    int
+		want       bool
+	}{
+		{"quick flush, interval passed", 200 * time.Millisecond, 800 * time.Millisecond, 0, true},
+		{"quick flush, interval not passed", 200 * time.Millisecond, 700 * time.Millisecond, 0, false},
+		{"slow flush, just ended", 3 * time.Second, 10 * time.Millisecond, 0, false},
+		{"slow flush, consumed a third of it", 3 * time.Second, time.Second, 0, false},
+		{"slow flush, consumed half of it", 3 * time.Second, 1500 * time.Millisecond, 0, true},
+		{"slow flush, batch full", 3 * time.Second, 10 * time.Millisecond, 3, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 3, SketchIdle: time.Minute},
+				nil, now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+			a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
+			a.flushEnded = clock.Add(-tt.endedSince)
+			a.flushTook = tt.took
+			a.lastFlush = a.flushEnded.Add(-tt.took)
+			for i := range tt.records {
+				a.Process(0, []int64{a.parts[0].next}, [][]byte{view("i", string(rune('a'+i)), clock.UnixMilli())})
+			}
+			if got := a.FlushDue(); got != tt.want {
+				t.Errorf("got FlushDue %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestProcessIgnoresOffsetsAlreadyApplied(t *testing.T) {
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 100, SketchIdle: time.Minute},
 		nil, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
