@@ -49,7 +49,7 @@ func (*Settings) Settings() []config.Setting {
 		{Key: "aggregator.group", Default: "tally-aggregator", Help: "Kafka consumer group of the aggregators"},
 		{Key: "aggregator.instance_id", Default: "", Help: "static group membership id (e.g. the pod name): a restarted aggregator takes back its partitions at once"},
 		{Key: "aggregator.session_timeout", Default: 10 * time.Second, Help: "how long the group waits for a silent aggregator before moving its partitions"},
-		{Key: "aggregator.flush_interval", Default: 500 * time.Millisecond, Help: "how often aggregated batches are written to ClickHouse"},
+		{Key: "aggregator.flush_interval", Default: 500 * time.Millisecond, Help: "how often aggregated batches are written to ClickHouse (after a flush slower than this, the next waits half that flush's time)"},
 		{Key: "aggregator.sketch_interval", Default: 5 * time.Second, Help: "how often unique-viewer sketches are written to ClickHouse (a crash replays the views since into them)"},
 		{Key: "aggregator.max_batch", Default: 200000, Help: "records per partition batch before an early flush"},
 		{Key: "aggregator.dedupe_window", Default: 30 * time.Minute, Help: "a view counts once per viewer and item within this much event time"},
