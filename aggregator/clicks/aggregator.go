@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	countedtopic "tally/aggregator/counted"
+	"tally/aggregator/flushpace"
 	"tally/platform/retry"
 	"tally/schemas"
 )
@@ -42,7 +43,7 @@ type Aggregator struct {
 
 	mu         sync.Mutex
 	parts      map[int32]*partition
-	lastFlush  time.Time
+	pace       *flushpace.Pace
 	lastRollup time.Time
 
 	records, countedN, poison, verdicts prometheus.Counter
@@ -54,7 +55,7 @@ type Aggregator struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, lastFlush: now(), lastRollup: now(),
+	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, pace: flushpace.New(cfg.FlushInterval, now()), lastRollup: now(),
 		records:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_records_total", Help: "Click and fraud-verdict records consumed."}),
 		countedN: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_counted_total", Help: "Clicks counted after click-id dedupe."}),
 		poison:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_undecodable_total", Help: "Click or verdict records skipped because they did not decode or validate."}),
@@ -179,11 +180,12 @@ func (a *Aggregator) Process(topic string, id int32, offs []int64, values [][]by
 	a.poison.Add(float64(p.poison - poison0))
 }
 
-// FlushDue reports whether the interval has passed or a partition's batch is full.
+// FlushDue reports whether the flush schedule (flushpace) says a flush is due or a partition's
+// batch is full.
 func (a *Aggregator) FlushDue() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.now().Sub(a.lastFlush) >= a.cfg.FlushInterval {
+	if a.pace.Due(a.now()) {
 		return true
 	}
 	for _, p := range a.parts {
@@ -238,7 +240,8 @@ func (a *Aggregator) Lost(ids []int32) {
 
 func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withRollups bool) (map[int32]offsets, error) {
 	now := a.now()
-	a.lastFlush = now
+	a.pace.Start(now)
+	defer func() { a.pace.End(a.now()) }()
 	var parts, all []*partition
 	for id, p := range a.parts {
 		if only != nil && !only[id] {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/aggregator/counted"
+	"tally/aggregator/flushpace"
 	"tally/platform/retry"
 	"tally/platform/totals"
 	"tally/schemas"
@@ -58,9 +59,7 @@ type Aggregator struct {
 	// until the group says what became of them (assigned again, revoked or lost); reclaim, those
 	// of them whose records the group still delivers here (see Reclaims).
 	fenced, reclaim map[int32]bool
-	lastFlush       time.Time // start of the last flush
-	flushEnded      time.Time
-	flushTook       time.Duration
+	pace            *flushpace.Pace
 	lastSketch      time.Time
 
 	m metrics
@@ -81,7 +80,7 @@ type metrics struct {
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
-		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, lastFlush: now(), lastSketch: now()}
+		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, pace: flushpace.New(cfg.FlushInterval, now()), lastSketch: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window); a counted edge view count adds its count."}),
@@ -314,19 +313,12 @@ func (a *Aggregator) Reclaims() []int32 {
 	return ids
 }
 
-// FlushDue reports whether the interval has passed since the last flush started, and the
-// loop has consumed for at least half as long as that flush took, or a partition's batch is full.
-//
-// The second condition only bites when a flush takes longer than the interval (a busy engine,
-// a machine short of CPU): without it the next flush would start after a single poll, each
-// flush would carry one poll's records, and its fixed cost (a dozen statements) would cap the
-// rate below the input, so the lag would grow for good. With it the batches grow with the
-// flush time and the fixed cost is spread over them.
+// FlushDue reports whether the flush schedule (flushpace) says a flush is due or a partition's
+// batch is full.
 func (a *Aggregator) FlushDue() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.now()
-	if now.Sub(a.lastFlush) >= a.cfg.FlushInterval && now.Sub(a.flushEnded) >= a.flushTook/2 {
+	if a.pace.Due(a.now()) {
 		return true
 	}
 	for _, p := range a.parts {
@@ -388,12 +380,8 @@ func (a *Aggregator) Lost(ids []int32) {
 
 func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withSketches bool) (map[int32]int64, error) {
 	now := a.now()
-	a.m.lagSeconds.Set(now.Sub(a.lastFlush).Seconds())
-	a.lastFlush = now
-	defer func() {
-		a.flushEnded = a.now()
-		a.flushTook = a.flushEnded.Sub(now)
-	}()
+	a.m.lagSeconds.Set(a.pace.Start(now).Seconds())
+	defer func() { a.pace.End(a.now()) }()
 	var parts, sketchParts []*partition
 	for id, p := range a.parts {
 		if only != nil && !only[id] {

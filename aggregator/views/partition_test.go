@@ -150,8 +150,8 @@ func TestFlushDue(t *testing.T) {
 	}
 }
 
-// A flush slower than the interval is followed by at least half its time of consuming, so the
-// batches grow with the flush time instead of each flush carrying one poll's records.
+// The aggregator follows its flush schedule (flushpace): a flush slower than the interval is
+// followed by at least half its time of consuming, unless a batch is full.
 func TestFlushDueAfterASlowFlush(t *testing.T) {
 	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return clock }
@@ -174,9 +174,8 @@ func TestFlushDueAfterASlowFlush(t *testing.T) {
 			a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 3, SketchIdle: time.Minute},
 				nil, now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 			a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
-			a.flushEnded = clock.Add(-tt.endedSince)
-			a.flushTook = tt.took
-			a.lastFlush = a.flushEnded.Add(-tt.took)
+			a.pace.Start(clock.Add(-tt.endedSince - tt.took))
+			a.pace.End(clock.Add(-tt.endedSince))
 			for i := range tt.records {
 				a.Process(0, []int64{a.parts[0].next}, [][]byte{view("i", string(rune('a'+i)), clock.UnixMilli())})
 			}
