@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,9 +63,23 @@ func TestAllInOneRobustness(t *testing.T) {
 	t.Run("http limits", func(t *testing.T) { checkHTTPLimits(t, apiAddr) })
 
 	t.Run("second all-in-one on the same data directory", func(t *testing.T) {
-		// Let the first settle (its aggregator commits the posted views), so that its own writes
-		// do not pass for the second one's.
+		// The first is paused while the second tries (it keeps its lock): its own periodic writes
+		// (topk publishes every 2 s, offset commits) must not pass for the second one's.
 		time.Sleep(2 * time.Second)
+		if err := first.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatalf("pause the first all-in-one: %v", err)
+		}
+		resumed := false
+		resume := func() {
+			if !resumed {
+				resumed = true
+				if err := first.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+					t.Errorf("resume the first all-in-one: %v", err)
+				}
+			}
+		}
+		defer resume()
+		time.Sleep(200 * time.Millisecond) // writes already issued land before the snapshot
 		before := snapshot(t, filepath.Join(dir, "kafka"))
 		if len(before) == 0 {
 			t.Fatal("got no Kafka files under the data directory; want the first all-in-one's")
@@ -103,6 +118,7 @@ func TestAllInOneRobustness(t *testing.T) {
 				t.Errorf("kafka/%s: got %q after the second all-in-one; want it untouched (%q)", name, after[name], before[name])
 			}
 		}
+		resume()
 		if first.exited() {
 			t.Fatal("first all-in-one exited")
 		}
