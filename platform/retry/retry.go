@@ -21,9 +21,10 @@ const (
 	Jitter = 0.5
 )
 
-// Do calls fn until it returns nil or ctx ends. After each failure it calls onFail with the error
-// and the coming wait (for logs and metrics; it may be nil), then waits. When ctx ends, Do
-// returns the last error joined with ctx's.
+// Do calls fn until it returns nil, returns an error wrapped by Stop, or ctx ends. After each
+// failure it calls onFail with the error and the coming wait (for logs and metrics; it may be
+// nil), then waits. A Stop error is returned unwrapped, at once. When ctx ends, Do returns the
+// last error joined with ctx's.
 func Do(ctx context.Context, maxWait time.Duration, fn func() error, onFail func(err error, wait time.Duration)) error {
 	b := &backoff.ExponentialBackOff{InitialInterval: First, RandomizationFactor: Jitter, Multiplier: 2, MaxInterval: maxWait}
 	b.Reset()
@@ -31,6 +32,9 @@ func Do(ctx context.Context, maxWait time.Duration, fn func() error, onFail func
 		err := fn()
 		if err == nil {
 			return nil
+		}
+		if s, ok := errors.AsType[*stop](err); ok {
+			return s.err
 		}
 		if ctx.Err() != nil {
 			return errors.Join(err, ctx.Err())
@@ -48,3 +52,12 @@ func Do(ctx context.Context, maxWait time.Duration, fn func() error, onFail func
 		}
 	}
 }
+
+// Stop wraps err so that Do returns err at once instead of retrying: for a caller that bounds
+// its attempts, or sees that trying again cannot help.
+func Stop(err error) error { return &stop{err} }
+
+type stop struct{ err error }
+
+func (s *stop) Error() string { return s.err.Error() }
+func (s *stop) Unwrap() error { return s.err }

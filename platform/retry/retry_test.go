@@ -79,3 +79,22 @@ func TestDoJitters(t *testing.T) {
 		t.Errorf("got %d distinct waits over 30 retries; want jittered waits", len(seen))
 	}
 }
+
+// A Stop error ends the retries at once and comes back unwrapped.
+func TestDoStops(t *testing.T) {
+	boom := errors.New("boom")
+	calls, waits := 0, 0
+	err := Do(context.Background(), time.Second, func() error {
+		calls++
+		if calls == 3 {
+			return Stop(boom)
+		}
+		return errors.New("again")
+	}, func(error, time.Duration) { waits++ })
+	if err != boom {
+		t.Errorf("got %v; want %v, unwrapped", err, boom)
+	}
+	if calls != 3 || waits != 2 {
+		t.Errorf("got %d calls and %d waits; want 3 and 2", calls, waits)
+	}
+}

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"regexp"
 	"sort"
 	"strconv"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"tally/platform/retry"
 	"tally/schemas/migrations"
 )
 
@@ -161,35 +161,41 @@ const applyAttempts = 6
 // applyOne runs m's statements and records it. Processes started together against a fresh
 // database (collectors, aggregators, batch jobs) apply the same migration at once: each statement
 // is idempotent, but a migration's sequence is not atomic (one process drops the table another is
-// still copying from), so a failed statement is retried from the migration's start, after a
-// jittered pause, unless another process has recorded the migration meanwhile.
+// still copying from), so a failed statement is retried from the migration's start, with
+// jittered backoff, unless another process has recorded the migration meanwhile.
 func applyOne(ctx context.Context, conn driver.Conn, logger *slog.Logger, m Migration) error {
-	for attempt := 1; ; attempt++ {
+	attempt, elsewhere := 0, false
+	err := retry.Do(ctx, time.Second, func() error {
+		attempt++
 		err := runStatements(ctx, conn, m)
 		if err == nil {
-			if err := conn.Exec(ctx, "INSERT INTO schema_migrations (version, name, checksum) VALUES (?, ?, ?)", m.Version, m.Name, m.Checksum); err != nil {
-				return fmt.Errorf("record migration %03d_%s: %w", m.Version, m.Name, err)
-			}
-			logger.Info("migration applied", "version", m.Version, "name", m.Name)
 			return nil
 		}
-		if attempt == applyAttempts || ctx.Err() != nil {
-			return err
+		if attempt == applyAttempts {
+			return retry.Stop(err)
 		}
 		var n uint64
 		if qerr := conn.QueryRow(ctx, "SELECT count() FROM schema_migrations WHERE version = ?", m.Version).Scan(&n); qerr == nil && n > 0 {
-			logger.Info("migration applied by another process", "version", m.Version, "name", m.Name)
+			elsewhere = true
 			return nil
 		}
-		pause := time.Duration(attempt)*100*time.Millisecond + rand.N(100*time.Millisecond)
+		return err
+	}, func(err error, wait time.Duration) {
 		logger.Warn("apply migration failed; another process may be applying it, retrying", "version", m.Version, "name", m.Name,
-			"attempt", attempt, "pause", pause, "err", err)
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(pause):
-		}
+			"attempt", attempt, "pause", wait, "err", err)
+	})
+	if err != nil {
+		return err
 	}
+	if elsewhere {
+		logger.Info("migration applied by another process", "version", m.Version, "name", m.Name)
+		return nil
+	}
+	if err := conn.Exec(ctx, "INSERT INTO schema_migrations (version, name, checksum) VALUES (?, ?, ?)", m.Version, m.Name, m.Checksum); err != nil {
+		return fmt.Errorf("record migration %03d_%s: %w", m.Version, m.Name, err)
+	}
+	logger.Info("migration applied", "version", m.Version, "name", m.Name)
+	return nil
 }
 
 func runStatements(ctx context.Context, conn driver.Conn, m Migration) error {
