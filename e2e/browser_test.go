@@ -54,20 +54,33 @@ func checkLivePage(t *testing.T, api string) {
 	}()
 
 	const item, ad = "page-item", "page-ad"
-	cellSel := chromedp.CSS(`#item-table tr[data-item="` + item + `"] td.views`)
-	clicksSel := chromedp.CSS(`#ad-table tr[data-ad="` + ad + `"] td:nth-child(2)`)
-	badgeSel := chromedp.CSS(`#ad-table tr[data-ad="` + ad + `"] .badge`)
+	cellCSS := `#item-table tr[data-item="` + item + `"] td.views`
+	clicksCSS := `#ad-table tr[data-ad="` + ad + `"] td:nth-child(2)`
+	cellSel, clicksSel := chromedp.CSS(cellCSS), chromedp.CSS(clicksCSS)
+	// text reads an element's text in one evaluation in the page: the page redraws its tables
+	// every 1.5 s, and a node found by one call can be gone by the next ("No node with given id
+	// found"), which a query and a separate read of the node run into.
+	text := func(css string) (string, error) {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[*string](fmt.Sprintf(`(e => e ? e.innerText : null)(document.querySelector(%q))`, css)))
+		if err != nil {
+			return "", err
+		}
+		if got == nil {
+			return "", fmt.Errorf("no element %s", css)
+		}
+		return *got, nil
+	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(api+"/?items="+item+",page-other&ads="+ad), chromedp.WaitVisible(cellSel), chromedp.WaitVisible(clicksSel)); err != nil {
 		t.Fatalf("load the page: %v", err)
 	}
-	before, err := chromedp.Run(ctx, chromedp.Text(cellSel))
+	before, err := text(cellCSS)
 	if err != nil {
 		t.Fatalf("read the count: %v", err)
 	}
 	if before != "0" {
 		t.Fatalf("views before posting: got %q; want 0", before)
 	}
-	if clicks, err := chromedp.Run(ctx, chromedp.Text(clicksSel)); err != nil || clicks != "0" {
+	if clicks, err := text(clicksCSS); err != nil || clicks != "0" {
 		t.Fatalf("clicks before posting: got %q, %v; want 0", clicks, err)
 	}
 	var lines strings.Builder
@@ -84,10 +97,10 @@ func checkLivePage(t *testing.T, api string) {
 	deadline := time.Now().Add(30 * time.Second)
 	for (after != "7" || clicks != "3") && time.Now().Before(deadline) {
 		time.Sleep(500 * time.Millisecond)
-		if after, err = chromedp.Run(ctx, chromedp.Text(cellSel)); err != nil {
+		if after, err = text(cellCSS); err != nil {
 			t.Fatalf("read the count: %v", err)
 		}
-		if clicks, err = chromedp.Run(ctx, chromedp.Text(clicksSel)); err != nil {
+		if clicks, err = text(clicksCSS); err != nil {
 			t.Fatalf("read the clicks: %v", err)
 		}
 	}
@@ -97,7 +110,7 @@ func checkLivePage(t *testing.T, api string) {
 	if clicks != "3" {
 		t.Errorf("clicks of %s shown after posting 3: got %q; want 3", ad, clicks)
 	}
-	if badge, err := chromedp.Run(ctx, chromedp.Text(badgeSel)); err != nil || badge != "provisional" {
+	if badge, err := text(`#ad-table tr[data-ad="` + ad + `"] .badge`); err != nil || badge != "provisional" {
 		t.Errorf("clicks of %s marked: got %q, %v; want provisional (no nightly report yet)", ad, badge, err)
 	}
 	// The 1-minute list, whose window ends at the last complete 5 seconds (the 1-hour one may be
@@ -117,7 +130,7 @@ func checkLivePage(t *testing.T, api string) {
 	if top == 0 {
 		t.Errorf("top items over 1m listed: got none; want some (topk runs in the all-in-one)")
 	}
-	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#status")))
+	status, err := text("#status")
 	if err != nil {
 		t.Fatal(err)
 	}
