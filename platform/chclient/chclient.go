@@ -1,6 +1,7 @@
 // Package chclient opens tally's connection to ClickHouse: clickhouse-go/v2 over the HTTP
-// interface, the same way for the embedded engine and for a real server. The returned conn is
-// safe for concurrent use and owned by the caller, who must Close it.
+// interface, the same way for the embedded engine and for a real server, with each batch
+// INSERT's column types learned once (columns.go). The returned conn is safe for concurrent use
+// and owned by the caller, who must Close it.
 package chclient
 
 import (
@@ -72,7 +73,7 @@ func dial(ctx context.Context, opts Options, database string) (driver.Conn, erro
 		conn.Close()
 		return nil, fmt.Errorf("connect to clickhouse %s: %w", opts.Addr, err)
 	}
-	return conn, nil
+	return &columnsConn{Conn: conn, known: map[string][]clickhouse.ColumnNameAndType{}}, nil
 }
 
 // MaxListItems bounds the strings one query inlines as an IN list; callers with more split them

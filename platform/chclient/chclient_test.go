@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"tally/devstack/chembed"
 	"tally/platform/chclient"
 	"tally/platform/tlsconf"
@@ -81,5 +83,87 @@ func TestTLSAgainstClickHouse(t *testing.T) {
 	}
 	if _, err := chclient.Open(context.Background(), chclient.Options{Addr: addr, TLS: tlsconf.Files{Enabled: true, CAFile: "/nonexistent"}}); err == nil || !strings.Contains(err.Error(), "read CA file") {
 		t.Errorf("got %v; want an error reading the CA file", err)
+	}
+}
+
+// A batch INSERT describes its table once, not before every batch; once a batch fails (the table
+// changed under it), the next describes the table again and goes in.
+func TestInsertColumnsLearnedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ch, err := chembed.Start(chembed.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: logger, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close(context.Background())
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: ch.Addr(), Database: "columns_test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	describes := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "tally_chembed_statements_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "kind" && l.GetValue() == "DESCRIBE" {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	insert := func(values ...any) error {
+		t.Helper()
+		b, err := conn.PrepareBatch(ctx, "INSERT INTO probe (id, v)")
+		if err != nil {
+			return err
+		}
+		defer b.Abort()
+		if err := b.Append(values...); err != nil {
+			return err
+		}
+		return b.Send()
+	}
+	if err := conn.Exec(ctx, "CREATE TABLE probe (id UInt32, v UInt64, at DateTime DEFAULT now(), twice UInt64 MATERIALIZED v * 2) ENGINE = MergeTree ORDER BY id"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := insert(uint32(i), uint64(i)); err != nil {
+			t.Fatalf("insert %d: %v", i, err)
+		}
+	}
+	if got := describes(); got != 1 {
+		t.Errorf("got %v DESCRIBE statements for 3 batches; want 1", got)
+	}
+	var n, twice uint64
+	if err := conn.QueryRow(ctx, "SELECT count(), sum(twice) FROM probe").Scan(&n, &twice); err != nil || n != 3 || twice != 6 {
+		t.Errorf("got %d rows, sum(twice) %d, %v; want 3, 6", n, twice, err)
+	}
+
+	if err := conn.Exec(ctx, "DROP TABLE probe"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "CREATE TABLE probe (id UInt32, v Array(String)) ENGINE = MergeTree ORDER BY id"); err != nil {
+		t.Fatal(err)
+	}
+	if err := insert(uint32(9), uint64(9)); err == nil {
+		t.Errorf("got a UInt64 batch into an Array(String) column accepted; want an error")
+	}
+	if err := insert(uint32(9), []string{"a", "b"}); err != nil {
+		t.Errorf("insert after the table changed: got %v; want it described again and accepted", err)
+	}
+	if got := describes(); got != 2 {
+		t.Errorf("got %v DESCRIBE statements; want 2 (once more after the failed batch)", got)
 	}
 }
