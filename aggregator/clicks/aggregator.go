@@ -312,10 +312,8 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 			a.lastRollup = now
 			// A zombie's batch may have landed after this owner's claim (its fence check passed
 			// just before): undo it now rather than at the next assignment.
-			for _, p := range all {
-				if err := a.retry(ctx, "undo zombie batches", func() error { return a.undoZombies(ctx, p) }); err != nil {
-					return nil, err
-				}
+			if err := a.retry(ctx, "undo zombie batches", func() error { return a.undoZombies(ctx, all) }); err != nil {
+				return nil, err
 			}
 		}
 		// One statement for every partition's touched hours: the engine runs one query at a
@@ -352,14 +350,26 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 	return done, nil
 }
 
-// undoZombies deletes the deltas of batches the fence makes invalid that landed after this
-// owner's claim, and recomputes their hours. Finding them is cheap: a batch's marker is in the
-// same INSERT as its deltas, and markers (ad_id = ”) lead the table's sort order.
-func (a *Aggregator) undoZombies(ctx context.Context, p *partition) error {
-	n, err := a.store.invalidMarkers(ctx, p.id, p.invalid)
-	if err != nil || n == 0 {
+// undoZombies deletes the deltas of batches the fence makes invalid that landed after their
+// owner's claim in parts, and recomputes their hours. Finding them is cheap: a batch's marker is
+// in the same INSERT as its deltas, and markers (ad_id = ”) lead the table's sort order.
+func (a *Aggregator) undoZombies(ctx context.Context, parts []*partition) error {
+	found, err := a.store.invalidMarkers(ctx, parts)
+	if err != nil {
 		return err
 	}
+	for _, p := range parts {
+		if n := found[p.id]; n > 0 {
+			if err := a.undoZombiesOf(ctx, p, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// undoZombiesOf undoes the n zombie batches found in partition p.
+func (a *Aggregator) undoZombiesOf(ctx context.Context, p *partition, n uint64) error {
 	hours, err := a.store.hoursAfter(ctx, p.id, p.flushed, p.invalid)
 	if err != nil {
 		return err
