@@ -329,6 +329,16 @@ func (a *Aggregator) FlushDue() bool {
 	return false
 }
 
+// sketches says when a flush writes the dirty sketches.
+type sketches uint8
+
+const (
+	// sketchesDue writes them once the sketch interval has passed since the last write.
+	sketchesDue sketches = iota
+	// sketchesAll writes them now (a clean stop, a revoke).
+	sketchesAll
+)
+
 // Flush writes every pending batch, and the sketches when the sketch interval has passed, and
 // returns the new checkpoint of each partition whose deltas were written. It retries ClickHouse
 // errors with backoff until it succeeds or ctx ends; consumption waits meanwhile, so an outage
@@ -336,7 +346,7 @@ func (a *Aggregator) FlushDue() bool {
 func (a *Aggregator) Flush(ctx context.Context) (map[int32]int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.flushLocked(ctx, nil, a.now().Sub(a.lastSketch) >= a.cfg.SketchInterval)
+	return a.flushLocked(ctx, nil, sketchesDue)
 }
 
 // FlushAll is Flush with the sketches written whatever the interval, for a clean stop: the next
@@ -344,7 +354,7 @@ func (a *Aggregator) Flush(ctx context.Context) (map[int32]int64, error) {
 func (a *Aggregator) FlushAll(ctx context.Context) (map[int32]int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.flushLocked(ctx, nil, true)
+	return a.flushLocked(ctx, nil, sketchesAll)
 }
 
 // Revoke writes the pending batches of ids and forgets them: the next owner resumes from the
@@ -356,7 +366,7 @@ func (a *Aggregator) Revoke(ctx context.Context, ids []int32) (map[int32]int64, 
 	for _, id := range ids {
 		only[id] = true
 	}
-	done, err := a.flushLocked(ctx, only, true)
+	done, err := a.flushLocked(ctx, only, sketchesAll)
 	for _, id := range ids {
 		delete(a.parts, id)
 		delete(a.fenced, id)
@@ -378,10 +388,17 @@ func (a *Aggregator) Lost(ids []int32) {
 	a.logger.Warn("partitions lost; pending batches dropped, the new owner replays them", "partitions", ids)
 }
 
-func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withSketches bool) (map[int32]int64, error) {
+func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which sketches) (map[int32]int64, error) {
 	now := a.now()
 	a.m.lagSeconds.Set(a.pace.Start(now).Seconds())
 	defer func() { a.pace.End(a.now()) }()
+	withSketches := which == sketchesAll || now.Sub(a.lastSketch) >= a.cfg.SketchInterval
+	// The zombie checks and the Redis totals check run with the sketches; a revoke (only) writes
+	// its own partitions' sketches and leaves the rest, and the interval, to the next flushes.
+	housekeeping := withSketches && only == nil
+	if housekeeping {
+		a.lastSketch = now
+	}
 	var parts, sketchParts []*partition
 	for id, p := range a.parts {
 		if only != nil && !only[id] {
@@ -400,8 +417,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 	byID(parts)
 	byID(sketchParts)
 	t0 := time.Now()
-	// Dedupe state, batch items and sketches first: all are idempotent, so a crash before the
-	// deltas only means they are written again on replay. The deltas carry the checkpoint.
+	// Dedupe state and batch items first: both are idempotent, so a crash before the deltas
+	// only means they are written again on replay. The deltas carry the checkpoint. The
+	// sketches go last, once the batch is visible in Redis: they are the flush's largest write
+	// and its views should not wait for them; a crash before them leaves the sketch checkpoint
+	// behind the deltas', and the replay from it goes into the sketches only.
 	if len(parts) > 0 {
 		if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
 			return nil, err
@@ -410,19 +430,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 			return nil, err
 		}
 	}
-	if withSketches {
-		// A revoke writes only its own partitions' sketches: the others keep their turn.
-		if only == nil {
-			a.lastSketch = now
-		}
-		if err := a.writeSketches(ctx, sketchParts, now); err != nil {
-			return nil, err
-		}
-	}
 	attempts := 0
 	if err := a.retry(ctx, "write deltas", func() error {
-		// Checked before every attempt: a newer owner's claim makes this write a zombie's.
-		if err := a.fenceCheck(ctx, &parts); err != nil || len(parts) == 0 {
+		// Checked before every attempt: a newer owner's claim makes this write a zombie's. The
+		// same statement checks the partitions whose sketches are written after.
+		if err := a.fenceCheck(ctx, &parts, &sketchParts); err != nil || len(parts) == 0 {
 			return err
 		}
 		if attempts > 0 {
@@ -468,7 +480,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 			return nil, err
 		}
 	}
-	if withSketches && only == nil {
+	if housekeeping {
 		// Zombies' late batches are looked for at the sketch interval (cheap: batch_items), in
 		// the partitions no newer owner has claimed: this aggregator may itself be the zombie,
 		// and then the partitions it holds with nothing pending are dropped here.
@@ -497,7 +509,12 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 		a.syncTotals(ctx, p, mem[p.id], from[p.id])
 	}
 	published.Wait()
-	if withSketches && only == nil && a.tot != nil {
+	if len(sketchParts) > 0 {
+		if err := a.writeSketches(ctx, sketchParts, now); err != nil {
+			return nil, err
+		}
+	}
+	if housekeeping && a.tot != nil {
 		a.checkTotals(ctx)
 	}
 	if len(parts) > 0 {
@@ -506,45 +523,50 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withS
 	return done, nil
 }
 
-// fenceCheck drops from parts, and from this aggregator, every partition that a newer owner has
-// claimed since this one did: its batch must not be written.
-func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error {
-	if len(*parts) == 0 {
-		return nil
+// fenceCheck drops from each of lists, and from this aggregator, every partition that a newer
+// owner has claimed since this one did: its batch and its sketches must not be written. One
+// statement checks every list.
+func (a *Aggregator) fenceCheck(ctx context.Context, lists ...*[]*partition) error {
+	var ids []int32
+	for _, l := range lists {
+		for _, p := range *l {
+			if !slices.Contains(ids, p.id) {
+				ids = append(ids, p.id)
+			}
+		}
 	}
-	ids := make([]int32, len(*parts))
-	for i, p := range *parts {
-		ids[i] = p.id
+	if len(ids) == 0 {
+		return nil
 	}
 	epochs, err := a.store.maxEpochs(ctx, ids)
 	if err != nil {
 		return err
 	}
-	kept := (*parts)[:0]
-	for _, p := range *parts {
-		if e := epochs[p.id]; e > p.epoch {
-			if a.parts[p.id] == p { // not already dropped by an earlier check of this flush
-				a.m.fenced.Inc()
-				a.logger.Warn("partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
-				delete(a.parts, p.id)
-				a.fenced[p.id] = true
+	for _, l := range lists {
+		kept := (*l)[:0]
+		for _, p := range *l {
+			if e := epochs[p.id]; e > p.epoch {
+				if a.parts[p.id] == p { // not already dropped by an earlier check of this flush
+					a.m.fenced.Inc()
+					a.logger.Warn("partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
+					delete(a.parts, p.id)
+					a.fenced[p.id] = true
+				}
+				continue
 			}
-			continue
+			kept = append(kept, p)
 		}
-		kept = append(kept, p)
+		*l = kept
 	}
-	*parts = kept
 	return nil
 }
 
 // writeSketches stores the dirty sketches of parts, then their sketch checkpoints. The order
 // matters: a checkpoint only ever vouches for sketches already stored.
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
-	// A displaced owner's sketches are dropped by ClickHouse (migration 006); checking first
-	// also keeps their estimates out of Redis in all but a stall between check and write.
-	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts) }); err != nil {
-		return err
-	}
+	// A displaced owner's sketches are dropped by ClickHouse (migration 006); the flush's claims
+	// checks also keep their estimates out of Redis in all but a stall between check and write.
+	parts = slices.DeleteFunc(parts, func(p *partition) bool { return a.parts[p.id] != p })
 	if len(parts) == 0 {
 		return nil
 	}

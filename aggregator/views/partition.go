@@ -3,11 +3,11 @@
 //
 // Each assigned Kafka partition has its own state: the dedupe window, the batch of deltas built
 // since the last flush, and the sketches it touched. A flush writes, for every partition with
-// work: first the dedupe state, then (every sketch interval, which is longer than the flush
-// interval because a sketch is large and changes little) the dirty sketches and after them the
-// partition's sketch checkpoint, then the deltas together with the partition's checkpoint marker
-// in one INSERT block, so totals and checkpoint change atomically; only then are Kafka offsets
-// committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
+// work: first the dedupe state, then the deltas together with the partition's checkpoint marker
+// in one INSERT block, so totals and checkpoint change atomically, then the rollups and the
+// Redis totals, and last (every sketch interval, which is longer than the flush interval because
+// a sketch is large and changes little) the dirty sketches and after them the partition's sketch
+// checkpoint; only then are Kafka offsets committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
 // the watermark are loaded back from ClickHouse; consumption resumes at the lower checkpoint,
 // and records below the deltas checkpoint only go into the sketches again.
 //
