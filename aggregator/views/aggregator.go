@@ -205,14 +205,40 @@ const zombieLookback = 10 * time.Minute
 const zombieRecheck = time.Minute
 
 // reconcile makes partition p's rollups hold exactly its valid batches: it finds the batches of
-// zombies that ended after offset after, repairs the rollups of every item of those batches and
-// of the batches after p.rolled, then deletes the zombies' deltas. Every step compares before it
-// writes, so a crash anywhere in it is repaired by running it again.
+// zombies that ended after offset after and reconciles p with them (reconcileWith).
 func (a *Aggregator) reconcile(ctx context.Context, p *partition, after int64) error {
-	zs, err := a.store.zombieBatches(ctx, p.id, p.fence, p.epoch, after)
+	found, err := a.store.zombieBatches(ctx, []zombieQuery{p.zombieQuery(after)})
 	if err != nil {
 		return err
 	}
+	return a.reconcileWith(ctx, p, found[p.id])
+}
+
+// reconcileAll is reconcile for every partition of parts, each from its zombie horizon at now,
+// with one statement finding the zombies' batches of them all: it runs at every sketch interval
+// and nearly always finds nothing, and each statement has a fixed cost.
+func (a *Aggregator) reconcileAll(ctx context.Context, parts []*partition, now time.Time) error {
+	qs := make([]zombieQuery, len(parts))
+	for i, p := range parts {
+		qs[i] = p.zombieQuery(p.zombiesFrom(now))
+	}
+	found, err := a.store.zombieBatches(ctx, qs)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if err := a.reconcileWith(ctx, p, found[p.id]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcileWith repairs the rollups of every item of the zombies' batches zs and of the
+// batches after p.rolled, then deletes the zombies' deltas. Every step compares before it
+// writes, so a crash anywhere in it is repaired by running it again.
+func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batchRef) error {
+	var err error
 	// A zombie may still be sending the rest of its flush (its rollup INSERTs) after its batch
 	// was undone, so an undone batch is undone again, to no effect once it is complete, for
 	// zombieRecheck.
@@ -491,10 +517,8 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &held) }); err != nil {
 			return nil, err
 		}
-		for _, p := range held {
-			if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, p, p.zombiesFrom(a.now())) }); err != nil {
-				return nil, err
-			}
+		if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcileAll(ctx, held, a.now()) }); err != nil {
+			return nil, err
 		}
 	}
 	// Each partition's publish waits for the broker to acknowledge every chunk, in order (a

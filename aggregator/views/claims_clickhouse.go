@@ -3,6 +3,7 @@ package views
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -129,28 +130,46 @@ func (s *store) strings(ctx context.Context, q string) ([]string, error) {
 	return out, rows.Err()
 }
 
-// zombieBatches returns the batches of partition p ending after offset after, written under an
-// epoch older than epoch, that the fence makes invalid. batch_items finds them without scanning
-// the deltas; a candidate whose deltas never arrived is harmless to undo.
-func (s *store) zombieBatches(ctx context.Context, p int32, f fence, epoch uint64, after int64) ([]batchRef, error) {
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT epoch, end_offset FROM batch_items WHERE partition = ? AND end_offset > ? AND epoch < ?`,
-		uint16(p), after, epoch)
+// zombieQuery asks for the batches of partition p ending after offset after, written under an
+// epoch older than epoch, that the fence f makes invalid.
+type zombieQuery struct {
+	p     int32
+	f     fence
+	epoch uint64
+	after int64
+}
+
+// zombieBatches answers every query of qs in one statement, by partition. batch_items finds the
+// batches without scanning the deltas; a candidate whose deltas never arrived is harmless to
+// undo.
+func (s *store) zombieBatches(ctx context.Context, qs []zombieQuery) (map[int32][]batchRef, error) {
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	conds := make([]string, len(qs))
+	fences := make(map[int32]fence, len(qs))
+	for i, q := range qs {
+		conds[i] = fmt.Sprintf("(partition = %d AND end_offset > %d AND epoch < %d)", q.p, q.after, q.epoch)
+		fences[q.p] = q.f
+	}
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT partition, epoch, end_offset FROM batch_items WHERE %s`, strings.Join(conds, " OR ")))
 	if err != nil {
-		return nil, fmt.Errorf("find batches of older epochs of partition %d: %w", p, err)
+		return nil, fmt.Errorf("find batches of older epochs of %d partitions: %w", len(qs), err)
 	}
 	defer rows.Close()
-	var out []batchRef
+	out := map[int32][]batchRef{}
 	for rows.Next() {
+		var p uint16
 		var b batchRef
-		if err := rows.Scan(&b.epoch, &b.end); err != nil {
-			return nil, fmt.Errorf("scan batch of partition %d: %w", p, err)
+		if err := rows.Scan(&p, &b.epoch, &b.end); err != nil {
+			return nil, fmt.Errorf("scan batch of an older epoch: %w", err)
 		}
-		if !f.valid(b.epoch, b.end) {
-			out = append(out, b)
+		if !fences[int32(p)].valid(b.epoch, b.end) {
+			out[int32(p)] = append(out[int32(p)], b)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read batches of partition %d: %w", p, err)
+		return nil, fmt.Errorf("read batches of older epochs: %w", err)
 	}
 	return out, nil
 }

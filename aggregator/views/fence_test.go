@@ -106,9 +106,13 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 	}
 	clock = clock.Add(time.Minute)
 	second := New(withOwner("second"), conn, now, infra.Logger, prometheus.NewRegistry())
-	if resume, err := second.Assign(ctx, []int32{part}); err != nil || resume[part] != 100 {
+	// The second owner also holds a partition without zombies: one statement looks in both,
+	// and that partition's batches stay.
+	const other, otherItem = int32(31), "lookback-other"
+	if resume, err := second.Assign(ctx, []int32{part, other}); err != nil || resume[part] != 100 {
 		t.Fatalf("got resume %v, %v; want partition %d at 100", resume, err, part)
 	}
+	processViews(second, other, otherItem, 0, 25, clock)
 	// The zombie's rows commit now, after both claims.
 	zp := []*partition{zombie.parts[part]}
 	if err := zombie.store.writeBatchItems(ctx, zp, clock); err != nil {
@@ -125,6 +129,7 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRollups(t, ctx, conn, item, 100)
+	checkRollups(t, ctx, conn, otherItem, 25)
 }
 
 // rollupTotals returns item -> total per rollup table, and the deltas' total.
