@@ -157,12 +157,12 @@ func oracle(log []schemas.Counted, kind string, from, to time.Time, k int) []sch
 	return out
 }
 
-// applied returns the chunks the guard rule keeps, read from the log.
+// applied returns the chunks the guard rule keeps, read from the whole log.
 func applied(t *testing.T) []schemas.Counted {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return infra.AppliedCounted(t, ctx)
+	return infra.AppliedCounted(t, ctx, nil)
 }
 
 // redisLists reads every published list, or nil if one is missing or older than since.

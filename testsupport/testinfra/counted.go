@@ -12,15 +12,12 @@ import (
 	"tally/schemas"
 )
 
-// AppliedCounted reads the whole counted topic and returns the records topk's guard rule
-// applies, in log order per partition: a chunk counts iff its (epoch, end, chunk) comes after
-// the last one applied from its (kind, source partition). Records that do not decode are
-// skipped. It fails t if two records of one chunk identity carry different counts: a batch
-// published again must be cut into the same chunks, or a reader would mix two cuts.
-func (in *Infra) AppliedCounted(t testing.TB, ctx context.Context) []schemas.Counted {
+// CountedEnds returns the counted topic's end offsets by partition. A test that reads the topic
+// from them (AppliedCounted) sees only what was published since, also when it runs again in the
+// same process, whose broker keeps the topic.
+func (in *Infra) CountedEnds(t testing.TB, ctx context.Context) map[int32]int64 {
 	t.Helper()
-	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{in.Kafka.Addr()}, "test-counted-reader", in.Logger, nil),
-		kgo.ConsumeTopics(schemas.TopicCounted), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	cl, err := kgo.NewClient(kafka.ClientOptions([]string{in.Kafka.Addr()}, "test-counted-ends", in.Logger, nil)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,6 +26,32 @@ func (in *Infra) AppliedCounted(t testing.TB, ctx context.Context) []schemas.Cou
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// AppliedCounted reads the counted topic from the offsets in from (a partition missing from it,
+// or a nil from, from its start) to its end, and returns the records topk's guard rule
+// applies, in log order per partition: a chunk counts iff its (epoch, end, chunk) comes after
+// the last one applied from its (kind, source partition). Records that do not decode are
+// skipped. It fails t if two records of one chunk identity carry different counts: a batch
+// published again must be cut into the same chunks, or a reader would mix two cuts.
+func (in *Infra) AppliedCounted(t testing.TB, ctx context.Context, from map[int32]int64) []schemas.Counted {
+	t.Helper()
+	ends := in.CountedEnds(t, ctx)
+	starts := map[int32]kgo.Offset{}
+	seen := map[int32]int64{}
+	for p := range ends {
+		starts[p] = kgo.NewOffset().At(from[p])
+		seen[p] = from[p]
+	}
+	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{in.Kafka.Addr()}, "test-counted-reader", in.Logger, nil),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{schemas.TopicCounted: starts}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
 	type source struct {
 		kind schemas.CountKind
 		part int32
@@ -42,14 +65,13 @@ func (in *Infra) AppliedCounted(t testing.TB, ctx context.Context) []schemas.Cou
 	guards := map[source]chunk{}
 	bodies := map[chunk][]schemas.BucketCount{}
 	var out []schemas.Counted
-	seen := map[int32]int64{}
 	for {
 		done := true
-		ends.Each(func(o kadm.ListedOffset) {
-			if seen[o.Partition] < o.Offset {
+		for p, end := range ends {
+			if seen[p] < end {
 				done = false
 			}
-		})
+		}
 		if done {
 			return out
 		}
