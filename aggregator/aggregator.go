@@ -184,7 +184,7 @@ func Parts(e cli.Env, s *aggregatorconf.Settings, admin lifecycle.Admin) []lifec
 	})
 	if admin == lifecycle.OwnAdmin {
 		mux := http.NewServeMux()
-		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
+		lifecycle.AdminRoutes(mux, runner, reg, lifecycle.AdminOptions{Pprof: cfg.Debug.Pprof})
 		admin, _ := lifecycle.HTTPServer("aggregator admin http", s.Addr, mux)
 		parts = append(parts, admin)
 	}

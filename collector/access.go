@@ -20,12 +20,12 @@ import (
 // auth off the API listens on loopback only (config refuses anything else), so they stay on it.
 func access(cfg *config.Config, s *collectorconf.Settings, mux *http.ServeMux, runner *lifecycle.Runner, logger *slog.Logger, reg *prometheus.Registry, now func() time.Time) (http.Handler, []lifecycle.Part) {
 	if !s.AuthOn() {
-		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
+		lifecycle.AdminRoutes(mux, runner, reg, lifecycle.AdminOptions{Pprof: cfg.Debug.Pprof})
 		return mux, nil
 	}
 	lifecycle.HealthRoutes(mux, runner)
 	admin := http.NewServeMux()
-	lifecycle.AdminRoutes(admin, runner, reg, cfg.Debug.Pprof)
+	lifecycle.AdminRoutes(admin, runner, reg, lifecycle.AdminOptions{Pprof: cfg.Debug.Pprof})
 	adminServer, _ := lifecycle.HTTPServer("collector admin http", s.AdminAddr, admin)
 	guard, err := auth.New(auth.Options{Keys: s.Auth.Keys, UserTokenKey: []byte(s.Auth.UserTokenKey),
 		Now: now, Logger: logger, Registerer: reg})

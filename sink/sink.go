@@ -57,7 +57,7 @@ func Parts(e cli.Env, s *sinkconf.Settings, admin lifecycle.Admin) []lifecycle.P
 	}}
 	if admin == lifecycle.OwnAdmin {
 		mux := http.NewServeMux()
-		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
+		lifecycle.AdminRoutes(mux, runner, reg, lifecycle.AdminOptions{Pprof: cfg.Debug.Pprof})
 		admin, _ := lifecycle.HTTPServer("sink admin http", s.Addr, mux)
 		parts = append(parts, admin)
 	}

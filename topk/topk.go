@@ -100,7 +100,7 @@ func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
 	}
 	if admin == lifecycle.OwnAdmin {
 		mux := http.NewServeMux()
-		lifecycle.AdminRoutes(mux, runner, reg, cfg.Debug.Pprof)
+		lifecycle.AdminRoutes(mux, runner, reg, lifecycle.AdminOptions{Pprof: cfg.Debug.Pprof})
 		admin, _ := lifecycle.HTTPServer("topk admin http", s.Addr, mux)
 		parts = append(parts, admin)
 	}

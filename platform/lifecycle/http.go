@@ -16,13 +16,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// AdminRoutes adds HealthRoutes and /metrics (reg's metrics) to mux, and with pprof Go's
-// /debug/pprof/ profiles, which stay off by default because they expose internals and cost CPU
-// while taken.
-func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, pprof bool) {
+// AdminOptions says which optional routes AdminRoutes adds.
+type AdminOptions struct {
+	// Pprof adds Go's /debug/pprof/ profiles, off by default because they expose internals
+	// and cost CPU while taken.
+	Pprof bool
+}
+
+// AdminRoutes adds HealthRoutes and /metrics (reg's metrics) to mux, and the routes opts asks for.
+func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, opts AdminOptions) {
 	HealthRoutes(mux, r)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	if pprof {
+	if opts.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", httppprof.Cmdline)
 		mux.HandleFunc("GET /debug/pprof/profile", httppprof.Profile)

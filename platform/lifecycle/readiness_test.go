@@ -21,7 +21,7 @@ func TestReadyzReportsEachCheck(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	r := NewRunner(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	mux := http.NewServeMux()
-	AdminRoutes(mux, r, prometheus.NewRegistry(), false)
+	AdminRoutes(mux, r, prometheus.NewRegistry(), AdminOptions{})
 	srv, addr := HTTPServer("admin", "127.0.0.1:0", mux)
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)

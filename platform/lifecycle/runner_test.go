@@ -89,7 +89,7 @@ func TestAdminRoutes(t *testing.T) {
 	}()
 	serve := func(pprof bool) func() string {
 		mux := http.NewServeMux()
-		AdminRoutes(mux, r, reg, pprof)
+		AdminRoutes(mux, r, reg, AdminOptions{Pprof: pprof})
 		srv, addr := HTTPServer("admin", "127.0.0.1:0", mux)
 		if err := srv.Start(context.Background()); err != nil {
 			t.Fatal(err)
