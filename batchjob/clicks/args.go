@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"tally/schemas"
 )
 
@@ -32,9 +34,6 @@ Sample crontab line (01:00 UTC, yesterday's clicks, done well before 03:00):
 
 `
 
-// ErrHelp means help was asked for: print Usage, then the settings' flags.
-var ErrHelp = errors.New("help requested")
-
 // Command is one parsed command line.
 type Command struct {
 	Date  time.Time // UTC midnight of the day
@@ -47,7 +46,7 @@ type Command struct {
 // it returns untouched for config.Load.
 func ParseArgs(args []string) (Command, []string, error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		return Command{}, nil, ErrHelp
+		return Command{}, nil, pflag.ErrHelp
 	}
 	if args[0] != "clicks" {
 		return Command{}, nil, fmt.Errorf("unknown command %q; want clicks", args[0])
@@ -65,7 +64,7 @@ func ParseArgs(args []string) (Command, []string, error) {
 		a := args[i]
 		switch {
 		case a == "-h" || a == "--help":
-			return Command{}, nil, ErrHelp
+			return Command{}, nil, pflag.ErrHelp
 		case a == "--date" || a == "--ad":
 			if i+1 >= len(args) {
 				return Command{}, nil, fmt.Errorf("%s needs a value", a)

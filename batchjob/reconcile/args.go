@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // Usage is the command's help text, printed before the settings' flags.
@@ -22,9 +24,6 @@ Sample crontab line (03:15 UTC, yesterday's changes):
   15 3 * * * batchjob likes --date "$(date -u -d yesterday +\%F)" --config /etc/tally/tally.yaml >>/var/log/tally/batchjob-likes.log 2>&1
 
 `
-
-// ErrHelp means help was asked for: print Usage, then the settings' flags.
-var ErrHelp = errors.New("help requested")
 
 // Job is what one run checks.
 type Job struct {
@@ -51,7 +50,7 @@ func (j Job) covers(ts int64) bool {
 // returns untouched for config.Load.
 func ParseArgs(args []string) (Job, []string, error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		return Job{}, nil, ErrHelp
+		return Job{}, nil, pflag.ErrHelp
 	}
 	if args[0] != "likes" {
 		return Job{}, nil, fmt.Errorf("unknown command %q; want likes", args[0])
@@ -64,7 +63,7 @@ func ParseArgs(args []string) (Job, []string, error) {
 		a := args[i]
 		switch {
 		case a == "-h" || a == "--help":
-			return Job{}, nil, ErrHelp
+			return Job{}, nil, pflag.ErrHelp
 		case a == "--all":
 			job.All = true
 		case a == "--date":

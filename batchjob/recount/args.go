@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // Usage is the command's help text, printed before the settings' flags.
@@ -25,9 +27,6 @@ Sample crontab line (04:15 UTC, the day before yesterday):
 
 `
 
-// ErrHelp means help was asked for.
-var ErrHelp = errors.New("help requested")
-
 // ParseArgs reads the arguments after "views": --date YYYY-MM-DD among the settings' flags,
 // which it returns untouched.
 func ParseArgs(args []string) (time.Time, []string, error) {
@@ -37,7 +36,7 @@ func ParseArgs(args []string) (time.Time, []string, error) {
 		a := args[i]
 		switch {
 		case a == "-h" || a == "--help":
-			return time.Time{}, nil, ErrHelp
+			return time.Time{}, nil, pflag.ErrHelp
 		case a == "--date":
 			if i+1 >= len(args) {
 				return time.Time{}, nil, errors.New("--date needs a value YYYY-MM-DD")

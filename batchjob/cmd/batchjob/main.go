@@ -70,7 +70,7 @@ func run(args []string) int {
 		}
 	}
 	job, rest, err := reconcile.ParseArgs(args)
-	if errors.Is(err, reconcile.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		_, _ = os.Stdout.WriteString(reconcile.Usage + clicks.Usage)
 		var sec sections
 		_, _ = config.Load("batchjob", []string{"--help"}, sec.list()...)
@@ -116,7 +116,7 @@ func run(args []string) int {
 
 func runClicks(args []string) int {
 	cmd, rest, err := clicks.ParseArgs(args)
-	if errors.Is(err, clicks.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		_, _ = os.Stdout.WriteString(clicks.Usage)
 		var sec sections
 		_, _ = config.Load("batchjob clicks", []string{"--help"}, sec.list()...)

@@ -26,7 +26,7 @@ const exitDifferences = 4
 
 func runViews(args []string) int {
 	day, rest, err := recount.ParseArgs(args)
-	if errors.Is(err, recount.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		_, _ = os.Stdout.WriteString(recount.Usage)
 		var sec sections
 		_, _ = config.Load("batchjob views", []string{"--help"}, sec.list()...)
