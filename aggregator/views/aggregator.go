@@ -166,7 +166,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		p.epoch, p.rolled = c.epoch, cp.rolled
 		p.fence = newFence(append(f.claims, c))
 		p.start = c.start
-		if err := a.reconcile(ctx, p, p.fence.lookback(c.at.Add(-zombieLookback), prev)); err != nil {
+		if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.lookback(c.at.Add(-zombieLookback), prev)}); err != nil {
 			return nil, err
 		}
 		pairs := 0
@@ -204,29 +204,16 @@ const zombieLookback = 10 * time.Minute
 // the zombie's flush (a few statements) lands within it unless the zombie stalls once more.
 const zombieRecheck = time.Minute
 
-// reconcile makes partition p's rollups hold exactly its valid batches: it finds the batches of
-// zombies that ended after offset after and reconciles p with them (reconcileWith).
-func (a *Aggregator) reconcile(ctx context.Context, p *partition, after int64) error {
-	found, err := a.store.zombieBatches(ctx, []zombieQuery{p.zombieQuery(after)})
+// reconcile makes each partition of after's rollups hold exactly its valid batches: one
+// statement finds the batches of zombies that ended after each partition's offset in after (the
+// check runs at every sketch interval, nearly always finds nothing, and each statement has a
+// fixed cost), then each partition is reconciled with its own (reconcileWith).
+func (a *Aggregator) reconcile(ctx context.Context, after map[*partition]int64) error {
+	found, err := a.store.zombieBatches(ctx, after)
 	if err != nil {
 		return err
 	}
-	return a.reconcileWith(ctx, p, found[p.id])
-}
-
-// reconcileAll is reconcile for every partition of parts, each from its zombie horizon at now,
-// with one statement finding the zombies' batches of them all: it runs at every sketch interval
-// and nearly always finds nothing, and each statement has a fixed cost.
-func (a *Aggregator) reconcileAll(ctx context.Context, parts []*partition, now time.Time) error {
-	qs := make([]zombieQuery, len(parts))
-	for i, p := range parts {
-		qs[i] = p.zombieQuery(p.zombiesFrom(now))
-	}
-	found, err := a.store.zombieBatches(ctx, qs)
-	if err != nil {
-		return err
-	}
-	for _, p := range parts {
+	for p := range after {
 		if err := a.reconcileWith(ctx, p, found[p.id]); err != nil {
 			return err
 		}
@@ -502,7 +489,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		p.markFlushed(p.next, now)
 		if rolled {
 			p.rolled = p.flushed
-		} else if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, p, p.zombiesFrom(a.now())) }); err != nil {
+		} else if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, map[*partition]int64{p: p.zombiesFrom(a.now())}) }); err != nil {
 			return nil, err
 		}
 	}
@@ -517,7 +504,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &held) }); err != nil {
 			return nil, err
 		}
-		if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcileAll(ctx, held, a.now()) }); err != nil {
+		after := make(map[*partition]int64, len(held))
+		for _, p := range held {
+			after[p] = p.zombiesFrom(a.now())
+		}
+		if err := a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, after) }); err != nil {
 			return nil, err
 		}
 	}

@@ -130,31 +130,23 @@ func (s *store) strings(ctx context.Context, q string) ([]string, error) {
 	return out, rows.Err()
 }
 
-// zombieQuery asks for the batches of partition p ending after offset after, written under an
-// epoch older than epoch, that the fence f makes invalid.
-type zombieQuery struct {
-	p     int32
-	f     fence
-	epoch uint64
-	after int64
-}
-
-// zombieBatches answers every query of qs in one statement, by partition. batch_items finds the
-// batches without scanning the deltas; a candidate whose deltas never arrived is harmless to
-// undo.
-func (s *store) zombieBatches(ctx context.Context, qs []zombieQuery) (map[int32][]batchRef, error) {
-	if len(qs) == 0 {
+// zombieBatches returns, by partition, the batches of each partition p of after that end after
+// offset after[p], written under an epoch older than p's, that p's fence makes invalid; one
+// statement for them all. batch_items finds them without scanning the deltas; a candidate whose
+// deltas never arrived is harmless to undo.
+func (s *store) zombieBatches(ctx context.Context, after map[*partition]int64) (map[int32][]batchRef, error) {
+	if len(after) == 0 {
 		return nil, nil
 	}
-	conds := make([]string, len(qs))
-	fences := make(map[int32]fence, len(qs))
-	for i, q := range qs {
-		conds[i] = fmt.Sprintf("(partition = %d AND end_offset > %d AND epoch < %d)", q.p, q.after, q.epoch)
-		fences[q.p] = q.f
+	conds := make([]string, 0, len(after))
+	fences := make(map[int32]fence, len(after))
+	for p, from := range after {
+		conds = append(conds, fmt.Sprintf("(partition = %d AND end_offset > %d AND epoch < %d)", p.id, from, p.epoch))
+		fences[p.id] = p.fence
 	}
 	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT partition, epoch, end_offset FROM batch_items WHERE %s`, strings.Join(conds, " OR ")))
 	if err != nil {
-		return nil, fmt.Errorf("find batches of older epochs of %d partitions: %w", len(qs), err)
+		return nil, fmt.Errorf("find batches of older epochs of %d partitions: %w", len(after), err)
 	}
 	defer rows.Close()
 	out := map[int32][]batchRef{}

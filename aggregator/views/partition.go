@@ -248,8 +248,3 @@ func floorDiv(a, b int64) int64 {
 func (p *partition) zombiesFrom(now time.Time) int64 {
 	return p.fence.lookback(now.Add(-zombieLookback), p.start)
 }
-
-// zombieQuery is the look for zombies' batches of p that ended after offset after.
-func (p *partition) zombieQuery(after int64) zombieQuery {
-	return zombieQuery{p: p.id, f: p.fence, epoch: p.epoch, after: after}
-}

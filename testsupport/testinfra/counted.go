@@ -22,13 +22,13 @@ func (in *Infra) CountedEnds(t testing.TB, ctx context.Context) map[int32]int64 
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, schemas.TopicCounted)
+	ends, err := kafka.PartitionOffsets(schemas.TopicCounted, "end", func() (kadm.ListedOffsets, error) {
+		return kadm.NewClient(cl).ListEndOffsets(ctx, schemas.TopicCounted)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out
+	return ends
 }
 
 // AppliedCounted reads the counted topic from the offsets in from (a partition missing from it,
