@@ -29,6 +29,10 @@ type Config struct {
 	// than a delta write (every touched item's whole sketch) and dashboards read unique viewers
 	// less eagerly than views, so it is a multiple of FlushInterval.
 	SketchInterval time.Duration
+	// RollupInterval is how often the batches written since are added to the rollups, in one
+	// statement (zero: at every flush). Counts are read from Redis, applied at every flush; the
+	// rollups serve series and dashboards, which may lag by this much.
+	RollupInterval time.Duration
 	MaxBatch       int           // records of one partition before an early flush
 	SketchIdle     time.Duration // clean sketches untouched this long leave memory
 	// DeltasTTL is view_deltas' retention: rollup buckets are repaired only where the deltas
@@ -61,6 +65,7 @@ type Aggregator struct {
 	fenced, reclaim map[int32]bool
 	pace            *flushpace.Pace
 	lastSketch      time.Time
+	lastRollup      time.Time
 
 	m metrics
 }
@@ -80,7 +85,7 @@ type metrics struct {
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
-		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, pace: flushpace.New(cfg.FlushInterval, now()), lastSketch: now()}
+		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, pace: flushpace.New(cfg.FlushInterval, now()), lastSketch: now(), lastRollup: now()}
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window); a counted edge view count adds its count."}),
@@ -277,7 +282,7 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 			"batches", fmt.Sprint(zs), "items", len(items))
 	}
 	a.logger.Info("rollups repaired", "partition", p.id, "from", p.rolled, "to", p.flushed, "items", len(items), "zombie_batches", len(zs))
-	p.rolled = p.flushed
+	p.rolledAll()
 	return nil
 }
 
@@ -406,6 +411,10 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	a.m.lagSeconds.Set(a.pace.Start(now).Seconds())
 	defer func() { a.pace.End(a.now()) }()
 	withSketches := which == sketchesAll || now.Sub(a.lastSketch) >= a.cfg.SketchInterval
+	withRollups := which == sketchesAll || now.Sub(a.lastRollup) >= a.cfg.RollupInterval
+	if withRollups && only == nil {
+		a.lastRollup = now
+	}
 	// The zombie checks and the Redis totals check run with the sketches; a revoke (only) writes
 	// its own partitions' sketches and leaves the rest, and the interval, to the next flushes.
 	housekeeping := withSketches && only == nil
@@ -461,35 +470,40 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	}); err != nil {
 		return nil, err
 	}
-	// The rollups are written from memory when the deltas went in at the first attempt;
-	// otherwise (unknown outcome, or a rollup INSERT failed half way) they are repaired from the
-	// deltas, which compares before it writes.
-	rolled := false
-	if attempts == 1 {
-		// Checked again: a writer that lost the partition while writing its deltas stops here,
-		// and its batch is undone whole by the owner.
-		if err := a.fenceCheck(ctx, &parts); err != nil {
-			a.logger.Warn("check partition claims before the rollups; repairing them instead", "err", err)
-		} else if err := a.store.writeRollups(ctx, parts); err != nil {
-			a.logger.Warn("write rollups failed; repairing them from the deltas", "err", err)
-		} else {
-			rolled = true
-		}
-	}
-	done := make(map[int32]int64, len(parts))
-	mem := make(map[int32]map[string]int64, len(parts))
+	// The batch is stored: its views are readable from here (Redis). The counted topic and the
+	// rollups follow; a batch whose partition a newer owner claims meanwhile is undone by that
+	// owner, in Redis too (reconcileWith).
 	from := make(map[int32]int64, len(parts))
 	secs := make(map[int32][]schemas.BucketCount, len(parts))
 	for _, p := range parts {
-		done[p.id] = p.next
-		mem[p.id], from[p.id] = p.itemDeltas(), p.flushed
+		from[p.id] = p.flushed
+		p.flushed = p.next
+		// The rollups are written from memory when the deltas went in at the first attempt;
+		// otherwise (unknown outcome) they are repaired from the deltas, which compares before
+		// it writes.
+		if attempts == 1 {
+			p.addRollups()
+		} else {
+			p.rollupsLost = true
+		}
+		a.applyTotals(ctx, p, p.itemDeltas(), from[p.id])
 		if a.cfg.Counted != nil {
 			secs[p.id] = p.secondCounts()
 		}
-		p.markFlushed(p.next, now)
-		if rolled {
-			p.rolled = p.flushed
-		} else if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, map[*partition]int64{p: p.zombiesFrom(a.now())}) }); err != nil {
+		p.markFlushed(p.flushed, now)
+	}
+	// Checked again: a writer that lost the partition while writing its deltas stops here (its
+	// batch is undone whole by the owner) and publishes nothing.
+	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts) }); err != nil {
+		return nil, err
+	}
+	done := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		done[p.id] = p.flushed
+		a.syncTotals(ctx, p)
+	}
+	if withRollups {
+		if err := a.writeRollups(ctx, only); err != nil {
 			return nil, err
 		}
 	}
@@ -514,14 +528,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	}
 	// Each partition's publish waits for the broker to acknowledge every chunk, in order (a
 	// failure must leave a prefix: topk's guards skip what they saw). Partitions publish to
-	// counted partitions of their own and touch only their own countedEnd, so they go at once,
-	// beside the Redis applies, instead of holding the consume loop one after another.
+	// counted partitions of their own and touch only their own countedEnd, so they go at once
+	// instead of holding the consume loop one after another.
 	var published sync.WaitGroup
 	for _, p := range parts {
 		published.Go(func() { a.syncCounted(ctx, p, secs[p.id], from[p.id]) })
-	}
-	for _, p := range parts {
-		a.syncTotals(ctx, p, mem[p.id], from[p.id])
 	}
 	published.Wait()
 	if len(sketchParts) > 0 {
@@ -536,6 +547,42 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		a.m.flushSeconds.Observe(time.Since(t0).Seconds())
 	}
 	return done, nil
+}
+
+// writeRollups adds the batches written since each held partition's rollups were last written
+// (those of only, when set) to the rollups: from memory in one statement, or, for a partition
+// whose batches are not all in memory or when that statement fails, repaired from the deltas.
+// A partition that a newer owner claimed meanwhile writes nothing (the statement's fence) and is
+// dropped at its next claims check.
+func (a *Aggregator) writeRollups(ctx context.Context, only map[int32]bool) error {
+	var roll, repair []*partition
+	for id, p := range a.parts {
+		if only != nil && !only[id] || p.rolled >= p.flushed {
+			continue
+		}
+		if p.rollupsLost {
+			repair = append(repair, p)
+		} else {
+			roll = append(roll, p)
+		}
+	}
+	sort.Slice(roll, func(i, j int) bool { return roll[i].id < roll[j].id })
+	if len(roll) > 0 {
+		if err := a.store.writeRollups(ctx, roll); err != nil {
+			a.logger.Warn("write rollups failed; repairing them from the deltas", "err", err)
+			repair = append(repair, roll...)
+		} else {
+			for _, p := range roll {
+				p.rolledAll()
+			}
+		}
+	}
+	for _, p := range repair {
+		if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, map[*partition]int64{p: p.zombiesFrom(a.now())}) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fenceCheck drops from each of lists, and from this aggregator, every partition that a newer

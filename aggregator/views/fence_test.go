@@ -382,7 +382,7 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 				for _, write := range []func() error{
 					func() error { return zombie.store.writeBatchItems(ctx, parts, clock) },
 					deltas,
-					func() error { return zombie.store.writeRollups(ctx, parts) },
+					func() error { zp.addRollups(); return zombie.store.writeRollups(ctx, parts) },
 				} {
 					if err := write(); err != nil {
 						t.Fatal(err)
@@ -450,7 +450,9 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 			// The old owner's deltas of 40-100 landed before the new owner read the checkpoint,
 			// so the new owner resumed at 100 and repaired their rollups; the old owner's
 			// rollup INSERT lands now.
-			if err := old.store.writeRollups(ctx, []*partition{old.parts[part]}); err != nil {
+			op := old.parts[part]
+			op.addRollups()
+			if err := old.store.writeRollups(ctx, []*partition{op}); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -473,11 +475,12 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 			if _, err := old.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			op.addRollups()
 			if err := owner.store.writeRollups(ctx, parts); err != nil {
 				t.Fatal(err)
 			}
 			op.markFlushed(op.next, clock)
-			op.rolled = op.flushed
+			op.rolledAll()
 		}},
 	}
 	for i, tt := range tests {

@@ -4,10 +4,10 @@
 // Each assigned Kafka partition has its own state: the dedupe window, the batch of deltas built
 // since the last flush, and the sketches it touched. A flush writes, for every partition with
 // work: first the dedupe state, then the deltas together with the partition's checkpoint marker
-// in one INSERT block, so totals and checkpoint change atomically, then the rollups and the
-// Redis totals, and last (every sketch interval, which is longer than the flush interval because
-// a sketch is large and changes little) the dirty sketches and after them the partition's sketch
-// checkpoint; only then are Kafka offsets committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
+// in one INSERT block, so totals and checkpoint change atomically, then the Redis totals, and
+// every sketch interval (longer than the flush interval: these writes are large and change
+// little) the rollups of the batches since, and last the dirty sketches and after them the
+// partition's sketch checkpoint; only then are Kafka offsets committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
 // the watermark are loaded back from ClickHouse; consumption resumes at the lower checkpoint,
 // and records below the deltas checkpoint only go into the sketches again.
 //
@@ -86,8 +86,13 @@ type partition struct {
 	start  int64
 	fence  fence
 	undone map[batchRef]time.Time
-	// rolled is the offset up to which the rollups are known to hold this partition's batches.
-	rolled int64
+	// rolled is the offset up to which the rollups are known to hold this partition's batches;
+	// rollups holds the views of the batches written since (rolled to flushed) per item and
+	// minute, the finest bucket of any rollup, unless rollupsLost: a batch among them is not
+	// in it (its deltas' outcome was unknown), and they are repaired from the deltas instead.
+	rolled      int64
+	rollups     map[deltaKey]int64
+	rollupsLost bool
 	// redisEnd is the checkpoint Redis's item totals are known to hold (-1: unknown), and
 	// redisClaimed whether Redis's guard carries this owner's epoch.
 	redisEnd     int64
@@ -108,6 +113,7 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 		deltas:     make(map[deltaKey]uint64),
 		sketches:   make(map[sketchKey]*sketch),
 		undone:     make(map[batchRef]time.Time),
+		rollups:    make(map[deltaKey]int64),
 		redisEnd:   -1,
 		countedEnd: -1,
 	}
@@ -198,6 +204,20 @@ func (p *partition) itemDeltas() map[string]int64 {
 		out[k.item] += int64(n)
 	}
 	return out
+}
+
+// addRollups adds the pending batch's deltas, per minute, to the rollups still to write.
+func (p *partition) addRollups() {
+	for k, n := range p.deltas {
+		p.rollups[deltaKey{k.item, floorDiv(k.second, 60) * 60}] += int64(n)
+	}
+}
+
+// rolledAll records that the rollups hold every batch written.
+func (p *partition) rolledAll() {
+	p.rolled = p.flushed
+	clear(p.rollups)
+	p.rollupsLost = false
 }
 
 // pending reports whether records were counted since the last flush.

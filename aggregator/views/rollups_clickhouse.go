@@ -51,7 +51,7 @@ func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
 	var token strings.Builder
 	token.WriteString("views-rollups")
 	for _, p := range parts {
-		fmt.Fprintf(&token, " %d/%d/%d", p.id, p.epoch, p.next)
+		fmt.Fprintf(&token, " %d/%d/%d-%d", p.id, p.epoch, p.rolled, p.flushed)
 	}
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": token.String()}))
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_rollup_claimed (partition, epoch, item_id, second, views)")
@@ -60,8 +60,8 @@ func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
 	}
 	defer b.Abort()
 	for _, p := range parts {
-		for k, n := range p.deltas {
-			if err := b.Append(uint16(p.id), p.epoch, k.item, time.Unix(k.second, 0).UTC(), int64(n)); err != nil {
+		for k, n := range p.rollups {
+			if err := b.Append(uint16(p.id), p.epoch, k.item, time.Unix(k.second, 0).UTC(), n); err != nil {
 				return fmt.Errorf("append rollup row of partition %d: %w", p.id, err)
 			}
 		}

@@ -19,21 +19,28 @@ import (
 // error, a crash between the two writes) catches up from the batches ClickHouse holds; Redis
 // that lost the partition's guard (restarted empty) is rebuilt from ClickHouse's totals.
 
-// syncTotals brings Redis up to p's deltas checkpoint. mem is the batch just written (item ->
-// views), applied directly when Redis is known to hold everything before it; otherwise the
-// missing batches are read back from ClickHouse. Errors are logged and retried at the next
-// flush: Redis lagging never stops counting in ClickHouse.
-func (a *Aggregator) syncTotals(ctx context.Context, p *partition, mem map[string]int64, memFrom int64) {
-	if a.tot == nil {
+// applyTotals applies the batch just written (mem: item -> views of the batch from memFrom to
+// p's checkpoint) when Redis is known to hold everything before it. It runs as soon as the
+// deltas are stored, before the rollups: it reads nothing back. When it cannot (or fails),
+// syncTotals catches up after the rollups.
+func (a *Aggregator) applyTotals(ctx context.Context, p *partition, mem map[string]int64, memFrom int64) {
+	if a.tot == nil || p.redisEnd != memFrom || !p.redisClaimed {
 		return
 	}
-	if p.redisEnd == memFrom && p.redisClaimed && mem != nil {
-		if _, err := a.tot.Apply(ctx, p.id, p.epoch, p.flushed, mem); err == nil {
-			p.redisEnd = p.flushed
-			return
-		} else {
-			a.logger.Warn("apply totals to redis; catching up from clickhouse", "partition", p.id, "err", err)
-		}
+	if _, err := a.tot.Apply(ctx, p.id, p.epoch, p.flushed, mem); err != nil {
+		a.logger.Warn("apply totals to redis; catching up from clickhouse", "partition", p.id, "err", err)
+		return
+	}
+	p.redisEnd = p.flushed
+}
+
+// syncTotals brings Redis up to p's deltas checkpoint where applyTotals did not: the missing
+// batches are read back from ClickHouse, or everything is rebuilt from the rollups, so it runs
+// once the rollups hold the checkpoint. Errors are logged and retried at the next flush: Redis
+// lagging never stops counting in ClickHouse.
+func (a *Aggregator) syncTotals(ctx context.Context, p *partition) {
+	if a.tot == nil || p.redisEnd == p.flushed && p.redisClaimed {
+		return
 	}
 	if err := a.catchUpTotals(ctx, []*partition{p}); err != nil {
 		a.m.totalsErrors.Inc()
@@ -146,8 +153,9 @@ func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string
 	return a.tot.Set(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.flushed, Chunk: totals.AllChunks}, values)
 }
 
-// rebuildTotals sets every item total and unique estimate of parts from ClickHouse, with each
-// partition's guard at its checkpoint. Items map to partitions as the producer's partitioner
+// rebuildTotals sets every item total and unique estimate of parts from ClickHouse (the rollups,
+// then the batches written since they were last written), with each partition's guard at its
+// checkpoint. Items map to partitions as the producer's partitioner
 // maps their keys.
 func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) error {
 	if a.partitions <= 0 {
@@ -184,7 +192,11 @@ func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) erro
 		return fmt.Errorf("rebuild redis unique viewers: %w", err)
 	}
 	for _, p := range parts {
-		if err := a.tot.Set(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.flushed, Chunk: totals.AllChunks}, views[p.id]); err != nil {
+		// The rollups hold the batches up to p.rolled; the later ones come from the deltas.
+		if err := a.tot.Set(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.rolled, Chunk: totals.AllChunks}, views[p.id]); err != nil {
+			return fmt.Errorf("rebuild redis totals of partition %d: %w", p.id, err)
+		}
+		if err := a.applyStoredBatches(ctx, p, p.rolled); err != nil {
 			return fmt.Errorf("rebuild redis totals of partition %d: %w", p.id, err)
 		}
 		p.redisEnd, p.redisClaimed = p.flushed, true

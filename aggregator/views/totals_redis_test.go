@@ -23,11 +23,7 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	conn := openMigrated(t, ctx, "views_totals_test")
-	rdb := redisclient.Open(infra.Redis.Addr())
-	defer rdb.Close()
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	rdb := freshRedis(t, ctx)
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer down.Close()
 	clock := time.Now().UTC().Truncate(time.Second)
@@ -120,4 +116,161 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	clock = clock.Add(time.Second) // the sketch interval passes: idle partitions catch up too
 	post(b, 3)
 	check("after an outage of redis", true)
+}
+
+// A batch's views are readable (Redis) once its deltas are stored, before its rollups: while
+// the rollup tables refuse every write the flush fails, yet Redis holds the batch; once they
+// take writes again, the rollups are repaired from the deltas and equal Redis.
+func TestBatchReadableBeforeItsRollups(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_readable_test")
+	rdb := freshRedis(t, ctx)
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(rdb, "views")}, conn, now, infra.Logger, prometheus.NewRegistry())
+	a.SetPartitions(1)
+	if _, err := a.Assign(ctx, []int32{0}); err != nil {
+		t.Fatal(err)
+	}
+	items := []string{"readable-a", "readable-b", "readable-c"}
+	want := map[string]int64{}
+	offs := make([]int64, 30)
+	vals := make([][]byte, 30)
+	for i := range offs {
+		offs[i] = int64(i)
+		vals[i] = view(items[i%len(items)], fmt.Sprintf("v%d", i), clock.UnixMilli())
+		want[items[i%len(items)]]++
+	}
+	a.Process(0, offs, vals)
+	if err := conn.Exec(ctx, "ALTER TABLE views_total_by_day ADD CONSTRAINT refuse_all CHECK item_id = ''"); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Second)
+	stuck, stop := context.WithTimeout(ctx, 3*time.Second)
+	_, err := a.Flush(stuck)
+	stop()
+	if err == nil {
+		t.Fatal("got a flush without error while views_total_by_day refuses writes; want its rollups failing")
+	}
+	for i, n := range redisViews(t, ctx, rdb, "views", items) {
+		if n != want[items[i]] {
+			t.Errorf("%s: got %d views in redis with the rollups unwritable; want %d (the stored deltas)", items[i], n, want[items[i]])
+		}
+	}
+
+	if err := conn.Exec(ctx, "ALTER TABLE views_total_by_day DROP CONSTRAINT refuse_all"); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(5 * time.Second) // the sketch interval: the rollups behind are repaired
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := (&store{conn: conn}).itemTotals(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range redisViews(t, ctx, rdb, "views", items) {
+		if ch[items[i]] != n || n != want[items[i]] {
+			t.Errorf("%s: got %d views in the rollups and %d in redis after they were repaired; want %d in both", items[i], ch[items[i]], n, want[items[i]])
+		}
+	}
+}
+
+// freshRedis returns a client of the test Redis, emptied, closed when t ends.
+func freshRedis(t *testing.T, ctx context.Context) *redis.Client {
+	t.Helper()
+	rdb := redisclient.Open(infra.Redis.Addr())
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb
+}
+
+// redisViews reads the views of items from the Redis totals called name.
+func redisViews(t *testing.T, ctx context.Context, rdb *redis.Client, name string, items []string) []int64 {
+	t.Helper()
+	pipe := rdb.Pipeline()
+	res := totals.New(rdb, name).Queue(ctx, pipe, items)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	views, _, _, err := res()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return views
+}
+
+// The rollups receive the batches written since their last write once every RollupInterval,
+// while Redis has each batch at its flush. A Redis that lost its data while the rollups lag is
+// rebuilt from the rollups and the batches since; a crash loses the rollups the aggregator
+// held, and the next owner repairs them from the deltas.
+func TestRollupsFollowAtTheirInterval(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_rollup_interval_test")
+	rdb := freshRedis(t, ctx)
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	newAgg := func() *Aggregator {
+		a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
+			RollupInterval: 5 * time.Second, MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(rdb, "views")},
+			conn, now, infra.Logger, prometheus.NewRegistry())
+		a.SetPartitions(1)
+		if _, err := a.Assign(ctx, []int32{0}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	const item = "rollup-interval"
+	next := 0
+	post := func(a *Aggregator) {
+		t.Helper()
+		processViews(a, 0, item, next, 10, clock)
+		next += 10
+		clock = clock.Add(time.Second)
+		if _, err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(step string, rolled int64) {
+		t.Helper()
+		got := rollupTotals(t, ctx, conn, item)
+		if got["view_deltas"] != int64(next) {
+			t.Errorf("%s: got %d views in view_deltas; want %d", step, got["view_deltas"], next)
+		}
+		for _, table := range []string{"views_by_minute", "views_by_hour", "views_by_day", "views_total"} {
+			if got[table] != rolled {
+				t.Errorf("%s: got %d views in %s; want %d", step, got[table], table, rolled)
+			}
+		}
+		if v := redisViews(t, ctx, rdb, "views", []string{item})[0]; v != int64(next) {
+			t.Errorf("%s: got %d views in redis; want %d", step, v, next)
+		}
+	}
+
+	a := newAgg()
+	post(a)
+	post(a)
+	check("before the rollup interval", 0)
+	clock = clock.Add(3 * time.Second)
+	post(a)
+	check("at the rollup interval", 30)
+	post(a)
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	post(a)
+	check("after redis was rebuilt while the rollups lag", 30)
+
+	post(a) // then a crash: the rollups of 30-60 are lost with the process
+	b := newAgg()
+	check("after the next owner's assignment", 60)
+	post(b)
+	clock = clock.Add(5 * time.Second)
+	post(b)
+	check("at the next owner's rollup interval", 80)
 }

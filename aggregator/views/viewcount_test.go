@@ -68,15 +68,7 @@ func TestEdgeViewCountsCountOncePerSourceAndSeq(t *testing.T) {
 		for _, it := range items {
 			checkRollups(t, ctx, conn, it, want[it])
 		}
-		pipe := rdb.Pipeline()
-		res := totals.New(rdb, "edgeviews").Queue(ctx, pipe, items)
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-		views, _, _, err := res()
-		if err != nil {
-			t.Fatal(err)
-		}
+		views := redisViews(t, ctx, rdb, "edgeviews", items)
 		for i, it := range items {
 			if views[i] != want[it] {
 				t.Errorf("%s: %s: got %d views in redis; want %d", step, it, views[i], want[it])
