@@ -470,13 +470,12 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	}); err != nil {
 		return nil, err
 	}
-	// The batch is stored: its views are readable from here (Redis). The counted topic and the
-	// rollups follow; a batch whose partition a newer owner claims meanwhile is undone by that
-	// owner, in Redis too (reconcileWith).
+	// The batch is stored. It is reset at once, so that no later step can write it again.
 	from := make(map[int32]int64, len(parts))
+	mem := make(map[int32]map[string]int64, len(parts))
 	secs := make(map[int32][]schemas.BucketCount, len(parts))
 	for _, p := range parts {
-		from[p.id] = p.flushed
+		from[p.id], mem[p.id] = p.flushed, p.itemDeltas()
 		p.flushed = p.next
 		// The rollups are written from memory when the deltas went in at the first attempt;
 		// otherwise (unknown outcome) they are repaired from the deltas, which compares before
@@ -486,20 +485,23 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		} else {
 			p.rollupsLost = true
 		}
-		a.applyTotals(ctx, p, p.itemDeltas(), from[p.id])
 		if a.cfg.Counted != nil {
 			secs[p.id] = p.secondCounts()
 		}
 		p.markFlushed(p.flushed, now)
 	}
-	// Checked again: a writer that lost the partition while writing its deltas stops here (its
-	// batch is undone whole by the owner) and publishes nothing.
+	// Checked again: a writer that lost the partition while writing its deltas (whose rows the
+	// statement then dropped) stops here, its batch undone whole by the owner, and applies and
+	// publishes nothing.
 	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts) }); err != nil {
 		return nil, err
 	}
+	// Its views are readable from here (Redis); the counted topic follows, and the rollups at
+	// their interval.
 	done := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.flushed
+		a.applyTotals(ctx, p, mem[p.id], from[p.id])
 		a.syncTotals(ctx, p)
 	}
 	if withRollups {

@@ -20,9 +20,8 @@ import (
 // that lost the partition's guard (restarted empty) is rebuilt from ClickHouse's totals.
 
 // applyTotals applies the batch just written (mem: item -> views of the batch from memFrom to
-// p's checkpoint) when Redis is known to hold everything before it. It runs as soon as the
-// deltas are stored, before the rollups: it reads nothing back. When it cannot (or fails),
-// syncTotals catches up after the rollups.
+// p's checkpoint) when Redis is known to hold everything before it; it reads nothing back.
+// When it cannot (or fails), syncTotals catches up.
 func (a *Aggregator) applyTotals(ctx context.Context, p *partition, mem map[string]int64, memFrom int64) {
 	if a.tot == nil || p.redisEnd != memFrom || !p.redisClaimed {
 		return
@@ -35,9 +34,8 @@ func (a *Aggregator) applyTotals(ctx context.Context, p *partition, mem map[stri
 }
 
 // syncTotals brings Redis up to p's deltas checkpoint where applyTotals did not: the missing
-// batches are read back from ClickHouse, or everything is rebuilt from the rollups, so it runs
-// once the rollups hold the checkpoint. Errors are logged and retried at the next flush: Redis
-// lagging never stops counting in ClickHouse.
+// batches are read back from ClickHouse, or everything is rebuilt (rebuildTotals). Errors are
+// logged and retried at the next flush: Redis lagging never stops counting in ClickHouse.
 func (a *Aggregator) syncTotals(ctx context.Context, p *partition) {
 	if a.tot == nil || p.redisEnd == p.flushed && p.redisClaimed {
 		return
