@@ -501,8 +501,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	done := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.flushed
-		a.applyTotals(ctx, p, mem[p.id], from[p.id])
-		a.syncTotals(ctx, p)
+		a.syncTotals(ctx, p, mem[p.id], from[p.id])
 	}
 	if withRollups {
 		if err := a.writeRollups(ctx, only); err != nil {

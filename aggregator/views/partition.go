@@ -7,9 +7,10 @@
 // in one INSERT block, so totals and checkpoint change atomically, then the Redis totals, and
 // every sketch interval (longer than the flush interval: these writes are large and change
 // little) the rollups of the batches since, and last the dirty sketches and after them the
-// partition's sketch checkpoint; only then are Kafka offsets committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
-// the watermark are loaded back from ClickHouse; consumption resumes at the lower checkpoint,
-// and records below the deltas checkpoint only go into the sketches again.
+// partition's sketch checkpoint; only then are Kafka offsets committed (advisory, for lag
+// metrics). On assignment both checkpoints, the dedupe state and the watermark are loaded back
+// from ClickHouse; consumption resumes at the lower checkpoint, and records below the deltas
+// checkpoint only go into the sketches again.
 //
 // Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
 // callbacks are the only callers. The Aggregator owns no goroutines; Source runs the loop.

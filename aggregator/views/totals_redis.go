@@ -19,26 +19,22 @@ import (
 // error, a crash between the two writes) catches up from the batches ClickHouse holds; Redis
 // that lost the partition's guard (restarted empty) is rebuilt from ClickHouse's totals.
 
-// applyTotals applies the batch just written (mem: item -> views of the batch from memFrom to
-// p's checkpoint) when Redis is known to hold everything before it; it reads nothing back.
-// When it cannot (or fails), syncTotals catches up.
-func (a *Aggregator) applyTotals(ctx context.Context, p *partition, mem map[string]int64, memFrom int64) {
-	if a.tot == nil || p.redisEnd != memFrom || !p.redisClaimed {
+// syncTotals brings Redis up to p's deltas checkpoint. mem is the batch just written (item ->
+// views), applied directly when Redis is known to hold everything before it; otherwise the
+// missing batches are read back from ClickHouse, or everything is rebuilt (rebuildTotals).
+// Errors are logged and retried at the next flush: Redis lagging never stops counting in
+// ClickHouse.
+func (a *Aggregator) syncTotals(ctx context.Context, p *partition, mem map[string]int64, memFrom int64) {
+	if a.tot == nil {
 		return
 	}
-	if _, err := a.tot.Apply(ctx, p.id, p.epoch, p.flushed, mem); err != nil {
-		a.logger.Warn("apply totals to redis; catching up from clickhouse", "partition", p.id, "err", err)
-		return
-	}
-	p.redisEnd = p.flushed
-}
-
-// syncTotals brings Redis up to p's deltas checkpoint where applyTotals did not: the missing
-// batches are read back from ClickHouse, or everything is rebuilt (rebuildTotals). Errors are
-// logged and retried at the next flush: Redis lagging never stops counting in ClickHouse.
-func (a *Aggregator) syncTotals(ctx context.Context, p *partition) {
-	if a.tot == nil || p.redisEnd == p.flushed && p.redisClaimed {
-		return
+	if p.redisEnd == memFrom && p.redisClaimed && mem != nil {
+		if _, err := a.tot.Apply(ctx, p.id, p.epoch, p.flushed, mem); err == nil {
+			p.redisEnd = p.flushed
+			return
+		} else {
+			a.logger.Warn("apply totals to redis; catching up from clickhouse", "partition", p.id, "err", err)
+		}
 	}
 	if err := a.catchUpTotals(ctx, []*partition{p}); err != nil {
 		a.m.totalsErrors.Inc()
@@ -152,9 +148,8 @@ func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string
 }
 
 // rebuildTotals sets every item total and unique estimate of parts from ClickHouse (the rollups,
-// then the batches written since they were last written), with each partition's guard at its
-// checkpoint. Items map to partitions as the producer's partitioner
-// maps their keys.
+// then the batches written after them), with each partition's guard at its checkpoint. Items
+// map to partitions as the producer's partitioner maps their keys.
 func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) error {
 	if a.partitions <= 0 {
 		return errors.New("rebuild redis totals: the views topic's partition count is unknown")
