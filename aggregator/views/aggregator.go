@@ -496,13 +496,21 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts) }); err != nil {
 		return nil, err
 	}
-	// Its views are readable from here (Redis); the counted topic follows, and the rollups at
-	// their interval.
+	// Its views are readable from here (Redis). Each partition's publish to the counted topic
+	// waits for the broker to acknowledge every chunk, in order (a failure must leave a prefix:
+	// topk's guards skip what they saw). Partitions publish to counted partitions of their own
+	// and touch only their own countedEnd, so they go at once, beside the Redis applies, instead
+	// of holding the consume loop one after another.
+	var published sync.WaitGroup
+	for _, p := range parts {
+		published.Go(func() { a.syncCounted(ctx, p, secs[p.id], from[p.id]) })
+	}
 	done := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.flushed
 		a.syncTotals(ctx, p, mem[p.id], from[p.id])
 	}
+	published.Wait()
 	if withRollups {
 		if err := a.writeRollups(ctx, only); err != nil {
 			return nil, err
@@ -527,15 +535,6 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 			return nil, err
 		}
 	}
-	// Each partition's publish waits for the broker to acknowledge every chunk, in order (a
-	// failure must leave a prefix: topk's guards skip what they saw). Partitions publish to
-	// counted partitions of their own and touch only their own countedEnd, so they go at once
-	// instead of holding the consume loop one after another.
-	var published sync.WaitGroup
-	for _, p := range parts {
-		published.Go(func() { a.syncCounted(ctx, p, secs[p.id], from[p.id]) })
-	}
-	published.Wait()
 	if len(sketchParts) > 0 {
 		if err := a.writeSketches(ctx, sketchParts, now); err != nil {
 			return nil, err
