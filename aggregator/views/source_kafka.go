@@ -29,8 +29,11 @@ type Source struct {
 	// instead. It exists from NewSource on, because the group may call back before Start.
 	running context.Context
 	cancel  context.CancelFunc
-	done    chan struct{}
-	err     error // why the loop ended; read after done is closed
+	// clientSet is closed once cl is set: the group can assign partitions, and so call
+	// adjustOffsets, which reads cl, before kgo.NewClient has returned it.
+	clientSet chan struct{}
+	done      chan struct{}
+	err       error // why the loop ended; read after done is closed
 }
 
 // Group says which consumer group to join and how.
@@ -45,7 +48,7 @@ type Group struct {
 // NewSource joins the group. poll bounds how long one poll waits, so flushes stay on time when
 // the topic is idle.
 func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
-	s := &Source{agg: agg, logger: logger, poll: poll}
+	s := &Source{agg: agg, logger: logger, poll: poll, clientSet: make(chan struct{})}
 	s.running, s.cancel = context.WithCancel(context.Background())
 	opts := append(append(kafka.ClientOptions(g.Brokers, "tally-aggregator", logger, reg), g.Dial...),
 		kgo.ConsumerGroup(g.Name),
@@ -68,6 +71,7 @@ func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger
 		return nil, fmt.Errorf("create views consumer: %w", err)
 	}
 	s.cl = cl
+	close(s.clientSet)
 	return s, nil
 }
 
@@ -190,6 +194,11 @@ func (s *Source) commit(ctx context.Context, done map[int32]int64) {
 func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	ctx, cancel := s.untilStop(ctx)
 	defer cancel()
+	select {
+	case <-s.clientSet:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("load partition state: %w", ctx.Err())
+	}
 	parts := offsets[schemas.TopicViews]
 	ids := make([]int32, 0, len(parts))
 	for id := range parts {
