@@ -347,13 +347,13 @@ func (a *Aggregator) FlushDue() bool {
 	return false
 }
 
-// sketches says when a flush writes the dirty sketches.
+// sketches says when a flush writes the dirty sketches and the rollups owed.
 type sketches uint8
 
 const (
-	// sketchesDue writes them once the sketch interval has passed since the last write.
+	// sketchesDue writes each once its interval has passed since its last write.
 	sketchesDue sketches = iota
-	// sketchesAll writes them now (a clean stop, a revoke).
+	// sketchesAll writes both now (a clean stop, a revoke).
 	sketchesAll
 )
 
@@ -476,7 +476,6 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	secs := make(map[int32][]schemas.BucketCount, len(parts))
 	for _, p := range parts {
 		from[p.id], mem[p.id] = p.flushed, p.itemDeltas()
-		p.flushed = p.next
 		// The rollups are written from memory when the deltas went in at the first attempt;
 		// otherwise (unknown outcome) they are repaired from the deltas, which compares before
 		// it writes.
@@ -488,7 +487,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		if a.cfg.Counted != nil {
 			secs[p.id] = p.secondCounts()
 		}
-		p.markFlushed(p.flushed, now)
+		p.markFlushed(p.next, now)
 	}
 	// Checked again: a writer that lost the partition while writing its deltas (whose rows the
 	// statement then dropped) stops here, its batch undone whole by the owner, and applies and
@@ -577,12 +576,14 @@ func (a *Aggregator) writeRollups(ctx context.Context, only map[int32]bool) erro
 			}
 		}
 	}
-	for _, p := range repair {
-		if err := a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, map[*partition]int64{p: p.zombiesFrom(a.now())}) }); err != nil {
-			return err
-		}
+	if len(repair) == 0 {
+		return nil
 	}
-	return nil
+	after := make(map[*partition]int64, len(repair))
+	for _, p := range repair {
+		after[p] = p.zombiesFrom(a.now())
+	}
+	return a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, after) })
 }
 
 // fenceCheck drops from each of lists, and from this aggregator, every partition that a newer
