@@ -102,6 +102,7 @@ func Parts(e cli.Env, s *aggregatorconf.Settings, admin lifecycle.Admin) []lifec
 					Grace:          s.DedupeGrace,
 					FlushInterval:  s.FlushInterval,
 					SketchInterval: s.SketchInterval,
+					FoldInterval:   s.FoldInterval,
 					RollupInterval: s.SketchInterval,
 					MaxBatch:       s.MaxBatch,
 					SketchIdle:     time.Minute,

@@ -143,7 +143,8 @@ var seed = []string{
 		(0, 100, now64(3) - 5, '', now(), 0), (1, 50, now64(3) - 9, '', now(), 0),
 		(0, 100, now64(3) - 5, 'post-1', now() - 60, 7), (0, 100, now64(3) - 5, 'post-2', now() - 61, 3)`,
 	`INSERT INTO tally.view_rollup_input VALUES ('post-1', now() - 60, 7), ('post-2', now() - 120, 3)`,
-	`INSERT INTO tally.unique_viewers VALUES ('post-1', today(), '', 5, now64(6)), ('post-2', today(), '', 2, now64(6))`,
+	`INSERT INTO tally.unique_viewers VALUES ('post-1', today(), '', 5, now64(6) - 10), ('post-2', today(), '', 2, now64(6))`,
+	`INSERT INTO tally.unique_viewer_deltas VALUES (0, 100, 'post-1', today(), '', 6, now64(6))`,
 	`INSERT INTO tally.dead_letters (source, partition, offset, ref, reason, payload) VALUES ('views', 3, 17, '', 'does not decode', 'xx')`,
 	`INSERT INTO tally.likes VALUES ('post-1', 'u1', 1, 0, 1, now64(3)), ('post-1', 'u2', 1, 0, 2, now64(3)), ('post-2', 'u1', 1, 1, 1, now64(3))`,
 	`INSERT INTO tally.like_reconciliation_runs VALUES (1, now64(3) - 100, now64(3) - 90, 'date 2026-11-30', 10, 1, 1), (2, now64(3) - 60, now64(3) - 50, 'all', 12, 2, 2)`,
@@ -269,7 +270,8 @@ func TestDashboardQueries(t *testing.T) {
 			}
 		})
 	}
-	// The seeded values each panel must show: final clicks only from the complete report
+	// The seeded values each panel must show: unique viewers from the newest of a fold and a
+	// sketch delta, final clicks only from the complete report
 	// version, provisional ones without the checkpoint marker rows, the latest top-K list of
 	// each kind and window, checkpoints only from the marker rows, and the recount's differences
 	// only from its latest finished run.
@@ -280,6 +282,7 @@ func TestDashboardQueries(t *testing.T) {
 		{"clicks-topk.json/Final daily click versions", "SELECT arrayStringConcat(groupArray(toString(version)), ',') FROM (%s)", "1"},
 		{"clicks-topk.json/Top-K published (latest)", "SELECT arrayStringConcat(groupArray(key), ',') FROM (%s)", "post-1,post-2,ad-1"},
 		{"clicks-topk.json/Clicks aggregator progress per partition", "SELECT arrayStringConcat(groupArray(toString(partition) || ':' || toString(clicks_offset) || '/' || toString(verdicts_offset)), ',') FROM (%s)", "0:40/3"},
+		{"views.json/Top items by unique viewers today", "SELECT arrayStringConcat(groupArray(item_id || ':' || toString(unique_viewers)), ',') FROM (%s)", "post-1:6,post-2:2"},
 		{"likes-batch.json/Views recount runs (versions)", "SELECT arrayStringConcat(groupArray(toString(version) || ':' || toString(differences)), ',') FROM (%s)", "1:2"},
 		{"likes-batch.json/Views recount differences of the latest run", "SELECT arrayStringConcat(groupArray(item_id || ':' || toString(diff)), ',') FROM (%s)", "post-2:-3,post-1:1"},
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/axiomhq/hyperloglog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/aggregator/counted"
@@ -25,10 +26,14 @@ type Config struct {
 	Window        time.Duration // dedupe window
 	Grace         time.Duration // how late a view is still deduplicated against full state
 	FlushInterval time.Duration
-	// SketchInterval is how often dirty sketches are written. A sketch write costs far more
-	// than a delta write (every touched item's whole sketch) and dashboards read unique viewers
-	// less eagerly than views, so it is a multiple of FlushInterval.
+	// SketchInterval is how often the viewers added to the sketches are written (as sketch
+	// deltas, with each sketch's estimate). Dashboards read unique viewers less eagerly than
+	// views, so it is a multiple of FlushInterval.
 	SketchInterval time.Duration
+	// FoldInterval is how long a fold cycle takes: every sketch with deltas has its whole
+	// version rewritten into unique_viewers once per cycle, a share of them at each sketch
+	// interval. Zero means 10 minutes.
+	FoldInterval time.Duration
 	// RollupInterval is how often the batches written since are added to the rollups, in one
 	// statement (zero: at every flush). Counts are read from Redis, applied at every flush; the
 	// rollups serve series and dashboards, which may lag by this much.
@@ -74,6 +79,8 @@ type metrics struct {
 	records, counted, poison prometheus.Counter
 	flushSeconds             prometheus.Histogram
 	sketchSeconds            prometheus.Histogram
+	foldSeconds              prometheus.Histogram
+	folds                    prometheus.Counter
 	flushErrors              prometheus.Counter
 	repairs, zombies, fenced prometheus.Counter
 	totalsErrors             prometheus.Counter
@@ -92,8 +99,11 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records set aside because they did not decode or validate."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_flush_seconds", Help: "Time to write one flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
-		sketchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_write_seconds", Help: "Time to write the dirty unique-viewer sketches and their checkpoints.",
+		sketchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_write_seconds", Help: "Time to write the unique-viewer sketch deltas and their checkpoints.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
+		foldSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_fold_seconds", Help: "Time to fold one sketch interval's share of whole sketches into unique_viewers.",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
+		folds: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_sketch_folds_total", Help: "Whole unique-viewer sketches rewritten from their deltas."}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_flush_errors_total", Help: "ClickHouse write attempts that failed and were retried."}),
 		lagSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_views_flush_lag_seconds", Help: "Age of the oldest unflushed batch at the last flush."}),
 		repairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_rollup_repairs_total",
@@ -117,7 +127,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		}
 		return float64(n)
 	})
-	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.sketchSeconds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
+	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
 		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors, a.m.countedErrors)
 	return a
 }
@@ -169,6 +179,13 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		}
 		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
 		p.epoch, p.rolled = c.epoch, cp.rolled
+		// The first fold cycle folds what earlier owners left unfolded: the deltas up to the
+		// sketch checkpoint (none of theirs lies above it that this owner does not replay).
+		p.folded, p.foldFrom = cp.folded, cp.sketched
+		if p.foldQueue, err = a.store.loadUnfolded(ctx, id, cp.folded); err != nil {
+			return nil, err
+		}
+		p.foldChunk = (len(p.foldQueue) + a.foldRounds() - 1) / a.foldRounds()
 		p.fence = newFence(append(f.claims, c))
 		p.start = c.start
 		if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.lookback(c.at.Add(-zombieLookback), prev)}); err != nil {
@@ -186,6 +203,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		a.parts[id] = p
 		assigned = append(assigned, p)
 		a.logger.Info("partition assigned", "partition", id, "epoch", c.epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
+			"fold_checkpoint", cp.folded, "unfolded_sketches", len(p.foldQueue),
 			"found", cp.found, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	if a.tot != nil && len(assigned) > 0 {
@@ -539,6 +557,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 			return nil, err
 		}
 	}
+	if housekeeping {
+		if err := a.foldSketches(ctx, now); err != nil {
+			return nil, err
+		}
+	}
 	if housekeeping && a.tot != nil {
 		a.checkTotals(ctx)
 	}
@@ -624,10 +647,10 @@ func (a *Aggregator) fenceCheck(ctx context.Context, lists ...*[]*partition) err
 	return nil
 }
 
-// writeSketches stores the dirty sketches of parts, then their sketch checkpoints. The order
-// matters: a checkpoint only ever vouches for sketches already stored.
+// writeSketches stores the deltas of the dirty sketches of parts, then their sketch
+// checkpoints. The order matters: a checkpoint only ever vouches for sketches already stored.
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
-	// A displaced owner's sketches are dropped by ClickHouse (migration 006); the flush's claims
+	// A displaced owner's deltas are dropped by ClickHouse (migration 012); the flush's claims
 	// checks also keep their estimates out of Redis in all but a stall between check and write.
 	parts = slices.DeleteFunc(parts, func(p *partition) bool { return a.parts[p.id] != p })
 	if len(parts) == 0 {
@@ -635,12 +658,12 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	}
 	t0 := time.Now()
 	// Two retries, so that a failed checkpoint insert (one row per partition) does not write
-	// every sketch again.
-	if err := a.retry(ctx, "write sketches", func() error {
+	// every delta again.
+	if err := a.retry(ctx, "write sketch deltas", func() error {
 		if err := a.store.loadSketches(ctx, parts); err != nil {
 			return err
 		}
-		return a.store.writeSketches(ctx, parts, now)
+		return a.store.writeSketchDeltas(ctx, parts, now)
 	}); err != nil {
 		return err
 	}
@@ -653,19 +676,102 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	for _, p := range parts {
 		for k, sk := range p.sketches {
 			if sk.dirty && k.day == allTime {
-				est[k.item] = sk.hll.Estimate()
+				est[k.item] = sk.estimate
 			}
 		}
 		p.markSketched(p.next, now, a.cfg.SketchIdle)
 	}
-	if a.tot != nil && len(est) > 0 {
-		// Estimates only grow and a replay writes the same or larger ones: no guard needed.
-		if err := a.tot.SetUnique(ctx, est); err != nil {
-			a.m.totalsErrors.Inc()
-			a.logger.Warn("write unique-viewer estimates to redis", "err", err)
+	a.setUnique(ctx, est)
+	a.m.sketchSeconds.Observe(time.Since(t0).Seconds())
+	return nil
+}
+
+// setUnique writes the all-time unique-viewer estimates of items to Redis. Estimates only grow
+// and a replay writes the same or larger ones: no guard needed.
+func (a *Aggregator) setUnique(ctx context.Context, est map[string]uint64) {
+	if a.tot == nil || len(est) == 0 {
+		return
+	}
+	if err := a.tot.SetUnique(ctx, est); err != nil {
+		a.m.totalsErrors.Inc()
+		a.logger.Warn("write unique-viewer estimates to redis", "err", err)
+	}
+}
+
+// foldRounds is how many sketch intervals a fold cycle is spread over.
+func (a *Aggregator) foldRounds() int {
+	fold := a.cfg.FoldInterval
+	if fold == 0 {
+		fold = 10 * time.Minute
+	}
+	if a.cfg.SketchInterval <= 0 {
+		return 1
+	}
+	return max(1, int(fold/a.cfg.SketchInterval))
+}
+
+// foldSketches rewrites this sketch interval's share of every held partition's fold cycle into
+// unique_viewers, then the fold checkpoints of the partitions whose cycle is complete. A key
+// queued but no longer in memory (an earlier owner's delta) is loaded from its stored version
+// first. A whole sketch written again after a crash is the same or a larger one.
+func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
+	folds := map[*partition][]sketchKey{}
+	var parts, done []*partition
+	n := 0
+	for _, p := range a.parts {
+		keys := p.foldTake(a.foldRounds())
+		for _, k := range keys {
+			if p.sketches[k] == nil {
+				p.sketches[k] = &sketch{hll: hyperloglog.New14()}
+			}
+		}
+		if len(keys) > 0 {
+			folds[p] = keys
+			parts = append(parts, p)
+			n += len(keys)
+		}
+		if p.foldDone() {
+			done = append(done, p)
 		}
 	}
-	a.m.sketchSeconds.Observe(time.Since(t0).Seconds())
+	if len(parts) == 0 && len(done) == 0 {
+		return nil
+	}
+	t0 := time.Now()
+	if err := a.retry(ctx, "fold sketches", func() error {
+		if err := a.store.loadSketches(ctx, parts); err != nil {
+			return err
+		}
+		return a.store.writeFolds(ctx, folds, now)
+	}); err != nil {
+		for p, keys := range folds { // still owed: the cycle must not end without them
+			p.foldQueue = append(keys, p.foldQueue...)
+		}
+		return err
+	}
+	est := map[string]uint64{}
+	for p, keys := range folds {
+		for _, k := range keys {
+			p.sketches[k].unfolded = false
+			if k.day == allTime {
+				est[k.item] = p.sketches[k].estimate
+			}
+		}
+	}
+	a.m.folds.Add(float64(n))
+	a.setUnique(ctx, est)
+	if len(done) > 0 {
+		sort.Slice(done, func(i, j int) bool { return done[i].id < done[j].id })
+		if err := a.retry(ctx, "write fold checkpoints", func() error {
+			return a.store.writeFoldCheckpoints(ctx, done, now)
+		}); err != nil {
+			return err
+		}
+		for _, p := range done {
+			p.folded = p.foldFrom
+		}
+	}
+	a.m.foldSeconds.Observe(time.Since(t0).Seconds())
 	return nil
 }
 

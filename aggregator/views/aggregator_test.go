@@ -72,7 +72,7 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 				values[i] = view(item, fmt.Sprintf("viewer-%d", i), clock.UnixMilli())
 			}
 			uniques := func() uint64 {
-				return query("SELECT argMax(viewers, updated_at) FROM unique_viewers WHERE item_id = ? AND day = toDate(0)", item)
+				return query("SELECT max(viewers) FROM unique_viewers_latest WHERE item_id = ? AND day = toDate(0)", item)
 			}
 			sketchCheckpoint := func() uint64 {
 				return query("SELECT toUInt64(max(end_offset)) FROM sketch_checkpoints WHERE partition = ?", uint16(tt.partition))
@@ -198,11 +198,11 @@ func TestFirstSketchWriteOfManyLongItems(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rows uint64
-	if err := conn.QueryRow(ctx, "SELECT count() FROM unique_viewers WHERE startsWith(item_id, 'long-')").Scan(&rows); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT count() FROM unique_viewer_deltas WHERE startsWith(item_id, 'long-')").Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != uint64(2*n) {
-		t.Errorf("got %d sketch rows; want %d (a day and an all-time sketch per item)", rows, 2*n)
+		t.Errorf("got %d sketch delta rows; want %d (a day and an all-time sketch per item)", rows, 2*n)
 	}
 }
 
@@ -352,5 +352,90 @@ func TestRepeatOfAnOlderCountedViewCountsOnce(t *testing.T) {
 				t.Errorf("got %d views of %s; want %d (the two counted views, each once)", got, item, want)
 			}
 		})
+	}
+}
+
+// A sketch interval stores only the viewers seen since the last one (a delta, with the whole
+// sketch's estimate), not the whole sketch. The deltas an owner leaves unfolded when its
+// partition moves are folded into unique_viewers by the next owner, even for items it never
+// sees: once the deltas' TTL drops them, the whole sketch alone must hold every viewer.
+func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_sketch_fold_test")
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	const part = int32(40)
+	const item = "fold-item"
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		FoldInterval: 2 * time.Second, MaxBatch: 1000, SketchIdle: time.Minute}
+	query := func(q string, args ...any) uint64 {
+		t.Helper()
+		var n uint64
+		if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	assign := func() *Aggregator {
+		a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+		if _, err := a.Assign(ctx, []int32{part}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// Handed over by a revoke: its deltas are written, not folded.
+	revoke := func(a *Aggregator) {
+		if _, err := a.Revoke(ctx, []int32{part}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := assign()
+	processViews(first, part, item, 0, 100, clock)
+	revoke(first)
+	second := assign()
+	second.Process(part, []int64{100, 101}, [][]byte{view(item, "v99", clock.UnixMilli()), view(item, "v100", clock.UnixMilli())})
+	revoke(second)
+	deltas := func(q string) uint64 {
+		return query(q+" FROM unique_viewer_deltas WHERE item_id = ? AND day = toDate(0)", item)
+	}
+	if got := deltas("SELECT count()"); got != 2 {
+		t.Fatalf("got %d all-time deltas; want 2, one per owner", got)
+	}
+	var blob string
+	if err := conn.QueryRow(ctx, "SELECT sketch FROM unique_viewer_deltas WHERE item_id = ? AND day = toDate(0) AND end_offset = 102", item).Scan(&blob); err != nil {
+		t.Fatal(err)
+	}
+	sk, err := decodeStoredSketch([]byte(blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, whole := sk.Estimate(), deltas("SELECT max(viewers)"); got != 2 || whole != 101 {
+		t.Errorf("got the second delta holding %d viewers with an estimate of %d; want 2 (v99, v100) and 101", got, whole)
+	}
+	if got := query("SELECT count() FROM unique_viewers WHERE item_id = ?", item); got != 0 {
+		t.Fatalf("got %d whole sketches before any fold; want 0", got)
+	}
+	third := assign() // never sees the item
+	clock = clock.Add(cfg.SketchInterval)
+	if _, err := third.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := query("SELECT toUInt64(max(end_offset)) FROM sketch_folds WHERE partition = ?", uint16(part)); got != 102 {
+		t.Errorf("got fold checkpoint %d; want 102", got)
+	}
+	// The TTL drops the deltas; the fourth owner loads the whole sketch alone.
+	if err := conn.Exec(ctx, "TRUNCATE TABLE unique_viewer_deltas"); err != nil {
+		t.Fatal(err)
+	}
+	revoke(third)
+	fourth := assign()
+	processViews(fourth, part, item, 102, 1, clock) // v102
+	clock = clock.Add(cfg.SketchInterval)
+	if _, err := fourth.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := query("SELECT viewers FROM unique_viewers_latest WHERE item_id = ? AND day = toDate(0)", item); got != 102 {
+		t.Errorf("got %d unique viewers; want 102 (v0-v100, v102)", got)
 	}
 }

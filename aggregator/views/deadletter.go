@@ -110,9 +110,9 @@ func (d *deadLetters) write(ctx context.Context, conn driver.Conn, dls []deadLet
 	return nil
 }
 
-// decodeStoredSketch reads a sketch stored in unique_viewers. Anything but a well-formed
-// precision-14 axiomhq sketch is an error, never a panic: the bytes come from a table anyone
-// with write access can change, and one bad row must not stop every sketch write.
+// decodeStoredSketch reads a sketch stored in unique_viewers or unique_viewer_deltas. Anything
+// but a well-formed precision-14 axiomhq sketch is an error, never a panic: the bytes come from
+// a table anyone with write access can change, and one bad row must not stop every sketch write.
 func decodeStoredSketch(blob []byte) (sk *hyperloglog.Sketch, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -139,6 +139,19 @@ func badSketch(item string, day uint32, version int64, blob string, err error) d
 		offset:    version,
 		ref:       fmt.Sprintf("item_id=%s day=%s", item, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly)),
 		reason:    err.Error() + "; replaced by a fresh sketch",
+		payload:   []byte(blob[:min(len(blob), maxPayload)]),
+	}
+}
+
+// badDelta is the dead letter of a stored sketch delta that does not read back, named by its
+// partition, end offset and key.
+func badDelta(part int32, end int64, item string, day uint32, blob string, err error) deadLetter {
+	return deadLetter{
+		source:    "unique_viewer_deltas",
+		partition: part,
+		offset:    end,
+		ref:       fmt.Sprintf("item_id=%s day=%s", item, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly)),
+		reason:    err.Error() + "; skipped",
 		payload:   []byte(blob[:min(len(blob), maxPayload)]),
 	}
 }

@@ -3,6 +3,8 @@ package views
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -536,11 +538,11 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 	}
 }
 
-// A displaced owner's sketches are stale (they lack what the new owner counted since) but
-// stamped later, so they would win every read of unique_viewers, and its sketch checkpoint
-// would tell the next owner that they hold records they do not: once that owner loads them and
-// resumes there, those viewers are gone for good. Whether the displaced owner writes in a flush
-// after it woke or its write slipped past its check of the claims, nothing of it may count.
+// A displaced owner's whole sketches are stale (they lack what the new owner counted since) but
+// stamped later, so they would win every read of unique_viewers: once the new owner's fold
+// checkpoint passed its deltas, the next owner would load the stale sketch alone and those
+// viewers would be gone for good. Whether the displaced owner writes in a flush after it woke or
+// its writes slipped past its check of the claims, nothing of it may count.
 func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -548,7 +550,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 	clock := time.Now().UTC().Truncate(time.Second)
 	now := func() time.Time { return clock }
 	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
-		MaxBatch: 1000, SketchIdle: time.Minute}
+		FoldInterval: 2 * time.Second, MaxBatch: 1000, SketchIdle: time.Minute}
 	tests := []struct {
 		name  string
 		write func(t *testing.T, old *Aggregator, part int32) // the displaced owner's sketch write
@@ -558,12 +560,20 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"write that slipped past its check", func(t *testing.T, old *Aggregator, part int32) {
-			parts := []*partition{old.parts[part]}
-			if err := old.store.writeSketches(ctx, parts, clock); err != nil {
+		{"writes that slipped past its check", func(t *testing.T, old *Aggregator, part int32) {
+			p := old.parts[part]
+			parts := []*partition{p}
+			if err := old.store.writeSketchDeltas(ctx, parts, clock); err != nil {
 				t.Fatal(err)
 			}
 			if err := old.store.writeSketchCheckpoints(ctx, parts, clock); err != nil {
+				t.Fatal(err)
+			}
+			p.foldFrom = p.next
+			if err := old.store.writeFolds(ctx, map[*partition][]sketchKey{p: slices.Collect(maps.Keys(p.sketches))}, clock); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.store.writeFoldCheckpoints(ctx, parts, clock); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -596,11 +606,12 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 				t.Fatalf("got the owner resuming at %d; want 100", at)
 			}
 			processViews(owner, part, item, 100, 200, clock)
-			flush(owner) // sketches hold v0-v299
+			flush(owner) // sketch deltas hold v100-v299, the first fold cycle v0-v99
+			flush(owner) // the second fold cycle folds v0-v299: nothing above it is unfolded
 			clock = clock.Add(cfg.SketchInterval)
 			tt.write(t, old, part) // v0-v149, stamped after the owner's
-			// The owner crashes before it writes the item's sketch again; the next owner loads
-			// the stored sketch and resumes at the sketch checkpoint.
+			// The owner crashes before it folds the item's sketch again; the next owner loads the
+			// stored sketch and resumes at the sketch checkpoint.
 			next, at := assign("next")
 			if at != 300 {
 				t.Fatalf("got the next owner resuming at %d; want 300", at)
@@ -608,7 +619,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 			processViews(next, part, item, 300, 100, clock)
 			flush(next)
 			var got uint64
-			if err := conn.QueryRow(ctx, "SELECT argMax(viewers, updated_at) FROM unique_viewers WHERE item_id = ? AND day = toDate(0)", item).Scan(&got); err != nil {
+			if err := conn.QueryRow(ctx, "SELECT viewers FROM unique_viewers_latest WHERE item_id = ? AND day = toDate(0)", item).Scan(&got); err != nil {
 				t.Fatal(err)
 			}
 			if got < 396 || got > 404 { // 400 viewers; HyperLogLog counts this few exactly or nearly

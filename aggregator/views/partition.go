@@ -41,10 +41,19 @@ type sketchKey struct {
 }
 
 type sketch struct {
-	hll     *hyperloglog.Sketch
-	loaded  bool // merged with the stored version, so writing it loses nothing
-	dirty   bool
-	touched time.Time
+	hll    *hyperloglog.Sketch
+	loaded bool // merged with the stored version, so writing it loses nothing
+	dirty  bool
+	// delta holds the viewers inserted since the sketch's last delta write (nil: none), and
+	// unfolded says that a delta was written since the whole sketch was last folded into
+	// unique_viewers (migration 012): such a sketch stays in memory until its fold.
+	delta    *hyperloglog.Sketch
+	unfolded bool
+	// estimate is hll's last computed estimate, fresh the inserts since (see current).
+	estimate    uint64
+	fresh       uint64
+	estimatedAt time.Time
+	touched     time.Time
 	// all is, for a day sketch, the item's all-time sketch, so that a record costs one map
 	// lookup rather than two; it is looked up again once evicted (dropped from the map).
 	all     *sketch
@@ -68,6 +77,14 @@ type partition struct {
 	next     int64 // offset after the last processed record: end of the pending batch
 	flushed  int64 // deltas checkpoint: end offset of the last batch written
 	sketched int64 // sketch checkpoint: records below it are in the stored sketches
+	// Folds (migration 012): every delta of this partition up to folded is in unique_viewers.
+	// A fold cycle rewrites the whole sketch of each key in foldQueue (those with deltas up to
+	// foldFrom not yet folded), foldChunk of them per sketch interval; once the queue is empty
+	// the cycle's end, foldFrom, becomes the fold checkpoint.
+	folded    int64
+	foldFrom  int64
+	foldQueue []sketchKey
+	foldChunk int
 	records  int   // records in the pending batch
 	deltas   map[deltaKey]uint64
 	counted  []stateRow
@@ -194,8 +211,32 @@ func (p *partition) sketch(k sketchKey) *sketch {
 // insert adds a viewer by its viewerHash.
 func (s *sketch) insert(h uint64, now time.Time) {
 	s.hll.InsertHash(h)
+	if s.delta == nil {
+		s.delta = hyperloglog.New14()
+	}
+	s.delta.InsertHash(h)
+	s.fresh++
 	s.dirty = true
 	s.touched = now
+}
+
+// estimateEvery is how long a sketch's estimate is reused while it takes new viewers. An
+// estimate costs a pass over the sketch (a sparse sketch's pending inserts merged into its
+// list, or a dense sketch's 16,384 registers: about 0.3 ms), and every touched sketch is
+// written every sketch interval: estimating each at every interval cost more than 0.3 s per
+// interval at 10,000 busy items (docs/BENCHMARKS.md).
+const estimateEvery = 30 * time.Second
+
+// current returns the sketch's estimate. It is computed again when the sketch has none (new,
+// or just merged with its stored version), and after new viewers: at once while it is below
+// 1,000 (cheap), else once they reach 1% of it and the last is older than estimateEvery. A
+// skipped estimate is caught up at the sketch's fold.
+func (s *sketch) current(now time.Time) uint64 {
+	due := s.fresh > 0 && (s.estimate < 1000 || s.fresh*100 >= s.estimate && now.Sub(s.estimatedAt) >= estimateEvery)
+	if s.estimate == 0 || due {
+		s.estimate, s.fresh, s.estimatedAt = s.hll.Estimate(), 0, now
+	}
+	return s.estimate
 }
 
 // itemDeltas sums the pending batch's deltas per item.
@@ -227,18 +268,44 @@ func (p *partition) pending() bool { return p.next > p.flushed }
 // sketchesPending reports whether records went into the sketches since they were last written.
 func (p *partition) sketchesPending() bool { return p.next > p.sketched }
 
-// markSketched marks the sketches written up to end and drops clean ones idle for longer than
-// idle (a later view reloads the stored version before the sketch is written again).
+// markSketched marks the sketches' deltas written up to end and drops folded ones idle for
+// longer than idle (a later view reloads the stored version before its next delta is written).
 func (p *partition) markSketched(end int64, now time.Time, idle time.Duration) {
 	p.sketched = end
 	for k, s := range p.sketches {
-		s.dirty = false
-		if now.Sub(s.touched) > idle {
+		if s.dirty {
+			s.dirty, s.delta, s.unfolded = false, nil, true
+		}
+		if !s.unfolded && now.Sub(s.touched) > idle {
 			delete(p.sketches, k)
 			s.evicted = true
 		}
 	}
 }
+
+// foldTake returns the keys whose whole sketches are folded at this sketch interval. With no
+// cycle under way it starts one: the cycle ends at the current sketch checkpoint and queues
+// every key with deltas not yet folded, spread over rounds intervals. Keys that get new deltas
+// during the cycle are folded with them or, if already taken, queued by the next cycle.
+func (p *partition) foldTake(rounds int) []sketchKey {
+	if len(p.foldQueue) == 0 && p.foldFrom <= p.folded {
+		p.foldFrom = p.sketched
+		for k, s := range p.sketches {
+			if s.unfolded {
+				p.foldQueue = append(p.foldQueue, k)
+			}
+		}
+		p.foldChunk = (len(p.foldQueue) + rounds - 1) / max(rounds, 1)
+	}
+	n := min(max(p.foldChunk, 1), len(p.foldQueue))
+	take := p.foldQueue[:n:n]
+	p.foldQueue = p.foldQueue[n:]
+	return take
+}
+
+// foldDone reports whether the cycle under way folded its last key: its end is then the fold
+// checkpoint to record.
+func (p *partition) foldDone() bool { return len(p.foldQueue) == 0 && p.foldFrom > p.folded }
 
 // markFlushed resets the batch after it was written up to end.
 func (p *partition) markFlushed(end int64, now time.Time) {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axiomhq/hyperloglog"
+
 	"tally/schemas"
 )
 
@@ -67,4 +69,41 @@ func BenchmarkPartitionProcessViewCounts(b *testing.B) {
 			Count: 10_000, SourceID: "edge-" + strconv.Itoa(i%100), Seq: uint64(i)})
 	}
 	runProcess(b, recs)
+}
+
+// BenchmarkSketchInterval is the in-process work of one sketch interval for 10,000 items, each
+// with a day and an all-time sketch of whole viewers seen so far, taking 50 new viewers per
+// interval, 5 s apart: the inserts, each delta's encoding and each whole sketch's estimate.
+func BenchmarkSketchInterval(b *testing.B) {
+	for _, whole := range []int{500, 3000, 20000} {
+		b.Run("whole="+strconv.Itoa(whole), func(b *testing.B) {
+			sketches := make([]*sketch, 20_000)
+			h := uint64(1)
+			next := func() uint64 { h = h*6364136223846793005 + 1442695040888963407; return h }
+			for i := range sketches {
+				sk := &sketch{hll: hyperloglog.New14()}
+				for range whole {
+					sk.insert(next(), time.Time{})
+				}
+				sk.current(time.Time{})
+				sketches[i] = sk
+			}
+			now := time.Now()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				now = now.Add(5 * time.Second)
+				for _, sk := range sketches {
+					sk.delta = nil
+					for range 50 {
+						sk.insert(next(), time.Time{})
+					}
+					if _, err := sk.delta.MarshalBinary(); err != nil {
+						b.Fatal(err)
+					}
+					sk.current(now)
+				}
+			}
+		})
+	}
 }

@@ -59,6 +59,13 @@ func TestPartitionBucketsBySecondOfEventTime(t *testing.T) {
 	}
 }
 
+// foldAll marks every sketch of p folded, as foldSketches does once it wrote them.
+func foldAll(p *partition) {
+	for _, s := range p.sketches {
+		s.unfolded = false
+	}
+}
+
 func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
@@ -78,6 +85,11 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 	if p.sketchesPending() {
 		t.Errorf("got sketchesPending after markSketched; want false")
 	}
+	if len(p.sketches) != 4 {
+		t.Fatalf("got %d sketches after their deltas were written; want 4 (none folded yet)", len(p.sketches))
+	}
+	foldAll(p)
+	p.markSketched(p.next, t0.Add(90*time.Second), time.Minute)
 	for k, s := range p.sketches {
 		if k.item != "new" {
 			t.Errorf("got sketch %v kept after a minute idle; want it dropped", k)
@@ -237,6 +249,8 @@ func TestAllTimeSketchLookedUpAgainAfterEviction(t *testing.T) {
 	p.process(0, view("i", "a", ts), t1)
 	p.process(1, view("i", "b", ts-86_400_000), t1.Add(-2*time.Minute)) // the clock stepped back
 	p.markSketched(p.next, t1.Add(30*time.Second), time.Minute)
+	foldAll(p)
+	p.markSketched(p.next, t1.Add(30*time.Second), time.Minute)
 	day := sketchKey{"i", int32(ts / 86_400_000)}
 	if _, ok := p.sketches[day]; !ok || len(p.sketches) != 1 {
 		t.Fatalf("got %d sketches after eviction; want only the day sketch %v", len(p.sketches), day)
@@ -248,5 +262,88 @@ func TestAllTimeSketchLookedUpAgainAfterEviction(t *testing.T) {
 	}
 	if p.sketches[day].all != all {
 		t.Errorf("got the day sketch pointing at another all-time sketch; want the one the partition holds")
+	}
+}
+
+// A fold cycle queues the sketches with unfolded deltas at its start, folds them a share per
+// sketch interval, and ends at the sketch checkpoint of its start; a sketch that gets deltas
+// meanwhile waits for the next cycle, and an unfolded sketch never leaves memory.
+func TestFoldCycle(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
+	for i := range 5 {
+		p.process(int64(i), view("item-"+strconv.Itoa(i), "v", t0.UnixMilli()), t0)
+	}
+	p.markSketched(p.next, t0, time.Minute) // deltas of 10 sketches (5 items, day and all time)
+	took := map[sketchKey]bool{}
+	for round, want := range []int{4, 4, 2} {
+		keys := p.foldTake(3)
+		if len(keys) != want {
+			t.Fatalf("round %d: got %d keys; want %d", round, len(keys), want)
+		}
+		for _, k := range keys {
+			took[k] = true
+			p.sketches[k].unfolded = false
+		}
+		if round == 0 { // new deltas during the cycle
+			p.process(5, view("item-new", "v", t0.UnixMilli()), t0)
+			p.markSketched(p.next, t0, time.Minute)
+		}
+		if done := p.foldDone(); done != (round == 2) {
+			t.Errorf("round %d: got done %v; want %v", round, done, round == 2)
+		}
+	}
+	if len(took) != 10 || p.foldFrom != 5 {
+		t.Errorf("got %d keys folded, cycle end %d; want 10 and 5 (the sketch checkpoint at its start)", len(took), p.foldFrom)
+	}
+	p.folded = p.foldFrom
+	p.markSketched(p.next, t0.Add(time.Hour), time.Minute) // idle: folded sketches leave memory
+	if len(p.sketches) != 2 {
+		t.Errorf("got %d sketches in memory; want the 2 of item-new, not folded yet", len(p.sketches))
+	}
+	if keys := p.foldTake(3); len(keys) != 1 || p.foldFrom != 6 {
+		t.Errorf("got next cycle %v ending at %d; want one of item-new's 2 keys per round, ending at 6", keys, p.foldFrom)
+	}
+}
+
+// A sketch's estimate is computed again after new viewers: at once while it is small, else once
+// they reach 1% of it and the last estimate is estimateEvery old.
+func TestSketchEstimateRecomputed(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	h := uint64(7)
+	next := func() uint64 { h = h*6364136223846793005 + 1442695040888963407; return h }
+	grown := func(n int) *sketch {
+		s := &sketch{hll: hyperloglog.New14()}
+		for range n {
+			s.insert(next(), t0)
+		}
+		s.current(t0)
+		return s
+	}
+	tests := []struct {
+		name    string
+		whole   int
+		added   int
+		after   time.Duration
+		changed bool
+	}{
+		{"small: at once", 50, 1, time.Second, true},
+		{"large, few new viewers", 5000, 10, time.Hour, false},
+		{"large, 1% new but recent", 5000, 60, 10 * time.Second, false},
+		{"large, 1% new and old enough", 5000, 60, estimateEvery, true},
+		{"nothing new", 50, 0, time.Hour, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := grown(tt.whole)
+			before := s.estimate
+			for range tt.added {
+				s.insert(next(), t0)
+			}
+			got := s.current(t0.Add(tt.after))
+			if changed := got != before; changed != tt.changed {
+				t.Errorf("got %d after %d (changed %v); want changed %v (sketch's own %d)", got, before, changed, tt.changed, s.hll.Estimate())
+			}
+		})
 	}
 }

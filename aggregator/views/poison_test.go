@@ -167,8 +167,8 @@ func TestPoisonReplaySetsAsideTheSame(t *testing.T) {
 	}
 }
 
-// A stored sketch that does not read back is set aside and replaced by a fresh one: the sketch
-// write goes on, views are counted, and the new sketch holds the new viewers.
+// A stored sketch that does not read back is set aside and replaced by a fresh one at its fold:
+// the sketch write goes on, views are counted, and the new sketch holds the new viewers.
 func TestGarbageStoredSketchSetAsideAndReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -186,7 +186,7 @@ func TestGarbageStoredSketchSetAsideAndReplaced(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
-		MaxBatch: 1000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, reg)
+		FoldInterval: time.Second, MaxBatch: 1000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, reg)
 	if _, err := a.Assign(ctx, []int32{6}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,15 +22,16 @@ type store struct {
 
 // checkpoint is where a partition resumes: the end offset of its last valid batch, the
 // watermark of its dedupe window at that point, the offset up to which its rollups were known
-// complete when that batch was written (-1 for batches from before that was recorded), and the
+// complete when that batch was written (-1 for batches from before that was recorded), the
 // offset below which its records are in the stored sketches (0 when none were written, so that
-// the replay starts at the beginning).
+// the replay starts at the beginning), and the offset up to which its sketch deltas are folded.
 type checkpoint struct {
 	end       int64
 	watermark int64
 	rolled    int64
 	found     bool
 	sketched  int64
+	folded    int64
 }
 
 // loadCheckpoint reads partition p's checkpoint from the markers of its valid batches.
@@ -38,9 +39,10 @@ func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence) (checkpoin
 	var cp checkpoint
 	var n uint64
 	err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset),
-			argMax(rolled_up_to, end_offset), (SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?)
+			argMax(rolled_up_to, end_offset), (SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?),
+			(SELECT max(end_offset) FROM sketch_folds WHERE partition = ?)
 		FROM view_deltas WHERE item_id = '' AND partition = ? AND NOT (%s)`, f.invalidSQL(f.epochs())),
-		uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched)
+		uint16(p), uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched, &cp.folded)
 	if err != nil {
 		return cp, fmt.Errorf("load checkpoint of partition %d: %w", p, err)
 	}
@@ -51,23 +53,59 @@ func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence) (checkpoin
 	return cp, nil
 }
 
-// writeSketchCheckpoints records that the sketches of parts hold every record below their
-// next offset. Like the sketches, the rows count only while no newer owner claimed the
-// partition (migration 006): a displaced owner's checkpoint could vouch for viewers that the
-// stored sketches, the new owner's, do not hold.
-func (s *store) writeSketchCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO sketch_checkpoints_claimed (partition, epoch, end_offset, written_at)")
+// loadUnfolded returns the keys of partition p's sketch deltas written after its fold
+// checkpoint: a new owner folds them, whether or not it sees their items again, before the
+// deltas' TTL drops them.
+func (s *store) loadUnfolded(ctx context.Context, p int32, folded int64) ([]sketchKey, error) {
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT item_id, toUInt32(day) FROM unique_viewer_deltas
+		WHERE partition = ? AND end_offset > ?`, uint16(p), folded)
 	if err != nil {
-		return fmt.Errorf("prepare sketch checkpoint insert: %w", err)
+		return nil, fmt.Errorf("find unfolded sketch deltas of partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	var keys []sketchKey
+	for rows.Next() {
+		var k sketchKey
+		var day uint32
+		if err := rows.Scan(&k.item, &day); err != nil {
+			return nil, fmt.Errorf("scan unfolded sketch key: %w", err)
+		}
+		k.day = int32(day)
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("find unfolded sketch deltas of partition %d: %w", p, err)
+	}
+	return keys, nil
+}
+
+// writeSketchCheckpoints records that the sketches of parts (their folds and deltas) hold
+// every record below their next offset. Like the sketches, the rows count only while no newer
+// owner claimed the partition (migration 010): a displaced owner's checkpoint could vouch for
+// viewers that the stored sketches, the new owner's, do not hold.
+func (s *store) writeSketchCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
+	return s.writeOffsets(ctx, "sketch_checkpoints_claimed", "sketch checkpoint", parts, func(p *partition) int64 { return p.next }, now)
+}
+
+// writeFoldCheckpoints records that every sketch delta of parts up to the end of their fold
+// cycle is in unique_viewers, fenced like the sketch checkpoints.
+func (s *store) writeFoldCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
+	return s.writeOffsets(ctx, "sketch_folds_claimed", "fold checkpoint", parts, func(p *partition) int64 { return p.foldFrom }, now)
+}
+
+func (s *store) writeOffsets(ctx context.Context, table, what string, parts []*partition, offset func(*partition) int64, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+table+" (partition, epoch, end_offset, written_at)")
+	if err != nil {
+		return fmt.Errorf("prepare %s insert: %w", what, err)
 	}
 	defer b.Abort()
 	for _, p := range parts {
-		if err := b.Append(uint16(p.id), p.epoch, p.next, now); err != nil {
-			return fmt.Errorf("append sketch checkpoint of partition %d: %w", p.id, err)
+		if err := b.Append(uint16(p.id), p.epoch, offset(p), now); err != nil {
+			return fmt.Errorf("append %s of partition %d: %w", what, p.id, err)
 		}
 	}
 	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert sketch checkpoints: %w", err)
+		return fmt.Errorf("insert %ss: %w", what, err)
 	}
 	return nil
 }
@@ -121,13 +159,14 @@ func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
 	return nil
 }
 
-// loadSketches merges the stored version of every dirty sketch not yet loaded into it, so that
-// what is written next is a superset of what is stored.
+// loadSketches merges the stored version of every sketch not yet loaded into it, so that what
+// is written next is a superset of what is stored. The stored version is the item's row in
+// unique_viewers and its deltas after the partition's fold checkpoint.
 func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 	want := map[string][]*partition{}
 	for _, p := range parts {
 		for k, sk := range p.sketches {
-			if sk.dirty && !sk.loaded {
+			if !sk.loaded && !slices.Contains(want[k.item], p) {
 				want[k.item] = append(want[k.item], p)
 			}
 		}
@@ -136,27 +175,29 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 		return nil
 	}
 	// After an assignment every item of the partition is unloaded: read them in bounded rounds,
-	// sorted, so that each round asks for one range of the table's key (item_id) and the primary
-	// index skips the rest instead of every round reading the whole table.
+	// sorted, so that each round asks for one range of the tables' keys (item_id) and the
+	// primary indexes skip the rest instead of every round reading the whole tables.
 	items := slices.Sorted(maps.Keys(want))
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
 		if err := s.mergeStored(ctx, round, want); err != nil {
 			return err
 		}
+		if err := s.mergeDeltas(ctx, round, want); err != nil {
+			return err
+		}
 	}
 	for _, p := range parts {
 		for _, sk := range p.sketches {
-			if sk.dirty {
-				sk.loaded = true
-			}
+			sk.loaded = true
 		}
 	}
 	return nil
 }
 
-// mergeStored merges the stored sketches of items into the partitions' in-memory ones. A stored
-// sketch that does not read back is set aside (deadletter.go) and not merged: the next write
-// replaces it with the in-memory sketch, newer, so that one bad row cannot stop sketch writes.
+// mergeStored merges the whole stored sketches of items into the partitions' in-memory ones. A
+// stored sketch that does not read back is set aside (deadletter.go) and not merged: the next
+// fold replaces it with the in-memory sketch, newer, so that one bad row cannot stop sketch
+// writes.
 func (s *store) mergeStored(ctx context.Context, items []string, want map[string][]*partition) error {
 	rows, err := s.conn.Query(chclient.FitList(ctx, items, 1), `SELECT item_id, toUInt32(day), argMax(sketch, updated_at),
 			toUnixTimestamp64Micro(max(updated_at)) FROM unique_viewers
@@ -174,24 +215,12 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 		if err := rows.Scan(&item, &day, &blob, &version); err != nil {
 			return fmt.Errorf("scan sketch: %w", err)
 		}
-		var stored *hyperloglog.Sketch
-		var bad error
-		for _, p := range want[item] {
-			sk := p.sketches[sketchKey{item, int32(day)}]
-			if sk == nil || sk.loaded {
-				continue
-			}
-			if stored == nil && bad == nil {
-				if stored, bad = decodeStoredSketch([]byte(blob)); bad != nil {
-					setAside = append(setAside, badSketch(item, day, version, blob, bad))
-				}
-			}
-			if bad != nil {
-				continue
-			}
-			if err := sk.hll.Merge(stored); err != nil {
-				return fmt.Errorf("merge stored sketch of %s day %d: %w", item, day, err)
-			}
+		bad, err := mergeInto(want[item], sketchKey{item, int32(day)}, blob, nil)
+		if err != nil {
+			return err
+		}
+		if bad != nil {
+			setAside = append(setAside, badSketch(item, day, version, blob, bad))
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -201,27 +230,128 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 	return s.dead.write(ctx, s.conn, setAside)
 }
 
-// writeSketches stores the dirty sketches of parts, each tagged with its partition and epoch:
-// the rows count only while no newer owner claimed the partition (migration 006). A displaced
+// mergeDeltas merges into the partitions' in-memory sketches of items each partition's sketch
+// deltas after its fold checkpoint (those up to it are in unique_viewers). A delta that does not
+// read back is set aside and skipped.
+func (s *store) mergeDeltas(ctx context.Context, items []string, want map[string][]*partition) error {
+	var ids []uint16
+	var folded []int64
+	seen := map[*partition]bool{}
+	for _, item := range items {
+		for _, p := range want[item] {
+			if !seen[p] {
+				seen[p] = true
+				ids, folded = append(ids, uint16(p.id)), append(folded, p.folded)
+			}
+		}
+	}
+	rows, err := s.conn.Query(chclient.FitList(ctx, items, 1), `SELECT partition, end_offset, item_id, toUInt32(day), sketch
+		FROM unique_viewer_deltas
+		WHERE partition IN (?) AND item_id IN (?) AND end_offset > arrayElement(?, indexOf(?, partition))`,
+		ids, items, folded, ids)
+	if err != nil {
+		return fmt.Errorf("load sketch deltas of %d items: %w", len(items), err)
+	}
+	defer rows.Close()
+	var setAside []deadLetter
+	for rows.Next() {
+		var part uint16
+		var end int64
+		var item string
+		var day uint32
+		var blob string
+		if err := rows.Scan(&part, &end, &item, &day, &blob); err != nil {
+			return fmt.Errorf("scan sketch delta: %w", err)
+		}
+		bad, err := mergeInto(want[item], sketchKey{item, int32(day)}, blob, func(p *partition) bool { return p.id == int32(part) })
+		if err != nil {
+			return err
+		}
+		if bad != nil {
+			setAside = append(setAside, badDelta(int32(part), end, item, day, blob, bad))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read sketch deltas: %w", err)
+	}
+	rows.Close()
+	return s.dead.write(ctx, s.conn, setAside)
+}
+
+// mergeInto merges blob, a stored sketch of k, into the unloaded in-memory sketch of k of each
+// of parts that of accepts (all when nil). It returns the decoding error of a blob that does not
+// read back, having merged nothing.
+func mergeInto(parts []*partition, k sketchKey, blob string, of func(*partition) bool) (bad, err error) {
+	var stored *hyperloglog.Sketch
+	for _, p := range parts {
+		sk := p.sketches[k]
+		if sk == nil || sk.loaded || of != nil && !of(p) {
+			continue
+		}
+		if stored == nil {
+			if stored, bad = decodeStoredSketch([]byte(blob)); bad != nil {
+				return bad, nil
+			}
+		}
+		if err := sk.hll.Merge(stored); err != nil {
+			return nil, fmt.Errorf("merge stored sketch of %s day %d: %w", k.item, k.day, err)
+		}
+		sk.estimate = 0 // to be computed again
+	}
+	return nil, nil
+}
+
+// writeSketchDeltas stores, for every dirty sketch of parts, the viewers added since its last
+// delta write, with the estimate of the whole sketch, tagged with the partition's offset and
+// epoch: the rows count only while no newer owner claimed the partition (migration 012).
+func (s *store) writeSketchDeltas(ctx context.Context, parts []*partition, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)")
+	if err != nil {
+		return fmt.Errorf("prepare sketch delta insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		for k, sk := range p.sketches {
+			if !sk.dirty || sk.delta == nil {
+				continue
+			}
+			blob, err := sk.delta.MarshalBinary()
+			if err != nil {
+				return fmt.Errorf("encode sketch delta of %s: %w", k.item, err)
+			}
+			if err := b.Append(uint16(p.id), p.epoch, p.next, k.item, dayOf(k), string(blob), sk.current(now), now); err != nil {
+				return fmt.Errorf("append sketch delta of %s: %w", k.item, err)
+			}
+		}
+	}
+	if b.Rows() == 0 {
+		return nil
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert sketch deltas: %w", err)
+	}
+	return nil
+}
+
+// writeFolds stores the whole sketches of folds, each tagged with its partition and epoch: the
+// rows count only while no newer owner claimed the partition (migration 010). A displaced
 // owner's sketch is stale and stamped later than the new owner's, so it would win every read
-// until the new owner writes that item again.
-func (s *store) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
+// until the new owner folds that item again.
+func (s *store) writeFolds(ctx context.Context, folds map[*partition][]sketchKey, now time.Time) error {
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewers_claimed (partition, epoch, item_id, day, sketch, viewers, updated_at)")
 	if err != nil {
 		return fmt.Errorf("prepare sketch insert: %w", err)
 	}
 	defer b.Abort()
-	for _, p := range parts {
-		for k, sk := range p.sketches {
-			if !sk.dirty {
-				continue
-			}
+	for p, keys := range folds {
+		for _, k := range keys {
+			sk := p.sketches[k]
 			blob, err := sk.hll.MarshalBinary()
 			if err != nil {
 				return fmt.Errorf("encode sketch of %s: %w", k.item, err)
 			}
-			day := time.Unix(int64(k.day)*86400, 0).UTC()
-			if err := b.Append(uint16(p.id), p.epoch, k.item, day, string(blob), sk.hll.Estimate(), now); err != nil {
+			sk.estimate, sk.fresh, sk.estimatedAt = sk.hll.Estimate(), 0, now // a fold writes the sketch's own figure
+			if err := b.Append(uint16(p.id), p.epoch, k.item, dayOf(k), string(blob), sk.estimate, now); err != nil {
 				return fmt.Errorf("append sketch of %s: %w", k.item, err)
 			}
 		}
@@ -234,6 +364,8 @@ func (s *store) writeSketches(ctx context.Context, parts []*partition, now time.
 	}
 	return nil
 }
+
+func dayOf(k sketchKey) time.Time { return time.Unix(int64(k.day)*86400, 0).UTC() }
 
 // writeDeltas writes the batches of parts and their checkpoint markers in one INSERT block,
 // which ClickHouse makes visible all at once. Every row carries the epoch it was written under

@@ -252,7 +252,7 @@ func (s *store) eachTotal(ctx context.Context, fn func(item string, views int64,
 	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
 			SELECT item_id, views AS v, toUInt64(0) AS u FROM views_total_by_day
 			UNION ALL
-			SELECT item_id, toInt64(0), argMax(viewers, updated_at) FROM unique_viewers WHERE day = toDate(0) GROUP BY item_id
+			SELECT item_id, toInt64(0), viewers FROM unique_viewers_latest WHERE day = toDate(0)
 		) GROUP BY item_id`)
 	if err != nil {
 		return fmt.Errorf("read item totals: %w", err)

@@ -29,8 +29,7 @@ func (s source) counts(ctx context.Context, items []string) (map[string]Counts, 
 	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
 		SELECT item_id, toInt64(sum(views)) AS v, toUInt64(0) AS u FROM views_total WHERE item_id IN (?) GROUP BY item_id
 		UNION ALL
-		SELECT item_id, toInt64(0), argMax(viewers, updated_at) FROM unique_viewers
-		WHERE item_id IN (?) AND day = toDate(0) GROUP BY item_id
+		SELECT item_id, toInt64(0), viewers FROM unique_viewers_latest WHERE item_id IN (?) AND day = toDate(0)
 	) GROUP BY item_id`, items, items)
 	if err != nil {
 		return nil, fmt.Errorf("query counts of %d items: %w", len(items), err)
