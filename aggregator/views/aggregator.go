@@ -447,7 +447,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		if p.pending() {
 			parts = append(parts, p)
 		}
-		if withSketches && p.sketchesPending() {
+		if withSketches && p.sketchesPending(now) {
 			sketchParts = append(sketchParts, p)
 		}
 	}
@@ -659,11 +659,14 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	t0 := time.Now()
 	// Two retries, so that a failed checkpoint insert (one row per partition) does not write
 	// every delta again.
+	var est map[string]uint64
 	if err := a.retry(ctx, "write sketch deltas", func() error {
 		if err := a.store.loadSketches(ctx, parts); err != nil {
 			return err
 		}
-		return a.store.writeSketchDeltas(ctx, parts, now)
+		var err error
+		est, err = a.store.writeSketchDeltas(ctx, parts, now)
+		return err
 	}); err != nil {
 		return err
 	}
@@ -672,13 +675,7 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	}); err != nil {
 		return err
 	}
-	est := map[string]uint64{}
 	for _, p := range parts {
-		for k, sk := range p.sketches {
-			if sk.dirty && k.day == allTime {
-				est[k.item] = sk.estimate
-			}
-		}
 		p.markSketched(p.next, now, a.cfg.SketchIdle)
 	}
 	a.setUnique(ctx, est)

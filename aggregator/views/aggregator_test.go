@@ -439,3 +439,54 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 		t.Errorf("got %d unique viewers; want 102 (v0-v100, v102)", got)
 	}
 }
+
+// An estimate skipped while a large sketch took new viewers is written once it is due, also
+// when the item has no new views by then: a burst's last viewers are not left out of the
+// figure until the item's fold.
+func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_estimate_test")
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	const part = int32(41)
+	const item = "burst-item"
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,
+		MaxBatch: 10000, SketchIdle: time.Hour}, conn, func() time.Time { return clock }, infra.Logger, prometheus.NewRegistry())
+	if _, err := a.Assign(ctx, []int32{part}); err != nil {
+		t.Fatal(err)
+	}
+	p := a.parts[part]
+	write := func(after time.Duration) {
+		t.Helper()
+		clock = clock.Add(after)
+		if err := a.writeSketches(ctx, []*partition{p}, clock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	latest := func() uint64 {
+		t.Helper()
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT argMax(viewers, written_at) FROM unique_viewer_deltas WHERE item_id = ? AND day = toDate(0)", item).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	processViews(a, part, item, 0, 2000, clock)
+	write(5 * time.Second)
+	first := latest()
+	processViews(a, part, item, 2000, 100, clock)
+	write(5 * time.Second) // 5% more viewers, but the estimate is 5 s old
+	if got := latest(); got != first {
+		t.Errorf("got %d after 5 s; want %d (estimate not due yet)", got, first)
+	}
+	if p.sketchesPending(clock.Add(10 * time.Second)) {
+		t.Errorf("got sketches pending 15 s after the last estimate; want none")
+	}
+	if !p.sketchesPending(clock.Add(estimateEvery)) {
+		t.Fatalf("got no sketches pending once the skipped estimate is due; want them")
+	}
+	write(estimateEvery)
+	if got := latest(); got < 2080 || got > 2120 {
+		t.Errorf("got %d unique viewers once due; want about 2,100 (was %d)", got, first)
+	}
+}

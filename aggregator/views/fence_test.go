@@ -563,7 +563,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 		{"writes that slipped past its check", func(t *testing.T, old *Aggregator, part int32) {
 			p := old.parts[part]
 			parts := []*partition{p}
-			if err := old.store.writeSketchDeltas(ctx, parts, clock); err != nil {
+			if _, err := old.store.writeSketchDeltas(ctx, parts, clock); err != nil {
 				t.Fatal(err)
 			}
 			if err := old.store.writeSketchCheckpoints(ctx, parts, clock); err != nil {

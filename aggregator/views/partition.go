@@ -227,17 +227,24 @@ func (s *sketch) insert(h uint64, now time.Time) {
 // interval at 10,000 busy items (docs/BENCHMARKS.md).
 const estimateEvery = 30 * time.Second
 
-// current returns the sketch's estimate. It is computed again when the sketch has none (new,
-// or just merged with its stored version), and after new viewers: at once while it is below
-// 1,000 (cheap), else once they reach 1% of it and the last is older than estimateEvery. A
-// skipped estimate is caught up at the sketch's fold.
+// estimateDue reports whether the sketch's estimate is to be computed again: it has none (new,
+// or just merged with its stored version), or it took new viewers, and then at once while it is
+// below 1,000 (cheap), else once they reach 1% of it and the last is older than estimateEvery.
+func (s *sketch) estimateDue(now time.Time) bool {
+	return s.estimate == 0 || s.fresh > 0 && (s.estimate < 1000 || s.fresh*100 >= s.estimate && now.Sub(s.estimatedAt) >= estimateEvery)
+}
+
+// current returns the sketch's estimate, computed again when due.
 func (s *sketch) current(now time.Time) uint64 {
-	due := s.fresh > 0 && (s.estimate < 1000 || s.fresh*100 >= s.estimate && now.Sub(s.estimatedAt) >= estimateEvery)
-	if s.estimate == 0 || due {
+	if s.estimateDue(now) {
 		s.estimate, s.fresh, s.estimatedAt = s.hll.Estimate(), 0, now
 	}
 	return s.estimate
 }
+
+// owesEstimate reports whether a sketch with no new viewers since its last write holds an
+// estimate to write: one skipped while it took them.
+func (s *sketch) owesEstimate(now time.Time) bool { return !s.dirty && s.fresh > 0 && s.estimateDue(now) }
 
 // itemDeltas sums the pending batch's deltas per item.
 func (p *partition) itemDeltas() map[string]int64 {
@@ -265,8 +272,19 @@ func (p *partition) rolledAll() {
 // pending reports whether records were counted since the last flush.
 func (p *partition) pending() bool { return p.next > p.flushed }
 
-// sketchesPending reports whether records went into the sketches since they were last written.
-func (p *partition) sketchesPending() bool { return p.next > p.sketched }
+// sketchesPending reports whether records went into the sketches since they were last written,
+// or a sketch owes an estimate.
+func (p *partition) sketchesPending(now time.Time) bool {
+	if p.next > p.sketched {
+		return true
+	}
+	for _, s := range p.sketches {
+		if s.owesEstimate(now) {
+			return true
+		}
+	}
+	return false
+}
 
 // markSketched marks the sketches' deltas written up to end and drops folded ones idle for
 // longer than idle (a later view reloads the stored version before its next delta is written).

@@ -78,11 +78,14 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 	if p.pending() || len(p.deltas) != 0 || len(p.counted) != 0 || p.records != 0 {
 		t.Errorf("got pending=%v deltas=%d counted=%d records=%d after flush; want an empty batch", p.pending(), len(p.deltas), len(p.counted), p.records)
 	}
-	if !p.sketchesPending() || len(p.sketches) != 4 {
-		t.Fatalf("got sketchesPending=%v with %d sketches after a deltas flush; want true with 4 (sketches have their own interval)", p.sketchesPending(), len(p.sketches))
+	if !p.sketchesPending(t0) || len(p.sketches) != 4 {
+		t.Fatalf("got sketchesPending=%v with %d sketches after a deltas flush; want true with 4 (sketches have their own interval)", p.sketchesPending(t0), len(p.sketches))
+	}
+	for _, s := range p.sketches {
+		s.current(t0) // as the delta write does
 	}
 	p.markSketched(p.next, t0.Add(90*time.Second), time.Minute)
-	if p.sketchesPending() {
+	if p.sketchesPending(t0) {
 		t.Errorf("got sketchesPending after markSketched; want false")
 	}
 	if len(p.sketches) != 4 {
@@ -127,8 +130,8 @@ func TestReplayBelowDeltasCheckpointOnlyFillsSketches(t *testing.T) {
 			t.Errorf("sketch %v: got %v; want 4 viewers (replayed ones included)", k, s)
 		}
 	}
-	if !p.pending() || !p.sketchesPending() {
-		t.Errorf("got pending=%v sketchesPending=%v; want both", p.pending(), p.sketchesPending())
+	if !p.pending() || !p.sketchesPending(t0) {
+		t.Errorf("got pending=%v sketchesPending=%v; want both", p.pending(), p.sketchesPending(t0))
 	}
 }
 

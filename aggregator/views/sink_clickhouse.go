@@ -303,34 +303,47 @@ func mergeInto(parts []*partition, k sketchKey, blob string, of func(*partition)
 
 // writeSketchDeltas stores, for every dirty sketch of parts, the viewers added since its last
 // delta write, with the estimate of the whole sketch, tagged with the partition's offset and
-// epoch: the rows count only while no newer owner claimed the partition (migration 012).
-func (s *store) writeSketchDeltas(ctx context.Context, parts []*partition, now time.Time) error {
+// epoch: the rows count only while no newer owner claimed the partition (migration 012). A
+// sketch that owes an estimate (owesEstimate) gets a row with an empty delta. It returns the
+// all-time estimates written, by item.
+func (s *store) writeSketchDeltas(ctx context.Context, parts []*partition, now time.Time) (map[string]uint64, error) {
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)")
 	if err != nil {
-		return fmt.Errorf("prepare sketch delta insert: %w", err)
+		return nil, fmt.Errorf("prepare sketch delta insert: %w", err)
 	}
 	defer b.Abort()
+	empty, err := hyperloglog.New14().MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("encode an empty sketch: %w", err)
+	}
+	est := map[string]uint64{}
 	for _, p := range parts {
 		for k, sk := range p.sketches {
-			if !sk.dirty || sk.delta == nil {
+			blob := empty
+			switch {
+			case sk.dirty && sk.delta != nil:
+				if blob, err = sk.delta.MarshalBinary(); err != nil {
+					return nil, fmt.Errorf("encode sketch delta of %s: %w", k.item, err)
+				}
+			case !sk.owesEstimate(now):
 				continue
 			}
-			blob, err := sk.delta.MarshalBinary()
-			if err != nil {
-				return fmt.Errorf("encode sketch delta of %s: %w", k.item, err)
+			n := sk.current(now)
+			if err := b.Append(uint16(p.id), p.epoch, p.next, k.item, dayOf(k), string(blob), n, now); err != nil {
+				return nil, fmt.Errorf("append sketch delta of %s: %w", k.item, err)
 			}
-			if err := b.Append(uint16(p.id), p.epoch, p.next, k.item, dayOf(k), string(blob), sk.current(now), now); err != nil {
-				return fmt.Errorf("append sketch delta of %s: %w", k.item, err)
+			if k.day == allTime {
+				est[k.item] = n
 			}
 		}
 	}
 	if b.Rows() == 0 {
-		return nil
+		return est, nil
 	}
 	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert sketch deltas: %w", err)
+		return nil, fmt.Errorf("insert sketch deltas: %w", err)
 	}
-	return nil
+	return est, nil
 }
 
 // writeFolds stores the whole sketches of folds, each tagged with its partition and epoch: the

@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS unique_viewer_deltas
 )
 ENGINE = MergeTree
 ORDER BY (partition, item_id, day, end_offset)
-TTL toDateTime(written_at) + INTERVAL 7 DAY;
+TTL toDateTime(written_at) + INTERVAL 2 DAY;
 
 -- Written like unique_viewers_claimed (migration 010): a displaced owner's deltas are dropped
 -- inside the statement.
@@ -45,8 +45,9 @@ WHERE (partition, epoch) NOT IN (SELECT partition, epoch FROM superseded_claims)
 
 -- Where the folds of each views partition are complete: every delta of the partition with an
 -- end_offset at or below this is in the sketches of unique_viewers. A row is written after the
--- folds it vouches for; the highest end_offset wins. The deltas' TTL must exceed the time a
--- partition goes unfolded (the fold interval, or an outage).
+-- folds it vouches for; the highest end_offset wins. A folded delta serves nothing, so the
+-- deltas are kept 2 days: far beyond the fold interval (at most a day), and an outage longer
+-- than that loses the viewers of one fold interval from the sketches, not more.
 CREATE TABLE IF NOT EXISTS sketch_folds
 (
     partition  UInt16,
