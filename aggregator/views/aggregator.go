@@ -103,7 +103,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		foldSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_fold_seconds", Help: "Time to fold one sketch interval's share of whole sketches into unique_viewers.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
-		folds: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_sketch_folds_total", Help: "Whole unique-viewer sketches rewritten from their deltas."}),
+		folds:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_sketch_folds_total", Help: "Whole unique-viewer sketches rewritten from their deltas."}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_flush_errors_total", Help: "ClickHouse write attempts that failed and were retried."}),
 		lagSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_views_flush_lag_seconds", Help: "Age of the oldest unflushed batch at the last flush."}),
 		repairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_rollup_repairs_total",

@@ -35,6 +35,16 @@ func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
 	return conn
 }
 
+// queryUint runs q, which returns one unsigned number.
+func queryUint(t *testing.T, ctx context.Context, conn driver.Conn, q string, args ...any) uint64 {
+	t.Helper()
+	var n uint64
+	if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
 // A crash after a deltas flush but before the next sketch write loses the sketches' newest
 // viewers in memory; the next owner resumes at the sketch checkpoint, replays them into the
 // sketches only, and counts nothing twice.
@@ -46,14 +56,7 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 	now := func() time.Time { return clock }
 	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 10 * time.Second,
 		MaxBatch: 1000, SketchIdle: time.Minute}
-	query := func(q string, args ...any) uint64 {
-		t.Helper()
-		var n uint64
-		if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n
-	}
+	query := func(q string, args ...any) uint64 { t.Helper(); return queryUint(t, ctx, conn, q, args...) }
 	tests := []struct {
 		name       string
 		partition  int32
@@ -369,14 +372,7 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	const item = "fold-item"
 	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
 		FoldInterval: 2 * time.Second, MaxBatch: 1000, SketchIdle: time.Minute}
-	query := func(q string, args ...any) uint64 {
-		t.Helper()
-		var n uint64
-		if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n
-	}
+	query := func(q string, args ...any) uint64 { t.Helper(); return queryUint(t, ctx, conn, q, args...) }
 	assign := func() *Aggregator {
 		a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
 		if _, err := a.Assign(ctx, []int32{part}); err != nil {
@@ -465,11 +461,7 @@ func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
 	}
 	latest := func() uint64 {
 		t.Helper()
-		var n uint64
-		if err := conn.QueryRow(ctx, "SELECT argMax(viewers, written_at) FROM unique_viewer_deltas WHERE item_id = ? AND day = toDate(0)", item).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return queryUint(t, ctx, conn, "SELECT argMax(viewers, written_at) FROM unique_viewer_deltas WHERE item_id = ? AND day = toDate(0)", item)
 	}
 	processViews(a, part, item, 0, 2000, clock)
 	write(5 * time.Second)

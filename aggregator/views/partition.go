@@ -85,9 +85,9 @@ type partition struct {
 	foldFrom  int64
 	foldQueue []sketchKey
 	foldChunk int
-	records  int   // records in the pending batch
-	deltas   map[deltaKey]uint64
-	counted  []stateRow
+	records   int // records in the pending batch
+	deltas    map[deltaKey]uint64
+	counted   []stateRow
 	// edgeViews is how many more views than records the batch's counted view counts carry
 	// (their counts less one each), for the counted-views metric.
 	edgeViews uint64
@@ -244,7 +244,9 @@ func (s *sketch) current(now time.Time) uint64 {
 
 // owesEstimate reports whether a sketch with no new viewers since its last write holds an
 // estimate to write: one skipped while it took them.
-func (s *sketch) owesEstimate(now time.Time) bool { return !s.dirty && s.fresh > 0 && s.estimateDue(now) }
+func (s *sketch) owesEstimate(now time.Time) bool {
+	return !s.dirty && s.fresh > 0 && s.estimateDue(now)
+}
 
 // itemDeltas sums the pending batch's deltas per item.
 func (p *partition) itemDeltas() map[string]int64 {

@@ -67,14 +67,7 @@ func TestPoisonRecordsSetAside(t *testing.T) {
 			t.Errorf("stop: %v", err)
 		}
 	}()
-	query := func(q string, args ...any) uint64 {
-		t.Helper()
-		var n uint64
-		if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n
-	}
+	query := func(q string, args ...any) uint64 { t.Helper(); return queryUint(t, ctx, conn, q, args...) }
 	// The good record after the bad ones is counted: counting went on.
 	// The rollups are written after the deltas, in their own INSERTs.
 	testinfra.WaitFor(t, 20*time.Second, "both good views counted", func() (bool, string) {
