@@ -229,9 +229,10 @@ const estimateEvery = 30 * time.Second
 
 // estimateDue reports whether the sketch's estimate is to be computed again: it has none (new,
 // or just merged with its stored version), or it took new viewers, and then at once while it is
-// below 1,000 (cheap), else once they reach 1% of it and the last is older than estimateEvery.
+// below 100 (a few changed viewers are a visible change there), else once they reach 1% of it
+// and the last is older than estimateEvery.
 func (s *sketch) estimateDue(now time.Time) bool {
-	return s.estimate == 0 || s.fresh > 0 && (s.estimate < 1000 || s.fresh*100 >= s.estimate && now.Sub(s.estimatedAt) >= estimateEvery)
+	return s.estimate == 0 || s.fresh > 0 && (s.estimate < 100 || s.fresh*100 >= s.estimate && now.Sub(s.estimatedAt) >= estimateEvery)
 }
 
 // current returns the sketch's estimate, computed again when due.

@@ -75,7 +75,7 @@ func BenchmarkPartitionProcessViewCounts(b *testing.B) {
 // with a day and an all-time sketch of whole viewers seen so far, taking 50 new viewers per
 // interval, 5 s apart: the inserts, each delta's encoding and each whole sketch's estimate.
 func BenchmarkSketchInterval(b *testing.B) {
-	for _, whole := range []int{500, 3000, 20000} {
+	for _, whole := range []int{500, 900, 3000, 20000} {
 		b.Run("whole="+strconv.Itoa(whole), func(b *testing.B) {
 			sketches := make([]*sketch, 20_000)
 			h := uint64(1)
