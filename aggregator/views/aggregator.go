@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -181,11 +182,12 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		p.epoch, p.rolled = c.epoch, cp.rolled
 		// The first fold cycle folds what earlier owners left unfolded: the deltas up to the
 		// sketch checkpoint (none of theirs lies above it that this owner does not replay).
-		p.folded, p.foldFrom = cp.folded, cp.sketched
-		if p.foldQueue, err = a.store.loadUnfolded(ctx, id, cp.folded); err != nil {
+		unfolded, err := a.store.loadUnfolded(ctx, id, cp.folded)
+		if err != nil {
 			return nil, err
 		}
-		p.foldChunk = (len(p.foldQueue) + a.foldRounds() - 1) / a.foldRounds()
+		p.folded = cp.folded
+		p.startFold(cp.sketched, unfolded, a.foldRounds())
 		p.fence = newFence(append(f.claims, c))
 		p.start = c.start
 		if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.lookback(c.at.Add(-zombieLookback), prev)}); err != nil {
@@ -713,7 +715,7 @@ func (a *Aggregator) foldRounds() int {
 // first. A whole sketch written again after a crash is the same or a larger one.
 func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 	folds := map[*partition][]sketchKey{}
-	var parts, done []*partition
+	var done []*partition
 	n := 0
 	for _, p := range a.parts {
 		keys := p.foldTake(a.foldRounds())
@@ -724,19 +726,18 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 		}
 		if len(keys) > 0 {
 			folds[p] = keys
-			parts = append(parts, p)
 			n += len(keys)
 		}
 		if p.foldDone() {
 			done = append(done, p)
 		}
 	}
-	if len(parts) == 0 && len(done) == 0 {
+	if len(folds) == 0 && len(done) == 0 {
 		return nil
 	}
 	t0 := time.Now()
 	if err := a.retry(ctx, "fold sketches", func() error {
-		if err := a.store.loadSketches(ctx, parts); err != nil {
+		if err := a.store.loadSketches(ctx, slices.Collect(maps.Keys(folds))); err != nil {
 			return err
 		}
 		return a.store.writeFolds(ctx, folds, now)

@@ -5,10 +5,10 @@
 // since the last flush, and the sketches it touched. A flush writes, for every partition with
 // work: first the dedupe state, then the deltas together with the partition's checkpoint marker
 // in one INSERT block, so totals and checkpoint change atomically, then the Redis totals, and
-// every sketch interval (longer than the flush interval: these writes are large and change
-// little) the rollups of the batches since, and last the dirty sketches and after them the
-// partition's sketch checkpoint; only then are Kafka offsets committed (advisory, for lag
-// metrics). On assignment both checkpoints, the dedupe state and the watermark are loaded back
+// every sketch interval (longer than the flush interval) the rollups of the batches since, the
+// sketch deltas (the viewers seen since) with the partition's sketch checkpoint after them, and
+// last a share of the fold cycle that rewrites whole sketches; only then are Kafka offsets
+// committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and the watermark are loaded back
 // from ClickHouse; consumption resumes at the lower checkpoint, and records below the deltas
 // checkpoint only go into the sketches again.
 //
@@ -238,8 +238,14 @@ func (s *sketch) estimateDue(now time.Time) bool {
 // current returns the sketch's estimate, computed again when due.
 func (s *sketch) current(now time.Time) uint64 {
 	if s.estimateDue(now) {
-		s.estimate, s.fresh, s.estimatedAt = s.hll.Estimate(), 0, now
+		s.estimateNow(now)
 	}
+	return s.estimate
+}
+
+// estimateNow computes the sketch's estimate.
+func (s *sketch) estimateNow(now time.Time) uint64 {
+	s.estimate, s.fresh, s.estimatedAt = s.hll.Estimate(), 0, now
 	return s.estimate
 }
 
@@ -310,18 +316,24 @@ func (p *partition) markSketched(end int64, now time.Time, idle time.Duration) {
 // during the cycle are folded with them or, if already taken, queued by the next cycle.
 func (p *partition) foldTake(rounds int) []sketchKey {
 	if len(p.foldQueue) == 0 && p.foldFrom <= p.folded {
-		p.foldFrom = p.sketched
+		var keys []sketchKey
 		for k, s := range p.sketches {
 			if s.unfolded {
-				p.foldQueue = append(p.foldQueue, k)
+				keys = append(keys, k)
 			}
 		}
-		p.foldChunk = (len(p.foldQueue) + rounds - 1) / max(rounds, 1)
+		p.startFold(p.sketched, keys, rounds)
 	}
 	n := min(max(p.foldChunk, 1), len(p.foldQueue))
 	take := p.foldQueue[:n:n]
 	p.foldQueue = p.foldQueue[n:]
 	return take
+}
+
+// startFold starts a fold cycle that ends at from and folds keys over rounds sketch intervals.
+func (p *partition) startFold(from int64, keys []sketchKey, rounds int) {
+	p.foldFrom, p.foldQueue = from, keys
+	p.foldChunk = (len(keys) + rounds - 1) / max(rounds, 1)
 }
 
 // foldDone reports whether the cycle under way folded its last key: its end is then the fold

@@ -363,8 +363,8 @@ func (s *store) writeFolds(ctx context.Context, folds map[*partition][]sketchKey
 			if err != nil {
 				return fmt.Errorf("encode sketch of %s: %w", k.item, err)
 			}
-			sk.estimate, sk.fresh, sk.estimatedAt = sk.hll.Estimate(), 0, now // a fold writes the sketch's own figure
-			if err := b.Append(uint16(p.id), p.epoch, k.item, dayOf(k), string(blob), sk.estimate, now); err != nil {
+			// A fold writes the sketch's own figure, whether or not an estimate is due.
+			if err := b.Append(uint16(p.id), p.epoch, k.item, dayOf(k), string(blob), sk.estimateNow(now), now); err != nil {
 				return fmt.Errorf("append sketch of %s: %w", k.item, err)
 			}
 		}
