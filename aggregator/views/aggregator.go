@@ -193,12 +193,25 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.lookback(c.at.Add(-zombieLookback), prev)}); err != nil {
 			return nil, err
 		}
+		// The dedupe window is restored where its state is complete: at the sketch checkpoint,
+		// which vouches for it (migration 013), or, for a checkpoint written before, at the
+		// deltas checkpoint, as then; with no sketch checkpoint it starts empty at the
+		// beginning, and the replay rebuilds it.
 		pairs := 0
-		if cp.found {
+		switch {
+		case cp.sketchWatermark != nil:
+			p.win.Restore(*cp.sketchWatermark)
+			p.restoreAt(cp.sketched)
+		case cp.found && cp.sketched > 0:
 			p.win.Restore(cp.watermark)
-			if pairs, err = a.store.loadDedupe(ctx, id, cp.end, p.win); err != nil {
+			p.restoreAt(cp.end)
+		}
+		if p.deduped > 0 {
+			if pairs, err = a.store.loadDedupe(ctx, id, p.deduped, p.win); err != nil {
 				return nil, err
 			}
+		}
+		if cp.found {
 			resume[id] = p.next
 		}
 		p.lastEvict = a.now()
@@ -206,7 +219,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		assigned = append(assigned, p)
 		a.logger.Info("partition assigned", "partition", id, "epoch", c.epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
 			"fold_checkpoint", cp.folded, "unfolded_sketches", len(p.foldQueue),
-			"found", cp.found, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
+			"found", cp.found, "dedupe_from", p.deduped, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	if a.tot != nil && len(assigned) > 0 {
 		// Redis being down must not hold the assignment: the flushes catch up later.
@@ -319,7 +332,7 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 		return
 	}
 	now := a.now()
-	counted0, edge0 := len(p.counted), p.edgeViews
+	views0 := p.views
 	poison0 := p.poison
 	n := 0
 	for i, off := range offsets {
@@ -330,7 +343,7 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 		n++
 	}
 	a.m.records.Add(float64(n))
-	a.m.counted.Add(float64(len(p.counted)-counted0) + float64(p.edgeViews-edge0))
+	a.m.counted.Add(float64(p.views - views0))
 	a.m.poison.Add(float64(p.poison - poison0))
 }
 
@@ -459,13 +472,14 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	byID(parts)
 	byID(sketchParts)
 	t0 := time.Now()
-	// Dedupe state and batch items first: both are idempotent, so a crash before the deltas
-	// only means they are written again on replay. The deltas carry the checkpoint. The
-	// sketches go last, once the batch is visible in Redis: they are the flush's largest write
-	// and its views should not wait for them; a crash before them leaves the sketch checkpoint
-	// behind the deltas', and the replay from it goes into the sketches only.
+	// Dead letters and batch items first: both are idempotent, so a crash before the deltas
+	// only means they are written again on replay. The deltas carry the checkpoint. The dedupe
+	// state goes once the batch is visible in Redis, and the sketches at the sketch interval:
+	// they are the largest writes and its views should not wait for them. The sketch checkpoint
+	// vouches for both; a crash before it leaves it behind the deltas', and the replay from it
+	// goes into the sketches and the dedupe window only.
 	if len(parts) > 0 {
-		if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
+		if err := a.retry(ctx, "write dead letters", func() error { return a.store.dead.writePending(ctx, a.store.conn, parts) }); err != nil {
 			return nil, err
 		}
 		if err := a.retry(ctx, "write batch items", func() error { return a.store.writeBatchItems(ctx, parts, now) }); err != nil {
@@ -474,10 +488,10 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	}
 	attempts := 0
 	if err := a.retry(ctx, "write deltas", func() error {
-		// Checked before every attempt: a newer owner's claim makes this write a zombie's. The
-		// same statement checks the partitions whose sketches are written after.
-		if err := a.fenceCheck(ctx, &parts, &sketchParts); err != nil || len(parts) == 0 {
-			return err
+		// A newer owner's claim makes this write a zombie's: the statement drops its rows
+		// (migration 011), and the check after it drops the partition here.
+		if len(parts) == 0 {
+			return nil
 		}
 		if attempts > 0 {
 			done, err := a.store.batchWritten(ctx, parts[0].id, parts[0].next)
@@ -509,10 +523,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		}
 		p.markFlushed(p.next, now)
 	}
-	// Checked again: a writer that lost the partition while writing its deltas (whose rows the
+	// A writer that lost the partition before or while writing its deltas (whose rows the
 	// statement then dropped) stops here, its batch undone whole by the owner, and applies and
-	// publishes nothing.
-	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts) }); err != nil {
+	// publishes nothing. The same statement checks the partitions whose sketches and dedupe
+	// state are written after.
+	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts, &sketchParts) }); err != nil {
 		return nil, err
 	}
 	// Its views are readable from here (Redis). Each partition's publish to the counted topic
@@ -530,6 +545,9 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		a.syncTotals(ctx, p, mem[p.id], from[p.id])
 	}
 	published.Wait()
+	if err := a.writeDedupe(ctx, only); err != nil {
+		return nil, err
+	}
 	if withRollups {
 		if err := a.writeRollups(ctx, only); err != nil {
 			return nil, err
@@ -571,6 +589,28 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		a.m.flushSeconds.Observe(time.Since(t0).Seconds())
 	}
 	return done, nil
+}
+
+// writeDedupe stores the views counted since the last write by each held partition (those of
+// only, when set): the pending batch's, after it is readable, and any replayed below the
+// deltas checkpoint. The sketch checkpoint written after it vouches for them.
+func (a *Aggregator) writeDedupe(ctx context.Context, only map[int32]bool) error {
+	var parts []*partition
+	for id, p := range a.parts {
+		if (only == nil || only[id]) && len(p.counted) > 0 {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
+		return err
+	}
+	for _, p := range parts {
+		p.counted = p.counted[:0]
+	}
+	return nil
 }
 
 // writeRollups adds the batches written since each held partition's rollups were last written
@@ -650,7 +690,8 @@ func (a *Aggregator) fenceCheck(ctx context.Context, lists ...*[]*partition) err
 }
 
 // writeSketches stores the deltas of the dirty sketches of parts, then their sketch
-// checkpoints. The order matters: a checkpoint only ever vouches for sketches already stored.
+// checkpoints. The order matters: a checkpoint only ever vouches for sketches already stored,
+// and for dedupe state, which the flush wrote before.
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
 	// A displaced owner's deltas are dropped by ClickHouse (migration 012); the flush's claims
 	// checks also keep their estimates out of Redis in all but a stall between check and write.
