@@ -193,25 +193,12 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.lookback(c.at.Add(-zombieLookback), prev)}); err != nil {
 			return nil, err
 		}
-		// The dedupe window is restored where its state is complete: at the sketch checkpoint,
-		// which vouches for it (migration 013), or, for a checkpoint written before, at the
-		// deltas checkpoint, as then; with no sketch checkpoint it starts empty at the
-		// beginning, and the replay rebuilds it.
 		pairs := 0
-		switch {
-		case cp.sketchWatermark != nil:
-			p.win.Restore(*cp.sketchWatermark)
-			p.restoreAt(cp.sketched)
-		case cp.found && cp.sketched > 0:
+		if cp.found {
 			p.win.Restore(cp.watermark)
-			p.restoreAt(cp.end)
-		}
-		if p.deduped > 0 {
-			if pairs, err = a.store.loadDedupe(ctx, id, p.deduped, p.win); err != nil {
+			if pairs, err = a.store.loadDedupe(ctx, id, cp.end, p.win); err != nil {
 				return nil, err
 			}
-		}
-		if cp.found {
 			resume[id] = p.next
 		}
 		p.lastEvict = a.now()
@@ -219,7 +206,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		assigned = append(assigned, p)
 		a.logger.Info("partition assigned", "partition", id, "epoch", c.epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
 			"fold_checkpoint", cp.folded, "unfolded_sketches", len(p.foldQueue),
-			"found", cp.found, "dedupe_from", p.deduped, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
+			"found", cp.found, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	if a.tot != nil && len(assigned) > 0 {
 		// Redis being down must not hold the assignment: the flushes catch up later.
@@ -332,7 +319,7 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 		return
 	}
 	now := a.now()
-	views0 := p.views
+	counted0, edge0 := len(p.counted), p.edgeViews
 	poison0 := p.poison
 	n := 0
 	for i, off := range offsets {
@@ -343,7 +330,7 @@ func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
 		n++
 	}
 	a.m.records.Add(float64(n))
-	a.m.counted.Add(float64(p.views - views0))
+	a.m.counted.Add(float64(len(p.counted)-counted0) + float64(p.edgeViews-edge0))
 	a.m.poison.Add(float64(p.poison - poison0))
 }
 
@@ -472,14 +459,13 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	byID(parts)
 	byID(sketchParts)
 	t0 := time.Now()
-	// Dead letters and batch items first: both are idempotent, so a crash before the deltas
-	// only means they are written again on replay. The deltas carry the checkpoint. The dedupe
-	// state goes once the batch is visible in Redis, and the sketches at the sketch interval:
-	// they are the largest writes and its views should not wait for them. The sketch checkpoint
-	// vouches for both; a crash before it leaves it behind the deltas', and the replay from it
-	// goes into the sketches and the dedupe window only.
+	// Dedupe state and batch items first: both are idempotent, so a crash before the deltas
+	// only means they are written again on replay. The deltas carry the checkpoint. The
+	// sketches go last, once the batch is visible in Redis: they are the flush's largest write
+	// and its views should not wait for them; a crash before them leaves the sketch checkpoint
+	// behind the deltas', and the replay from it goes into the sketches only.
 	if len(parts) > 0 {
-		if err := a.retry(ctx, "write dead letters", func() error { return a.store.dead.writePending(ctx, a.store.conn, parts) }); err != nil {
+		if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
 			return nil, err
 		}
 		if err := a.retry(ctx, "write batch items", func() error { return a.store.writeBatchItems(ctx, parts, now) }); err != nil {
@@ -525,8 +511,8 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	}
 	// A writer that lost the partition before or while writing its deltas (whose rows the
 	// statement then dropped) stops here, its batch undone whole by the owner, and applies and
-	// publishes nothing. The same statement checks the partitions whose sketches and dedupe
-	// state are written after.
+	// publishes nothing. The same statement checks the partitions whose sketches are written
+	// after.
 	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts, &sketchParts) }); err != nil {
 		return nil, err
 	}
@@ -545,9 +531,6 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		a.syncTotals(ctx, p, mem[p.id], from[p.id])
 	}
 	published.Wait()
-	if err := a.writeDedupe(ctx, only); err != nil {
-		return nil, err
-	}
 	if withRollups {
 		if err := a.writeRollups(ctx, only); err != nil {
 			return nil, err
@@ -589,28 +572,6 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		a.m.flushSeconds.Observe(time.Since(t0).Seconds())
 	}
 	return done, nil
-}
-
-// writeDedupe stores the views counted since the last write by each held partition (those of
-// only, when set): the pending batch's, after it is readable, and any replayed below the
-// deltas checkpoint. The sketch checkpoint written after it vouches for them.
-func (a *Aggregator) writeDedupe(ctx context.Context, only map[int32]bool) error {
-	var parts []*partition
-	for id, p := range a.parts {
-		if (only == nil || only[id]) && len(p.counted) > 0 {
-			parts = append(parts, p)
-		}
-	}
-	if len(parts) == 0 {
-		return nil
-	}
-	if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
-		return err
-	}
-	for _, p := range parts {
-		p.counted = p.counted[:0]
-	}
-	return nil
 }
 
 // writeRollups adds the batches written since each held partition's rollups were last written
@@ -690,8 +651,7 @@ func (a *Aggregator) fenceCheck(ctx context.Context, lists ...*[]*partition) err
 }
 
 // writeSketches stores the deltas of the dirty sketches of parts, then their sketch
-// checkpoints. The order matters: a checkpoint only ever vouches for sketches already stored,
-// and for dedupe state, which the flush wrote before.
+// checkpoints. The order matters: a checkpoint only ever vouches for sketches already stored.
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
 	// A displaced owner's deltas are dropped by ClickHouse (migration 012); the flush's claims
 	// checks also keep their estimates out of Redis in all but a stall between check and write.

@@ -14,7 +14,6 @@ import (
 
 	"tally/platform/chclient"
 	"tally/schemas"
-	"tally/schemas/dedupe"
 	"tally/schemas/migrate"
 	"tally/testsupport/testinfra"
 )
@@ -148,22 +147,17 @@ func TestMigrationSeedsSketchCheckpointsFromDeltas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As the upgrade's first Apply runs them: 003 creates and seeds the table, 013 adds the
-	// watermark column the seeded rows lack.
-	if err := conn.Exec(ctx, "DROP TABLE sketch_checkpoints"); err != nil {
-		t.Fatal(err)
-	}
 	var seeded bool
 	for _, m := range all {
-		if m.Version != 3 && m.Version != 13 {
+		if m.Version != 3 {
 			continue
 		}
-		for _, stmt := range m.Statements {
+		for _, stmt := range m.Statements { // as the upgrade's first Apply runs them
 			if err := conn.Exec(ctx, stmt); err != nil {
 				t.Fatalf("%s: %v", stmt, err)
 			}
 		}
-		seeded = seeded || m.Version == 3
+		seeded = true
 	}
 	if !seeded {
 		t.Fatal("got no migration 003; want the one creating sketch_checkpoints")
@@ -321,16 +315,10 @@ func TestRepeatOfAnOlderCountedViewCountsOnce(t *testing.T) {
 		name      string
 		partition int32
 		restartAt int // records before this index are flushed and the aggregator restarts; 0: none
-		// crash: each record is flushed on its own, the first record's flush alone writing the
-		// sketches and their checkpoint, and the aggregator stops without writing them again:
-		// the next owner resumes at the sketch checkpoint, loads no dedupe state above it, and
-		// replays the records from there.
-		crash bool
 	}{
-		{"in one run", 12, 0, false},
-		{"restart between the two counted views", 13, 1, false},
-		{"restart after the two counted views", 14, 2, false},
-		{"crash after the newest counted view, before a sketch checkpoint vouched for its dedupe state", 15, 2, true},
+		{"in one run", 12, 0},
+		{"restart between the two counted views", 13, 1},
+		{"restart after the two counted views", 14, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -340,38 +328,18 @@ func TestRepeatOfAnOlderCountedViewCountsOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := uint64(0)
-			process := func(i int) {
-				a.Process(tt.partition, []int64{int64(i)}, [][]byte{view(item, "v", records[i].ts)})
-				if !tt.crash {
-					return
-				}
-				if i == 0 {
-					clock = clock.Add(cfg.SketchInterval)
-				} else {
-					clock = clock.Add(cfg.FlushInterval)
-				}
-				if _, err := a.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
 			for i, r := range records {
 				if i == tt.restartAt && i > 0 {
-					wantResume := int64(i)
-					if tt.crash {
-						wantResume = 1 // the first flush's sketch checkpoint
-					} else if _, err := a.FlushAll(ctx); err != nil {
+					if _, err := a.FlushAll(ctx); err != nil {
 						t.Fatal(err)
 					}
 					a = New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
 					resume, err := a.Assign(ctx, []int32{tt.partition})
-					if err != nil || resume[tt.partition] != wantResume {
-						t.Fatalf("got resume %v, %v; want partition %d at %d", resume, err, tt.partition, wantResume)
-					}
-					for j := int(wantResume); j < i; j++ {
-						process(j)
+					if err != nil || resume[tt.partition] != int64(i) {
+						t.Fatalf("got resume %v, %v; want partition %d at %d", resume, err, tt.partition, i)
 					}
 				}
-				process(i)
+				a.Process(tt.partition, []int64{int64(i)}, [][]byte{view(item, "v", r.ts)})
 				if r.counts {
 					want++
 				}
@@ -387,55 +355,6 @@ func TestRepeatOfAnOlderCountedViewCountsOnce(t *testing.T) {
 				t.Errorf("got %d views of %s; want %d (the two counted views, each once)", got, item, want)
 			}
 		})
-	}
-}
-
-// A partition whose sketch checkpoint was written before migration 013 has no watermark with
-// it, and its dedupe state was written by every flush, complete up to the deltas checkpoint:
-// the window is restored there, not at the sketch checkpoint (which has no watermark to
-// restore) nor empty (which would count again every view held before the sketch checkpoint).
-func TestDedupeStateFromBeforeMigration013RestoredAtTheDeltasCheckpoint(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn := openMigrated(t, ctx, "views_legacy_dedupe_test")
-	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	now := func() time.Time { return clock }
-	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 10 * time.Second,
-		MaxBatch: 1000, SketchIdle: time.Minute}
-	const p, item = int32(3), "legacy-item"
-	ts := clock.UnixMilli()
-	a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-	if _, err := a.Assign(ctx, []int32{p}); err != nil {
-		t.Fatal(err)
-	}
-	a.Process(p, []int64{0, 1}, [][]byte{view(item, "v0", ts), view(item, "v1", ts)})
-	clock = clock.Add(cfg.FlushInterval)
-	if _, err := a.Flush(ctx); err != nil { // the deltas alone: checkpoint 2, no sketch checkpoint
-		t.Fatal(err)
-	}
-	// What the code before migration 013 left besides: the flush's dedupe state, and a sketch
-	// checkpoint at 1 without a watermark.
-	for _, q := range []string{
-		fmt.Sprintf("INSERT INTO dedupe_state (partition, end_offset, pair, last_ms) VALUES (%d, 2, %d, %d), (%d, 2, %d, %d)",
-			p, dedupe.Key("v0", item), ts, p, dedupe.Key("v1", item), ts),
-		fmt.Sprintf("INSERT INTO sketch_checkpoints (partition, end_offset, written_at) VALUES (%d, 1, now64(3))", p),
-	} {
-		if err := conn.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-	resume, err := b.Assign(ctx, []int32{p})
-	if err != nil || resume[p] != 1 {
-		t.Fatalf("got resume %v, %v; want partition %d at 1 (the sketch checkpoint)", resume, err, p)
-	}
-	// The replay of offset 1 goes into the sketches; then both viewers again, and a new one.
-	b.Process(p, []int64{1, 2, 3, 4}, [][]byte{view(item, "v1", ts), view(item, "v0", ts+1), view(item, "v1", ts+1), view(item, "v2", ts)})
-	if _, err := b.FlushAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := queryUint(t, ctx, conn, "SELECT toUInt64(sum(views)) FROM view_deltas WHERE item_id = ?", item); got != 3 {
-		t.Errorf("got %d views; want 3 (v0, v1 and v2, each once)", got)
 	}
 }
 

@@ -38,7 +38,7 @@ func TestProgressCheckAndRepairWhileWritesFail(t *testing.T) {
 	}()
 	testinfra.WaitFor(t, 20*time.Second, "progress check down", func() (bool, string) {
 		err := a.Check(ctx)
-		return err != nil && strings.Contains(err.Error(), "failed in a row") && strings.Contains(err.Error(), "write batch items"), errString(err)
+		return err != nil && strings.Contains(err.Error(), "failed in a row") && strings.Contains(err.Error(), "write dedupe state"), errString(err)
 	})
 	if err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 		t.Fatal(err)

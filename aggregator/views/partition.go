@@ -3,16 +3,14 @@
 //
 // Each assigned Kafka partition has its own state: the dedupe window, the batch of deltas built
 // since the last flush, and the sketches it touched. A flush writes, for every partition with
-// work: the deltas together with the partition's checkpoint marker in one INSERT block, so
-// totals and checkpoint change atomically, then the Redis totals, then the dedupe state (the
-// views counted since), and every sketch interval (longer than the flush interval) the rollups
-// of the batches since and the sketch deltas (the viewers seen since) with the partition's
-// sketch checkpoint after them, which also vouches for the dedupe state written before it, and
+// work: first the dedupe state, then the deltas together with the partition's checkpoint marker
+// in one INSERT block, so totals and checkpoint change atomically, then the Redis totals, and
+// every sketch interval (longer than the flush interval) the rollups of the batches since, the
+// sketch deltas (the viewers seen since) with the partition's sketch checkpoint after them, and
 // last a share of the fold cycle that rewrites whole sketches; only then are Kafka offsets
-// committed (advisory, for lag metrics). On assignment the checkpoints, and the dedupe state with its watermark at the
-// sketch checkpoint, are loaded back from ClickHouse; consumption resumes at the lower
-// checkpoint, and records below the deltas checkpoint go into the sketches and the dedupe
-// window again, never into the deltas.
+// committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and the watermark are loaded back
+// from ClickHouse; consumption resumes at the lower checkpoint, and records below the deltas
+// checkpoint only go into the sketches again.
 //
 // Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
 // callbacks are the only callers. The Aggregator owns no goroutines; Source runs the loop.
@@ -79,9 +77,6 @@ type partition struct {
 	next     int64 // offset after the last processed record: end of the pending batch
 	flushed  int64 // deltas checkpoint: end offset of the last batch written
 	sketched int64 // sketch checkpoint: records below it are in the stored sketches
-	// deduped is where the restored dedupe window stands: it holds every view counted below it,
-	// and the records from it up to flushed are replayed into it (not counted again).
-	deduped int64
 	// Folds (migration 012): every delta of this partition up to folded is in unique_viewers.
 	// A fold cycle rewrites the whole sketch of each key in foldQueue (those with deltas up to
 	// foldFrom not yet folded), foldChunk of them per sketch interval; once the queue is empty
@@ -92,11 +87,10 @@ type partition struct {
 	foldChunk int
 	records   int // records in the pending batch
 	deltas    map[deltaKey]uint64
-	// counted holds the views counted since the dedupe state was last written (each flush,
-	// after the batch is readable), replayed ones included; views is how many the pending batch
-	// counted (an edge view count adds its count), for the counted-views metric.
-	counted []stateRow
-	views   uint64
+	counted   []stateRow
+	// edgeViews is how many more views than records the batch's counted view counts carry
+	// (their counts less one each), for the counted-views metric.
+	edgeViews uint64
 	// sketches touched since assignment; clean ones idle for a while are dropped.
 	sketches  map[sketchKey]*sketch
 	lastEvict time.Time
@@ -126,8 +120,7 @@ type partition struct {
 }
 
 // newPartition starts a partition whose deltas are written up to flushed and whose sketches
-// are stored up to sketched, with its dedupe window empty (see restoreAt); it resumes at the
-// lower of the two.
+// are stored up to sketched; it resumes at the lower of the two.
 func newPartition(id int32, window, grace time.Duration, flushed, sketched int64) *partition {
 	return &partition{
 		id:         id,
@@ -135,7 +128,6 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 		next:       min(flushed, sketched),
 		flushed:    flushed,
 		sketched:   sketched,
-		deduped:    min(flushed, sketched),
 		deltas:     make(map[deltaKey]uint64),
 		sketches:   make(map[sketchKey]*sketch),
 		undone:     make(map[batchRef]time.Time),
@@ -147,9 +139,9 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 
 // process applies one record at offset. Records that do not decode or validate cannot be
 // counted; they are set aside the same way on every replay, so they never make two runs
-// disagree. A record below the deltas checkpoint is already counted and is replayed only
-// because the sketches and the dedupe state were written before it: it goes into the sketches
-// and, at or above deduped, into the dedupe window, which then decides as it did the first time.
+// disagree. A record below the deltas checkpoint is already counted (and in the restored dedupe
+// state) and is replayed only because the sketches were written before it: it goes into the
+// sketches alone.
 func (p *partition) process(offset int64, value []byte, now time.Time) {
 	p.next = offset + 1
 	if schemas.RecordKind(value) == schemas.KindViewCount {
@@ -175,15 +167,12 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 	}
 	ds.insert(h, now)
 	ds.all.insert(h, now)
-	if !counted && offset < p.deduped {
+	if !counted {
 		return
 	}
 	if key := dedupe.Key(v.ViewerID, v.ItemID); p.win.Observe(key, v.TS) {
 		p.counted = append(p.counted, stateRow{key, v.TS})
-		if counted {
-			p.deltas[deltaKey{v.ItemID, floorDiv(v.TS, 1000)}]++
-			p.views++
-		}
+		p.deltas[deltaKey{v.ItemID, floorDiv(v.TS, 1000)}]++
 	}
 }
 
@@ -192,27 +181,20 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 // its state is checkpointed and restored with theirs. It adds its count to the item's second
 // and touches no sketch: it names no viewer.
 func (p *partition) processCount(offset int64, value []byte) {
-	counted := offset >= p.flushed
-	if !counted && offset < p.deduped {
+	if offset < p.flushed {
 		return
 	}
-	if counted {
-		p.records++
-	}
+	p.records++
 	c, err := schemas.DecodeViewCount(value)
 	if err != nil {
-		if counted {
-			p.poison++
-			p.setAside(offset, value, err)
-		}
+		p.poison++
+		p.setAside(offset, value, err)
 		return
 	}
 	if key := dedupe.CountKey(c.SourceID, c.Seq); p.win.Observe(key, c.TS()) {
 		p.counted = append(p.counted, stateRow{key, c.TS()})
-		if counted {
-			p.deltas[deltaKey{c.ItemID, c.Second}] += c.Count
-			p.views += c.Count
-		}
+		p.deltas[deltaKey{c.ItemID, c.Second}] += c.Count
+		p.edgeViews += c.Count - 1
 	}
 }
 
@@ -313,17 +295,10 @@ func (p *partition) sketchesPending(now time.Time) bool {
 	return false
 }
 
-// restoreAt sets where the dedupe window restored from ClickHouse stands: at the sketch
-// checkpoint, or at the deltas checkpoint for state written before migration 013. Records from
-// there to the deltas checkpoint are replayed into it; below, into the sketches only.
-func (p *partition) restoreAt(end int64) { p.deduped = end }
-
-// markSketched marks the sketches' deltas and the dedupe state stored up to end and drops
-// folded sketches idle for longer than idle (a later view reloads the stored version before its
-// next delta is written).
+// markSketched marks the sketches' deltas written up to end and drops folded ones idle for
+// longer than idle (a later view reloads the stored version before its next delta is written).
 func (p *partition) markSketched(end int64, now time.Time, idle time.Duration) {
 	p.sketched = end
-	p.deduped = max(p.deduped, end)
 	for k, s := range p.sketches {
 		if s.dirty {
 			s.dirty, s.delta, s.unfolded = false, nil, true
@@ -371,7 +346,8 @@ func (p *partition) markFlushed(end int64, now time.Time) {
 	p.records = 0
 	p.poison = 0
 	clear(p.deltas)
-	p.views = 0
+	p.counted = p.counted[:0]
+	p.edgeViews = 0
 	if now.Sub(p.lastEvict) > 30*time.Second {
 		p.win.Evict()
 		p.lastEvict = now

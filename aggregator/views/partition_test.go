@@ -75,11 +75,8 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 		t.Fatalf("got %d sketches; want 4", got)
 	}
 	p.markFlushed(p.next, t0.Add(90*time.Second))
-	if p.pending() || len(p.deltas) != 0 || p.records != 0 {
-		t.Errorf("got pending=%v deltas=%d records=%d after flush; want an empty batch", p.pending(), len(p.deltas), p.records)
-	}
-	if len(p.counted) != 2 {
-		t.Errorf("got %d counted views held after a deltas flush; want 2 (the dedupe state is written after it)", len(p.counted))
+	if p.pending() || len(p.deltas) != 0 || len(p.counted) != 0 || p.records != 0 {
+		t.Errorf("got pending=%v deltas=%d counted=%d records=%d after flush; want an empty batch", p.pending(), len(p.deltas), len(p.counted), p.records)
 	}
 	if !p.sketchesPending(t0) || len(p.sketches) != 4 {
 		t.Fatalf("got sketchesPending=%v with %d sketches after a deltas flush; want true with 4 (sketches have their own interval)", p.sketchesPending(t0), len(p.sketches))
@@ -109,47 +106,32 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 	}
 }
 
-// A partition resumed below its deltas checkpoint (the sketches and the dedupe state were
-// written earlier) puts the replayed records into the sketches and, from where the restored
-// window stands, into the window, to be written with the next dedupe state; it counts only the
-// records at or above the deltas checkpoint.
-func TestReplayBelowDeltasCheckpoint(t *testing.T) {
+// A partition resumed below its deltas checkpoint (the sketches were written earlier) puts the
+// replayed records into the sketches only: they are counted and in the dedupe state already.
+func TestReplayBelowDeltasCheckpointOnlyFillsSketches(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	ts := t0.UnixMilli()
-	tests := []struct {
-		name      string
-		restoreAt int64 // where the restored window stands
-		wantPairs int
-	}{
-		{"window restored at the sketch checkpoint", 10, 4},
-		{"window restored at the deltas checkpoint (state from before migration 013)", 12, 2},
+	p := newPartition(0, 30*time.Minute, 10*time.Minute, 12, 10)
+	if p.next != 10 || p.pending() {
+		t.Fatalf("got next %d pending %v; want 10 false (resume at the sketch checkpoint)", p.next, p.pending())
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := newPartition(0, 30*time.Minute, 10*time.Minute, 12, 10)
-			p.restoreAt(tt.restoreAt)
-			if p.next != 10 || p.pending() {
-				t.Fatalf("got next %d pending %v; want 10 false (resume at the sketch checkpoint)", p.next, p.pending())
-			}
-			for i, viewer := range []string{"a", "b", "c", "d"} { // offsets 10..13; 10 and 11 are counted already
-				p.process(10+int64(i), view("i", viewer, ts), t0)
-			}
-			if got := p.deltas[deltaKey{"i", ts / 1000}]; got != 2 || p.views != 2 || p.records != 2 {
-				t.Errorf("got %d views in the deltas, %d counted, %d records; want 2 2 2 (offsets 12 and 13 only)", got, p.views, p.records)
-			}
-			if len(p.counted) != tt.wantPairs || p.win.Len() != tt.wantPairs {
-				t.Errorf("got counted=%d dedupe pairs=%d; want %d %d", len(p.counted), p.win.Len(), tt.wantPairs, tt.wantPairs)
-			}
-			for _, k := range []sketchKey{{"i", int32(ts / 86_400_000)}, {"i", allTime}} {
-				s := p.sketches[k]
-				if s == nil || s.hll.Estimate() != 4 {
-					t.Errorf("sketch %v: got %v; want 4 viewers (replayed ones included)", k, s)
-				}
-			}
-			if !p.pending() || !p.sketchesPending(t0) {
-				t.Errorf("got pending=%v sketchesPending=%v; want both", p.pending(), p.sketchesPending(t0))
-			}
-		})
+	for i, viewer := range []string{"a", "b", "c", "d"} { // offsets 10..13; 10 and 11 are counted already
+		p.process(10+int64(i), view("i", viewer, ts), t0)
+	}
+	if got := p.deltas[deltaKey{"i", ts / 1000}]; got != 2 {
+		t.Errorf("got %d views counted; want 2 (offsets 12 and 13 only)", got)
+	}
+	if p.records != 2 || len(p.counted) != 2 || p.win.Len() != 2 {
+		t.Errorf("got records=%d counted=%d dedupe pairs=%d; want 2 2 2", p.records, len(p.counted), p.win.Len())
+	}
+	for _, k := range []sketchKey{{"i", int32(ts / 86_400_000)}, {"i", allTime}} {
+		s := p.sketches[k]
+		if s == nil || s.hll.Estimate() != 4 {
+			t.Errorf("sketch %v: got %v; want 4 viewers (replayed ones included)", k, s)
+		}
+	}
+	if !p.pending() || !p.sketchesPending(t0) {
+		t.Errorf("got pending=%v sketchesPending=%v; want both", p.pending(), p.sketchesPending(t0))
 	}
 }
 

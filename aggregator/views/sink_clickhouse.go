@@ -23,18 +23,15 @@ type store struct {
 // checkpoint is where a partition resumes: the end offset of its last valid batch, the
 // watermark of its dedupe window at that point, the offset up to which its rollups were known
 // complete when that batch was written (-1 for batches from before that was recorded), the
-// offset below which its records are in the stored sketches and dedupe state (0 when none were
-// written, so that the replay starts at the beginning) with the window's watermark there (nil
-// when written before migration 013: the dedupe state is then complete up to end), and the
-// offset up to which its sketch deltas are folded.
+// offset below which its records are in the stored sketches (0 when none were written, so that
+// the replay starts at the beginning), and the offset up to which its sketch deltas are folded.
 type checkpoint struct {
-	end             int64
-	watermark       int64
-	rolled          int64
-	found           bool
-	sketched        int64
-	sketchWatermark *int64
-	folded          int64
+	end       int64
+	watermark int64
+	rolled    int64
+	found     bool
+	sketched  int64
+	folded    int64
 }
 
 // loadCheckpoint reads partition p's checkpoint from the markers of its valid batches.
@@ -43,10 +40,9 @@ func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence) (checkpoin
 	var n uint64
 	err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset),
 			argMax(rolled_up_to, end_offset), (SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?),
-			(SELECT argMax(tuple(watermark_ms), end_offset).1 FROM sketch_checkpoints WHERE partition = ?),
 			(SELECT max(end_offset) FROM sketch_folds WHERE partition = ?)
 		FROM view_deltas WHERE item_id = '' AND partition = ? AND NOT (%s)`, f.invalidSQL(f.epochs())),
-		uint16(p), uint16(p), uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched, &cp.sketchWatermark, &cp.folded)
+		uint16(p), uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched, &cp.folded)
 	if err != nil {
 		return cp, fmt.Errorf("load checkpoint of partition %d: %w", p, err)
 	}
@@ -83,34 +79,28 @@ func (s *store) loadUnfolded(ctx context.Context, p int32, folded int64) ([]sket
 	return keys, nil
 }
 
-// writeSketchCheckpoints records that the sketches of parts (their folds and deltas) and their
-// dedupe state hold every record below their next offset. Like the sketches, the rows count only while no newer
+// writeSketchCheckpoints records that the sketches of parts (their folds and deltas) hold
+// every record below their next offset. Like the sketches, the rows count only while no newer
 // owner claimed the partition (migration 010): a displaced owner's checkpoint could vouch for
 // viewers that the stored sketches, the new owner's, do not hold.
 func (s *store) writeSketchCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
-	return s.writeCheckpoints(ctx, "sketch_checkpoints_claimed (partition, epoch, end_offset, written_at, watermark_ms)", "sketch checkpoint", parts,
-		func(p *partition) []any {
-			wm := p.win.Watermark() // where the dedupe window it vouches for is restored (migration 013)
-			return []any{uint16(p.id), p.epoch, p.next, now, &wm}
-		})
+	return s.writeOffsets(ctx, "sketch_checkpoints_claimed", "sketch checkpoint", parts, func(p *partition) int64 { return p.next }, now)
 }
 
 // writeFoldCheckpoints records that every sketch delta of parts up to the end of their fold
 // cycle is in unique_viewers, fenced like the sketch checkpoints.
 func (s *store) writeFoldCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
-	return s.writeCheckpoints(ctx, "sketch_folds_claimed (partition, epoch, end_offset, written_at)", "fold checkpoint", parts,
-		func(p *partition) []any { return []any{uint16(p.id), p.epoch, p.foldFrom, now} })
+	return s.writeOffsets(ctx, "sketch_folds_claimed", "fold checkpoint", parts, func(p *partition) int64 { return p.foldFrom }, now)
 }
 
-// writeCheckpoints inserts row(p) for each of parts with insert, a table and its columns.
-func (s *store) writeCheckpoints(ctx context.Context, insert, what string, parts []*partition, row func(*partition) []any) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+insert)
+func (s *store) writeOffsets(ctx context.Context, table, what string, parts []*partition, offset func(*partition) int64, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+table+" (partition, epoch, end_offset, written_at)")
 	if err != nil {
 		return fmt.Errorf("prepare %s insert: %w", what, err)
 	}
 	defer b.Abort()
 	for _, p := range parts {
-		if err := b.Append(row(p)...); err != nil {
+		if err := b.Append(uint16(p.id), p.epoch, offset(p), now); err != nil {
 			return fmt.Errorf("append %s of partition %d: %w", what, p.id, err)
 		}
 	}
@@ -144,9 +134,10 @@ func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.
 	return win.Len(), nil
 }
 
-// writeDedupe stores the views parts counted since their dedupe state was last written, under
-// their next offset: the sketch checkpoint written after it vouches for them.
 func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
+	if err := s.dead.writePending(ctx, s.conn, parts); err != nil {
+		return err
+	}
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)")
 	if err != nil {
 		return fmt.Errorf("prepare dedupe state insert: %w", err)
