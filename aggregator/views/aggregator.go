@@ -79,6 +79,7 @@ type Aggregator struct {
 type metrics struct {
 	records, counted, poison prometheus.Counter
 	flushSeconds             prometheus.Histogram
+	readableSeconds          prometheus.Histogram
 	sketchSeconds            prometheus.Histogram
 	foldSeconds              prometheus.Histogram
 	folds                    prometheus.Counter
@@ -100,6 +101,9 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records set aside because they did not decode or validate."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_flush_seconds", Help: "Time to write one flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
+		readableSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_readable_seconds",
+			Help:    "Per flush, the time from the previous flush's start until this flush's batch is readable in Redis: the longest a view consumed into it waited in the aggregator.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 1.5, 16)}),
 		sketchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_write_seconds", Help: "Time to write the unique-viewer sketch deltas and their checkpoints.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		foldSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_fold_seconds", Help: "Time to fold one sketch interval's share of whole sketches into unique_viewers.",
@@ -128,7 +132,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		}
 		return float64(n)
 	})
-	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
+	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.readableSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
 		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors, a.m.countedErrors)
 	return a
 }
@@ -428,7 +432,8 @@ func (a *Aggregator) Lost(ids []int32) {
 
 func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which sketches) (map[int32]int64, error) {
 	now := a.now()
-	a.m.lagSeconds.Set(a.pace.Start(now).Seconds())
+	since := a.pace.Start(now)
+	a.m.lagSeconds.Set(since.Seconds())
 	defer func() { a.pace.End(a.now()) }()
 	withSketches := which == sketchesAll || now.Sub(a.lastSketch) >= a.cfg.SketchInterval
 	withRollups := which == sketchesAll || now.Sub(a.lastRollup) >= a.cfg.RollupInterval
@@ -529,6 +534,9 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	for _, p := range parts {
 		done[p.id] = p.flushed
 		a.syncTotals(ctx, p, mem[p.id], from[p.id])
+	}
+	if len(parts) > 0 && a.tot != nil {
+		a.m.readableSeconds.Observe(since.Seconds() + time.Since(t0).Seconds())
 	}
 	published.Wait()
 	if withRollups {

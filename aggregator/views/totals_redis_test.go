@@ -274,3 +274,53 @@ func TestRollupsFollowAtTheirInterval(t *testing.T) {
 	post(b)
 	check("at the next owner's rollup interval", 80)
 }
+
+// A flush's readable time runs from the previous flush's start, before which the oldest view of
+// its batch may have been consumed, to its Redis apply; without Redis totals nothing becomes
+// readable and nothing is observed.
+func TestReadableSecondsFromThePreviousFlushStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_readable_test")
+	rdb := freshRedis(t, ctx)
+	tests := []struct {
+		name      string
+		partition int32
+		totals    *totals.Store
+		wantCount uint64
+	}{
+		{"with redis totals", 0, totals.New(rdb, "views"), 1},
+		{"without redis totals", 1, nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := time.Now().UTC().Truncate(time.Second)
+			now := func() time.Time { return clock }
+			reg := prometheus.NewRegistry()
+			a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Minute,
+				MaxBatch: 1000, SketchIdle: time.Minute, Totals: tt.totals}, conn, now, infra.Logger, reg)
+			if _, err := a.Assign(ctx, []int32{tt.partition}); err != nil {
+				t.Fatal(err)
+			}
+			a.Process(tt.partition, []int64{0}, [][]byte{view("readable", "v", clock.UnixMilli())})
+			clock = clock.Add(3 * time.Second)
+			if _, err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var count uint64
+			var sum float64
+			for _, mf := range mfs {
+				if mf.GetName() == "tally_views_readable_seconds" {
+					count, sum = mf.GetMetric()[0].GetHistogram().GetSampleCount(), mf.GetMetric()[0].GetHistogram().GetSampleSum()
+				}
+			}
+			if count != tt.wantCount || count > 0 && sum < 3 {
+				t.Errorf("got %d observations summing %.3f s; want %d of at least 3 s (the time since the previous flush's start)", count, sum, tt.wantCount)
+			}
+		})
+	}
+}
