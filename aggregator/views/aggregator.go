@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/axiomhq/hyperloglog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/aggregator/counted"
@@ -729,9 +728,7 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 	for _, p := range a.parts {
 		keys := p.foldTake(a.foldRounds())
 		for _, k := range keys {
-			if p.sketches[k] == nil {
-				p.sketches[k] = &sketch{hll: hyperloglog.New14()}
-			}
+			p.sketch(k) // an earlier owner's key: loaded from its stored version below
 		}
 		if len(keys) > 0 {
 			folds[p] = keys

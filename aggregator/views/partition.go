@@ -8,9 +8,9 @@
 // every sketch interval (longer than the flush interval) the rollups of the batches since, the
 // sketch deltas (the viewers seen since) with the partition's sketch checkpoint after them, and
 // last a share of the fold cycle that rewrites whole sketches; only then are Kafka offsets
-// committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and the watermark are loaded back
-// from ClickHouse; consumption resumes at the lower checkpoint, and records below the deltas
-// checkpoint only go into the sketches again.
+// committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
+// the watermark are loaded back from ClickHouse; consumption resumes at the lower checkpoint,
+// and records below the deltas checkpoint only go into the sketches again.
 //
 // Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
 // callbacks are the only callers. The Aggregator owns no goroutines; Source runs the loop.
@@ -43,10 +43,10 @@ type sketchKey struct {
 type sketch struct {
 	hll    *hyperloglog.Sketch
 	loaded bool // merged with the stored version, so writing it loses nothing
-	dirty  bool
-	// delta holds the viewers inserted since the sketch's last delta write (nil: none), and
-	// unfolded says that a delta was written since the whole sketch was last folded into
-	// unique_viewers (migration 012): such a sketch stays in memory until its fold.
+	// delta holds the viewers inserted since the sketch's last delta write (nil: none, the
+	// sketch is clean), and unfolded says that a delta was written since the whole sketch was
+	// last folded into unique_viewers (migration 012): such a sketch stays in memory until its
+	// fold.
 	delta    *hyperloglog.Sketch
 	unfolded bool
 	// estimate is hll's last computed estimate, fresh the inserts since (see current).
@@ -216,9 +216,11 @@ func (s *sketch) insert(h uint64, now time.Time) {
 	}
 	s.delta.InsertHash(h)
 	s.fresh++
-	s.dirty = true
 	s.touched = now
 }
+
+// dirty reports whether the sketch took viewers since its last delta write.
+func (s *sketch) dirty() bool { return s.delta != nil }
 
 // estimateEvery is how long a sketch's estimate is reused while it takes new viewers. An
 // estimate costs a pass over the sketch (a sparse sketch's pending inserts merged into its
@@ -252,7 +254,7 @@ func (s *sketch) estimateNow(now time.Time) uint64 {
 // owesEstimate reports whether a sketch with no new viewers since its last write holds an
 // estimate to write: one skipped while it took them.
 func (s *sketch) owesEstimate(now time.Time) bool {
-	return !s.dirty && s.fresh > 0 && s.estimateDue(now)
+	return !s.dirty() && s.fresh > 0 && s.estimateDue(now)
 }
 
 // itemDeltas sums the pending batch's deltas per item.
@@ -300,8 +302,8 @@ func (p *partition) sketchesPending(now time.Time) bool {
 func (p *partition) markSketched(end int64, now time.Time, idle time.Duration) {
 	p.sketched = end
 	for k, s := range p.sketches {
-		if s.dirty {
-			s.dirty, s.delta, s.unfolded = false, nil, true
+		if s.dirty() {
+			s.delta, s.unfolded = nil, true
 		}
 		if !s.unfolded && now.Sub(s.touched) > idle {
 			delete(p.sketches, k)

@@ -97,7 +97,7 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 		if k.item != "new" {
 			t.Errorf("got sketch %v kept after a minute idle; want it dropped", k)
 		}
-		if s.dirty {
+		if s.dirty() {
 			t.Errorf("got sketch %v dirty after flush; want clean", k)
 		}
 	}
@@ -260,7 +260,7 @@ func TestAllTimeSketchLookedUpAgainAfterEviction(t *testing.T) {
 	}
 	p.process(2, view("i", "c", ts), t1.Add(30*time.Second))
 	all := p.sketches[sketchKey{"i", allTime}]
-	if all == nil || all.hll.Estimate() != 1 || !all.dirty {
+	if all == nil || all.hll.Estimate() != 1 || !all.dirty() {
 		t.Fatalf("got all-time sketch %+v after a view; want a dirty one holding 1 viewer", all)
 	}
 	if p.sketches[day].all != all {

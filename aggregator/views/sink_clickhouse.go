@@ -321,7 +321,7 @@ func (s *store) writeSketchDeltas(ctx context.Context, parts []*partition, now t
 		for k, sk := range p.sketches {
 			blob := empty
 			switch {
-			case sk.dirty && sk.delta != nil:
+			case sk.dirty():
 				if blob, err = sk.delta.MarshalBinary(); err != nil {
 					return nil, fmt.Errorf("encode sketch delta of %s: %w", k.item, err)
 				}
