@@ -51,7 +51,7 @@ func (*Settings) Settings() []config.Setting {
 		{Key: "aggregator.instance_id", Default: "", Help: "static group membership id (e.g. the pod name): a restarted aggregator takes back its partitions at once"},
 		{Key: "aggregator.session_timeout", Default: 10 * time.Second, Help: "how long the group waits for a silent aggregator before moving its partitions"},
 		{Key: "aggregator.flush_interval", Default: 500 * time.Millisecond, Help: "how often aggregated batches are written to ClickHouse and Redis (after a flush slower than this, the next waits half that flush's time)"},
-		{Key: "aggregator.sketch_interval", Default: 5 * time.Second, Help: "how often the viewers added to the unique-viewer sketches are written to ClickHouse as sketch deltas (a crash replays the views since into them) and the batches since are added to the rollups (series, dashboards; a crash repairs them from the deltas)"},
+		{Key: "aggregator.sketch_interval", Default: 5 * time.Second, Help: "how often the viewers added to the unique-viewer sketches are written to ClickHouse as sketch deltas (a crash replays the views since into them) and, half an interval later, the batches since are added to the rollups (series, dashboards; a crash repairs them from the deltas)"},
 		{Key: "aggregator.sketch_fold_interval", Default: 10 * time.Minute, Help: "how often each sketch with deltas has its whole version rewritten into unique_viewers, spread over the interval (readers union the deltas since; at most a day: the deltas are kept 2 days)"},
 		{Key: "aggregator.max_batch", Default: 200000, Help: "records per partition batch before an early flush"},
 		{Key: "aggregator.dedupe_window", Default: 30 * time.Minute, Help: "a view counts once per viewer and item within this much event time"},

@@ -8,7 +8,11 @@
 // below the input, so the lag would grow for good. With it the batches grow with the flush time
 // and the fixed cost is spread over them; with quick flushes it changes nothing.
 //
-// Concurrency: a Pace is not safe for concurrent use; its aggregator's mutex guards it.
+// A Slot says when a flush carries periodic work (sketch writes, rollups, checks) that costs more
+// than a batch: once per interval, on a grid. Slots of one interval at different phases never
+// share a flush, so no flush, and no batch consumed while it runs, waits for all of that work.
+//
+// Concurrency: a Pace or a Slot is not safe for concurrent use; its aggregator's mutex guards it.
 package flushpace
 
 import "time"
@@ -42,4 +46,30 @@ func (p *Pace) Start(now time.Time) time.Duration {
 func (p *Pace) End(now time.Time) {
 	p.ended = now
 	p.took = now.Sub(p.started)
+}
+
+// Slot is periodic work carried by flushes: due once every interval, at the first flush at or
+// after each point of a grid. The grid is fixed at creation, so a late flush does not shift the
+// next point and two slots with different phases do not drift into one flush.
+type Slot struct {
+	every time.Duration
+	next  time.Time
+}
+
+// NewSlot returns a slot first due at first and every every after it; with every zero or less it
+// is due at every flush.
+func NewSlot(every time.Duration, first time.Time) *Slot {
+	return &Slot{every: every, next: first}
+}
+
+// Due reports whether the slot's work is due at now.
+func (s *Slot) Due(now time.Time) bool { return s.every <= 0 || !now.Before(s.next) }
+
+// Done records that the work due at now was done: the slot is next due at the first grid point
+// after now.
+func (s *Slot) Done(now time.Time) {
+	if s.every <= 0 || now.Before(s.next) {
+		return
+	}
+	s.next = s.next.Add((now.Sub(s.next)/s.every + 1) * s.every)
 }

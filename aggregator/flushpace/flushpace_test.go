@@ -47,3 +47,35 @@ func TestStartReturnsTimeSincePreviousStart(t *testing.T) {
 		t.Errorf("got %s; want %s", got, want)
 	}
 }
+
+func TestSlot(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name    string
+		every   time.Duration
+		first   time.Time
+		flushes []int  // ms after t0
+		want    []bool // due at each flush (then done when due)
+	}{
+		{"before the first point", 5 * time.Second, at(2500), []int{0, 2499}, []bool{false, false}},
+		{"at and after the first point", 5 * time.Second, at(2500), []int{2500, 2600, 7499, 7500}, []bool{true, false, false, true}},
+		{"a late flush keeps the grid", 5 * time.Second, at(2500), []int{3400, 7500, 7900}, []bool{true, true, false}},
+		{"a stall skips the points missed", 5 * time.Second, at(2500), []int{2500, 19000, 22499, 22500}, []bool{true, true, false, true}},
+		{"no interval: every flush", 0, at(2500), []int{0, 1, 1}, []bool{true, true, true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSlot(tt.every, tt.first)
+			for i, ms := range tt.flushes {
+				got := s.Due(at(ms))
+				if got != tt.want[i] {
+					t.Fatalf("flush at %d ms: got Due %v; want %v", ms, got, tt.want[i])
+				}
+				if got {
+					s.Done(at(ms))
+				}
+			}
+		})
+	}
+}

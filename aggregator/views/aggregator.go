@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/axiomhq/hyperloglog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/aggregator/counted"
@@ -69,8 +70,13 @@ type Aggregator struct {
 	// of them whose records the group still delivers here (see Reclaims).
 	fenced, reclaim map[int32]bool
 	pace            *flushpace.Pace
-	lastSketch      time.Time
-	lastRollup      time.Time
+	// The periodic work a flush carries besides its batch, each in its own slot: the sketch
+	// deltas at whole sketch intervals, the rollups and the checks (zombies, folds, Redis
+	// totals) half an interval later, so that no one flush, and no batch consumed while it
+	// runs, waits for all of it.
+	sketchSlot, rollupSlot, checkSlot *flushpace.Slot
+	// sketching is the sketch write under way beside the consume loop, if any (writeSketches).
+	sketching *sketchWrite
 
 	m metrics
 }
@@ -93,7 +99,11 @@ type metrics struct {
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
-		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, pace: flushpace.New(cfg.FlushInterval, now()), lastSketch: now(), lastRollup: now()}
+		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, pace: flushpace.New(cfg.FlushInterval, now())}
+	t0 := now()
+	a.sketchSlot = flushpace.NewSlot(cfg.SketchInterval, t0.Add(cfg.SketchInterval))
+	a.rollupSlot = flushpace.NewSlot(cfg.RollupInterval, t0.Add(cfg.RollupInterval/2))
+	a.checkSlot = flushpace.NewSlot(cfg.SketchInterval, t0.Add(cfg.SketchInterval/2))
 	a.m = metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
 		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window); a counted edge view count adds its count."}),
@@ -434,16 +444,26 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	since := a.pace.Start(now)
 	a.m.lagSeconds.Set(since.Seconds())
 	defer func() { a.pace.End(a.now()) }()
-	withSketches := which == sketchesAll || now.Sub(a.lastSketch) >= a.cfg.SketchInterval
-	withRollups := which == sketchesAll || now.Sub(a.lastRollup) >= a.cfg.RollupInterval
-	if withRollups && only == nil {
-		a.lastRollup = now
+	// A sketch write still under way holds the next one back (the checkpoints must move in
+	// order); a clean stop or a revoke waits for it, and writes what is left after it.
+	if err := a.settleSketches(which == sketchesAll); err != nil {
+		return nil, err
 	}
-	// The zombie checks and the Redis totals check run with the sketches; a revoke (only) writes
-	// its own partitions' sketches and leaves the rest, and the interval, to the next flushes.
-	housekeeping := withSketches && only == nil
-	if housekeeping {
-		a.lastSketch = now
+	withSketches := which == sketchesAll || a.sketching == nil && a.sketchSlot.Due(now)
+	withRollups := which == sketchesAll || a.rollupSlot.Due(now)
+	// The zombie checks, the fold and the Redis totals check run in the check slot; a revoke
+	// (only) writes its own partitions' sketches and rollups and leaves the rest, and the slots,
+	// to the next flushes.
+	housekeeping := only == nil && (which == sketchesAll || a.checkSlot.Due(now))
+	if only == nil {
+		for _, s := range []struct {
+			slot *flushpace.Slot
+			did  bool
+		}{{a.sketchSlot, withSketches}, {a.rollupSlot, withRollups}, {a.checkSlot, housekeeping}} {
+			if s.did {
+				s.slot.Done(now)
+			}
+		}
 	}
 	var parts, sketchParts []*partition
 	for id, p := range a.parts {
@@ -566,6 +586,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		if err := a.writeSketches(ctx, sketchParts, now); err != nil {
 			return nil, err
 		}
+		if which == sketchesAll {
+			if err := a.settleSketches(true); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if housekeeping {
 		if err := a.foldSketches(ctx, now); err != nil {
@@ -657,8 +682,26 @@ func (a *Aggregator) fenceCheck(ctx context.Context, lists ...*[]*partition) err
 	return nil
 }
 
-// writeSketches stores the deltas of the dirty sketches of parts, then their sketch
-// checkpoints. The order matters: a checkpoint only ever vouches for sketches already stored.
+// sketchWrite is a write of sketch deltas and their checkpoints under way beside the consume
+// loop. Its goroutine reads only what writeSketches prepared and closes done when it ends; the
+// aggregator reads err and applies the outcome after that (settleSketches).
+type sketchWrite struct {
+	parts []*partition
+	ends  []offsetRow // parallel to parts
+	taken []map[sketchKey]*hyperloglog.Sketch
+	done  chan struct{}
+	err   error
+}
+
+// writeSketches starts writing the deltas of the dirty sketches of parts, then their sketch
+// checkpoints, beside the consume loop. The order matters: a checkpoint only ever vouches for
+// sketches already stored. The rows are built here, under the lock, and the sketches left
+// clean; the partitions' sketch checkpoints in memory move when settleSketches finds the write
+// done.
+//
+// The write is the largest of the periodic ones, and the engine runs one statement at a time:
+// run in the loop, it held the batches consumed meanwhile for all of it; beside the loop, a
+// flush waits at most for the statement under way.
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
 	// A displaced owner's deltas are dropped by ClickHouse (migration 012); the flush's claims
 	// checks also keep their estimates out of Redis in all but a stall between check and write.
@@ -667,29 +710,71 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 		return nil
 	}
 	t0 := time.Now()
-	// Two retries, so that a failed checkpoint insert (one row per partition) does not write
-	// every delta again.
-	var est map[string]uint64
-	if err := a.retry(ctx, "write sketch deltas", func() error {
-		if err := a.store.loadSketches(ctx, parts); err != nil {
-			return err
-		}
-		var err error
-		est, err = a.store.writeSketchDeltas(ctx, parts, now)
-		return err
-	}); err != nil {
+	if err := a.retry(ctx, "load sketches", func() error { return a.store.loadSketches(ctx, parts) }); err != nil {
 		return err
 	}
-	if err := a.retry(ctx, "write sketch checkpoints", func() error {
-		return a.store.writeSketchCheckpoints(ctx, parts, now)
-	}); err != nil {
+	rows, est, err := sketchDeltaRows(parts, now)
+	if err != nil {
 		return err
 	}
+	w := &sketchWrite{parts: parts, done: make(chan struct{})}
 	for _, p := range parts {
-		p.markSketched(p.next, now, a.cfg.SketchIdle)
+		w.ends = append(w.ends, offsetRow{p.id, p.epoch, p.next})
+		w.taken = append(w.taken, p.takeDeltas(now, a.cfg.SketchIdle))
 	}
-	a.setUnique(ctx, est)
-	a.m.sketchSeconds.Observe(time.Since(t0).Seconds())
+	a.sketching = w
+	// The goroutine records its progress at the flush's time rather than call the clock beside
+	// the loop.
+	at := func() time.Time { return now }
+	go func() {
+		defer close(w.done)
+		// Two retries, so that a failed checkpoint insert (one row per partition) does not
+		// write every delta again.
+		if w.err = a.retryAt(ctx, "write sketch deltas", at, func() error { return a.store.insertSketchDeltas(ctx, rows, now) }); w.err != nil {
+			return
+		}
+		if w.err = a.retryAt(ctx, "write sketch checkpoints", at, func() error { return a.store.writeSketchCheckpoints(ctx, w.ends, now) }); w.err != nil {
+			return
+		}
+		a.setUnique(ctx, est)
+		a.m.sketchSeconds.Observe(time.Since(t0).Seconds())
+	}()
+	return nil
+}
+
+// settleSketches applies the outcome of the sketch write under way once it is done, waiting for
+// it when wait is set: the sketch checkpoints of the partitions still held move or, if it failed
+// (its retries end only with the context of the flush that started it, as at a stop), its
+// deltas are given back for the next write to hold.
+func (a *Aggregator) settleSketches(wait bool) error {
+	w := a.sketching
+	if w == nil {
+		return nil
+	}
+	if wait {
+		<-w.done
+	} else {
+		select {
+		case <-w.done:
+		default:
+			return nil
+		}
+	}
+	a.sketching = nil
+	if w.err != nil {
+		a.logger.Warn("sketch write beside the consume loop failed; the next one holds its deltas", "err", w.err)
+	}
+	for i, p := range w.parts {
+		if w.err != nil {
+			if err := p.restoreDeltas(w.taken[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		if a.parts[p.id] == p {
+			p.sketched = w.ends[i].end
+		}
+	}
 	return nil
 }
 
@@ -780,15 +865,20 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 }
 
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
+	return a.retryAt(ctx, what, a.now, fn)
+}
+
+// retryAt is retry recording its progress at the times at gives.
+func (a *Aggregator) retryAt(ctx context.Context, what string, at func() time.Time, fn func() error) error {
 	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
 		a.m.flushErrors.Inc()
-		a.progress.failed(a.now(), fmt.Errorf("%s: %w", what, err))
+		a.progress.failed(at(), fmt.Errorf("%s: %w", what, err))
 		a.repairSchema(ctx)
 		a.logger.Warn("clickhouse write failed; retrying", "step", what, "err", err, "backoff", wait)
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	a.progress.succeeded(a.now())
+	a.progress.succeeded(at())
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
@@ -90,6 +91,7 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 				if _, err := first.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
+				settle(t, first)
 			}
 			first.Process(tt.partition, offsets[tt.sketchedAt:], values[tt.sketchedAt:])
 			clock = clock.Add(cfg.FlushInterval) // deltas alone
@@ -431,6 +433,7 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	if _, err := fourth.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, fourth)
 	if got := query("SELECT viewers FROM unique_viewers_latest WHERE item_id = ? AND day = toDate(0)", item); got != 102 {
 		t.Errorf("got %d unique viewers; want 102 (v0-v100, v102)", got)
 	}
@@ -458,6 +461,7 @@ func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
 		if err := a.writeSketches(ctx, []*partition{p}, clock); err != nil {
 			t.Fatal(err)
 		}
+		settle(t, a)
 	}
 	latest := func() uint64 {
 		t.Helper()
@@ -480,5 +484,126 @@ func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
 	write(estimateEvery)
 	if got := latest(); got < 2080 || got > 2120 {
 		t.Errorf("got %d unique viewers once due; want about 2,100 (was %d)", got, first)
+	}
+}
+
+// The sketch deltas, the rollups and the checks (zombies, folds) each cost more than a batch;
+// they come once per sketch interval, the rollups and the checks half an interval after the
+// sketches, so no flush carries all of them.
+func TestPeriodicWorkInSeparateFlushes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_slots_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: 500 * time.Millisecond,
+		SketchInterval: 2 * time.Second, RollupInterval: 2 * time.Second, FoldInterval: 2 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}, conn, func() time.Time { return clock }, infra.Logger, prometheus.NewRegistry())
+	if _, err := a.Assign(ctx, []int32{0}); err != nil {
+		t.Fatal(err)
+	}
+	var sketched, rolled, checked []string
+	for i := range 16 {
+		processViews(a, 0, "slots", i*10, 10, clock)
+		clock = clock.Add(500 * time.Millisecond)
+		p := a.parts[0]
+		sk, ro, folds := p.sketched, p.rolled, testutil.ToFloat64(a.m.folds)
+		if _, err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		settle(t, a)
+		at := fmt.Sprintf("%.1fs", float64(i+1)/2)
+		if p.sketched != sk {
+			sketched = append(sketched, at)
+		}
+		if p.rolled != ro {
+			rolled = append(rolled, at)
+		}
+		if testutil.ToFloat64(a.m.folds) != folds {
+			checked = append(checked, at)
+		}
+	}
+	for _, tt := range []struct {
+		what      string
+		got, want []string
+	}{
+		{"sketch deltas", sketched, []string{"2.0s", "4.0s", "6.0s", "8.0s"}},
+		{"rollups", rolled, []string{"1.0s", "3.0s", "5.0s", "7.0s"}},
+		// The first check finds nothing to fold: no sketch delta is written before 2 s.
+		{"folds", checked, []string{"3.0s", "5.0s", "7.0s"}},
+	} {
+		if fmt.Sprint(tt.got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s written at %v; want at %v", tt.what, tt.got, tt.want)
+		}
+	}
+}
+
+// settle waits for a's sketch write under way, if any, and applies its outcome, as a later
+// flush does once it is done.
+func settle(t *testing.T, a *Aggregator) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.settleSketches(true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A sketch write beside the loop that its context cut short (a stop while it retried) gives its
+// deltas back, and the stop's own flush writes them: a sketch checkpoint never vouches for
+// viewers that no stored delta holds.
+func TestSketchWriteCutShortIsWrittenAtStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_sketch_cut_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	const part = int32(43)
+	const item = "cut-short"
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
+		MaxBatch: 10000, SketchIdle: time.Hour}, conn, func() time.Time { return clock }, infra.Logger, prometheus.NewRegistry())
+	if _, err := a.Assign(ctx, []int32{part}); err != nil {
+		t.Fatal(err)
+	}
+	processViews(a, part, item, 0, 10, clock)
+	if _, err := a.FlushAll(ctx); err != nil { // the sketches loaded: the next write queries nothing first
+		t.Fatal(err)
+	}
+	processViews(a, part, item, 10, 50, clock)
+	p := a.parts[part]
+	ended, end := context.WithCancel(ctx)
+	end()
+	a.mu.Lock()
+	err := a.writeSketches(ended, []*partition{p}, clock)
+	a.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.sketched != 60 {
+		t.Errorf("got sketch checkpoint %d in memory; want 60", p.sketched)
+	}
+	rows, err := conn.Query(ctx, "SELECT sketch FROM unique_viewer_deltas WHERE partition = ? AND item_id = ? AND day = toDate(0) AND end_offset = 60", uint16(part), item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var blob string
+		if err := rows.Scan(&blob); err != nil {
+			t.Fatal(err)
+		}
+		sk, err := decodeStoredSketch([]byte(blob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sk.Estimate(); got != 50 {
+			t.Errorf("got %d viewers in the all-time delta written at the stop; want 50", got)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Errorf("got %d all-time delta rows at offset 60; want 1", n)
 	}
 }

@@ -95,6 +95,7 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 	if _, err := zombie.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, zombie)
 	process(zombie, 40, 60) // its statement for 40-100 is under way when the next owner claims
 
 	first := New(withOwner("first"), conn, now, infra.Logger, prometheus.NewRegistry())
@@ -106,6 +107,7 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 	if _, err := first.Flush(ctx); err != nil { // deltas and sketches to 100; then it dies
 		t.Fatal(err)
 	}
+	settle(t, first)
 	clock = clock.Add(time.Minute)
 	second := New(withOwner("second"), conn, now, infra.Logger, prometheus.NewRegistry())
 	// The second owner also holds a partition without zombies: one statement looks in both,
@@ -130,6 +132,7 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 	if _, err := second.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, second)
 	checkRollups(t, ctx, conn, item, 100)
 	checkRollups(t, ctx, conn, otherItem, 25)
 }
@@ -198,6 +201,7 @@ func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
 				if _, err := a.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
+				settle(t, a)
 			}
 			batch(first, 0, 30)
 			batch(first, 30, 70) // its marker vouches for the first batch's rollups only
@@ -357,6 +361,7 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 			if _, err := zombie.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, zombie)
 			process(zombie, 40, 60) // pending when it stalls
 
 			owner := New(Config{Owner: "owner", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
@@ -370,6 +375,7 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 			if _, err := owner.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, owner)
 
 			if tt.slip != "" {
 				// The zombie's fence check passed before the claim; its INSERTs arrive now.
@@ -399,6 +405,7 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 				if _, err := owner.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
+				settle(t, owner)
 			} else {
 				clock = clock.Add(cfg.FlushInterval)
 				done, err := zombie.Flush(ctx)
@@ -419,6 +426,7 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 			if _, err := owner.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, owner)
 			next := New(Config{Owner: "next", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
 			resume, err = next.Assign(ctx, []int32{part})
@@ -477,6 +485,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 			if _, err := old.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, old)
 			op.addRollups()
 			if err := owner.store.writeRollups(ctx, parts); err != nil {
 				t.Fatal(err)
@@ -505,6 +514,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 			if _, err := old.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, old)
 			if i == 0 {
 				// The old owner's deltas of 40-100 land; it checked the claims just before and
 				// will write the rollups next.
@@ -533,6 +543,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 			if _, err := owner.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, owner)
 			checkRollups(t, ctx, conn, item, 100)
 		})
 	}
@@ -559,14 +570,19 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 			if _, err := old.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
+			settle(t, old)
 		}},
 		{"writes that slipped past its check", func(t *testing.T, old *Aggregator, part int32) {
 			p := old.parts[part]
 			parts := []*partition{p}
-			if _, err := old.store.writeSketchDeltas(ctx, parts, clock); err != nil {
+			rows, _, err := sketchDeltaRows(parts, clock)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := old.store.writeSketchCheckpoints(ctx, parts, clock); err != nil {
+			if err := old.store.insertSketchDeltas(ctx, rows, clock); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.store.writeSketchCheckpoints(ctx, []offsetRow{{p.id, p.epoch, p.next}}, clock); err != nil {
 				t.Fatal(err)
 			}
 			p.foldFrom = p.next
@@ -596,6 +612,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 				if _, err := a.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
+				settle(t, a)
 			}
 			old, _ := assign("old")
 			processViews(old, part, item, 0, 100, clock)
@@ -664,6 +681,7 @@ func TestFencedPartitionStillAssignedIsReclaimed(t *testing.T) {
 			if _, err := old.Flush(ctx); err != nil { // dropped: a newer owner claimed it
 				t.Fatal(err)
 			}
+			settle(t, old)
 			tt.told(old, part)
 			processViews(old, part, item, 10, 10, clock)
 			got := old.Reclaims()

@@ -4,19 +4,24 @@
 // Each assigned Kafka partition has its own state: the dedupe window, the batch of deltas built
 // since the last flush, and the sketches it touched. A flush writes, for every partition with
 // work: first the dedupe state, then the deltas together with the partition's checkpoint marker
-// in one INSERT block, so totals and checkpoint change atomically, then the Redis totals, and
-// every sketch interval (longer than the flush interval) the rollups of the batches since, the
-// sketch deltas (the viewers seen since) with the partition's sketch checkpoint after them, and
-// last a share of the fold cycle that rewrites whole sketches; only then are Kafka offsets
-// committed (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
+// in one INSERT block, so totals and checkpoint change atomically, then the Redis totals. Once
+// every sketch interval (longer than the flush interval) a flush starts the sketch deltas (the
+// viewers seen since) with the partition's sketch checkpoint after them, written beside the
+// consume loop; half an interval later one writes the rollups of the batches since, checks for
+// zombies' batches and rewrites a share of the fold cycle's whole sketches. Kafka offsets are
+// committed after each flush (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
 // the watermark are loaded back from ClickHouse; consumption resumes at the lower checkpoint,
 // and records below the deltas checkpoint only go into the sketches again.
 //
 // Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
-// callbacks are the only callers. The Aggregator owns no goroutines; Source runs the loop.
+// callbacks are the only callers. Source runs the loop. The Aggregator owns at most one goroutine
+// at a time, the sketch write beside the loop: it reads only rows prepared under the lock, ends
+// when its statements succeed or the flush's context ends, and every clean stop and revoke waits
+// for it.
 package views
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/axiomhq/hyperloglog"
@@ -297,12 +302,16 @@ func (p *partition) sketchesPending(now time.Time) bool {
 	return false
 }
 
-// markSketched marks the sketches' deltas written up to end and drops folded ones idle for
-// longer than idle (a later view reloads the stored version before its next delta is written).
-func (p *partition) markSketched(end int64, now time.Time, idle time.Duration) {
-	p.sketched = end
+// takeDeltas hands over the sketches' deltas for writing, leaving them clean (their viewers
+// are then owed to unique_viewers by the next fold), and drops folded sketches idle for longer
+// than idle (a later view reloads the stored version before its next delta is written). The
+// sketch checkpoint moves only once the write succeeds; if it fails, restoreDeltas gives the
+// deltas back.
+func (p *partition) takeDeltas(now time.Time, idle time.Duration) map[sketchKey]*hyperloglog.Sketch {
+	taken := map[sketchKey]*hyperloglog.Sketch{}
 	for k, s := range p.sketches {
 		if s.dirty() {
+			taken[k] = s.delta
 			s.delta, s.unfolded = nil, true
 		}
 		if !s.unfolded && now.Sub(s.touched) > idle {
@@ -310,6 +319,25 @@ func (p *partition) markSketched(end int64, now time.Time, idle time.Duration) {
 			s.evicted = true
 		}
 	}
+	return taken
+}
+
+// restoreDeltas gives back deltas taken for a write that failed, so that the next write holds
+// them. A sketch no longer in memory was folded since, with them, and dropped: nothing is owed.
+func (p *partition) restoreDeltas(taken map[sketchKey]*hyperloglog.Sketch) error {
+	for k, d := range taken {
+		s := p.sketches[k]
+		switch {
+		case s == nil:
+		case s.delta == nil:
+			s.delta = d
+		default:
+			if err := s.delta.Merge(d); err != nil {
+				return fmt.Errorf("restore sketch delta of %s day %d: %w", k.item, k.day, err)
+			}
+		}
+	}
+	return nil
 }
 
 // foldTake returns the keys whose whole sketches are folded at this sketch interval. With no

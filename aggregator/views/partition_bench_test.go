@@ -47,7 +47,7 @@ func runProcess(b *testing.B, recs [][]byte) {
 		p.process(int64(i), recs[i%len(recs)], now)
 		if i%100000 == 99999 {
 			p.markFlushed(p.next, now)
-			p.markSketched(p.next, now, time.Minute)
+			markSketched(p, now, time.Minute)
 		}
 	}
 }

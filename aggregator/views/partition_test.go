@@ -84,15 +84,15 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 	for _, s := range p.sketches {
 		s.current(t0) // as the delta write does
 	}
-	p.markSketched(p.next, t0.Add(90*time.Second), time.Minute)
+	markSketched(p, t0.Add(90*time.Second), time.Minute)
 	if p.sketchesPending(t0) {
-		t.Errorf("got sketchesPending after markSketched; want false")
+		t.Errorf("got sketchesPending after the deltas were written; want false")
 	}
 	if len(p.sketches) != 4 {
 		t.Fatalf("got %d sketches after their deltas were written; want 4 (none folded yet)", len(p.sketches))
 	}
 	foldAll(p)
-	p.markSketched(p.next, t0.Add(90*time.Second), time.Minute)
+	markSketched(p, t0.Add(90*time.Second), time.Minute)
 	for k, s := range p.sketches {
 		if k.item != "new" {
 			t.Errorf("got sketch %v kept after a minute idle; want it dropped", k)
@@ -251,9 +251,9 @@ func TestAllTimeSketchLookedUpAgainAfterEviction(t *testing.T) {
 	p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
 	p.process(0, view("i", "a", ts), t1)
 	p.process(1, view("i", "b", ts-86_400_000), t1.Add(-2*time.Minute)) // the clock stepped back
-	p.markSketched(p.next, t1.Add(30*time.Second), time.Minute)
+	markSketched(p, t1.Add(30*time.Second), time.Minute)
 	foldAll(p)
-	p.markSketched(p.next, t1.Add(30*time.Second), time.Minute)
+	markSketched(p, t1.Add(30*time.Second), time.Minute)
 	day := sketchKey{"i", int32(ts / 86_400_000)}
 	if _, ok := p.sketches[day]; !ok || len(p.sketches) != 1 {
 		t.Fatalf("got %d sketches after eviction; want only the day sketch %v", len(p.sketches), day)
@@ -277,7 +277,7 @@ func TestFoldCycle(t *testing.T) {
 	for i := range 5 {
 		p.process(int64(i), view("item-"+strconv.Itoa(i), "v", t0.UnixMilli()), t0)
 	}
-	p.markSketched(p.next, t0, time.Minute) // deltas of 10 sketches (5 items, day and all time)
+	markSketched(p, t0, time.Minute) // deltas of 10 sketches (5 items, day and all time)
 	took := map[sketchKey]bool{}
 	for round, want := range []int{4, 4, 2} {
 		keys := p.foldTake(3)
@@ -290,7 +290,7 @@ func TestFoldCycle(t *testing.T) {
 		}
 		if round == 0 { // new deltas during the cycle
 			p.process(5, view("item-new", "v", t0.UnixMilli()), t0)
-			p.markSketched(p.next, t0, time.Minute)
+			markSketched(p, t0, time.Minute)
 		}
 		if done := p.foldDone(); done != (round == 2) {
 			t.Errorf("round %d: got done %v; want %v", round, done, round == 2)
@@ -300,7 +300,7 @@ func TestFoldCycle(t *testing.T) {
 		t.Errorf("got %d keys folded, cycle end %d; want 10 and 5 (the sketch checkpoint at its start)", len(took), p.foldFrom)
 	}
 	p.folded = p.foldFrom
-	p.markSketched(p.next, t0.Add(time.Hour), time.Minute) // idle: folded sketches leave memory
+	markSketched(p, t0.Add(time.Hour), time.Minute) // idle: folded sketches leave memory
 	if len(p.sketches) != 2 {
 		t.Errorf("got %d sketches in memory; want the 2 of item-new, not folded yet", len(p.sketches))
 	}
@@ -346,6 +346,58 @@ func TestSketchEstimateRecomputed(t *testing.T) {
 			got := s.current(t0.Add(tt.after))
 			if changed := got != before; changed != tt.changed {
 				t.Errorf("got %d after %d (changed %v); want changed %v (sketch's own %d)", got, before, changed, tt.changed, s.hll.Estimate())
+			}
+		})
+	}
+}
+
+// markSketched is what a sketch write that succeeded does to p: its deltas taken and its sketch
+// checkpoint moved to the end of what it processed.
+func markSketched(p *partition, now time.Time, idle time.Duration) {
+	p.takeDeltas(now, idle)
+	p.sketched = p.next
+}
+
+// Deltas taken for a write that failed are given back: merged into the viewers added since, or
+// dropped with a sketch folded and evicted meanwhile (the fold wrote them in the whole sketch).
+func TestRestoreDeltasAfterAFailedWrite(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ts := t0.UnixMilli()
+	tests := []struct {
+		name        string
+		viewerAfter bool // a view of the item while the write was under way
+		folded      bool // the item folded and evicted while the write was under way
+		want        uint64
+	}{
+		{"clean since", false, false, 1},
+		{"viewers added since", true, false, 2},
+		{"folded and evicted since", false, true, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
+			p.process(0, view("i", "a", ts), t0)
+			taken := p.takeDeltas(t0, time.Minute)
+			if len(taken) != 2 || p.sketchesPending(t0) != true {
+				t.Fatalf("got %d deltas taken, sketches pending %v; want 2 (day and all time) and true (checkpoint not moved)", len(taken), p.sketchesPending(t0))
+			}
+			if tt.viewerAfter {
+				p.process(1, view("i", "b", ts), t0)
+			}
+			if tt.folded {
+				foldAll(p)
+				p.takeDeltas(t0.Add(time.Hour), time.Minute)
+			}
+			if err := p.restoreDeltas(taken); err != nil {
+				t.Fatal(err)
+			}
+			all := p.sketches[sketchKey{"i", allTime}]
+			var got uint64
+			if all != nil && all.dirty() {
+				got = all.delta.Estimate()
+			}
+			if got != tt.want {
+				t.Errorf("got %d viewers in the all-time delta; want %d", got, tt.want)
 			}
 		})
 	}

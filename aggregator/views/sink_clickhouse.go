@@ -79,29 +79,40 @@ func (s *store) loadUnfolded(ctx context.Context, p int32, folded int64) ([]sket
 	return keys, nil
 }
 
-// writeSketchCheckpoints records that the sketches of parts (their folds and deltas) hold
-// every record below their next offset. Like the sketches, the rows count only while no newer
+// offsetRow is one partition's checkpoint row: its offset, under the epoch it was written in.
+type offsetRow struct {
+	partition int32
+	epoch     uint64
+	end       int64
+}
+
+// writeSketchCheckpoints records that the sketches of each partition of rows (their folds and
+// deltas) hold every record below its end. Like the sketches, the rows count only while no newer
 // owner claimed the partition (migration 010): a displaced owner's checkpoint could vouch for
 // viewers that the stored sketches, the new owner's, do not hold.
-func (s *store) writeSketchCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
-	return s.writeOffsets(ctx, "sketch_checkpoints_claimed", "sketch checkpoint", parts, func(p *partition) int64 { return p.next }, now)
+func (s *store) writeSketchCheckpoints(ctx context.Context, rows []offsetRow, now time.Time) error {
+	return s.writeOffsets(ctx, "sketch_checkpoints_claimed", "sketch checkpoint", rows, now)
 }
 
 // writeFoldCheckpoints records that every sketch delta of parts up to the end of their fold
 // cycle is in unique_viewers, fenced like the sketch checkpoints.
 func (s *store) writeFoldCheckpoints(ctx context.Context, parts []*partition, now time.Time) error {
-	return s.writeOffsets(ctx, "sketch_folds_claimed", "fold checkpoint", parts, func(p *partition) int64 { return p.foldFrom }, now)
+	rows := make([]offsetRow, len(parts))
+	for i, p := range parts {
+		rows[i] = offsetRow{p.id, p.epoch, p.foldFrom}
+	}
+	return s.writeOffsets(ctx, "sketch_folds_claimed", "fold checkpoint", rows, now)
 }
 
-func (s *store) writeOffsets(ctx context.Context, table, what string, parts []*partition, offset func(*partition) int64, now time.Time) error {
+func (s *store) writeOffsets(ctx context.Context, table, what string, rows []offsetRow, now time.Time) error {
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+table+" (partition, epoch, end_offset, written_at)")
 	if err != nil {
 		return fmt.Errorf("prepare %s insert: %w", what, err)
 	}
 	defer b.Abort()
-	for _, p := range parts {
-		if err := b.Append(uint16(p.id), p.epoch, offset(p), now); err != nil {
-			return fmt.Errorf("append %s of partition %d: %w", what, p.id, err)
+	for _, r := range rows {
+		if err := b.Append(uint16(r.partition), r.epoch, r.end, now); err != nil {
+			return fmt.Errorf("append %s of partition %d: %w", what, r.partition, err)
 		}
 	}
 	if err := b.Send(); err != nil {
@@ -301,21 +312,28 @@ func mergeInto(parts []*partition, k sketchKey, blob string, of func(*partition)
 	return nil, nil
 }
 
-// writeSketchDeltas stores, for every dirty sketch of parts, the viewers added since its last
+// sketchRow is one row of unique_viewer_deltas: a sketch's viewers added since its last delta
+// write, encoded, and the whole sketch's estimate.
+type sketchRow struct {
+	partition int32
+	epoch     uint64
+	end       int64
+	key       sketchKey
+	blob      string
+	viewers   uint64
+}
+
+// sketchDeltaRows encodes, for every dirty sketch of parts, the viewers added since its last
 // delta write, with the estimate of the whole sketch, tagged with the partition's offset and
-// epoch: the rows count only while no newer owner claimed the partition (migration 012). A
-// sketch that owes an estimate (owesEstimate) gets a row with an empty delta. It returns the
-// all-time estimates written, by item.
-func (s *store) writeSketchDeltas(ctx context.Context, parts []*partition, now time.Time) (map[string]uint64, error) {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)")
-	if err != nil {
-		return nil, fmt.Errorf("prepare sketch delta insert: %w", err)
-	}
-	defer b.Abort()
+// epoch. A sketch that owes an estimate (owesEstimate) gets a row with an empty delta. It also
+// returns the all-time estimates, by item. It reads the sketches, so it runs under the
+// aggregator's lock; the rows are written without it (insertSketchDeltas).
+func sketchDeltaRows(parts []*partition, now time.Time) ([]sketchRow, map[string]uint64, error) {
 	empty, err := hyperloglog.New14().MarshalBinary()
 	if err != nil {
-		return nil, fmt.Errorf("encode an empty sketch: %w", err)
+		return nil, nil, fmt.Errorf("encode an empty sketch: %w", err)
 	}
+	var rows []sketchRow
 	est := map[string]uint64{}
 	for _, p := range parts {
 		for k, sk := range p.sketches {
@@ -323,27 +341,41 @@ func (s *store) writeSketchDeltas(ctx context.Context, parts []*partition, now t
 			switch {
 			case sk.dirty():
 				if blob, err = sk.delta.MarshalBinary(); err != nil {
-					return nil, fmt.Errorf("encode sketch delta of %s: %w", k.item, err)
+					return nil, nil, fmt.Errorf("encode sketch delta of %s: %w", k.item, err)
 				}
 			case !sk.owesEstimate(now):
 				continue
 			}
 			n := sk.current(now)
-			if err := b.Append(uint16(p.id), p.epoch, p.next, k.item, dayOf(k), string(blob), n, now); err != nil {
-				return nil, fmt.Errorf("append sketch delta of %s: %w", k.item, err)
-			}
+			rows = append(rows, sketchRow{p.id, p.epoch, p.next, k, string(blob), n})
 			if k.day == allTime {
 				est[k.item] = n
 			}
 		}
 	}
-	if b.Rows() == 0 {
-		return est, nil
+	return rows, est, nil
+}
+
+// insertSketchDeltas stores rows. They count only while no newer owner claimed their partition
+// (migration 012).
+func (s *store) insertSketchDeltas(ctx context.Context, rows []sketchRow, now time.Time) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)")
+	if err != nil {
+		return fmt.Errorf("prepare sketch delta insert: %w", err)
+	}
+	defer b.Abort()
+	for _, r := range rows {
+		if err := b.Append(uint16(r.partition), r.epoch, r.end, r.key.item, dayOf(r.key), r.blob, r.viewers, now); err != nil {
+			return fmt.Errorf("append sketch delta of %s: %w", r.key.item, err)
+		}
 	}
 	if err := b.Send(); err != nil {
-		return nil, fmt.Errorf("insert sketch deltas: %w", err)
+		return fmt.Errorf("insert sketch deltas: %w", err)
 	}
-	return est, nil
+	return nil
 }
 
 // writeFolds stores the whole sketches of folds, each tagged with its partition and epoch: the

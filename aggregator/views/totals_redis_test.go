@@ -205,7 +205,8 @@ func redisViews(t *testing.T, ctx context.Context, rdb *redis.Client, name strin
 }
 
 // The rollups receive the batches written since their last write once every RollupInterval,
-// while Redis has each batch at its flush. A Redis that lost its data while the rollups lag is
+// half an interval out of step with the sketch writes (first at half an interval from the
+// start), while Redis has each batch at its flush. A Redis that lost its data while the rollups lag is
 // rebuilt from the rollups and the batches since; a crash loses the rollups the aggregator
 // held, and the next owner repairs them from the deltas.
 func TestRollupsFollowAtTheirInterval(t *testing.T) {
@@ -255,10 +256,10 @@ func TestRollupsFollowAtTheirInterval(t *testing.T) {
 	a := newAgg()
 	post(a)
 	post(a)
-	check("before the rollup interval", 0)
-	clock = clock.Add(3 * time.Second)
-	post(a)
-	check("at the rollup interval", 30)
+	check("before the rollup slot", 0)
+	clock = clock.Add(time.Second)
+	post(a) // at 4 s, past the first slot (2.5 s); the next is at 7.5 s
+	check("at the rollup slot", 30)
 	post(a)
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -270,9 +271,10 @@ func TestRollupsFollowAtTheirInterval(t *testing.T) {
 	b := newAgg()
 	check("after the next owner's assignment", 60)
 	post(b)
+	check("before the next owner's first rollup slot", 60)
 	clock = clock.Add(5 * time.Second)
 	post(b)
-	check("at the next owner's rollup interval", 80)
+	check("at the next owner's rollup slot", 80)
 }
 
 // A flush's readable time runs from the previous flush's start, before which the oldest view of
