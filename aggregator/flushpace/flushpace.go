@@ -56,8 +56,8 @@ type Slot struct {
 	next  time.Time
 }
 
-// NewSlot returns a slot first due at first and every every after it; with every zero or less it
-// is due at every flush.
+// NewSlot returns a slot due at first and then once per interval every; with every zero or less
+// it is due at every flush.
 func NewSlot(every time.Duration, first time.Time) *Slot {
 	return &Slot{every: every, next: first}
 }

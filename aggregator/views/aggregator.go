@@ -36,8 +36,9 @@ type Config struct {
 	// interval. Zero means 10 minutes.
 	FoldInterval time.Duration
 	// RollupInterval is how often the batches written since are added to the rollups, in one
-	// statement (zero: at every flush). Counts are read from Redis, applied at every flush; the
-	// rollups serve series and dashboards, which may lag by this much.
+	// statement, the first time at half of it (zero: at every flush). Counts are read from
+	// Redis, applied at every flush; the rollups serve series and dashboards, which may lag by
+	// this much.
 	RollupInterval time.Duration
 	MaxBatch       int           // records of one partition before an early flush
 	SketchIdle     time.Duration // clean sketches untouched this long leave memory
@@ -485,9 +486,10 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	t0 := time.Now()
 	// Dedupe state and batch items first: both are idempotent, so a crash before the deltas
 	// only means they are written again on replay. The deltas carry the checkpoint. The
-	// sketches go last, once the batch is visible in Redis: they are the flush's largest write
-	// and its views should not wait for them; a crash before them leaves the sketch checkpoint
-	// behind the deltas', and the replay from it goes into the sketches only.
+	// sketches start last, once the batch is visible in Redis, and are written beside the loop:
+	// they are the largest periodic write and no batch should wait for them; a crash before
+	// they are stored leaves the sketch checkpoint behind the deltas', and the replay from it
+	// goes into the sketches only.
 	if len(parts) > 0 {
 		if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
 			return nil, err

@@ -9,9 +9,9 @@
 // viewers seen since) with the partition's sketch checkpoint after them, written beside the
 // consume loop; half an interval later one writes the rollups of the batches since, checks for
 // zombies' batches and rewrites a share of the fold cycle's whole sketches. Kafka offsets are
-// committed after each flush (advisory, for lag metrics). On assignment both checkpoints, the dedupe state and
-// the watermark are loaded back from ClickHouse; consumption resumes at the lower checkpoint,
-// and records below the deltas checkpoint only go into the sketches again.
+// committed after each flush (advisory, for lag metrics). On assignment both checkpoints, the
+// dedupe state and the watermark are loaded back from ClickHouse; consumption resumes at the
+// lower checkpoint, and records below the deltas checkpoint only go into the sketches again.
 //
 // Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
 // callbacks are the only callers. Source runs the loop. The Aggregator owns at most one goroutine

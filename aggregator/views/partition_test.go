@@ -378,7 +378,7 @@ func TestRestoreDeltasAfterAFailedWrite(t *testing.T) {
 			p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
 			p.process(0, view("i", "a", ts), t0)
 			taken := p.takeDeltas(t0, time.Minute)
-			if len(taken) != 2 || p.sketchesPending(t0) != true {
+			if len(taken) != 2 || !p.sketchesPending(t0) {
 				t.Fatalf("got %d deltas taken, sketches pending %v; want 2 (day and all time) and true (checkpoint not moved)", len(taken), p.sketchesPending(t0))
 			}
 			if tt.viewerAfter {
