@@ -134,11 +134,16 @@ func checkLivePage(t *testing.T, api string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#chart"), "data-total"))
-	if err != nil {
-		t.Fatal(err)
+	// The chart reads the rollups, which receive the batches once every
+	// aggregator.sketch_interval (5 s), and the page redraws it every 1.5 s.
+	var chartTotal string
+	for deadline := time.Now().Add(15 * time.Second); chartTotal != "7" && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		chart, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#chart"), "data-total"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		chartTotal = chart.Value
 	}
-	chartTotal := chart.Value
 	if !strings.HasPrefix(status, "updated") {
 		t.Errorf("status line: got %q; want \"updated ...\" (no API error)", status)
 	}
