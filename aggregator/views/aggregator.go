@@ -456,15 +456,14 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	// (only) writes its own partitions' sketches and rollups and leaves the rest, and the slots,
 	// to the next flushes.
 	housekeeping := only == nil && (which == sketchesAll || a.checkSlot.Due(now))
-	if only == nil {
-		for _, s := range []struct {
-			slot *flushpace.Slot
-			did  bool
-		}{{a.sketchSlot, withSketches}, {a.rollupSlot, withRollups}, {a.checkSlot, housekeeping}} {
-			if s.did {
-				s.slot.Done(now)
-			}
-		}
+	if only == nil && withSketches {
+		a.sketchSlot.Done(now)
+	}
+	if only == nil && withRollups {
+		a.rollupSlot.Done(now)
+	}
+	if housekeeping {
+		a.checkSlot.Done(now)
 	}
 	var parts, sketchParts []*partition
 	for id, p := range a.parts {
