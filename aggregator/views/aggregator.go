@@ -543,18 +543,18 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	}
 	// Its views are readable from here (Redis). Each partition's publish to the counted topic
 	// waits for the broker to acknowledge every chunk, in order (a failure must leave a prefix:
-	// topk's guards skip what they saw). Partitions publish to counted partitions of their own
-	// and touch only their own countedEnd, so they go at once, beside the Redis applies, instead
-	// of holding the consume loop one after another.
-	var published sync.WaitGroup
-	for _, p := range parts {
-		published.Go(func() { a.syncCounted(ctx, p, secs[p.id], from[p.id]) })
-	}
+	// topk's guards skip what they saw). Each partition's Redis apply is a few guarded scripts
+	// in order, under a guard of its own. A partition's publish and apply touch only its own
+	// countedEnd and redisEnd, so every partition's go at once instead of holding the consume
+	// loop for one round trip after another.
+	var published, applied sync.WaitGroup
 	done := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.flushed
-		a.syncTotals(ctx, p, mem[p.id], from[p.id])
+		published.Go(func() { a.syncCounted(ctx, p, secs[p.id], from[p.id]) })
+		applied.Go(func() { a.syncTotals(ctx, p, mem[p.id], from[p.id]) })
 	}
+	applied.Wait()
 	if len(parts) > 0 && a.tot != nil {
 		a.m.readableSeconds.Observe(since.Seconds() + time.Since(t0).Seconds())
 	}

@@ -23,7 +23,8 @@ import (
 // views), applied directly when Redis is known to hold everything before it; otherwise the
 // missing batches are read back from ClickHouse, or everything is rebuilt (rebuildTotals).
 // Errors are logged and retried at the next flush: Redis lagging never stops counting in
-// ClickHouse.
+// ClickHouse. A flush runs it for all its partitions at once, so it changes nothing but p's own
+// fields (the Redis store and the ClickHouse pool are safe for concurrent use).
 func (a *Aggregator) syncTotals(ctx context.Context, p *partition, mem map[string]int64, memFrom int64) {
 	if a.tot == nil {
 		return
