@@ -43,6 +43,10 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 		if v.Visibility.Visible == 0 || v.Visibility.Latency.Count == 0 || v.Visibility.NotVisible != 0 {
 			t.Errorf("got visibility %+v; want every probe measured visible", v.Visibility)
 		}
+		// Probes go every 300 ms from the start: the first ones are the warm-up's.
+		if n, all := v.Visibility.AfterWarmup.Count, v.Visibility.Latency.Count; n == 0 || n >= all || v.Visibility.WarmupS != 1 {
+			t.Errorf("got %d of %d probes after a warm-up of %gs; want some but not all, after 1s", n, all, v.Visibility.WarmupS)
+		}
 		if len(v.Lag.Samples) == 0 || !v.Lag.Drained {
 			t.Errorf("got lag %+v; want samples and a drained lag", v.Lag)
 		}

@@ -141,7 +141,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.Float64Var(&c.HotShare, "hot-share", 0.5, "views: share of events on the one hot item (0..1)")
 	fs.IntVar(&c.Items, "items", 10000, "views, reads: items besides the hot one")
 	fs.IntVar(&c.Viewers, "viewers", 10_000_000, "views: distinct viewer ids drawn at random")
-	fs.DurationVar(&c.Warmup, "warmup", 10*time.Second, "lag samples before this are not compared; open-loop latency is also reported for requests due after it (at most a third of --duration)")
+	fs.DurationVar(&c.Warmup, "warmup", 10*time.Second, "lag samples before this are not compared; open-loop latency and visibility are also reported for requests due and probes posted after it (at most a third of --duration)")
 	fs.DurationVar(&c.LagWindow, "lag-window", 10*time.Second, "views: lag growth compares the median of the first and the last window after warm-up")
 	fs.DurationVar(&c.Drain, "drain", 30*time.Second, "views: after the load, wait up to this long for the lag to reach zero (0: do not wait)")
 	fs.DurationVar(&c.ProbeEvery, "probe-every", 500*time.Millisecond, "views: post one marker view for a new probe item this often")

@@ -17,7 +17,9 @@ type VisReport struct {
 	Visible      int64    `json:"visible"`
 	NotVisible   int64    `json:"not_visible"` // not visible within the probe timeout
 	Latency      Summary  `json:"latency"`     // 202 received to the first GET showing the view; visible probes only
-	PollMs       float64  `json:"poll_ms"`     // the resolution of Latency
+	WarmupS      float64  `json:"warmup_s"`
+	AfterWarmup  Summary  `json:"after_warmup"` // as Latency, for probes posted after the warm-up
+	PollMs       float64  `json:"poll_ms"`      // the resolution of Latency
 	Errors       int      `json:"errors"`
 	ErrorSamples []string `json:"error_samples,omitempty"`
 }
@@ -26,17 +28,21 @@ type VisReport struct {
 // an app would, through the collector's read API, which answers from the totals the aggregator
 // keeps in Redis (ClickHouse while they are being rebuilt). The measured latency therefore
 // includes the aggregator's flush and its Redis update, which is what an app sees. Each probe
-// runs in its own goroutine; finish waits for them.
+// runs in its own goroutine; finish waits for them. Probes posted in the first warmup after
+// start count in the whole run's figures only, as the open-loop requests of the warm-up do: they
+// show how a fresh pipeline starts, the others how it keeps up.
 type prober struct {
 	api    *client.Client
 	prefix string
 	poll   time.Duration
 	wait   time.Duration
 	kind   probeKind
+	start  time.Time
+	warmup time.Duration
 
 	wg                          sync.WaitGroup
 	errs                        errorLog
-	lat                         recorder
+	lat, steady                 recorder
 	probes, visible, notVisible atomic.Int64
 }
 
@@ -104,7 +110,11 @@ func (p *prober) probe(ctx context.Context, id string) {
 			p.errs.add(ctx, "probe GET count", err)
 			return
 		case n == 1:
-			p.lat.add(time.Since(accepted))
+			d := time.Since(accepted)
+			p.lat.add(d)
+			if posted.Sub(p.start) >= p.warmup {
+				p.steady.add(d)
+			}
 			p.visible.Add(1)
 			return
 		case n > 1:
@@ -129,6 +139,7 @@ func (p *prober) finish() VisReport {
 	r := VisReport{
 		Probes: p.probes.Load(), Visible: p.visible.Load(), NotVisible: p.notVisible.Load(),
 		Latency: p.lat.summary(), PollMs: ms(p.poll),
+		WarmupS: p.warmup.Seconds(), AfterWarmup: p.steady.summary(),
 	}
 	r.Errors, r.ErrorSamples = p.errs.snapshot()
 	return r

@@ -66,6 +66,9 @@ func WriteText(w io.Writer, r *Report) {
 		}
 		vis := v.Visibility
 		p("  visibility  202 -> %s shows it (poll %.0f ms): %s", st.path, vis.PollMs, fmtSummary(vis.Latency))
+		if vis.WarmupS > 0 {
+			p("              posted after %.0fs warm-up: %s", vis.WarmupS, fmtSummary(vis.AfterWarmup))
+		}
 		p("              %d probes, %d visible, %d not visible in time, %d errors", vis.Probes, vis.Visible, vis.NotVisible, vis.Errors)
 		samples = append(samples, v.ErrorSamples...)
 		samples = append(samples, l.ErrorSamples...)

@@ -136,7 +136,8 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 	c := v.cfg
 	lag := v.lag
 	defer lag.close()
-	probes := &prober{api: v.api, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait, kind: v.s.probe}
+	probes := &prober{api: v.api, prefix: v.prefix, poll: c.ProbePoll, wait: c.ProbeWait, kind: v.s.probe,
+		start: start, warmup: c.Warmup}
 	before := v.before
 
 	var bg sync.WaitGroup
