@@ -39,6 +39,7 @@ type LagReport struct {
 	LastMedian   float64  `json:"last_median"`
 	Growing      bool     `json:"growing"`
 	SlopePerSec  float64  `json:"slope_per_sec"` // least-squares growth of lag after warm-up, records/s
+	BehindS      float64  `json:"behind_s"`      // the last window's median in seconds of the rate, growing or not
 	Drained      bool     `json:"drained"`
 	DrainSeconds float64  `json:"drain_seconds"` // after the load stopped, until lag was 0
 	DrainError   string   `json:"drain_error,omitempty"`
@@ -220,5 +221,8 @@ func judgeLag(samples []LagSample, elapsed, warmup, window time.Duration, rate f
 	r.FirstMedian, r.LastMedian = median(first), median(last)
 	r.Growing = len(first) > 0 && len(last) > 0 && r.LastMedian-r.FirstMedian > rate
 	r.SlopePerSec = slope(xs, ys)
+	if rate > 0 {
+		r.BehindS = r.LastMedian / rate
+	}
 	return r
 }

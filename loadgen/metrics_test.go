@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -56,23 +57,25 @@ func TestJudgeLag(t *testing.T) {
 		wantGrowing bool
 		wantFirst   float64
 		wantLast    float64
+		wantBehind  float64
 	}{
-		{"flat lag keeps up", steady(60, func(int) int64 { return 50000 }), 60 * time.Second, 100000, false, 50000, 50000},
-		{"noise within a second of events", steady(60, func(s int) int64 { return 50000 + int64(s%3)*20000 }), 60 * time.Second, 100000, false, 70000, 70000},
-		{"falls behind 10k/s", steady(60, func(s int) int64 { return int64(s) * 10000 }), 60 * time.Second, 100000, true, 145000, 555000},
+		{"flat lag keeps up", steady(60, func(int) int64 { return 50000 }), 60 * time.Second, 100000, false, 50000, 50000, 0.5},
+		{"noise within a second of events", steady(60, func(s int) int64 { return 50000 + int64(s%3)*20000 }), 60 * time.Second, 100000, false, 70000, 70000, 0.7},
+		{"falls behind 10k/s", steady(60, func(s int) int64 { return int64(s) * 10000 }), 60 * time.Second, 100000, true, 145000, 555000, 5.55},
 		{"warm-up spike ignored", steady(60, func(s int) int64 {
 			if s < 10 {
 				return 900000
 			}
 			return 40000
-		}), 60 * time.Second, 100000, false, 40000, 40000},
-		{"no samples", nil, 60 * time.Second, 100000, false, 0, 0},
+		}), 60 * time.Second, 100000, false, 40000, 40000, 0.4},
+		{"a backlog draining slowly is behind, not growing", steady(60, func(s int) int64 { return 700000 - int64(s)*2000 }), 60 * time.Second, 100000, false, 671000, 589000, 5.89},
+		{"no samples", nil, 60 * time.Second, 100000, false, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := judgeLag(tt.samples, tt.elapsed, 10*time.Second, 10*time.Second, tt.rate)
-			if r.Growing != tt.wantGrowing || r.FirstMedian != tt.wantFirst || r.LastMedian != tt.wantLast {
-				t.Errorf("got growing %v first %v last %v; want %v %v %v", r.Growing, r.FirstMedian, r.LastMedian, tt.wantGrowing, tt.wantFirst, tt.wantLast)
+			if r.Growing != tt.wantGrowing || r.FirstMedian != tt.wantFirst || r.LastMedian != tt.wantLast || math.Abs(r.BehindS-tt.wantBehind) > 1e-9 {
+				t.Errorf("got growing %v first %v last %v behind %vs; want %v %v %v %vs", r.Growing, r.FirstMedian, r.LastMedian, r.BehindS, tt.wantGrowing, tt.wantFirst, tt.wantLast, tt.wantBehind)
 			}
 		})
 	}
