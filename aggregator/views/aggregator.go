@@ -2,6 +2,7 @@ package views
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -483,17 +484,24 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	byID(parts)
 	byID(sketchParts)
 	t0 := time.Now()
-	// Dedupe state and batch items first: both are idempotent, so a crash before the deltas
-	// only means they are written again on replay. The deltas carry the checkpoint. The
-	// sketches start last, once the batch is visible in Redis, and are written beside the loop:
-	// they are the largest periodic write and no batch should wait for them; a crash before
-	// they are stored leaves the sketch checkpoint behind the deltas', and the replay from it
-	// goes into the sketches only.
+	// Dedupe state and batch items first, side by side: both are idempotent and neither needs
+	// the other, so a crash before the deltas only means they are written again on replay, and
+	// one's rows are encoded and sent while the engine stores the other's. The deltas carry the
+	// checkpoint. The sketches start last, once the batch is visible in Redis, and are written
+	// beside the loop: they are the largest periodic write and no batch should wait for them; a
+	// crash before they are stored leaves the sketch checkpoint behind the deltas', and the
+	// replay from it goes into the sketches only.
 	if len(parts) > 0 {
-		if err := a.retry(ctx, "write dedupe state", func() error { return a.store.writeDedupe(ctx, parts) }); err != nil {
-			return nil, err
-		}
-		if err := a.retry(ctx, "write batch items", func() error { return a.store.writeBatchItems(ctx, parts, now) }); err != nil {
+		// The goroutine records its progress at the flush's time, as the sketch write does.
+		at := func() time.Time { return now }
+		var dedupeErr error
+		var dedupe sync.WaitGroup
+		dedupe.Go(func() {
+			dedupeErr = a.retryAt(ctx, "write dedupe state", at, func() error { return a.store.writeDedupe(ctx, parts) })
+		})
+		itemsErr := a.retry(ctx, "write batch items", func() error { return a.store.writeBatchItems(ctx, parts, now) })
+		dedupe.Wait()
+		if err := errors.Join(dedupeErr, itemsErr); err != nil {
 			return nil, err
 		}
 	}
