@@ -86,6 +86,7 @@ type Aggregator struct {
 type metrics struct {
 	records, counted, poison prometheus.Counter
 	flushSeconds             prometheus.Histogram
+	flushSteps               *prometheus.HistogramVec
 	readableSeconds          prometheus.Histogram
 	sketchSeconds            prometheus.Histogram
 	foldSeconds              prometheus.Histogram
@@ -112,6 +113,9 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records set aside because they did not decode or validate."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_flush_seconds", Help: "Time to write one flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
+		flushSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tally_views_flush_step_seconds",
+			Help:    "Time of each step of a flush that ran it, in the consume loop (its rate by step is the share of the loop's time each takes): the batch's statements, its Redis and counted-topic updates, the periodic work.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"step"}),
 		readableSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_readable_seconds",
 			Help:    "Per flush, the time from the previous flush's start until this flush's batch is readable in Redis: the longest a view consumed into it waited in the aggregator.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 1.5, 16)}),
@@ -143,7 +147,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		}
 		return float64(n)
 	})
-	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.readableSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
+	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.flushSteps, a.m.readableSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
 		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors, a.m.countedErrors)
 	return a
 }
@@ -484,6 +488,16 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	byID(parts)
 	byID(sketchParts)
 	t0 := time.Now()
+	// step records the time since the previous step's end as the named step's, when it ran.
+	mark := t0
+	step := func(name string, ran bool) {
+		t := time.Now()
+		if ran {
+			a.m.flushSteps.WithLabelValues(name).Observe(t.Sub(mark).Seconds())
+		}
+		mark = t
+	}
+	batch := len(parts) > 0
 	// Dedupe state and batch items first, side by side: both are idempotent and neither needs
 	// the other, so a crash before the deltas only means they are written again on replay, and
 	// one's rows are encoded and sent while the engine stores the other's. The deltas carry the
@@ -491,7 +505,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	// beside the loop: they are the largest periodic write and no batch should wait for them; a
 	// crash before they are stored leaves the sketch checkpoint behind the deltas', and the
 	// replay from it goes into the sketches only.
-	if len(parts) > 0 {
+	if batch {
 		// The goroutine records its progress at the flush's time, as the sketch write does.
 		at := func() time.Time { return now }
 		var dedupeErr error
@@ -505,6 +519,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 			return nil, err
 		}
 	}
+	step("dedupe_state_and_batch_items", batch)
 	attempts := 0
 	if err := a.retry(ctx, "write deltas", func() error {
 		// A newer owner's claim makes this write a zombie's: the statement drops its rows
@@ -523,6 +538,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	}); err != nil {
 		return nil, err
 	}
+	step("deltas", batch)
 	// The batch is stored. It is reset at once, so that no later step can write it again.
 	from := make(map[int32]int64, len(parts))
 	mem := make(map[int32]map[string]int64, len(parts))
@@ -549,12 +565,13 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &parts, &sketchParts) }); err != nil {
 		return nil, err
 	}
+	step("claims_check", batch || len(sketchParts) > 0)
 	// Its views are readable from here (Redis). Each partition's publish to the counted topic
 	// waits for the broker to acknowledge every chunk, in order (a failure must leave a prefix:
 	// topk's guards skip what they saw). Each partition's Redis apply is a few guarded scripts
 	// in order, under a guard of its own. A partition's publish and apply touch only its own
-	// countedEnd and redisEnd, so every partition's go at once instead of holding the consume
-	// loop for one round trip after another.
+	// countedEnd and redisEnd, so all of them go at once instead of holding the consume loop
+	// for one round trip after another.
 	var published, applied sync.WaitGroup
 	done := make(map[int32]int64, len(parts))
 	for _, p := range parts {
@@ -566,12 +583,15 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	if len(parts) > 0 && a.tot != nil {
 		a.m.readableSeconds.Observe(since.Seconds() + time.Since(t0).Seconds())
 	}
+	step("redis_totals", len(parts) > 0 && a.tot != nil)
 	published.Wait()
+	step("counted_publish", len(parts) > 0 && a.cfg.Counted != nil)
 	if withRollups {
 		if err := a.writeRollups(ctx, only); err != nil {
 			return nil, err
 		}
 	}
+	step("rollups", withRollups)
 	if housekeeping {
 		// Zombies' late batches are looked for at the sketch interval (cheap: batch_items), in
 		// the partitions no newer owner has claimed: this aggregator may itself be the zombie,
@@ -591,6 +611,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 			return nil, err
 		}
 	}
+	step("zombie_check", housekeeping)
 	if len(sketchParts) > 0 {
 		if err := a.writeSketches(ctx, sketchParts, now); err != nil {
 			return nil, err
@@ -601,14 +622,17 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 			}
 		}
 	}
+	step("sketch_deltas", len(sketchParts) > 0)
 	if housekeeping {
 		if err := a.foldSketches(ctx, now); err != nil {
 			return nil, err
 		}
 	}
+	step("fold", housekeeping)
 	if housekeeping && a.tot != nil {
 		a.checkTotals(ctx)
 	}
+	step("redis_totals_check", housekeeping && a.tot != nil)
 	if len(parts) > 0 {
 		a.m.flushSeconds.Observe(time.Since(t0).Seconds())
 	}

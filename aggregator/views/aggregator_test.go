@@ -3,6 +3,7 @@ package views
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -495,9 +496,10 @@ func TestPeriodicWorkInSeparateFlushes(t *testing.T) {
 	defer cancel()
 	conn := openMigrated(t, ctx, "views_slots_test")
 	clock := time.Now().UTC().Truncate(time.Second)
+	reg := prometheus.NewRegistry()
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: 500 * time.Millisecond,
 		SketchInterval: 2 * time.Second, RollupInterval: 2 * time.Second, FoldInterval: 2 * time.Second,
-		MaxBatch: 1000, SketchIdle: time.Minute}, conn, func() time.Time { return clock }, infra.Logger, prometheus.NewRegistry())
+		MaxBatch: 1000, SketchIdle: time.Minute}, conn, func() time.Time { return clock }, infra.Logger, reg)
 	if _, err := a.Assign(ctx, []int32{0}); err != nil {
 		t.Fatal(err)
 	}
@@ -535,6 +537,31 @@ func TestPeriodicWorkInSeparateFlushes(t *testing.T) {
 			t.Errorf("%s written at %v; want at %v", tt.what, tt.got, tt.want)
 		}
 	}
+	// Each flush times the steps it ran, and only those: no Redis totals or counted topic here.
+	want := map[string]uint64{"dedupe_state_and_batch_items": 16, "deltas": 16, "claims_check": 16,
+		"rollups": 4, "zombie_check": 4, "sketch_deltas": 4, "fold": 4}
+	if got := stepCounts(t, reg); !maps.Equal(got, want) {
+		t.Errorf("got flush steps timed %v; want %v", got, want)
+	}
+}
+
+// stepCounts reads how many flushes timed each step (tally_views_flush_step_seconds).
+func stepCounts(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "tally_views_flush_step_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	return got
 }
 
 // settle waits for a's sketch write under way, if any, and applies its outcome, as a later
