@@ -580,10 +580,11 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 		applied.Go(func() { a.syncTotals(ctx, p, mem[p.id], from[p.id]) })
 	}
 	applied.Wait()
-	if len(parts) > 0 && a.tot != nil {
+	readable := len(parts) > 0 && a.tot != nil
+	if readable {
 		a.m.readableSeconds.Observe(since.Seconds() + time.Since(t0).Seconds())
 	}
-	step("redis_totals", len(parts) > 0 && a.tot != nil)
+	step("redis_totals", readable)
 	published.Wait()
 	step("counted_publish", len(parts) > 0 && a.cfg.Counted != nil)
 	if withRollups {

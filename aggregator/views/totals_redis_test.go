@@ -206,9 +206,9 @@ func redisViews(t *testing.T, ctx context.Context, rdb *redis.Client, name strin
 
 // The rollups receive the batches written since their last write once every RollupInterval,
 // half an interval out of step with the sketch writes (first at half an interval from the
-// start), while Redis has each batch at its flush. A Redis that lost its data while the rollups lag is
-// rebuilt from the rollups and the batches since; a crash loses the rollups the aggregator
-// held, and the next owner repairs them from the deltas.
+// start), while Redis has each batch at its flush. A Redis that lost its data while the rollups
+// lag is rebuilt from the rollups and the batches since; a crash loses the rollups the
+// aggregator held, and the next owner repairs them from the deltas.
 func TestRollupsFollowAtTheirInterval(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
