@@ -92,7 +92,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 				if err != nil {
 					return err
 				}
-				if p, err = redisproc.Start(ctx, redisproc.Config{Dir: dir, Port: cfg.Redis.EmbeddedPort, MaxMemory: cfg.Redis.EmbeddedMaxMemory, Logger: logger}); err != nil {
+				if p, err = redisproc.Start(ctx, redisproc.Config{Dir: dir, Port: cfg.Redis.EmbeddedPort, MaxMemory: cfg.Redis.EmbeddedMaxMemory, Nice: cfg.Redis.EmbeddedNice, Logger: logger}); err != nil {
 					return err
 				}
 				cfg.Redis.Addr = p.Addr()

@@ -48,6 +48,13 @@ type Config struct {
 	Port int
 	// MaxMemory is the server's maxmemory ("1gb", "512mb", bytes); empty means DefaultMaxMemory.
 	MaxMemory string
+	// Nice is the server's niceness, -20..19; 0 leaves it at the parent's. Redis serves every
+	// page read and every flush's totals from one thread, while the all-in-one beside it runs
+	// dozens (the Go runtime's, the embedded engine's): at equal priority that thread waits
+	// its turn behind them whenever the machine is busy, and each read with it. Below 0 it
+	// goes first, as it would on a machine of its own. Raising the priority needs root or
+	// CAP_SYS_NICE; refused, it is logged and the server runs at the parent's.
+	Nice int
 	// Extra are more redis-server arguments, which win over the defaults (tests of passwords,
 	// ACL users and TLS: "--tls-port", port, "--port", "0").
 	Extra  []string
@@ -69,6 +76,7 @@ type Proc struct {
 	bin, dir, addr, logFile string
 	port                    int
 	maxMemory               string
+	nice                    int
 	extra                   []string
 	logger                  *slog.Logger
 
@@ -107,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 			return nil, fmt.Errorf("start redis: pick a port: %w", err)
 		}
 	}
-	p := &Proc{bin: bin, dir: dir, port: port, maxMemory: maxMemory, extra: cfg.Extra, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+	p := &Proc{bin: bin, dir: dir, port: port, maxMemory: maxMemory, nice: cfg.Nice, extra: cfg.Extra, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		logFile: filepath.Join(dir, "redis.log"), logger: logger, done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	sctx, cancel := context.WithCancel(ctx)
@@ -224,6 +232,12 @@ func (p *Proc) launch(ctx context.Context) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server on %s: %w", p.addr, err)
+	}
+	if p.nice != 0 {
+		// Linux's niceness is per thread; this sets the main thread's, the one that serves.
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, p.nice); err != nil {
+			p.logger.Warn("set redis-server niceness; it runs at the parent's", "nice", p.nice, "err", err)
+		}
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

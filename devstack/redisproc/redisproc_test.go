@@ -1,10 +1,13 @@
 package redisproc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,6 +38,9 @@ func checkServesAndStops(t *testing.T, dir string) {
 	p, err := Start(ctx, Config{Dir: dir, MaxMemory: "64mb", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, want := niceOf(t, p.Pid()), niceOf(t, os.Getpid()); got != want {
+		t.Errorf("niceness: got %d; want the parent's %d", got, want)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
@@ -78,14 +84,31 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// A child killed with SIGKILL is started again, empty, on the same address, each time, and each
-// death and restart is logged.
+// niceOf reads a process's niceness from /proc (field 19 of its stat).
+func niceOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The command name (field 2) may hold spaces; the fields after it are plain.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	n, err := strconv.Atoi(f[16])
+	if err != nil {
+		t.Fatalf("niceness of %d in %q: %v", pid, b, err)
+	}
+	return n
+}
+
+// A child killed with SIGKILL is started again, empty, on the same address and at the niceness
+// asked for, each time, and each death and restart is logged. (A niceness above 0 needs no
+// privilege, so the test holds for any user.)
 func TestRestartsAfterKill(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var logs syncBuffer
-	p, err := Start(ctx, Config{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	p, err := Start(ctx, Config{Dir: t.TempDir(), Nice: 5, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +133,9 @@ func TestRestartsAfterKill(t *testing.T) {
 			}
 			if p.Pid() == old {
 				t.Errorf("got the same pid %d after the kill; want a new child", old)
+			}
+			if got := niceOf(t, p.Pid()); got != 5 {
+				t.Errorf("niceness of the new child: got %d; want 5", got)
 			}
 			if err := p.Check(ctx); err != nil {
 				t.Errorf("check: got %v; want nil", err)

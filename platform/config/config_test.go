@@ -55,6 +55,8 @@ func TestLoadPrecedence(t *testing.T) {
 		{"env beats file", map[string]string{"TALLY_COMP_ADDR": "127.0.0.1:1002"}, []string{"--config", file}, func(c Config, k comp) (any, any) { return k.Addr, "127.0.0.1:1002" }},
 		{"flag beats env", map[string]string{"TALLY_COMP_ADDR": "127.0.0.1:1002"}, []string{"--config", file, "--comp.addr", "127.0.0.1:1003"}, func(c Config, k comp) (any, any) { return k.Addr, "127.0.0.1:1003" }},
 		{"memory size flag", nil, []string{"--redis.embedded_maxmemory", "512MB"}, func(c Config, k comp) (any, any) { return c.Redis.EmbeddedMaxMemory, "512MB" }},
+		{"niceness default", nil, nil, func(c Config, k comp) (any, any) { return c.Redis.EmbeddedNice, -10 }},
+		{"niceness flag", nil, []string{"--redis.embedded_nice", "0"}, func(c Config, k comp) (any, any) { return c.Redis.EmbeddedNice, 0 }},
 		{"env list", map[string]string{"TALLY_KAFKA_BROKERS": "x:1,y:2"}, nil, func(c Config, k comp) (any, any) { return strings.Join(c.Kafka.Brokers, ","), "x:1,y:2" }},
 		{"env config file", map[string]string{"TALLY_CONFIG": file}, nil, func(c Config, k comp) (any, any) { return k.MaxLines, 7 }},
 	}
@@ -99,6 +101,8 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"memory without digits", nil, []string{"--redis.embedded_maxmemory", "gb"}, "redis.embedded_maxmemory"},
 		{"memory unit unknown", nil, []string{"--redis.embedded_maxmemory", "2tb"}, "redis.embedded_maxmemory"},
 		{"memory zero is no bound", nil, []string{"--redis.embedded_maxmemory", "0"}, "redis.embedded_maxmemory"},
+		{"niceness below -20", nil, []string{"--redis.embedded_nice", "-21"}, "redis.embedded_nice"},
+		{"niceness above 19", nil, []string{"--redis.embedded_nice", "20"}, "redis.embedded_nice"},
 		{"embedded clickhouse on all interfaces without password", nil, []string{"--clickhouse.embedded_addr", "0.0.0.0:8123"}, "clickhouse.password"},
 		{"embedded clickhouse on a LAN address without dashboards password", nil,
 			[]string{"--clickhouse.embedded_addr", "10.1.2.3:8123", "--clickhouse.password", "p"}, "clickhouse.embedded_readonly_password"},

@@ -87,6 +87,7 @@ type Redis struct {
 	Addr              string        `mapstructure:"addr"`
 	EmbeddedPort      int           `mapstructure:"embedded_port"`
 	EmbeddedMaxMemory string        `mapstructure:"embedded_maxmemory"`
+	EmbeddedNice      int           `mapstructure:"embedded_nice"`
 	Username          string        `mapstructure:"username"`
 	Password          string        `mapstructure:"password"`
 	TLS               tlsconf.Files `mapstructure:"tls"`
@@ -159,6 +160,7 @@ func settings() []Setting {
 		{"redis.addr", "", "Redis host:port; empty starts a local redis-server under data_dir (all-in-one only)"},
 		{"redis.embedded_port", 0, "port of the embedded redis-server; 0 picks a free one"},
 		{"redis.embedded_maxmemory", "1gb", "memory bound of the embedded redis-server (e.g. 512mb, 2gb); it never evicts, so writes fail at the bound"},
+		{"redis.embedded_nice", -10, "niceness of the embedded redis-server (-20..19): below 0 it runs before the pipeline's own threads, as on a machine of its own; needs root or CAP_SYS_NICE, else it runs at 0"},
 		{"redis.username", "", "Redis ACL user; empty with a password: the default user (requirepass)"},
 		{"redis.password", "", "Redis password"},
 		{"redis.tls.enabled", false, "connect to Redis over TLS (certificates are always verified)"},
@@ -237,6 +239,9 @@ func (c Config) validate(sections []Section) error {
 	}
 	if c.Redis.EmbeddedPort < 0 || c.Redis.EmbeddedPort > 65535 {
 		bad("redis.embedded_port", "got %d; want 0..65535", c.Redis.EmbeddedPort)
+	}
+	if c.Redis.EmbeddedNice < -20 || c.Redis.EmbeddedNice > 19 {
+		bad("redis.embedded_nice", "got %d; want -20..19", c.Redis.EmbeddedNice)
 	}
 	if !memorySize(c.Redis.EmbeddedMaxMemory) {
 		bad("redis.embedded_maxmemory", "got %q; want a size such as 512mb or 2gb", c.Redis.EmbeddedMaxMemory)
