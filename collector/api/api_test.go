@@ -115,3 +115,28 @@ func TestRouterTimesEachEndpointByStatus(t *testing.T) {
 		})
 	}
 }
+
+func TestLatencyBuckets(t *testing.T) {
+	b := LatencyBuckets()
+	for i := 1; i < len(b); i++ {
+		if b[i] <= b[i-1] {
+			t.Fatalf("bound %d: got %g after %g; want increasing bounds", i, b[i], b[i-1])
+		}
+	}
+	tests := []struct {
+		name  string
+		bound float64
+	}{
+		{"the reads' aim", 0.005},
+		{"the reads' bar", 0.02},
+		{"the smallest", 0.00025},
+		{"the largest", 16},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !slices.Contains(b, tt.bound) {
+				t.Errorf("got bounds %v; want %g among them", b, tt.bound)
+			}
+		})
+	}
+}
