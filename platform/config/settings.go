@@ -160,7 +160,7 @@ func settings() []Setting {
 		{"redis.addr", "", "Redis host:port; empty starts a local redis-server under data_dir (all-in-one only)"},
 		{"redis.embedded_port", 0, "port of the embedded redis-server; 0 picks a free one"},
 		{"redis.embedded_maxmemory", "1gb", "memory bound of the embedded redis-server (e.g. 512mb, 2gb); it never evicts, so writes fail at the bound"},
-		{"redis.embedded_nice", -10, "niceness of the embedded redis-server (-20..19; 0 keeps the all-in-one's): below 0 it runs before the pipeline's threads, as on a machine of its own, given root or CAP_SYS_NICE (else a warning, and 0)"},
+		{"redis.embedded_nice", -10, "niceness of the embedded redis-server (-20..19; 0 keeps the all-in-one's): below 0 it runs before the pipeline's threads, as on a machine of its own, given root or CAP_SYS_NICE (else a warning, as with 0)"},
 		{"redis.username", "", "Redis ACL user; empty with a password: the default user (requirepass)"},
 		{"redis.password", "", "Redis password"},
 		{"redis.tls.enabled", false, "connect to Redis over TLS (certificates are always verified)"},
