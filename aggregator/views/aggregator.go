@@ -119,7 +119,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		readableSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_readable_seconds",
 			Help:    "Per flush, the time from the previous flush's start until this flush's batch is readable in Redis: the longest a view consumed into it waited in the aggregator.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 1.5, 16)}),
-		sketchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_write_seconds", Help: "Time to write the unique-viewer sketch deltas and their checkpoints.",
+		sketchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_write_seconds", Help: "Time of a whole sketch write, from loading and encoding in the consume loop (its share is the sketch_deltas step of tally_views_flush_step_seconds) to the deltas, checkpoints and Redis unique estimates stored beside the loop.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		foldSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_fold_seconds", Help: "Time to fold one sketch interval's share of whole sketches into unique_viewers.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
