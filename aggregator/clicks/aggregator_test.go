@@ -33,7 +33,8 @@ func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
 	return conn
 }
 
-var base = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+// base is the clock of the log: recent, for the click tables' TTLs.
+var base = testinfra.RecentNoon()
 
 // event is one record of the log of one partition: a click or a verdict.
 type event struct {

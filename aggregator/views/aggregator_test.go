@@ -54,7 +54,7 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := openMigrated(t, ctx, "views_sketch_test")
-	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := testinfra.RecentNoon()
 	now := func() time.Time { return clock }
 	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 10 * time.Second,
 		MaxBatch: 1000, SketchIdle: time.Minute}
@@ -298,7 +298,7 @@ func TestRepeatOfAnOlderCountedViewCountsOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := openMigrated(t, ctx, "views_held_test")
-	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := testinfra.RecentNoon()
 	now := func() time.Time { return clock }
 	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 10 * time.Second,
 		MaxBatch: 1000, SketchIdle: time.Minute}
@@ -369,7 +369,7 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := openMigrated(t, ctx, "views_sketch_fold_test")
-	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := testinfra.RecentNoon()
 	now := func() time.Time { return clock }
 	const part = int32(40)
 	const item = "fold-item"
@@ -447,7 +447,7 @@ func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := openMigrated(t, ctx, "views_estimate_test")
-	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := testinfra.RecentNoon()
 	const part = int32(41)
 	const item = "burst-item"
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,

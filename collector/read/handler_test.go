@@ -397,10 +397,7 @@ func TestAppliedTotalsAreReadAtOnce(t *testing.T) {
 }
 
 func TestSeries(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 30, 10, 0, time.UTC)
-	if time.Since(now) > 6*24*time.Hour {
-		now = time.Now().UTC().Truncate(time.Minute).Add(10 * time.Second)
-	}
+	now := testinfra.RecentNoon().Add(30*time.Minute + 10*time.Second)
 	c := &clock{t: now}
 	conn, srv := newTestHandler(t, c)
 	minute := now.Truncate(time.Minute)

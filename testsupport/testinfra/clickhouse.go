@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -36,4 +37,14 @@ func (in *Infra) DB(t testing.TB, ctx context.Context, db string) driver.Conn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// RecentNoon is noon UTC of yesterday, the clock of tests that write rows ClickHouse expires
+// by a TTL on their own time (dedupe state and sketch deltas after 2 days, raw view seconds
+// after 7, clicks after 8: schemas/migrations). The engine drops a row already past its TTL
+// as it inserts it, so a fixed date in such a test starts failing once the calendar passes it
+// by the TTL. Noon keeps a test's hours away from a day's edges; yesterday keeps its minutes in
+// the past.
+func RecentNoon() time.Time {
+	return time.Now().UTC().Truncate(24 * time.Hour).Add(-12 * time.Hour)
 }
