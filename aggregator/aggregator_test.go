@@ -42,7 +42,7 @@ func TestStartRecreatesDroppedSchemaObjects(t *testing.T) {
 			db := fmt.Sprintf("agg_schema_test_%d", i)
 			infra.DB(t, ctx, db) // starts it empty
 			var cfg config.Config
-			cfg.ClickHouse = config.ClickHouse{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"}
+			cfg.ClickHouse = config.ClickHouse{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default", Password: testinfra.ClickHousePassword}
 			s := aggregatorconf.Settings{TTLSeconds: 7 * 24 * time.Hour, TTLMinutes: 90 * 24 * time.Hour, TTLDays: 730 * 24 * time.Hour}
 			conn, err := OpenClickHouse(ctx, &cfg, &s, infra.Logger)
 			if err != nil {
@@ -113,7 +113,7 @@ func TestConcurrentMigrationsAllSucceed(t *testing.T) {
 			errs := make(chan error, processes)
 			for p := range processes {
 				go func() {
-					conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default"})
+					conn, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: db, Username: "default", Password: testinfra.ClickHousePassword})
 					if err != nil {
 						errs <- err
 						return

@@ -32,11 +32,12 @@ type Settings struct {
 	Sink       sinkconf.Settings
 	Demo       demo.Settings
 	AllInOne   Components
+	Embedded   Embedded
 }
 
 // Sections lists s's sections for config.Load, in the order --help shows them.
 func (s *Settings) Sections() []config.Section {
-	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.TopK, &s.Sink, &s.Demo, &s.AllInOne)
+	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.TopK, &s.Sink, &s.Demo, &s.AllInOne, &s.Embedded)
 }
 
 // AllInOne returns the parts of the whole pipeline: embedded infrastructure for whatever is not
@@ -44,11 +45,7 @@ func (s *Settings) Sections() []config.Section {
 // demo workload if enabled, and a banner saying where to look (written to out).
 func AllInOne(e cli.Env, s *Settings, out io.Writer) []lifecycle.Part {
 	cfg := e.Config
-	opts := embedded.Options{Registry: e.Registry}
-	if s.AllInOne.Sink && s.Sink.Storage == "local" {
-		opts.ReadDirs = []string{s.Sink.DirIn(cfg)}
-	}
-	parts := embedded.Parts(cfg, e.Logger, opts)
+	parts := embedded.Parts(cfg, e.Logger, s.Embedded.Options(e.Registry))
 	parts = append(parts, aggregator.Parts(e, &s.Aggregator, lifecycle.SharedAdmin)...)
 	if s.AllInOne.TopK {
 		parts = append(parts, topk.Parts(e, &s.TopK, lifecycle.SharedAdmin)...)
@@ -86,11 +83,12 @@ tally is running (data in %s).
   Metrics:     %s/metrics   health: %s/healthz, %s/readyz
   ClickHouse:  http://%s/   e.g. curl -u %s: 'http://%s/?query=SELECT+item_id,sum(views)+FROM+%s.views_by_second+GROUP+BY+item_id+ORDER+BY+2+DESC+LIMIT+5'
   Kafka:       %v   Redis: %s
+  Passwords:   %s   (ClickHouse administrator, Redis; mode 0600)
   Demo:        %s
 Stop with Ctrl-C.
 
-`, cfg.DataDir, api, api, admin, api, api, cfg.ClickHouse.Addr, cfg.ClickHouse.ReadonlyUser, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
-				cfg.Kafka.Brokers, cfg.Redis.Addr, demoLine(s.Demo.Enabled, s.Demo.Rate))
+`, cfg.DataDir, api, api, admin, api, api, cfg.ClickHouse.Addr, s.Embedded.DashboardsUser, cfg.ClickHouse.Addr, cfg.ClickHouse.Database,
+				cfg.Kafka.Brokers, cfg.Redis.Addr, filepath.Join(cfg.DataDir, embedded.EnvFile), demoLine(s.Demo.Enabled, s.Demo.Rate))
 			return nil
 		},
 	})
@@ -98,14 +96,14 @@ Stop with Ctrl-C.
 }
 
 // Infra returns only the embedded infrastructure parts and a banner with their addresses.
-func Infra(e cli.Env, out io.Writer) []lifecycle.Part {
+func Infra(e cli.Env, s *Embedded, out io.Writer) []lifecycle.Part {
 	cfg := e.Config
-	// Infra mode runs no sink; a standalone sink beside it writes to <data_dir>/sink by default.
-	return append(embedded.Parts(cfg, e.Logger, embedded.Options{ReadDirs: []string{filepath.Join(cfg.DataDir, "sink")}, Registry: e.Registry}), lifecycle.Part{
+	return append(embedded.Parts(cfg, e.Logger, s.Options(e.Registry)), lifecycle.Part{
 		Name: "banner",
 		Start: func(context.Context) error {
-			fmt.Fprintf(out, "tally infra: kafka %v, clickhouse http://%s/, redis %s (data in %s)\n",
-				cfg.Kafka.Brokers, cfg.ClickHouse.Addr, cfg.Redis.Addr, cfg.DataDir)
+			env := filepath.Join(cfg.DataDir, embedded.EnvFile)
+			fmt.Fprintf(out, "tally infra: kafka %v, clickhouse http://%s/, redis %s (data in %s)\ncomponents connect after: set -a; . %s; set +a\n",
+				cfg.Kafka.Brokers, cfg.ClickHouse.Addr, cfg.Redis.Addr, cfg.DataDir, env)
 			return nil
 		},
 	})

@@ -1,6 +1,7 @@
 // Package collector wires the collector component: a Kafka producer, the ClickHouse client of
 // the read API, one Redis client for reads and likes, the likes applier, and the HTTP API (ingest, reads, the live page at /, /healthz, /readyz, /metrics),
-// behind access control when auth is on (access.go; /metrics then moves to an admin server). Parts
+// behind checks against other sites' web pages and, when auth is on, access control (access.go;
+// /metrics then moves to an admin server). Parts
 // start the clients before the listener and stop in reverse: the listener stops taking requests
 // and drains them, then the producer flushes what is buffered and the clients close.
 package collector
@@ -71,7 +72,8 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 			runner.AddCheck("collector clickhouse", conn.Ping)
 			runner.AddCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 			likeStore = likestate.NewStore(rdb)
-			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likestate.QueueTotals, Now: now, Logger: logger, Registry: reg}).Register(routes)
+			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likestate.QueueTotals, Now: now, Logger: logger, Registry: reg,
+				FallbackTimeout: s.FallbackTimeout}).Register(routes)
 			reports.New(reports.Options{ClickHouse: conn, Logger: logger}).Register(routes)
 			return nil
 		},

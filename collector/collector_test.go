@@ -43,7 +43,7 @@ func startCollector(t *testing.T, args ...string) (api, admin string) {
 		t.Fatal(err)
 	}
 	var s collectorconf.Settings
-	cfg, err := config.Load("collector", append([]string{"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
+	cfg, err := config.Load("collector", append([]string{"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
 		"--redis.addr", infra.Redis.Addr(), "--collector.addr", apiAddr, "--collector.admin_addr", adminAddr,
 		"--kafka.partitions", "2", "--data_dir", t.TempDir()}, args...), s.Sections()...)
 	if err != nil {
@@ -92,13 +92,22 @@ func collector(t *testing.T, args ...string) (api, admin string) {
 	return api, admin
 }
 
+// call sends one request and returns its answer's status and body. A body goes as JSON unless
+// header gives its Content-Type; header's "Host" replaces the request's Host.
 func call(t *testing.T, method, url, body string, header map[string]string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -208,7 +217,7 @@ func TestPublicAddressWithoutAuthRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, append([]string{"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
+			cmd := exec.CommandContext(ctx, bin, append([]string{"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
 				"--redis.addr", infra.Redis.Addr(), "--data_dir", t.TempDir()}, tt.args...)...)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError

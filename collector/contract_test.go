@@ -86,7 +86,7 @@ func TestOpenAPIContract(t *testing.T) {
 	doc.Servers = openapi3.Servers{{URL: api}, {URL: broken}}
 	// A complete version of a daily click report, as the nightly job leaves it, in the
 	// collector's database (its migrations ran at start).
-	ch, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "tally", Username: "default"})
+	ch, err := chclient.Open(ctx, chclient.Options{Addr: infra.ClickHouse.Addr(), Database: "tally", Username: "default", Password: testinfra.ClickHousePassword})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +135,9 @@ func TestOpenAPIContract(t *testing.T) {
 		{"view arriving too slowly", "POST", "/v1/views", view, P, 408, false, true},
 		{"view without a key", "POST", "/v1/views", view, nil, 401, false, false},
 		{"view with a read key", "POST", "/v1/views", view, A, 403, false, false},
+		{"view as text", "POST", "/v1/views", view, map[string]string{"X-API-Key": producer, "Content-Type": "text/plain"}, 415, true, false},
+		{"view from another site's page", "POST", "/v1/views", view,
+			map[string]string{"X-API-Key": producer, "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, 403, false, false},
 		{"events", "POST", "/v1/events", `{"type":"view","item_id":"contract-item","viewer_id":"v2"}` + "\n" + `{"type":"view","item_id":"","viewer_id":"v3"}`, P, 202, false, false},
 		{"events all bad", "POST", "/v1/events", `{"type":"view","item_id":"","viewer_id":"v3"}`, P, 400, false, false},
 		{"events over max_lines", "POST", "/v1/events", strings.Repeat(`{"type":"view","item_id":"i","viewer_id":"v"}`+"\n", 6), P, 413, false, false},
@@ -292,6 +295,7 @@ func check(t *testing.T, router routers.Router, api, method, path, body string, 
 			req.Header.Set(k, v)
 		}
 		switch {
+		case req.Header.Get("Content-Type") != "":
 		case path == "/v1/events":
 			req.Header.Set("Content-Type", "application/x-ndjson")
 		case body != "":

@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// adminPassword is the test engine's administrator password.
+const adminPassword = "deploy-test-admin"
+
 func run(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "tally-deploy-test-")
 	if err != nil {
@@ -26,7 +29,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	engine, err = chembed.Start(chembed.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	engine, err = chembed.Start(chembed.Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pipeline: chembed.User{Password: adminPassword}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start embedded clickhouse:", err)
 		return 1

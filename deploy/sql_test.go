@@ -28,7 +28,7 @@ import (
 func TestClusterDDLParses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: engine.Addr(), Database: "ddl_check", Username: "default"})
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: engine.Addr(), Database: "ddl_check", Username: "default", Password: adminPassword})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func expandMacros(q string, from, to time.Time) string {
 func TestDashboardQueries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	admin, err := chclient.Open(ctx, chclient.Options{Addr: engine.Addr(), Database: "tally", Username: "default"})
+	admin, err := chclient.Open(ctx, chclient.Options{Addr: engine.Addr(), Database: "tally", Username: "default", Password: adminPassword})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestDashboardQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin.Close()
-	if admin, err = chclient.Open(ctx, chclient.Options{Addr: engine.Addr(), Database: "tally", Username: "default"}); err != nil {
+	if admin, err = chclient.Open(ctx, chclient.Options{Addr: engine.Addr(), Database: "tally", Username: "default", Password: adminPassword}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := migrate.Apply(ctx, admin, slogDiscard()); err != nil {
@@ -343,7 +343,7 @@ func TestMigrationShapeIsChecked(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			db := fmt.Sprintf("shape_check_%d", i)
-			opts := chclient.Options{Addr: engine.Addr(), Database: db, Username: "default"}
+			opts := chclient.Options{Addr: engine.Addr(), Database: db, Username: "default", Password: adminPassword}
 			conn, err := chclient.Open(ctx, opts)
 			if err != nil {
 				t.Fatal(err)

@@ -39,7 +39,7 @@ func TestAllInOne(t *testing.T) {
 		t.Fatalf("POST /v1/events: got %d; want 202", code)
 	}
 
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: cfg.ClickHouse.Addr, Database: "tally", Username: "default"})
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: cfg.ClickHouse.Addr, Database: "tally", Username: cfg.ClickHouse.Username, Password: cfg.ClickHouse.Password})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +49,11 @@ func TestAllInOne(t *testing.T) {
 		err := conn.QueryRow(ctx, "SELECT sum(views) FROM views_by_second WHERE item_id = ?", "e2e-item").Scan(&views)
 		return err == nil && views == 3
 	})
-	t.Run("plain http client reads the row", func(t *testing.T) {
+	t.Run("plain http client reads the row as dashboards", func(t *testing.T) {
 		q := url.QueryEscape("SELECT item_id, sum(views) FROM tally.views_by_second WHERE item_id = 'e2e-item' GROUP BY item_id")
-		resp, err := http.Get("http://" + cfg.ClickHouse.Addr + "/?query=" + q)
+		req, _ := http.NewRequest("GET", "http://"+cfg.ClickHouse.Addr+"/?query="+q, nil)
+		req.SetBasicAuth("dashboards", "")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -97,7 +97,7 @@ func TestClicksExactlyOnceThroughCrashes(t *testing.T) {
 	t.Logf("aggregators killed %d times, infra %d times", kills[0], kills[1])
 	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
 	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
-	verifyClicks(t, ctx, c.kafka, c.clickhouse)
+	verifyClicks(t, ctx, c.kafka, c.ch)
 }
 
 // postClicks posts n clicks in NDJSON batches to /v1/events and, after each batch, fraud
@@ -202,7 +202,7 @@ type clickCount struct{ clicks, billable int64 }
 // verifyClicks waits until the click checkpoints reach the end of both topics, then compares
 // every (ad, minute) and, once rolled up, every (ad, hour) with the oracle, and returns the
 // oracle's counted clicks.
-func verifyClicks(t *testing.T, ctx context.Context, kafkaAddr, chAddr string) []oracleClick {
+func verifyClicks(t *testing.T, ctx context.Context, kafkaAddr string, ch chclient.Options) []oracleClick {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cl, err := kgo.NewClient(kafka.ClientOptions([]string{kafkaAddr}, "oracle", logger, nil)...)
@@ -219,7 +219,7 @@ func verifyClicks(t *testing.T, ctx context.Context, kafkaAddr, chAddr string) [
 		}
 		return err == nil, fmt.Sprint(err)
 	})
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: chAddr, Database: "tally", Username: "default"})
+	conn, err := chclient.Open(ctx, ch)
 	if err != nil {
 		t.Fatal(err)
 	}

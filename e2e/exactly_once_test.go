@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -28,7 +27,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
-	"tally/platform/config"
 	"tally/platform/kafka"
 	"tally/schemas"
 	"tally/testsupport/testinfra"
@@ -121,7 +119,7 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 	// The last restart may still be starting.
 	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
 	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
-	verifyExact(t, ctx, c.kafka, c.clickhouse, c.api)
+	verifyExact(t, ctx, c.kafka, c.ch, c.api)
 	if c.coll.exited() {
 		t.Error("collector exited during the test (its log follows)")
 	}
@@ -147,13 +145,14 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	kafkaAddr, chAddr, apiAddr, aggAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	_, redisPort, _ := strings.Cut(freeAddr(t), ":")
 	all := startProc(t, "all-in-one", bins.pipeline, dir, "run", "--data_dir", dir, "--demo.enabled=false",
-		"--kafka.partitions", strconv.Itoa(eoPartitions), "--kafka.embedded_addr", kafkaAddr,
-		"--clickhouse.embedded_addr", chAddr, "--redis.embedded_port", redisPort,
+		"--kafka.partitions", strconv.Itoa(eoPartitions), "--embedded.kafka_addr", kafkaAddr,
+		"--embedded.clickhouse_addr", chAddr, "--embedded.redis_port", redisPort,
 		"--collector.addr", apiAddr, "--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608",
 		"--aggregator.addr", aggAddr, "--aggregator.flush_interval", "200ms",
 		"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String())
 	api := "http://" + apiAddr
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
+	ch := adminOptions(t, dir)
 
 	// Kill it at a random moment once it is serving again, while views are still being posted.
 	var posted atomic.Int64
@@ -191,8 +190,8 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	}
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
 	// The clicks first: the 1m window still holds some of them.
-	verifyAdsTop(t, verifyClicks(t, ctx, kafkaAddr, chAddr), api)
-	verifyExact(t, ctx, kafkaAddr, chAddr, api)
+	verifyAdsTop(t, verifyClicks(t, ctx, kafkaAddr, ch), api)
+	verifyExact(t, ctx, kafkaAddr, ch, api)
 }
 
 // TestZombieAggregatorIsFenced makes an aggregator a zombie, three times: a long query holds the
@@ -211,7 +210,7 @@ func TestZombieAggregatorIsFenced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	c := startCluster(t, 2)
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: c.clickhouse, Database: "tally", Username: "default"})
+	conn, err := chclient.Open(ctx, c.ch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +244,7 @@ func TestZombieAggregatorIsFenced(t *testing.T) {
 	if stops := <-stopped; stops < 3 {
 		t.Fatalf("got %d stops; want 3", stops)
 	}
-	verifyExact(t, ctx, c.kafka, c.clickhouse, c.api)
+	verifyExact(t, ctx, c.kafka, c.ch, c.api)
 }
 
 // eoSessionTimeout is the aggregators' group session timeout in the crash tests.
@@ -256,6 +255,7 @@ type cluster struct {
 	infra, coll            *proc
 	aggs                   []*proc
 	kafka, clickhouse, api string
+	ch                     chclient.Options // the engine's administrator, database tally
 }
 
 func freeAddr(t *testing.T) string {
@@ -279,15 +279,15 @@ func startCluster(t *testing.T, aggregators int) *cluster {
 	c.api = "http://" + apiAddr
 	common := []string{"--data_dir", dir, "--kafka.partitions", strconv.Itoa(eoPartitions), "--log.level", "info"}
 	_, redisPort, _ := strings.Cut(freeAddr(t), ":")
-	infraArgs := append([]string{"infra", "--kafka.embedded_addr", c.kafka, "--clickhouse.embedded_addr", c.clickhouse, "--redis.embedded_port", redisPort}, common...)
+	infraArgs := append([]string{"infra", "--embedded.kafka_addr", c.kafka, "--embedded.clickhouse_addr", c.clickhouse, "--embedded.redis_port", redisPort}, common...)
 	c.infra = startProc(t, "infra", bins.pipeline, dir, infraArgs...)
 	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
-	// Redis starts last in the infra process; components find it through this file.
-	testinfra.WaitFor(t, time.Minute, "infra writes the redis address", func() (bool, string) {
-		_, err := os.Stat(filepath.Join(dir, config.RedisAddrFile))
-		return err == nil, fmt.Sprint(err)
-	})
-	conns := append([]string{"--kafka.brokers", c.kafka, "--clickhouse.addr", c.clickhouse}, common...)
+	// The infra process writes its servers' addresses and passwords last; components get them
+	// as flags, as an operator's would from the file.
+	env := infraEnv(t, dir)
+	c.ch = chclient.Options{Addr: c.clickhouse, Database: "tally", Username: env["TALLY_CLICKHOUSE_USERNAME"], Password: env["TALLY_CLICKHOUSE_PASSWORD"]}
+	conns := append([]string{"--kafka.brokers", c.kafka, "--clickhouse.addr", c.clickhouse, "--clickhouse.password", c.ch.Password,
+		"--redis.addr", env["TALLY_REDIS_ADDR"], "--redis.password", env["TALLY_REDIS_PASSWORD"]}, common...)
 	c.coll = startProc(t, "collector", bins.collector, dir, append([]string{"--collector.addr", apiAddr,
 		"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...)
 	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
@@ -305,7 +305,7 @@ func startCluster(t *testing.T, aggregators int) *cluster {
 // rollup, and every item's views as GET /v1/counts answers them. Derived state that heals on
 // its own (a zombie's batch is undone within a sketch interval; the API's Redis is rebuilt after
 // a restart) gets a minute to agree before the differences are reported.
-func verifyExact(t *testing.T, ctx context.Context, kafkaAddr, chAddr, api string) {
+func verifyExact(t *testing.T, ctx context.Context, kafkaAddr string, ch chclient.Options, api string) {
 	t.Helper()
 	t0 := time.Now()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -323,7 +323,7 @@ func verifyExact(t *testing.T, ctx context.Context, kafkaAddr, chAddr, api strin
 		}
 		return err == nil, fmt.Sprint(err)
 	})
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: chAddr, Database: "tally", Username: "default"})
+	conn, err := chclient.Open(ctx, ch)
 	if err != nil {
 		t.Fatal(err)
 	}

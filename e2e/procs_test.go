@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"tally/devstack/embedded"
+	"tally/platform/chclient"
 	"tally/testsupport/testinfra"
 )
 
@@ -114,4 +116,24 @@ func (p *proc) exited() bool {
 	default:
 		return false
 	}
+}
+
+// infraEnv waits for the env file the embedded stack writes under dir once its servers run, and
+// returns its lines.
+func infraEnv(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	var env map[string]string
+	testinfra.WaitFor(t, time.Minute, "the embedded stack writes "+embedded.EnvFile, func() (bool, string) {
+		var err error
+		env, err = embedded.ReadEnvFile(dir)
+		return err == nil, fmt.Sprint(err)
+	})
+	return env
+}
+
+// adminOptions connects to the embedded engine of the all-in-one or infra process on dir as
+// its administrator, database tally.
+func adminOptions(t *testing.T, dir string) chclient.Options {
+	env := infraEnv(t, dir)
+	return chclient.Options{Addr: env["TALLY_CLICKHOUSE_ADDR"], Database: "tally", Username: env["TALLY_CLICKHOUSE_USERNAME"], Password: env["TALLY_CLICKHOUSE_PASSWORD"]}
 }

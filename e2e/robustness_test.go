@@ -41,7 +41,7 @@ func TestAllInOneRobustness(t *testing.T) {
 	ports := func() (args []string, collector string) {
 		_, redisPort, _ := strings.Cut(addr(), ":")
 		collector = addr()
-		return []string{"--kafka.embedded_addr", addr(), "--clickhouse.embedded_addr", addr(), "--redis.embedded_port", redisPort,
+		return []string{"--embedded.kafka_addr", addr(), "--embedded.clickhouse_addr", addr(), "--embedded.redis_port", redisPort,
 			"--collector.addr", collector, "--aggregator.addr", addr()}, collector
 	}
 	firstPorts, apiAddr := ports()
@@ -162,7 +162,7 @@ func checkHTTPLimits(t *testing.T, addr string) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n")
+		fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: %s\r\nContent-Type: application/x-ndjson\r\nContent-Length: 4000\r\n\r\n", addr)
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() {
@@ -194,7 +194,7 @@ func checkHTTPLimits(t *testing.T, addr string) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
 		br := bufio.NewReader(conn)
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {

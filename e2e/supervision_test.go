@@ -66,7 +66,7 @@ func TestRedisKilledRecovers(t *testing.T) {
 		return code == 200 && c == counts{Views: 1, Likes: 1}
 	})
 
-	rdb := redis.NewClient(&redis.Options{Addr: r.Config.Redis.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: r.Config.Redis.Addr, Password: r.Config.Redis.Password})
 	defer rdb.Close()
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
@@ -126,7 +126,7 @@ func TestDroppedTableRecovers(t *testing.T) {
 		t.Fatalf("POST /v1/views: got %d; want 202", code)
 	}
 	waitFor(t, 20*time.Second, "the first view counted", func() bool { code, n := views("drop-a"); return code == 200 && n == 1 })
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: r.Config.ClickHouse.Addr, Database: "tally", Username: "default"})
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: r.Config.ClickHouse.Addr, Database: "tally", Username: r.Config.ClickHouse.Username, Password: r.Config.ClickHouse.Password})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func TestClickHouseReadsTheFiles(t *testing.T) {
 		}
 		writeViews(t, st, p, 0, views)
 	}
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: clickhouse.Addr(), Database: "tally", Username: "default"})
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: clickhouse.Addr(), Database: "tally", Username: "default", Password: testPassword})
 	if err != nil {
 		t.Fatal(err)
 	}

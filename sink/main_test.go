@@ -18,6 +18,9 @@ import (
 // The test binary's embedded ClickHouse engine, whose pipeline user may read filesDir (where the
 // ClickHouse test writes sink files), and the sink command built for the crash test. Each test
 // starts its own Kafka broker, so their topics do not mix.
+// testPassword is the test engine's administrator password.
+const testPassword = "sink-test-admin"
+
 var (
 	clickhouse *chembed.Server
 	filesDir   string
@@ -36,7 +39,7 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	filesDir, binDir = filepath.Join(dir, "files"), dir
 	clickhouse, err = chembed.Start(chembed.Config{DataDir: filepath.Join(dir, "clickhouse"), Addr: "127.0.0.1:0",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PipelineReadDirs: []string{filesDir}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Pipeline: chembed.User{Password: testPassword}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start clickhouse:", err)
 		return 1

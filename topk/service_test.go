@@ -309,7 +309,7 @@ func TestKillNineThenListsEqualTheLog(t *testing.T) {
 	start := func() (*exec.Cmd, time.Time) {
 		at := time.Now()
 		cmd := exec.Command(bin, "--data_dir", data, "--kafka.brokers", infra.Kafka.Addr(), "--kafka.partitions", fmt.Sprint(partitions),
-			"--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.database", "topk_kill_test", "--redis.addr", infra.Redis.Addr(),
+			"--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword, "--clickhouse.database", "topk_kill_test", "--redis.addr", infra.Redis.Addr(),
 			"--topk.addr", admin, "--topk.publish_interval", "200ms", "--topk.snapshot_interval", "1s", "--topk.day_counters", "256")
 		f, err := os.OpenFile(filepath.Join(data, "topk.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -43,7 +43,7 @@ func Start(t testing.TB, flags ...string) *Running {
 	}
 	args := append([]string{
 		"--data_dir", t.TempDir(), "--demo.enabled=false",
-		"--kafka.embedded_addr", addrs[0], "--clickhouse.embedded_addr", addrs[1], "--collector.addr", addrs[2],
+		"--embedded.kafka_addr", addrs[0], "--embedded.clickhouse_addr", addrs[1], "--collector.addr", addrs[2],
 		"--aggregator.flush_interval", "100ms", "--kafka.partitions", "4",
 	}, flags...)
 	var settings allinone.Settings

@@ -101,7 +101,7 @@ func (f *fixture) deps() Deps {
 }
 
 func (f *fixture) args(extra ...string) []string {
-	return append(append([]string{}, extra...), "--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
+	return append(append([]string{}, extra...), "--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
 		"--clickhouse.database", f.db, "--redis.addr", infra.Redis.Addr(), "--log.level", "info",
 		"--collector.future_bound", early.String(), "--collector.late_bound", late.String())
 }

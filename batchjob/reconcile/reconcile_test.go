@@ -377,7 +377,7 @@ func TestSecondCopyExitsLocked(t *testing.T) {
 	if _, err := Run(ctx, Job{All: true}, f.deps()); !errors.Is(err, runlock.ErrLocked) {
 		t.Fatalf("in-process run while locked: got %v; want ErrLocked", err)
 	}
-	args := []string{"likes", "--all", "--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
+	args := []string{"likes", "--all", "--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
 		"--clickhouse.database", "rec_lock", "--redis.addr", infra.Redis.Addr(), "--log.level", "warn"}
 	tests := []struct {
 		name     string

@@ -184,14 +184,14 @@ func TestRunReportsDifferencesInVersions(t *testing.T) {
 	}
 
 	// The command: exit 4 and the summary line when items differ.
-	cmd := exec.Command(bin, "views", "--date", "2026-11-30", "--sink.dir", dir, "--clickhouse.addr", infra.ClickHouse.Addr(),
+	cmd := exec.Command(bin, "views", "--date", "2026-11-30", "--sink.dir", dir, "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
 		"--clickhouse.database", "recount_run", "--redis.addr", "127.0.0.1:1", "--data_dir", filepath.Join(t.TempDir(), "data"))
 	out, err := cmd.Output()
 	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(string(out), "view recount version 3 day 2026-11-30 from files") || !strings.Contains(string(out), "2 differences") {
 		t.Fatalf("batchjob views: got exit %d (%v), output %q; want exit 4 and version 3 with 2 differences", code, err, out)
 	}
 	// A day the files do not cover is an error, not a clean report.
-	cmd = exec.Command(bin, "views", "--date", "2026-10-01", "--sink.dir", dir, "--clickhouse.addr", infra.ClickHouse.Addr(),
+	cmd = exec.Command(bin, "views", "--date", "2026-10-01", "--sink.dir", dir, "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
 		"--clickhouse.database", "recount_run", "--redis.addr", "127.0.0.1:1", "--data_dir", filepath.Join(t.TempDir(), "data"))
 	if _, err := cmd.Output(); cmd.ProcessState.ExitCode() != 1 {
 		t.Fatalf("batchjob views of an uncovered day: got exit %d (%v); want 1", cmd.ProcessState.ExitCode(), err)

@@ -1,7 +1,8 @@
 // Package api holds what every collector endpoint shares, so they answer alike: JSON responses,
 // the error shape {"error", "field"} with the field naming the rejected input, 503 with
-// Retry-After, the parsing of the ids query parameter, and one latency histogram for every
-// route (Router). Router is safe for concurrent requests once its routes are registered.
+// Retry-After, the parsing of the ids query parameter, one latency histogram for every route
+// (Router), and the checks that keep other sites' web pages out (browser.go). Router is safe for
+// concurrent requests once its routes are registered; the rest holds no state.
 package api
 
 import (

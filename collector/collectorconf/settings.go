@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"tally/platform/config"
+	"tally/platform/webguard"
 	"tally/schemas/clickconf"
 )
 
@@ -41,6 +42,7 @@ type Settings struct {
 	WriteTimeout        time.Duration `mapstructure:"write_timeout"`
 	IdleTimeout         time.Duration `mapstructure:"idle_timeout"`
 	MaxConcurrentBodies int           `mapstructure:"max_concurrent_bodies"`
+	FallbackTimeout     time.Duration `mapstructure:"fallback_timeout"`
 	AdminAddr           string        `mapstructure:"admin_addr"`
 	Auth                AuthSettings  `mapstructure:"auth"`
 
@@ -75,6 +77,7 @@ func (*Settings) Settings() []config.Setting {
 		{Key: "collector.write_timeout", Default: 60 * time.Second, Help: "bound from a request's header to the end of its answer; must exceed collector.read_timeout plus kafka.produce_timeout"},
 		{Key: "collector.idle_timeout", Default: 60 * time.Second, Help: "an idle keep-alive connection is closed after this long"},
 		{Key: "collector.max_concurrent_bodies", Default: 64, Help: "ingest requests read and handled at once; beyond it ingest answers 503 at once (body memory stays under this times collector.max_body_bytes)"},
+		{Key: "collector.fallback_timeout", Default: time.Second, Help: "bound on a count read from ClickHouse while the Redis totals are rebuilt, the wait for a read slot and the query together (ClickHouse stops the query too); beyond it 503 with Retry-After"},
 		{Key: "collector.admin_addr", Default: "127.0.0.1:9080", Help: "collector admin listen address (/metrics, /debug/pprof/, /healthz, /readyz) when auth is on; with auth off these stay on collector.addr, which is then loopback"},
 		{Key: "collector.auth.enabled", Default: "auto", Help: "API access control: on, off (only allowed when collector.addr is loopback) or auto (on unless collector.addr is loopback); docs/SECURITY.md"},
 		{Key: "collector.auth.keys", Default: []string{}, Help: "producer API keys: in YAML a list of {id, sha256, scopes, rate, burst}; in a flag or the environment id:sha256:scope+scope:rate:burst, comma-separated (mint one with: collector keys new)"},
@@ -107,6 +110,7 @@ func (c *Settings) Validate(shared *config.Config, bad config.Bad) {
 	if c.MaxConcurrentBodies < 1 {
 		bad("collector.max_concurrent_bodies", "got %d; want at least 1", c.MaxConcurrentBodies)
 	}
+	config.Positive(bad, "collector.fallback_timeout", c.FallbackTimeout)
 	c.validateAuth(bad)
 }
 
@@ -119,7 +123,7 @@ func (c *Settings) AuthOn() bool {
 	case AuthOff:
 		return false
 	default:
-		return !config.Loopback(c.Addr)
+		return !webguard.LoopbackAddr(c.Addr)
 	}
 }
 
@@ -131,7 +135,7 @@ func (c *Settings) validateAuth(bad config.Bad) {
 		bad("collector.auth.enabled", "got %q; want auto, on or off", c.Auth.Enabled)
 		return
 	}
-	if c.Auth.Enabled == AuthOff && !config.Loopback(c.Addr) {
+	if c.Auth.Enabled == AuthOff && !webguard.LoopbackAddr(c.Addr) {
 		bad("collector.auth.enabled", "is off but collector.addr %q is not a loopback address: anyone who reaches it could write and read everything; "+
 			"configure collector.auth.keys and set collector.auth.enabled to on or auto, or listen on 127.0.0.1 (docs/SECURITY.md)", c.Addr)
 	}

@@ -123,6 +123,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"header bound over read bound", []string{"--collector.read_header_timeout", "40s"}, "collector.read_header_timeout"},
 		{"no idle timeout", []string{"--collector.idle_timeout", "-1s"}, "collector.idle_timeout"},
 		{"no ingest bodies", []string{"--collector.max_concurrent_bodies", "0"}, "collector.max_concurrent_bodies"},
+		{"no fallback bound", []string{"--collector.fallback_timeout", "0s"}, "collector.fallback_timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -75,13 +75,14 @@ func New(cfg Config, cl *kgo.Client, now func() time.Time, logger *slog.Logger, 
 	return h
 }
 
-// Register adds the ingest routes to r.
+// Register adds the ingest routes to r. Routes with a body take it only as JSON or NDJSON
+// (api.RequireJSON: 415 otherwise, before a slot is taken); minting click ids reads no body.
 func (h *Handler) Register(r *api.Router) {
-	r.Handle("POST /v1/views", "views", h.bounded(h.serveView))
-	r.Handle("POST /v1/events", "events", h.bounded(h.serveEvents))
-	r.Handle("POST /v1/view-counts", "view_counts", h.bounded(h.serveViewCounts))
-	r.Handle("POST /v1/clicks", "clicks", h.bounded(h.serveClick))
-	r.Handle("POST /v1/fraud-verdicts", "fraud_verdicts", h.bounded(h.serveVerdicts))
+	r.Handle("POST /v1/views", "views", api.RequireJSON(h.bounded(h.serveView)))
+	r.Handle("POST /v1/events", "events", api.RequireJSON(h.bounded(h.serveEvents)))
+	r.Handle("POST /v1/view-counts", "view_counts", api.RequireJSON(h.bounded(h.serveViewCounts)))
+	r.Handle("POST /v1/clicks", "clicks", api.RequireJSON(h.bounded(h.serveClick)))
+	r.Handle("POST /v1/fraud-verdicts", "fraud_verdicts", api.RequireJSON(h.bounded(h.serveVerdicts)))
 	r.Handle("POST /v1/ads/{ad_id}/click-ids", "click_ids", h.mintClickIDs)
 }
 

@@ -54,7 +54,9 @@ func BenchmarkServeEvents(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		w := httptest.NewRecorder()
-		mux.ServeHTTP(w, httptest.NewRequest("POST", "/v1/events", bytes.NewReader(body.Bytes())))
+		req := httptest.NewRequest("POST", "/v1/events", bytes.NewReader(body.Bytes()))
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		mux.ServeHTTP(w, req)
 		if w.Code != http.StatusAccepted {
 			b.Fatalf("got %d %s; want 202", w.Code, w.Body)
 		}

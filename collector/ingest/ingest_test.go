@@ -33,11 +33,21 @@ func newHandler(t *testing.T, brokers []string, maxBuffered int, timeout time.Du
 	return New(cfg, cl, time.Now, quiet, prometheus.NewRegistry()), cl
 }
 
+// serve sends one request with a JSON body to h's routes.
 func serve(h *Handler, method, path, body string) *httptest.ResponseRecorder {
+	return serveTyped(h, method, path, "application/json", body)
+}
+
+// serveTyped sends one request with its body as contentType ("" sends none) to h's routes.
+func serveTyped(h *Handler, method, path, contentType, body string) *httptest.ResponseRecorder {
 	mux := http.NewServeMux()
 	h.Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	w := httptest.NewRecorder()
-	mux.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	mux.ServeHTTP(w, req)
 	return w
 }
 
@@ -122,6 +132,52 @@ func TestUnavailableKafka(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every route that reads a body takes it only as JSON or NDJSON: a browser's cross-site form
+// types and a missing type get 415 naming Content-Type, before a body slot is taken.
+func TestBodyMustBeJSON(t *testing.T) {
+	h, _ := newHandler(t, []string{"127.0.0.1:1"}, 1000, time.Second) // nothing listens: nothing may be produced
+	for _, path := range []string{"/v1/views", "/v1/events", "/v1/view-counts", "/v1/clicks", "/v1/fraud-verdicts"} {
+		for _, tt := range []struct {
+			contentType string
+			want        int
+		}{
+			{"application/json", 400}, // read and parsed: the empty object is no valid event
+			{"application/x-ndjson", 400},
+			{"application/ndjson; charset=utf-8", 400},
+			{"APPLICATION/JSONL", 400},
+			{"text/plain", 415},
+			{"text/plain; charset=utf-8", 415},
+			{"application/x-www-form-urlencoded", 415},
+			{"multipart/form-data; boundary=b", 415},
+			{"", 415},
+		} {
+			t.Run(path+" "+tt.contentType, func(t *testing.T) {
+				w := serveTyped(h, "POST", path, tt.contentType, `{}`)
+				var e struct{ Error, Field string }
+				if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || w.Code != tt.want {
+					t.Fatalf("got %d %s; want %d with a JSON error", w.Code, w.Body, tt.want)
+				}
+				if tt.want == 415 && (e.Field != "Content-Type" || !strings.Contains(e.Error, "application/json")) {
+					t.Errorf("got %s; want the error on Content-Type naming the accepted types", w.Body)
+				}
+			})
+		}
+	}
+	t.Run("checked before a body slot", func(t *testing.T) {
+		for range cap(h.slots) {
+			h.slots <- struct{}{}
+		}
+		defer func() {
+			for range cap(h.slots) {
+				<-h.slots
+			}
+		}()
+		if w := serveTyped(h, "POST", "/v1/events", "text/plain", `{}`); w.Code != 415 {
+			t.Errorf("with every slot taken: got %d %s; want 415", w.Code, w.Body)
+		}
+	})
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }

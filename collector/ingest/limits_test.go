@@ -158,7 +158,7 @@ func TestSlowBodyGets408(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/views HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	fmt.Fprintf(conn, "POST /v1/views HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {

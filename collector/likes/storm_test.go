@@ -216,7 +216,7 @@ func TestKillCollectorMidStorm(t *testing.T) {
 		}
 		defer logf.Close()
 		cmd := exec.Command(collectorBin,
-			"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(),
+			"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
 			"--redis.addr", infra.Redis.Addr(), "--collector.addr", addr, "--kafka.partitions", "4",
 			"--data_dir", dir, "--log.level", "info")
 		cmd.Stdout, cmd.Stderr = logf, logf

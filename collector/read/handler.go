@@ -7,7 +7,8 @@
 // catalog holds. ClickHouse is read for counts only while Redis is empty or being rebuilt (the
 // totals' ready marker is missing): pages waiting at the same time share one batched query, at
 // most FallbackReads queries run at once so that a rebuild cannot bury the engine under reads,
-// and a page whose batch finds no free slot within FallbackWait answers 503 with Retry-After. Series come from ClickHouse's rollup tables.
+// and a page whose batch is not read within FallbackTimeout, the wait for a slot and the query
+// together, answers 503 with Retry-After. Series come from ClickHouse's rollup tables.
 //
 // A Handler is safe for concurrent use and owns no goroutines; its clients are its caller's.
 package read
@@ -62,10 +63,11 @@ type Options struct {
 	// FallbackReads bounds the ClickHouse reads of counts in flight while Redis is not ready;
 	// 0 means 2.
 	FallbackReads int
-	// FallbackWait is how long a page waits for a fallback slot before answering 503; 0 means
-	// 1s: the embedded engine, busy with the aggregator's inserts, takes hundreds of
-	// milliseconds for a read, and the pages waiting share the next one anyway.
-	FallbackWait time.Duration
+	// FallbackTimeout bounds a page's ClickHouse read of counts, the wait for a fallback slot
+	// and the query together, before it answers 503; 0 means 1s. A page is someone waiting:
+	// "retry in a second" serves them better than a spinner, and the embedded engine, busy with
+	// the aggregator's inserts, takes hundreds of milliseconds for a read anyway.
+	FallbackTimeout time.Duration
 }
 
 // Handler serves the count routes.
@@ -77,15 +79,15 @@ type Handler struct {
 	now    func() time.Time
 	logger *slog.Logger
 	// fallback holds a token per ClickHouse count read in flight.
-	fallback     chan struct{}
-	fallbackWait time.Duration
-	mu           sync.Mutex
-	gathering    *fallbackBatch // the batch pages join while it waits for a slot; nil if none
+	fallback        chan struct{}
+	fallbackTimeout time.Duration
+	mu              sync.Mutex
+	gathering       *fallbackBatch // the batch pages join while it waits for a slot; nil if none
 	// redisRead times a count read's Redis round trip: with tally_http_request_seconds it
 	// splits a slow answer into waiting on Redis and everything else.
 	redisRead prometheus.Histogram
-	// fallbacks counts pages answered from ClickHouse ("served") or refused for want of a
-	// slot ("refused").
+	// fallbacks counts pages answered from ClickHouse ("served"), refused for want of a slot
+	// ("refused"), or whose query outlasted the bound ("timed_out").
 	fallbacks *prometheus.CounterVec
 }
 
@@ -97,11 +99,11 @@ func New(o Options) *Handler {
 	if o.FallbackReads <= 0 {
 		o.FallbackReads = 2
 	}
-	if o.FallbackWait <= 0 {
-		o.FallbackWait = time.Second
+	if o.FallbackTimeout <= 0 {
+		o.FallbackTimeout = time.Second
 	}
 	h := &Handler{src: source{o.ClickHouse}, rdb: o.Redis, totals: totals.New(o.Redis, TotalsName), likes: o.Likes,
-		now: o.Now, logger: o.Logger, fallback: make(chan struct{}, o.FallbackReads), fallbackWait: o.FallbackWait,
+		now: o.Now, logger: o.Logger, fallback: make(chan struct{}, o.FallbackReads), fallbackTimeout: o.FallbackTimeout,
 		redisRead: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tally_read_redis_seconds",
 			Help:    "Round trip of a count read's one Redis pipeline (view totals and like totals), failed ones included.",
@@ -109,7 +111,7 @@ func New(o Options) *Handler {
 		}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tally_read_clickhouse_fallback_total",
-			Help: "Count reads answered from ClickHouse while the Redis totals are not ready (served), or refused with 503 for want of a fallback slot (refused).",
+			Help: "Count reads answered from ClickHouse while the Redis totals are not ready (served), or answered 503 for want of a fallback slot (refused) or for a query outlasting collector.fallback_timeout (timed_out).",
 		}, []string{"result"}),
 	}
 	o.Registry.MustRegister(h.redisRead, h.fallbacks)
@@ -159,14 +161,18 @@ func (h *Handler) batchCounts(w http.ResponseWriter, r *http.Request) int {
 	}{items})
 }
 
-// fallbackQueryTimeout bounds one ClickHouse read of counts.
-const fallbackQueryTimeout = 10 * time.Second
-
-// errBusy refuses a ClickHouse fallback read beyond the bound.
-type errBusy struct{ wait time.Duration }
+// errBusy refuses a ClickHouse fallback read that did not end within the bound: no slot freed
+// (slot), or the query ran past it.
+type errBusy struct {
+	bound time.Duration
+	slot  bool
+}
 
 func (e errBusy) Error() string {
-	return fmt.Sprintf("view totals are being rebuilt and no ClickHouse read slot freed within %s", e.wait)
+	if e.slot {
+		return fmt.Sprintf("view totals are being rebuilt and no ClickHouse read slot freed within %s", e.bound)
+	}
+	return fmt.Sprintf("view totals are being rebuilt and the ClickHouse read of counts took over %s", e.bound)
 }
 
 func (h *Handler) counts(ctx context.Context, ids []string) ([]ItemCounts, error) {
@@ -247,8 +253,12 @@ func (h *Handler) fromClickHouse(ctx context.Context, ids []string) (map[string]
 		return nil, fmt.Errorf("wait for a ClickHouse read of counts: %w", ctx.Err())
 	}
 	if b.err != nil {
-		if errors.As(b.err, new(errBusy)) {
+		var busy errBusy
+		switch {
+		case errors.As(b.err, &busy) && busy.slot:
 			h.fallbacks.WithLabelValues("refused").Inc()
+		case errors.As(b.err, &busy):
+			h.fallbacks.WithLabelValues("timed_out").Inc()
 		}
 		return nil, b.err
 	}
@@ -256,12 +266,13 @@ func (h *Handler) fromClickHouse(ctx context.Context, ids []string) (map[string]
 	return b.got, nil
 }
 
-// runBatch waits up to fallbackWait for a slot, closes b to joiners and reads its items. The
+// runBatch waits for a slot, closes b to joiners and reads its items, all within
+// fallbackTimeout; the query also tells ClickHouse to stop at the bound (source.counts). The
 // pages that joined depend on it, so it does not end with the leader's request, only with its
-// own bound.
+// own bound, which every page waiting on b is thereby within too.
 func (h *Handler) runBatch(ctx context.Context, b *fallbackBatch) {
 	defer close(b.done)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.fallbackWait+fallbackQueryTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.fallbackTimeout)
 	defer cancel()
 	detach := func() {
 		h.mu.Lock()
@@ -270,17 +281,11 @@ func (h *Handler) runBatch(ctx context.Context, b *fallbackBatch) {
 		}
 		h.mu.Unlock()
 	}
-	t := time.NewTimer(h.fallbackWait)
-	defer t.Stop()
 	select {
 	case h.fallback <- struct{}{}:
-	case <-t.C:
-		detach()
-		b.err = errBusy{h.fallbackWait}
-		return
 	case <-ctx.Done():
 		detach()
-		b.err = fmt.Errorf("wait for a ClickHouse read slot: %w", ctx.Err())
+		b.err = errBusy{bound: h.fallbackTimeout, slot: true}
 		return
 	}
 	defer func() { <-h.fallback }()
@@ -290,6 +295,12 @@ func (h *Handler) runBatch(ctx context.Context, b *fallbackBatch) {
 		items = append(items, id)
 	}
 	b.got, b.err = h.src.counts(ctx, items)
+	if b.err != nil && ctx.Err() != nil {
+		// Logged once per batch here rather than once per page: a slow engine during a
+		// rebuild is expected, and the metric counts the pages.
+		h.logger.Warn("read counts from ClickHouse: over the bound", "bound", h.fallbackTimeout, "items", len(items), "err", b.err)
+		b.err = errBusy{bound: h.fallbackTimeout}
+	}
 }
 
 // Point is one bucket of a series.

@@ -198,12 +198,12 @@ func TestCountsFallBackToClickHouse(t *testing.T) {
 	}
 }
 
-// Beyond FallbackReads ClickHouse reads in flight, a page waits FallbackWait and then answers
+// Beyond FallbackReads ClickHouse reads in flight, a page waits FallbackTimeout and then answers
 // 503 with Retry-After; once a slot frees, pages are served again.
 func TestFallbackBound(t *testing.T) {
 	conn, rdb := fresh(t)
 	reg := prometheus.NewRegistry()
-	h := New(Options{ClickHouse: conn, Redis: rdb, Logger: infra.Logger, Registry: reg, FallbackReads: 2, FallbackWait: 50 * time.Millisecond})
+	h := New(Options{ClickHouse: conn, Redis: rdb, Logger: infra.Logger, Registry: reg, FallbackReads: 2, FallbackTimeout: 50 * time.Millisecond})
 	srv := startHandler(t, h)
 	// Two reads in flight hold both slots.
 	h.fallback <- struct{}{}
@@ -226,13 +226,55 @@ func TestFallbackBound(t *testing.T) {
 	}
 }
 
+// A page whose ClickHouse read is slow answers 503 with Retry-After at the default bound of
+// 1 s, and ClickHouse stops the query then too: the engine is free again long before the query
+// would have ended.
+func TestSlowFallbackIs503WithinASecond(t *testing.T) {
+	ctx := context.Background()
+	conn, rdb := fresh(t)
+	// views_total made slow: 2.9 s of sleep for every read of slow-item (just under the
+	// engine's 3 s cap on one block's sleep).
+	for _, q := range []string{
+		"DROP VIEW views_total",
+		"CREATE VIEW views_total AS SELECT 'slow-item' AS item_id, toUInt64(1) AS views FROM numbers(29) WHERE sleepEachRow(0.1) = 0",
+	} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	srv := startHandler(t, New(Options{ClickHouse: conn, Redis: rdb, Logger: infra.Logger, Registry: reg}))
+	t0 := time.Now()
+	resp, err := http.Get(srv.URL + "/v1/counts?ids=slow-item")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	answered := time.Since(t0)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || answered > 1500*time.Millisecond {
+		t.Errorf("got %d (Retry-After %q) %s after %s; want 503 with Retry-After within about 1s", resp.StatusCode, resp.Header.Get("Retry-After"), b, answered)
+	}
+	if n := fallbacks(t, reg, "timed_out"); n != 1 {
+		t.Errorf("timed out: got %v; want 1", n)
+	}
+	// The engine runs one query at a time: the next one waits for the slow one to stop.
+	var one uint8
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	if free := time.Since(t0); free > 2*time.Second {
+		t.Errorf("engine free again after %s; want well before the 2.9s the query would take (max_execution_time)", free)
+	}
+}
+
 // Pages waiting for a slot at the same time share one ClickHouse query.
 func TestFallbackBatchesWaitingPages(t *testing.T) {
 	conn, rdb := fresh(t)
 	addViews(t, conn, "b-3", time.Now().Add(-time.Hour), 3)
 	counting := &countingConn{Conn: conn}
 	reg := prometheus.NewRegistry()
-	h := New(Options{ClickHouse: counting, Redis: rdb, Logger: infra.Logger, Registry: reg, FallbackReads: 1, FallbackWait: 10 * time.Second})
+	h := New(Options{ClickHouse: counting, Redis: rdb, Logger: infra.Logger, Registry: reg, FallbackReads: 1, FallbackTimeout: 10 * time.Second})
 	srv := startHandler(t, h)
 	h.fallback <- struct{}{} // a read in flight holds the only slot
 	const pages = 5

@@ -3,6 +3,7 @@ package read
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -23,14 +24,15 @@ type source struct {
 
 // counts returns the all-time views and unique viewers of items in one query; items with no
 // views are absent from the map. Views are summed from views_total by item whatever else its
-// rows are keyed by (toInt64: the column's type may be signed or not).
+// rows are keyed by (toInt64: the column's type may be signed or not). With a deadline on ctx
+// ClickHouse stops the query by then too (stopAt).
 func (s source) counts(ctx context.Context, items []string) (map[string]Counts, error) {
 	ctx = chclient.FitList(ctx, items, 2)
 	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
 		SELECT item_id, toInt64(sum(views)) AS v, toUInt64(0) AS u FROM views_total WHERE item_id IN (?) GROUP BY item_id
 		UNION ALL
 		SELECT item_id, toInt64(0), viewers FROM unique_viewers_latest WHERE item_id IN (?) AND day = toDate(0)
-	) GROUP BY item_id`, items, items)
+	) GROUP BY item_id`+stopAt(ctx), items, items)
 	if err != nil {
 		return nil, fmt.Errorf("query counts of %d items: %w", len(items), err)
 	}
@@ -50,6 +52,20 @@ func (s source) counts(ctx context.Context, items []string) (map[string]Counts, 
 		return nil, fmt.Errorf("read counts: %w", err)
 	}
 	return out, nil
+}
+
+// stopAt returns a SETTINGS clause that has ClickHouse stop the query (max_execution_time, in
+// whole seconds, rounded up) once ctx's deadline has passed, so that an abandoned read does not
+// keep the engine busy; "" without a deadline. It is a clause of the query rather than a
+// setting in the context (clickhouse.WithSettings): that would replace the context's other
+// settings (chclient.FitList's max_query_size), and clickhouse-go overwrites
+// max_execution_time with a longer one of its own when the deadline is over 1 s away.
+func stopAt(ctx context.Context) string {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf(" SETTINGS max_execution_time = %d", max(1, int(math.Ceil(time.Until(deadline).Seconds()))))
 }
 
 // Granularity is a series' bucket width.

@@ -4,11 +4,13 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"net"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
+
+	"tally/platform/webguard"
 )
 
 // User is an account of the embedded server.
@@ -35,9 +37,11 @@ type account struct {
 	role role
 }
 
-// Limits bound a dashboards query. Clients may ask for less, never more.
+// Limits bound a dashboards query. Clients may ask for less, never more;
+// zero fields take the defaults.
 type Limits struct {
 	// MaxExecutionTime becomes the engine's max_execution_time; default 3s.
+	// It is also how long a pipeline call can wait behind an outside query.
 	MaxExecutionTime time.Duration
 	// MaxResultRows and MaxResultBytes become max_result_rows and
 	// max_result_bytes (rows and uncompressed bytes of the result);
@@ -45,12 +49,19 @@ type Limits struct {
 	// twice MaxResultBytes plus 1 MiB, whatever the format.
 	MaxResultRows  uint64
 	MaxResultBytes uint64
+	// MaxMemoryUsage becomes max_memory_usage (bytes one query may hold in
+	// the all-in-one's memory); default 512 MiB.
+	MaxMemoryUsage uint64
+	// MaxRowsToRead becomes max_rows_to_read; default 2,000,000,000.
+	MaxRowsToRead uint64
 }
 
 const (
 	defaultMaxExecutionTime = 3 * time.Second
 	defaultMaxResultRows    = 1_000_000
 	defaultMaxResultBytes   = 32 << 20
+	defaultMaxMemoryUsage   = 512 << 20
+	defaultMaxRowsToRead    = 2_000_000_000
 	// maxOutsideQueryBytes bounds the SQL a dashboards request may send
 	// (ClickHouse's own max_query_size is 256 KiB).
 	maxOutsideQueryBytes = 1 << 20
@@ -60,18 +71,15 @@ const (
 	maxPipelineQueryBytes = 8 << 20
 )
 
-// isLoopback reports whether a listen address only accepts connections
-// from this machine. An empty host listens everywhere.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+// fixedCaps bound every outside query beside Limits: the engine's own
+// threads and block size (an outside query shares the all-in-one's cores
+// with counting), and sleep, which would hold a block past
+// max_execution_time (the engine checks the time between blocks).
+var fixedCaps = []setting{
+	{"max_threads", "2"},
+	{"max_block_size", "65536"},
+	{"function_sleep_max_microseconds_per_block", "100000"},
+	{"max_bytes_to_read", "68719476736"},
 }
 
 // newAccounts checks the users and hashes their passwords; comparing
@@ -80,12 +88,14 @@ func newAccounts(cfg Config) ([]account, error) {
 	if cfg.Pipeline.Name == cfg.Readonly.Name {
 		return nil, fmt.Errorf("the pipeline and dashboards users are both named %q; give them different names", cfg.Pipeline.Name)
 	}
-	if !isLoopback(cfg.Addr) {
-		if cfg.Pipeline.Password == "" {
-			return nil, fmt.Errorf("listen address %s is not a loopback address: anyone who reaches it could use the engine; set a password for the pipeline user %q (Config.Pipeline.Password, clickhouse.password) or listen on 127.0.0.1", cfg.Addr, cfg.Pipeline.Name)
-		}
+	if cfg.Pipeline.Password == "" {
+		// Anyone on the machine, or a web page through a browser on it,
+		// could otherwise drop the pipeline's tables.
+		return nil, fmt.Errorf("the pipeline user %q has no password: it administers the engine, so it needs one on every address (Config.Pipeline.Password; the embedded stack generates one)", cfg.Pipeline.Name)
+	}
+	if !webguard.LoopbackAddr(cfg.Addr) {
 		if cfg.Readonly.Password == "" {
-			return nil, fmt.Errorf("listen address %s is not a loopback address: set a password for the dashboards user %q (Config.Readonly.Password, clickhouse.embedded_readonly_password) or listen on 127.0.0.1", cfg.Addr, cfg.Readonly.Name)
+			return nil, fmt.Errorf("listen address %s is not a loopback address: set a password for the dashboards user %q (Config.Readonly.Password, embedded.dashboards_password) or listen on 127.0.0.1", cfg.Addr, cfg.Readonly.Name)
 		}
 	}
 	return []account{
@@ -137,55 +147,49 @@ func (s *Server) authenticate(r *http.Request) (role, *chError) {
 }
 
 // readonlySettings are the URL settings a dashboards request may pass:
-// they shape the output or slow the query down, nothing else. The limits
-// are handled apart (clamped), and anything else is refused as ClickHouse
+// they shape the output, nothing else. The limits are handled apart
+// (lowered, never raised), and anything else is refused as ClickHouse
 // refuses setting changes under readonly=1.
 var readonlySettings = map[string]bool{
-	"max_threads": true, "max_block_size": true, "join_use_nulls": true, "extremes": true,
-	"log_comment": true, "session_timezone": true, "date_time_output_format": true,
-	"enable_positional_arguments": true, "prefer_column_name_to_alias": true,
-	"max_rows_to_read": true, "max_bytes_to_read": true, "read_overflow_mode": true,
-	"timeout_overflow_mode": true, "result_overflow_mode": true,
+	"join_use_nulls": true, "extremes": true, "log_comment": true, "session_timezone": true,
+	"date_time_output_format": true, "enable_positional_arguments": true, "prefer_column_name_to_alias": true,
 	"count_distinct_implementation": true, "final": true, "do_not_merge_across_partitions_select_final": true,
 }
 
 // readonlyPrefixes are families of output settings.
 var readonlyPrefixes = []string{"output_format_", "format_csv_", "format_tsv_", "format_display_secondary_queries"}
 
+// overflowModes are the settings choosing what a limit does when reached.
+var overflowModes = map[string]bool{"timeout_overflow_mode": true, "result_overflow_mode": true, "read_overflow_mode": true}
+
+// outsideCaps are the limits every dashboards query runs with, as settings.
+func (l Limits) outsideCaps() []setting {
+	caps := []setting{
+		{"max_execution_time", strconv.FormatFloat(l.MaxExecutionTime.Seconds(), 'f', -1, 64)},
+		{"max_result_rows", strconv.FormatUint(l.MaxResultRows, 10)},
+		{"max_result_bytes", strconv.FormatUint(l.MaxResultBytes, 10)},
+		{"max_memory_usage", strconv.FormatUint(l.MaxMemoryUsage, 10)},
+		{"max_rows_to_read", strconv.FormatUint(l.MaxRowsToRead, 10)},
+	}
+	return append(caps, fixedCaps...)
+}
+
 // dashboardsSettings splits a dashboards request's URL settings into those
 // it may pass and the limits the engine will enforce, lowered to what the
 // client asked where it asked for less.
 func (s *Server) dashboardsSettings(given []setting) (keep, limits []setting, e *chError) {
-	lim := s.cfg.Limits
-	execTime := lim.MaxExecutionTime.Seconds()
-	rows, bytes := lim.MaxResultRows, lim.MaxResultBytes
-	timeoutMode, resultMode := "throw", "throw"
+	limits = s.cfg.Limits.outsideCaps()
+	modes := map[string]string{"timeout_overflow_mode": "throw", "result_overflow_mode": "throw", "read_overflow_mode": "throw"}
 	for _, st := range given {
-		switch st.name {
-		case "max_execution_time":
-			if v, err := strconv.ParseFloat(st.value, 64); err == nil && v > 0 && v < execTime {
-				execTime = v
-			}
-			continue
-		case "max_result_rows":
-			if v, err := strconv.ParseUint(st.value, 10, 64); err == nil && v > 0 && v < rows {
-				rows = v
-			}
-			continue
-		case "max_result_bytes":
-			if v, err := strconv.ParseUint(st.value, 10, 64); err == nil && v > 0 && v < bytes {
-				bytes = v
-			}
-			continue
-		case "timeout_overflow_mode", "result_overflow_mode":
+		if overflowModes[st.name] {
 			if st.value != "throw" && st.value != "break" {
 				return nil, nil, newError(http.StatusBadRequest, codeBadArguments, "%s %q is not throw or break", st.name, st.value)
 			}
-			if st.name == "timeout_overflow_mode" {
-				timeoutMode = st.value
-			} else {
-				resultMode = st.value
-			}
+			modes[st.name] = st.value
+			continue
+		}
+		if i := slices.IndexFunc(limits, func(c setting) bool { return c.name == st.name }); i >= 0 {
+			limits[i].value = lower(limits[i].value, st.value)
 			continue
 		}
 		if !readonlySettings[st.name] && !hasAnyPrefix(st.name, readonlyPrefixes) {
@@ -193,14 +197,20 @@ func (s *Server) dashboardsSettings(given []setting) (keep, limits []setting, e 
 		}
 		keep = append(keep, st)
 	}
-	limits = []setting{
-		{"max_execution_time", strconv.FormatFloat(execTime, 'f', -1, 64)},
-		{"timeout_overflow_mode", timeoutMode},
-		{"max_result_rows", strconv.FormatUint(rows, 10)},
-		{"max_result_bytes", strconv.FormatUint(bytes, 10)},
-		{"result_overflow_mode", resultMode},
+	for _, name := range slices.Sorted(maps.Keys(modes)) {
+		limits = append(limits, setting{name, modes[name]})
 	}
 	return keep, limits, nil
+}
+
+// lower is the client's value when it is a positive number below the cap.
+func lower(limit, asked string) string {
+	c, err1 := strconv.ParseFloat(limit, 64)
+	a, err2 := strconv.ParseFloat(asked, 64)
+	if err1 == nil && err2 == nil && a > 0 && a < c {
+		return strconv.FormatFloat(a, 'f', -1, 64)
+	}
+	return limit
 }
 
 // pipelineSettings keeps a pipeline request's time limit within the
@@ -220,15 +230,6 @@ func (s *Server) pipelineSettings(given []setting) []setting {
 	return out
 }
 
-func hasAnyPrefix(s string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
-}
-
 // allowOrigin answers a CORS request only for a configured origin, never
 // with a wildcard: a page from any other site gets no access to answers.
 func (s *Server) allowOrigin(w http.ResponseWriter, r *http.Request) bool {
@@ -245,4 +246,19 @@ func (s *Server) allowOrigin(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// browserChecks keeps web pages in a browser on this machine out
+// (platform/webguard): a cross-site POST is refused (the configured CORS
+// origins are trusted), and on a loopback address so is a request naming
+// another host (DNS rebinding). GET already only reads, with credentials.
+func (s *Server) browserChecks() (http.Handler, error) {
+	return webguard.Wrap(s, webguard.Options{Addr: s.cfg.Addr, TrustedOrigins: s.cfg.CORSOrigins,
+		Refuse: func(w http.ResponseWriter, r *http.Request, foreignHost bool) {
+			if foreignHost {
+				writeError(w, accessDenied("host %q is not this machine: the server listens on loopback and answers only requests for localhost or a loopback address", r.Host))
+				return
+			}
+			writeError(w, accessDenied("cross-site %s requests are not allowed", r.Method))
+		}})
 }

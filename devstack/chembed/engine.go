@@ -134,6 +134,18 @@ func (e *engine) probe() error {
 			return fmt.Errorf("apply baseline settings: %w", err)
 		}
 	}
+	// The baseline is everything the session has changed from the engine's
+	// defaults now (chDB changes a few itself): verifySession returns to it.
+	out, err := e.query("SELECT name, value FROM system.settings WHERE changed")
+	if err != nil {
+		return fmt.Errorf("read baseline settings: %w", err)
+	}
+	e.baseline = map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		if name, value, ok := strings.Cut(line, "\t"); ok {
+			e.baseline[name] = value
+		}
+	}
 	return nil
 }
 
@@ -167,34 +179,6 @@ func (e *engine) closeFilesystemOverlay() error {
 	return nil
 }
 
-// loadGuard asks the engine for every table function, table engine and
-// database engine it has: those not known to stay inside the engine are
-// refused to outside clients, so a chDB upgrade that adds a new way out is
-// refused by default.
-func (e *engine) loadGuard() (*guard, error) {
-	res, err := e.session.Query("SELECT 'f', name FROM system.table_functions UNION ALL SELECT 'e', name FROM system.table_engines UNION ALL SELECT 'd', name FROM system.database_engines", "TabSeparated")
-	if err != nil {
-		return nil, fmt.Errorf("list table functions and engines: %w", err)
-	}
-	defer res.Free()
-	var functions, engines []string
-	for _, line := range strings.Split(strings.TrimSpace(string(res.Buf())), "\n") {
-		kind, name, ok := strings.Cut(line, "\t")
-		if !ok {
-			continue
-		}
-		if kind == "f" {
-			functions = append(functions, name)
-		} else {
-			engines = append(engines, name)
-		}
-	}
-	if len(functions) == 0 || len(engines) == 0 {
-		return nil, fmt.Errorf("list table functions and engines: got %d functions and %d engines; want some of each", len(functions), len(engines))
-	}
-	return newGuard(functions, engines), nil
-}
-
 // call is one request's work for the engine.
 type call struct {
 	database string    // "" means default
@@ -202,15 +186,18 @@ type call struct {
 	params   []setting // query parameters, in force for this call only
 	sql      string
 	format   string // output format when the SQL has no FORMAT clause
-	kind     string // statement kind, to undo what USE and SET leave behind
+	kind     string // statement kind, to undo what USE leaves behind
 	table    string // for the engine-time metrics only
-	setNames []string
 	priority priority
-	// limits are applied after settings and readonly=1 after both, so
-	// the query can change neither (the engine refuses any setting change
-	// under readonly=1, SETTINGS clauses included).
+	// vet has the guard check the statement (reads only, nothing that
+	// reaches outside the engine); the call runs its canonical text.
+	vet bool
+	// limits are applied after settings and readonly after both, so the
+	// query can change neither (the engine refuses any setting change
+	// under readonly=1, SETTINGS clauses included; readonly=2 allows
+	// settings but no writes, as ClickHouse gives a GET request).
 	limits   []setting
-	readonly bool
+	readonly string
 	// maxOutput bounds the formatted result this call may copy out of
 	// the engine; 0 means no bound.
 	maxOutput int
@@ -248,69 +235,142 @@ func (e *engine) run(ctx context.Context, c call) (output, error) {
 }
 
 func (e *engine) runHeld(c call) (output, error) {
-	db := c.database
-	if db == "" {
-		db = "default"
+	if err := e.use(c.database); err != nil {
+		return output{}, err
 	}
-	if e.currentDB != db {
-		if err := e.exec("USE " + quoteIdent(db)); err != nil {
-			e.currentDB = ""
+	if c.vet || !statelessKinds[c.kind] {
+		// Runs last, after every reset below.
+		defer e.verifySession()
+	}
+	sql, settings, params := c.sql, c.settings, c.params
+	if c.vet {
+		// The guard's EXPLAIN AST needs the query parameters, and must
+		// run before the caller's output settings and result limits.
+		if err := e.apply(nil, c.params); err != nil {
 			return output{}, err
 		}
-		e.currentDB = db
+		defer e.reset(nil, names(c.params))
+		var err error
+		if sql, err = e.vet(sql); err != nil {
+			return output{}, err
+		}
+		params = nil
 	}
-	settings := c.settings
-	if len(c.limits) > 0 || c.readonly {
+	if len(c.limits) > 0 || c.readonly != "" {
 		settings = append(append([]setting(nil), c.settings...), c.limits...)
-		if c.readonly {
-			settings = append(settings, setting{"readonly", "1"})
+		if c.readonly != "" {
+			settings = append(settings, setting{"readonly", c.readonly})
 		}
 	}
-	if len(settings)+len(c.params) > 0 {
-		names := make([]string, len(settings))
-		for i, s := range settings {
-			names[i] = s.name
-		}
-		params := make([]string, len(c.params))
-		for i, p := range c.params {
-			params[i] = p.name
-		}
-		if err := e.exec(setStatement(settings, c.params)); err != nil {
-			e.reset(names, params)
-			return output{}, err
-		}
-		defer e.reset(names, params)
+	if err := e.apply(settings, params); err != nil {
+		return output{}, err
 	}
-	res, err := e.session.Query(c.sql, c.format)
+	defer e.reset(names(settings), names(params))
+	res, err := e.session.Query(sql, c.format)
 	if c.kind == "USE" {
 		e.currentDB = ""
-	}
-	if c.kind == "SET" && len(c.setNames) > 0 {
-		var names []string
-		for _, n := range c.setNames {
-			if !strings.HasPrefix(n, "param_") {
-				names = append(names, n)
-			}
-		}
-		defer e.reset(names, nil)
 	}
 	if err != nil {
 		e.drain()
 		return output{}, engineError(err)
 	}
+	defer res.Free()
 	if c.maxOutput > 0 && res.Len() > c.maxOutput {
-		n := res.Len()
-		res.Free()
-		return output{}, newError(http.StatusInternalServerError, codeTooManyRowsOrBytes, "Limit for result exceeded, max bytes: %d, current bytes: %d", c.maxOutput, n)
+		return output{}, newError(http.StatusInternalServerError, codeTooManyRowsOrBytes, "Limit for result exceeded, max bytes: %d, current bytes: %d", c.maxOutput, res.Len())
 	}
-	out := output{
+	return output{
 		data:      bytes.Clone(res.Buf()),
 		rowsRead:  res.RowsRead(),
 		bytesRead: res.BytesRead(),
 		elapsed:   time.Duration(res.Elapsed() * float64(time.Second)),
+	}, nil
+}
+
+// statelessKinds are the statements that leave no setting behind in the
+// session (a SETTINGS clause lasts one query); after any other, the
+// session is checked against its baseline.
+var statelessKinds = map[string]bool{
+	"SELECT": true, "WITH": true, "(": true, "INSERT": true, "CREATE": true, "ALTER": true, "DROP": true,
+	"TRUNCATE": true, "OPTIMIZE": true, "RENAME": true, "EXISTS": true, "SHOW": true, "DESCRIBE": true,
+	"DESC": true, "EXPLAIN": true, "USE": true, "DELETE": true,
+}
+
+// use makes db (default if empty) the session's current database.
+func (e *engine) use(db string) error {
+	if db == "" {
+		db = "default"
 	}
-	res.Free()
-	return out, nil
+	if e.currentDB == db {
+		return nil
+	}
+	if err := e.exec("USE " + quoteIdent(db)); err != nil {
+		e.currentDB = ""
+		return err
+	}
+	e.currentDB = db
+	return nil
+}
+
+// apply sets settings and query parameters for one call; on error nothing
+// of them is left set.
+func (e *engine) apply(settings, params []setting) error {
+	if len(settings)+len(params) == 0 {
+		return nil
+	}
+	if err := e.exec(setStatement(settings, params)); err != nil {
+		e.reset(names(settings), names(params))
+		return err
+	}
+	return nil
+}
+
+func names(settings []setting) []string {
+	out := make([]string, len(settings))
+	for i, s := range settings {
+		out[i] = s.name
+	}
+	return out
+}
+
+// verifySession compares the session's changed settings with the
+// baseline and puts back any that differ: a statement can leave a setting
+// behind in ways no scan of its text foresees (SET `readonl\x79` = 1).
+func (e *engine) verifySession() {
+	drift, err := e.drift()
+	if err != nil || len(drift) == 0 {
+		if err != nil {
+			e.logger.Warn("check the engine session's settings", "err", err)
+		}
+		return
+	}
+	e.logger.Debug("engine session settings differ from the baseline after a statement; resetting them", "settings", drift)
+	e.reset(drift, nil)
+	if drift, err = e.drift(); err != nil || len(drift) > 0 {
+		e.logger.Error("engine session settings could not be put back; later statements run with them", "settings", drift, "err", err)
+	}
+}
+
+// drift lists the settings whose value in the session is not the baseline's.
+func (e *engine) drift() ([]string, error) {
+	out, err := e.query("SELECT name, value FROM system.settings WHERE changed")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var drift []string
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		name, value, _ := strings.Cut(line, "\t")
+		seen[name] = true
+		if want, ok := e.baseline[name]; !ok || want != value {
+			drift = append(drift, name)
+		}
+	}
+	for name := range e.baseline {
+		if !seen[name] {
+			drift = append(drift, name)
+		}
+	}
+	return drift, nil
 }
 
 // exec runs a statement whose output does not matter.
@@ -328,37 +388,21 @@ func (e *engine) exec(sql string) error {
 // names are known; if the engine refuses it (an unknown name from a failed
 // request), each name is reset on its own so the good ones still are.
 func (e *engine) reset(names, params []string) {
-	if len(names)+len(params) == 0 {
-		return
-	}
 	if i := slices.Index(names, "readonly"); i >= 0 {
-		// Under readonly=1 the engine refuses to set anything to a new
-		// value; only "= DEFAULT" goes through. Lift it on its own first.
+		// Under readonly the engine refuses to set anything else; only
+		// "= DEFAULT" goes through. Lift it on its own first.
 		if err := e.exec(resetStatement([]string{"readonly"}, e.baseline, nil)); err != nil {
 			e.logger.Warn("reset readonly", "err", err)
 		}
 		names = slices.Delete(slices.Clone(names), i, i+1)
 	}
-	if len(names)+len(params) == 0 {
+	if len(names)+len(params) == 0 || e.exec(resetStatement(names, e.baseline, params)) == nil {
 		return
 	}
-	if err := e.exec(resetStatement(names, e.baseline, params)); err == nil {
-		return
-	}
-	// Resetting one name can unblock another (readonly forbids changing
-	// the rest), so retry until a round makes no progress.
-	for pending := names; len(pending) > 0; {
-		var failed []string
-		for _, n := range pending {
-			if err := e.exec(resetStatement([]string{n}, e.baseline, nil)); err != nil {
-				failed = append(failed, n)
-			}
-		}
-		if len(failed) == len(pending) {
-			e.logger.Debug("settings left as they are; the engine refused to reset them", "names", failed)
-			break
-		}
-		pending = failed
+	// One name the engine does not know (from a request it refused) fails
+	// the whole statement: reset each on its own.
+	for _, n := range names {
+		_ = e.exec(resetStatement([]string{n}, e.baseline, nil))
 	}
 	for _, p := range params {
 		if err := e.exec(resetStatement(nil, nil, []string{p})); err != nil {

@@ -3,6 +3,7 @@ package chembed
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -39,44 +40,19 @@ type chError struct {
 
 func (e *chError) Error() string { return e.text }
 
-func codeName(code int) string {
-	switch code {
-	case codeBadArguments:
-		return "BAD_ARGUMENTS"
-	case codeChecksumMismatch:
-		return "CHECKSUM_DOESNT_MATCH"
-	case codeNotImplemented:
-		return "NOT_IMPLEMENTED"
-	case codeSyntaxError:
-		return "SYNTAX_ERROR"
-	case codeReadonly:
-		return "READONLY"
-	case codeTimeoutExceeded:
-		return "TIMEOUT_EXCEEDED"
-	case codeTooManySimultaneous:
-		return "TOO_MANY_SIMULTANEOUS_QUERIES"
-	case codeTooManyRowsOrBytes:
-		return "TOO_MANY_ROWS_OR_BYTES"
-	case codeAccessDenied:
-		return "ACCESS_DENIED"
-	case codeAuthFailed:
-		return "AUTHENTICATION_FAILED"
-	case codeAborted:
-		return "ABORTED"
-	case codeCannotDecompress:
-		return "CANNOT_DECOMPRESS"
-	case codeUnknownQueryParam:
-		return "UNKNOWN_QUERY_PARAMETER"
-	case codeLimitExceeded:
-		return "LIMIT_EXCEEDED"
-	default:
-		return "STD_EXCEPTION"
-	}
+// codeNames are the names ClickHouse gives the codes above.
+var codeNames = map[int]string{
+	codeBadArguments: "BAD_ARGUMENTS", codeChecksumMismatch: "CHECKSUM_DOESNT_MATCH", codeNotImplemented: "NOT_IMPLEMENTED",
+	codeSyntaxError: "SYNTAX_ERROR", codeReadonly: "READONLY", codeTimeoutExceeded: "TIMEOUT_EXCEEDED",
+	codeTooManySimultaneous: "TOO_MANY_SIMULTANEOUS_QUERIES", codeTooManyRowsOrBytes: "TOO_MANY_ROWS_OR_BYTES",
+	codeAccessDenied: "ACCESS_DENIED", codeAuthFailed: "AUTHENTICATION_FAILED", codeAborted: "ABORTED",
+	codeCannotDecompress: "CANNOT_DECOMPRESS", codeUnknownQueryParam: "UNKNOWN_QUERY_PARAMETER",
+	codeLimitExceeded: "LIMIT_EXCEEDED", codeStdException: "STD_EXCEPTION",
 }
 
 // newError builds an error the handler raises itself.
 func newError(status, code int, format string, args ...any) *chError {
-	name := codeName(code)
+	name := codeNames[code]
 	msg := strings.TrimSuffix(fmt.Sprintf(format, args...), ".")
 	return &chError{
 		status: status,
@@ -91,48 +67,17 @@ func newError(status, code int, format string, args ...any) *chError {
 // else (a chdb-go error) is wrapped as a std exception.
 func engineError(err error) *chError {
 	text := strings.TrimSpace(err.Error())
-	code, ok := leadingCode(text)
-	if !ok {
+	m := engineErrorText.FindStringSubmatch(text)
+	code, _ := strconv.Atoi(m[1])
+	if code <= 0 {
 		return newError(http.StatusInternalServerError, codeStdException, "%s", text)
 	}
-	return &chError{status: http.StatusInternalServerError, code: code, name: trailingName(text), text: text}
+	return &chError{status: http.StatusInternalServerError, code: code, name: m[2], text: text}
 }
 
-// leadingCode reads N from a "Code: N." prefix.
-func leadingCode(text string) (int, bool) {
-	rest, ok := strings.CutPrefix(text, "Code: ")
-	if !ok {
-		return 0, false
-	}
-	digits, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return 0, false
-	}
-	code, err := strconv.Atoi(digits)
-	if err != nil || code <= 0 {
-		return 0, false
-	}
-	return code, true
-}
-
-// trailingName reads NAME from a trailing "(NAME)".
-func trailingName(text string) string {
-	if !strings.HasSuffix(text, ")") {
-		return ""
-	}
-	open := strings.LastIndexByte(text, '(')
-	if open < 0 {
-		return ""
-	}
-	name := text[open+1 : len(text)-1]
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c != '_' && (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
-			return ""
-		}
-	}
-	return name
-}
+// engineErrorText finds the code and, if it ends the text, the name of an
+// engine exception; it matches any text, with empty groups where they lack.
+var engineErrorText = regexp.MustCompile(`^(?:Code: (\d+)\.)?(?:(?s:.*)\(([A-Z0-9_]+)\)$)?`)
 
 // writeError sends e the way ClickHouse does: plain text with the code in a
 // header, never compressed, so any client can read it.

@@ -3,6 +3,7 @@ package chembed
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // priority orders the callers waiting for the engine.
@@ -13,31 +14,44 @@ const (
 	// migrations. It always goes before any outside query that waits.
 	pipelineFirst priority = iota
 	// outsideLast is everyone else (dashboards): served only when no
-	// pipeline call waits.
+	// pipeline call waits and the pipeline has been idle for pipelineQuiet.
 	outsideLast
 )
 
+// pipelineQuiet is how long the pipeline must have left the engine alone
+// before an outside query may start. A flush is a run of statements, each
+// sent when the one before it returns: were an outside query allowed in
+// between, every statement of the flush would wait for one, and counting
+// would stall for several outside queries' time instead of one.
+const pipelineQuiet = 200 * time.Millisecond
+
 // gate hands the engine to one caller at a time. The engine runs one query
-// at a time whatever we do; the gate decides who is next, so an outside
-// query can delay a pipeline call by at most the one outside query that
-// is already running (whose time the engine bounds with
-// max_execution_time), never by a queue of them.
+// at a time whatever we do; the gate decides who is next, so outside
+// queries delay a run of pipeline calls by at most the one outside query
+// that is already running (whose time the engine bounds with
+// max_execution_time), never by a queue of them nor one per statement.
 type gate struct {
-	mu      sync.Mutex
-	busy    bool
-	waiting [2][]chan struct{} // by priority, oldest first
+	mu           sync.Mutex
+	busy         bool
+	held         priority           // who holds the engine while busy
+	lastPipeline time.Time          // when a pipeline call last gave it up
+	waiting      [2][]chan struct{} // by priority, oldest first
+	timer        *time.Timer        // hands off to an outside waiter once the pipeline is quiet
 }
 
 // acquire waits for the engine until ctx is done.
 func (g *gate) acquire(ctx context.Context, p priority) error {
 	g.mu.Lock()
-	if !g.busy {
-		g.busy = true
+	if !g.busy && (p == pipelineFirst || len(g.waiting[outsideLast]) == 0 && g.quietLeft() <= 0) {
+		g.busy, g.held = true, p
 		g.mu.Unlock()
 		return nil
 	}
 	turn := make(chan struct{})
 	g.waiting[p] = append(g.waiting[p], turn)
+	if !g.busy {
+		g.handOff() // arms the timer for this outside caller
+	}
 	g.mu.Unlock()
 	select {
 	case <-turn:
@@ -51,28 +65,57 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 				return ctx.Err()
 			}
 		}
-		// release handed us the engine as ctx ended: pass it on.
+		// handOff gave us the engine as ctx ended: pass it on.
 		g.handOff()
 		return ctx.Err()
 	}
 }
 
-// release gives the engine to the first pipeline waiter, else the first
-// outside waiter, else frees it.
+// release gives the engine to the first pipeline waiter, else, once the
+// pipeline is quiet, the first outside waiter, else frees it.
 func (g *gate) release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.held == pipelineFirst {
+		g.lastPipeline = time.Now()
+	}
 	g.handOff()
 }
 
-// handOff needs g.mu held and the engine held by the caller.
+// quietLeft is how long an outside caller must still wait for the
+// pipeline to have been idle for pipelineQuiet.
+func (g *gate) quietLeft() time.Duration {
+	return pipelineQuiet - time.Since(g.lastPipeline)
+}
+
+// handOff needs g.mu held and the engine held by the caller, or free.
 func (g *gate) handOff() {
-	for p := range g.waiting {
-		if q := g.waiting[p]; len(q) > 0 {
-			g.waiting[p] = q[1:]
-			close(q[0])
-			return
+	g.busy = true
+	for p, q := range g.waiting {
+		if len(q) == 0 {
+			continue
 		}
+		if p == int(outsideLast) {
+			if wait := g.quietLeft(); wait > 0 {
+				if g.timer != nil {
+					g.timer.Stop()
+				}
+				g.timer = time.AfterFunc(wait, g.wake)
+				break
+			}
+		}
+		g.waiting[p], g.held = q[1:], priority(p)
+		close(q[0])
+		return
 	}
 	g.busy = false
+}
+
+// wake hands a free engine on once the pipeline's quiet time is up.
+func (g *gate) wake() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.busy {
+		g.handOff()
+	}
 }

@@ -73,3 +73,46 @@ func waitQueued(t *testing.T, g *gate, p priority, before int, name string) {
 	}
 	t.Fatalf("%s never queued", name)
 }
+
+// TestOutsideWaitsForAQuietPipeline: a run of pipeline calls, each sent
+// soon after the one before it returns (a flush's statements), is not cut
+// by an outside caller; the outside caller gets the engine once the
+// pipeline has been idle for pipelineQuiet.
+func TestOutsideWaitsForAQuietPipeline(t *testing.T) {
+	var g gate
+	if err := g.acquire(context.Background(), pipelineFirst); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if err := g.acquire(context.Background(), outsideLast); err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+		g.release()
+	}()
+	waitQueued(t, &g, outsideLast, 0, "outside")
+	const statements = 5
+	for i := range statements {
+		g.release()
+		time.Sleep(pipelineQuiet / 4)
+		select {
+		case at := <-got:
+			t.Fatalf("outside caller got the engine at statement %d (%v); want it after the run", i, at)
+		default:
+		}
+		if err := g.acquire(context.Background(), pipelineFirst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.release()
+	done := time.Now()
+	select {
+	case at := <-got:
+		if wait := at.Sub(done); wait < pipelineQuiet*9/10 {
+			t.Fatalf("outside caller got the engine %s after the run; want at least %s", wait, pipelineQuiet)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("outside caller never got the engine")
+	}
+}

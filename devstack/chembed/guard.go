@@ -1,22 +1,26 @@
 package chembed
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 )
 
-// The guard keeps outside clients inside the engine. chDB runs with the
-// rights of this process, so anything that names a file, a URL, another
-// server or a program would reach them: table functions (file, url, s3,
-// remote, mysql, executable, input...), table and database engines (File,
-// URL, Filesystem, Kafka...), dictionary sources, dynamic disks, the
-// scalar file(), INTO OUTFILE / FROM INFILE, INSERT INTO FUNCTION and
-// settings that name files. The engine's own access control cannot do it
-// here: chDB has no users, and readonly=1 stops neither file() as a scalar
-// nor writes of every kind for the pipeline, which must create tables.
+// The guard keeps outside (dashboards) queries inside the engine. Most of
+// the work is the engine's own: outside queries run under readonly=1, which
+// refuses writes, DDL, setting changes and table functions, and under
+// limits the caller cannot raise (auth.go). What readonly=1 leaves open is
+// a scalar function that reads files (file()) and INTO OUTFILE, which
+// writes one; chDB has no users or grants to close them.
 //
-// Lists are built from the engine's system tables, so whatever a newer
-// chDB adds is refused until it is added to the allowlists below.
+// So the guard asks the engine's own parser what a statement is, rather
+// than reading SQL with a second lexer that would read quoting, escapes and
+// Unicode spaces differently: formatQuery() proves the text is exactly one
+// statement and gives it back in the engine's canonical form, EXPLAIN AST
+// gives its tree. The canonical text is what then runs, so what was checked
+// is what executes. The pipeline user is the engine's administrator and is
+// not guarded: its password is readable only by the data directory's owner,
+// who can read every file anyway.
 
 // safeTableFunctions read only what the query names inside the engine.
 var safeTableFunctions = []string{
@@ -25,179 +29,126 @@ var safeTableFunctions = []string{
 	"format", "dictionary", "mergeTreeIndex", "mergeTreeParts", "mergeTreeProjection",
 }
 
-// safeEngines keep their data under the data directory, in memory, or
-// read other tables of the engine.
-var safeEngines = []string{
-	"MergeTree", "ReplacingMergeTree", "SummingMergeTree", "AggregatingMergeTree",
-	"CollapsingMergeTree", "VersionedCollapsingMergeTree", "GraphiteMergeTree", "CoalescingMergeTree",
-	"Memory", "Null", "Set", "Join", "Buffer", "Log", "TinyLog", "StripeLog", "Merge",
-	"GenerateRandom", "Dictionary", "View", "MaterializedView",
-	"Atomic", "Ordinary", "Lazy",
-}
+// refusedScalars reach outside the engine without being table functions.
+var refusedScalars = []string{"file"}
 
-// extraRefusedCalls are ways out that are not table functions or engines:
-// the scalar file(), dictionary sources and dynamic disks.
-var extraRefusedCalls = []string{
-	"file", "disk", "http", "https", "clickhouse", "cassandra", "executable_pool",
-	"yamlregexptree", "regexp_tree", "catboostEvaluate",
-}
-
-// refusedKinds are statements no outside client runs: SYSTEM reaches
-// the process (caches, reloads, failpoints), BACKUP, RESTORE and ATTACH
-// ... FROM 'path' read or write files.
-const refusedKinds = " SYSTEM BACKUP RESTORE ATTACH "
-
-// definingKinds are the statements where ENGINE names an engine rather
-// than, say, the column of system.tables.
-const definingKinds = " CREATE REPLACE ALTER "
-
-// fileSettings name files the engine would read or write.
-var fileSettings = []string{"format_schema", "format_template_resultset", "format_template_row", "output_format_schema", "format_schema_source"}
+// readRoots are the EXPLAIN AST root nodes of statements an outside user
+// may run: queries and the statements that describe the schema. Anything
+// else (SET, USE, INSERT, DDL, SYSTEM...) is refused before it runs.
+var readRoots = []string{"SelectWithUnionQuery", "SelectIntersectExceptQuery", "Show", "Describe", "Exists", "Explain"}
 
 type guard struct {
-	refusedCalls map[string]bool // lower-case names refused before '('
-	engines      map[string]bool // lower-case engine names allowed after ENGINE
-	allEngines   map[string]bool // lower-case names of every engine the engine has
+	refused map[string]bool // lower-case function names an outside query may not call
 }
 
-// newGuard refuses every table function and engine of the engine's lists
-// that is not in the allowlists.
-func newGuard(functions, engines []string) *guard {
-	g := &guard{refusedCalls: map[string]bool{}, engines: map[string]bool{}}
-	safeFn := lowerSet(safeTableFunctions)
-	for _, f := range functions {
-		if !safeFn[strings.ToLower(f)] {
-			g.refusedCalls[strings.ToLower(f)] = true
-		}
+// newGuard refuses every table function of the engine's list that is not
+// known to stay inside the engine, so a chDB upgrade that adds a new way
+// out is refused by default.
+func newGuard(tableFunctions []string) *guard {
+	g := &guard{refused: map[string]bool{}}
+	safe := map[string]bool{}
+	for _, f := range safeTableFunctions {
+		safe[strings.ToLower(f)] = true
 	}
-	g.engines = lowerSet(safeEngines)
-	g.allEngines = lowerSet(engines)
-	for _, e := range engines {
-		if !g.engines[strings.ToLower(e)] {
-			g.refusedCalls[strings.ToLower(e)] = true
+	for _, f := range append(tableFunctions, refusedScalars...) {
+		if !safe[strings.ToLower(f)] {
+			g.refused[strings.ToLower(f)] = true
 		}
-	}
-	for _, f := range extraRefusedCalls {
-		g.refusedCalls[strings.ToLower(f)] = true
 	}
 	return g
-}
-
-func lowerSet(names []string) map[string]bool {
-	m := make(map[string]bool, len(names))
-	for _, n := range names {
-		m[strings.ToLower(n)] = true
-	}
-	return m
 }
 
 func accessDenied(format string, args ...any) *chError {
 	return newError(http.StatusForbidden, codeAccessDenied, format, args...)
 }
 
-// check refuses SQL that reaches outside the engine. sql is the statement
-// up to the data of an INSERT; values, if not nil, is that data when the
-// engine will parse it as the Values format, which evaluates expressions.
-func (g *guard) check(sql string, st statement) *chError {
-	return g.checkReading(sql, st, nil)
+// vet returns the canonical text of sql, or why an outside user may not
+// run it. It needs the engine held, with the request's query parameters
+// set (EXPLAIN AST substitutes them) and none of its output settings or
+// limits yet: a result limit must not cut the tree short.
+func (e *engine) vet(sql string) (string, error) {
+	out, err := e.query("SELECT formatQuery(" + quoteString(sql) + ")")
+	if err != nil {
+		return "", err
+	}
+	canonical := strings.TrimSuffix(out, "\n")
+	if e := refuseOutfile(canonical); e != nil {
+		return "", e
+	}
+	tree, err := e.query("EXPLAIN AST " + canonical)
+	if err != nil {
+		return "", err
+	}
+	if e := e.guard.inspect(tree); e != nil {
+		return "", e
+	}
+	return canonical, nil
 }
 
-// checkReading is check that also lets file('path'...) through when the
-// path is a plain literal under one of readDirs (the pipeline user reading
-// the sink's Parquet files).
-func (g *guard) checkReading(sql string, st statement, readDirs []string) *chError {
-	if strings.Contains(refusedKinds, " "+st.kind+" ") {
-		return accessDenied("%s is not allowed through the embedded server's HTTP interface", st.kind)
+// query runs sql and returns its output as raw text.
+func (e *engine) query(sql string) (string, error) {
+	res, err := e.session.Query(sql, "TabSeparatedRaw")
+	if err != nil {
+		e.drain()
+		return "", engineError(err)
 	}
-	return g.scanReading(sql, strings.Contains(definingKinds, " "+st.kind+" "), readDirs)
+	defer res.Free()
+	return string(res.Buf()), nil
 }
 
-// scan walks every token; it needs no grammar because what it refuses is
-// refused wherever it appears. engines says whether ENGINE clauses can
-// occur, to check the engine they name.
-func (g *guard) scan(src string, engines bool) *chError {
-	return g.scanReading(src, engines, nil)
-}
-
-// readableFile reports whether the call starting after "file(" names, as
-// its first argument, a plain string literal (no escapes) holding an
-// absolute path under one of dirs with no ".." anywhere (globs stay inside
-// the directory: ClickHouse's *, ?, ** and {a,b} never climb without "..").
-func readableFile(l *lexer, dirs []string) bool {
-	if len(dirs) == 0 {
-		return false
-	}
-	probe := *l
-	probe.next() // (
-	lit := probe.next()
-	if lit.kind != tokString {
-		return false
-	}
-	text := l.text(lit)
-	if len(text) < 2 || text[0] != '\'' || text[len(text)-1] != '\'' {
-		return false
-	}
-	p := text[1 : len(text)-1]
-	if strings.ContainsAny(p, "\\'") || strings.Contains(p, "..") || !strings.HasPrefix(p, "/") {
-		return false
-	}
-	if after := probe.next(); !l.isPunct(after, ',') && !l.isPunct(after, ')') {
-		return false
-	}
-	for _, d := range dirs {
-		if d != "" && strings.HasPrefix(p, strings.TrimSuffix(d, "/")+"/") {
-			return true
-		}
-	}
-	return false
-}
-
-func (g *guard) scanReading(src string, engines bool, readDirs []string) *chError {
-	l := &lexer{src: src}
-	var prev token
-	for t := l.next(); t.kind != tokEOF; prev, t = t, l.next() {
-		if t.kind != tokWord && t.kind != tokQuoted {
-			continue
-		}
-		name := strings.ToLower(unquoteIdent(l.text(t)))
-		interesting := g.refusedCalls[name] || name == "infile" || name == "outfile" || name == "function" || name == "engine" || isFileSetting(name)
-		if !interesting {
-			continue
-		}
-		probe := *l
-		next := probe.next()
-		switch {
-		case l.isPunct(next, '(') && name == "file" && t.kind == tokWord && readableFile(l, readDirs):
-			continue
-		case l.isPunct(next, '(') && g.refusedCalls[name]:
-			return accessDenied("%s(...) is not allowed through the embedded server's HTTP interface: it reaches files, the network or programs outside the engine", unquoteIdent(l.text(t)))
-		case t.kind == tokWord && (name == "infile" || name == "outfile"):
-			return accessDenied("%s is not allowed through the embedded server's HTTP interface", strings.ToUpper(name))
-		case t.kind == tokWord && name == "function" && (l.isWord(prev, "INTO") || l.isWord(prev, "TABLE")):
-			return accessDenied("INSERT INTO FUNCTION is not allowed through the embedded server's HTTP interface")
-		case engines && t.kind == tokWord && name == "engine":
-			e, named := next, false
-			if l.isPunct(e, '=') {
-				e, named = probe.next(), true
-			}
-			if e.kind == tokWord || e.kind == tokQuoted {
-				en := unquoteIdent(l.text(e))
-				if (named || g.allEngines[strings.ToLower(en)]) && !g.engines[strings.ToLower(en)] {
-					return accessDenied("ENGINE %s is not allowed through the embedded server's HTTP interface; use a MergeTree engine, Memory, Null, Buffer, Merge or a Log engine", en)
-				}
-			}
-		case isFileSetting(name):
-			return accessDenied("setting %s is not allowed through the embedded server's HTTP interface: it names a file", name)
+// refuseOutfile refuses INTO OUTFILE, which the formatter writes at the
+// start of a line in upper case (a string literal's line breaks are
+// escaped in canonical text, so no literal can fake it).
+func refuseOutfile(canonical string) *chError {
+	for line := range strings.SplitSeq(canonical, "\n") {
+		if strings.HasPrefix(line, "INTO OUTFILE") {
+			return accessDenied("INTO OUTFILE is not allowed for this user: it writes a file on the server")
 		}
 	}
 	return nil
 }
 
-func isFileSetting(name string) bool {
-	for _, s := range fileSettings {
-		if strings.HasPrefix(name, s) {
+// inspect reads an EXPLAIN AST dump: one node a line, indented, the node's
+// kind first ("Function file (children 1)"). Literals and aliases print
+// escaped, so only a real call starts a line with "Function".
+func (g *guard) inspect(tree string) *chError {
+	lines := strings.Split(strings.TrimSpace(tree), "\n")
+	root := strings.TrimSpace(lines[0])
+	if !hasAnyPrefix(root, readRoots) {
+		kind, _, _ := strings.Cut(root, " ")
+		return newError(http.StatusForbidden, codeReadonly, "%s: Cannot execute query in readonly mode (only SELECT, SHOW, DESCRIBE, EXISTS and EXPLAIN)", kind)
+	}
+	for _, line := range lines {
+		name, ok := strings.CutPrefix(strings.TrimSpace(line), "Function ")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " (")
+		if g.refused[strings.ToLower(strings.TrimSpace(name))] {
+			return accessDenied("%s(...) is not allowed for this user: it reaches files, the network or programs outside the engine", name)
+		}
+	}
+	return nil
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// loadGuard asks the engine for every table function it has.
+func (e *engine) loadGuard() (*guard, error) {
+	out, err := e.query("SELECT name FROM system.table_functions")
+	if err != nil {
+		return nil, fmt.Errorf("list table functions: %w", err)
+	}
+	names := strings.Fields(out)
+	if len(names) == 0 {
+		return nil, fmt.Errorf("list table functions: got none")
+	}
+	return newGuard(names), nil
 }

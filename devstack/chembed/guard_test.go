@@ -1,112 +1,142 @@
 package chembed
 
 import (
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
-func TestGuardScan(t *testing.T) {
-	g := newGuard(
-		[]string{"file", "url", "s3", "remote", "numbers", "format", "merge", "input"},
-		[]string{"MergeTree", "ReplacingMergeTree", "Memory", "File", "URL", "Kafka", "Filesystem", "Atomic", "Log"},
-	)
+func TestGuardInspect(t *testing.T) {
+	g := newGuard([]string{"file", "url", "s3", "numbers", "merge"})
 	tests := []struct {
-		name, sql string
-		refused   string // "" when allowed; else part of the message
+		name, tree string
+		refused    string // "" when allowed; else part of the message
 	}{
-		{"column named engine", "SELECT name, engine FROM system.tables WHERE engine = 'File'", ""},
-		{"column named url", "SELECT url, count() FROM hits GROUP BY url", ""},
-		{"scalar format", "SELECT format('{} {}', 'a', 'b')", ""},
-		{"scalar log", "SELECT log(2)", ""},
-		{"numbers", "SELECT * FROM numbers(10)", ""},
-		{"string mentioning file()", "SELECT 'file(\\'/etc/passwd\\')'", ""},
-		{"comment mentioning url()", "SELECT 1 -- url('http://x/')", ""},
-		{"setting name in a string", "SELECT * FROM system.settings WHERE name = 'format_schema'", ""},
-		{"MergeTree table", "CREATE TABLE t (x UInt8) ENGINE = ReplacingMergeTree(x) ORDER BY x", ""},
-		{"engine without =", "CREATE TABLE t (x UInt8) ENGINE Memory", ""},
-		{"database engine", "CREATE DATABASE d ENGINE = Atomic", ""},
-		{"file", "SELECT * FROM file('/etc/passwd')", "file(...)"},
-		{"file with a comment before (", "SELECT * FROM file /* x */ ('/etc/passwd')", "file(...)"},
-		{"upper-case quoted name", "SELECT * FROM `S3`('http://x/')", "S3(...)"},
-		{"Kafka without parentheses", "CREATE TABLE k (x UInt8) ENGINE Kafka SETTINGS kafka_broker_list = 'h:9092'", "ENGINE Kafka"},
-		{"Filesystem database", "CREATE DATABASE fs ENGINE = Filesystem", "ENGINE Filesystem"},
-		{"unknown engine", "CREATE TABLE t (x UInt8) ENGINE = SomethingNew", "ENGINE SomethingNew"},
-		{"insert into function", "INSERT INTO FUNCTION numbers(1) VALUES (1)", "INSERT INTO FUNCTION"},
-		{"outfile", "SELECT 1 INTO OUTFILE 'x'", "OUTFILE"},
-		{"file setting", "SELECT 1 SETTINGS format_schema = 'x.proto:M'", "format_schema"},
-		{"system", "SYSTEM RELOAD CONFIG", "SYSTEM"},
-		{"dynamic disk", "CREATE TABLE t (x UInt8) ENGINE = MergeTree ORDER BY x SETTINGS disk = disk(type = 'local', path = '/')", "disk(...)"},
+		{"select", "SelectWithUnionQuery (children 1)\n ExpressionList (children 1)\n  SelectQuery (children 1)\n   ExpressionList (children 1)\n    Literal UInt64_1", ""},
+		{"numbers", "SelectWithUnionQuery (children 1)\n    Function numbers (children 1)\n", ""},
+		{"show", "ShowTables", ""},
+		{"describe", "DescribeQuery (children 1)\n TableExpression (children 1)", ""},
+		{"explain", "Explain EXPLAIN (children 1)\n SelectWithUnionQuery (children 1)", ""},
+		{"alias naming a call", "SelectWithUnionQuery (children 1)\n    Literal UInt64_1 (alias Function file)", ""},
+		{"scalar file", "SelectWithUnionQuery (children 1)\n            Function file (children 1)\n", "file(...)"},
+		{"upper-case File", "SelectWithUnionQuery (children 1)\n  Function FILE (children 1)", "FILE(...)"},
+		{"table function url", "SelectWithUnionQuery (children 1)\n              Function url (children 1)", "url(...)"},
+		{"file with an alias", "SelectWithUnionQuery (children 1)\n  Function file (alias x) (children 1)", "file(...)"},
+		{"set", "Set", "readonly"},
+		{"insert", "InsertQuery   (children 2)\n Function file (children 1)", "readonly"},
+		{"system", "SYSTEM query", "readonly"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := g.check(tc.sql, scanStatement(tc.sql))
+			e := g.inspect(tc.tree)
 			switch {
 			case tc.refused == "" && e != nil:
-				t.Fatalf("check(%s): got %q; want it allowed", tc.sql, e.text)
+				t.Fatalf("inspect: got %q; want it allowed", e.text)
 			case tc.refused != "" && e == nil:
-				t.Fatalf("check(%s): got allowed; want a refusal naming %q", tc.sql, tc.refused)
-			case tc.refused != "" && (!strings.Contains(e.text, tc.refused) || e.code != codeAccessDenied):
-				t.Fatalf("check(%s): got %q (code %d); want code %d naming %q", tc.sql, e.text, e.code, codeAccessDenied, tc.refused)
+				t.Fatalf("inspect: got allowed; want a refusal naming %q", tc.refused)
+			case tc.refused != "" && !strings.Contains(e.text, tc.refused):
+				t.Fatalf("inspect: got %q; want a refusal naming %q", e.text, tc.refused)
 			}
 		})
 	}
 }
 
-// FuzzGuardCheck runs the guard over arbitrary SQL: it must never panic,
-// and a refusal is always ACCESS_DENIED.
-func FuzzGuardCheck(f *testing.F) {
-	g := newGuard([]string{"file", "url", "numbers"}, []string{"MergeTree", "File"})
-	for _, s := range []string{
-		"SELECT * FROM file('/etc/passwd')",
-		"CREATE TABLE t (x UInt8) ENGINE = File(TSV)",
-		"INSERT INTO FUNCTION url('x') VALUES (1)",
-		"SELECT engine FROM system.tables",
-		"SELECT 1 ENGINE",
-		"`file`",
-		"ENGINE =",
-	} {
-		f.Add(s)
+// canary is a file only a query that escapes the guard could read, and
+// outfile a path only one that escapes it could write.
+func canary(t testing.TB) (path, content, outfile string) {
+	t.Helper()
+	dir := t.TempDir()
+	path, content = filepath.Join(dir, "secret"), "canary-7f3a9c"
+	if err := os.WriteFile(path, []byte(content+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, content, filepath.Join(dir, "written")
+}
+
+// forbiddenVariants writes each way out of the engine the ways an attacker
+// would: every quoting and escape of the name, Unicode and ASCII spaces
+// and comments before the parenthesis, any letter case.
+func forbiddenVariants(secret, outfile string) []string {
+	names := []string{"file", "FILE", "File", "`file`", `"file"`, "“file”", "`fil\\x65`", "`fil\\145`", "\"f\\x69le\"", "`\\x66ile`"}
+	gaps := []string{"", " ", "\u00a0", "\t", "\n", "\u2003", "\u3000", "/* c */", "--c\n", "\u00a0/**/\u00a0"}
+	lit := quoteString(secret)
+	var out []string
+	for _, n := range names {
+		for _, g := range gaps {
+			out = append(out,
+				"SELECT "+n+g+"("+lit+")",
+				"SELECT * FROM "+n+g+"("+lit+", 'LineAsString')",
+				"SELECT (SELECT "+n+g+"("+lit+")) AS x FORMAT JSON",
+			)
+		}
+	}
+	return append(out,
+		"SELECT * FROM file("+lit+", 'LineAsString') SETTINGS readonly = 0",
+		"SELECT 1; SELECT file("+lit+")",
+		"SELECT 1 INTO OUTFILE "+quoteString(outfile),
+		"SELECT 1 INTO\u00a0OUTFILE "+quoteString(outfile)+" FORMAT CSV",
+		"SELECT 1 /* x */ into /* y */ outfile "+quoteString(outfile)+" TRUNCATE",
+		"SELECT * FROM url('http://127.0.0.1:1/', 'LineAsString')",
+		"INSERT INTO FUNCTION file("+quoteString(outfile)+", 'TSV', 'x String') VALUES ('x')",
+		"SELECT * FROM executable('id', 'TSV', 'x String')",
+		"SET `readonl\\x79` = 0",
+	)
+}
+
+// TestOutsideGuardOnTheEngine sends every variant to the real engine as
+// the dashboards user and as an anonymous caller: none may read the
+// canary or write the outfile.
+func TestOutsideGuardOnTheEngine(t *testing.T) {
+	secret, content, outfile := canary(t)
+	variants := forbiddenVariants(secret, outfile)
+	for _, who := range []struct {
+		name string
+		cred credentials
+	}{{"dashboards", asDashboards}, {"anonymous", asAnonymous}} {
+		admitted := 0
+		for _, sql := range variants {
+			resp, body := doAs(t, who.cred, "POST", nil, sql)
+			if strings.Contains(body, content) {
+				t.Errorf("%s ran %q: got the canary file's content (%d %q); want a refusal", who.name, sql, resp.StatusCode, body)
+			}
+			if resp.StatusCode == http.StatusOK {
+				admitted++
+			}
+			if _, err := os.Stat(outfile); err == nil {
+				t.Fatalf("%s ran %q: got %s written; want no file", who.name, sql, outfile)
+			}
+		}
+		if who.name == "anonymous" && admitted > 0 {
+			t.Errorf("anonymous: got %d of %d statements answered 200; want every one refused", admitted, len(variants))
+		}
+	}
+	// The check must not have stopped the dashboards user's ordinary reads.
+	if resp, body := doAs(t, asDashboards, "POST", nil, "SELECT count() FROM numbers(10)"); resp.StatusCode != 200 || body != "10\n" {
+		t.Fatalf("dashboards SELECT after the probes: got %d %q; want 200 \"10\\n\"", resp.StatusCode, body)
+	}
+}
+
+// FuzzOutsideGuard feeds the engine, as the dashboards user, SQL the
+// fuzzer derives from the forbidden variants; no input may read the
+// canary or write the outfile. Plain `go test` runs the seeds.
+func FuzzOutsideGuard(f *testing.F) {
+	secret, content, outfile := canary(f)
+	for _, sql := range forbiddenVariants(secret, outfile) {
+		f.Add(sql)
 	}
 	f.Fuzz(func(t *testing.T, sql string) {
-		if e := g.check(sql, scanStatement(sql)); e != nil && e.code != codeAccessDenied {
-			t.Fatalf("check(%q): got code %d; want %d", sql, e.code, codeAccessDenied)
+		if len(sql) > 4096 || strings.Contains(sql, content) {
+			return // an error message echoes the query
+		}
+		resp, body := doAs(t, asDashboards, "POST", url.Values{}, sql)
+		if strings.Contains(body, content) {
+			t.Fatalf("dashboards ran %q: got the canary's content (%d %q)", sql, resp.StatusCode, body)
+		}
+		if _, err := os.Stat(outfile); err == nil {
+			t.Fatalf("dashboards ran %q: got %s written", sql, outfile)
 		}
 	})
-}
-
-// TestGuardReadDirs: the pipeline user may read files under its read
-// directories with file('/dir/...') and nothing else that names a file.
-func TestGuardReadDirs(t *testing.T) {
-	g := newGuard([]string{"file", "url", "s3", "numbers"}, []string{"MergeTree", "File"})
-	dirs := []string{"/data/sink"}
-	tests := []struct {
-		name, sql string
-		allowed   bool
-	}{
-		{"a day of files", "SELECT count() FROM file('/data/sink/views/2026-12-01/*/*.parquet', 'Parquet')", true},
-		{"one file, no format", "SELECT * FROM file('/data/sink/views/2026-12-01/07/p0000-1-2.parquet')", true},
-		{"scalar under the directory", "SELECT file('/data/sink/_flushing/views/p0000.json')", true},
-		{"outside", "SELECT * FROM file('/etc/passwd')", false},
-		{"climbing out", "SELECT * FROM file('/data/sink/../../etc/passwd')", false},
-		{"climbing in a glob", "SELECT * FROM file('/data/sink/{..,x}/etc/passwd')", false},
-		{"a sibling with the same prefix", "SELECT * FROM file('/data/sinkhole/x')", false},
-		{"relative path", "SELECT * FROM file('data/sink/x')", false},
-		{"escaped quote", "SELECT * FROM file('/data/sink/\\'x')", false},
-		{"path built by an expression", "SELECT * FROM file(concat('/data/sink/', 'x'))", false},
-		{"path then concatenation", "SELECT * FROM file('/data/sink/' || '../../etc/passwd')", false},
-		{"the directory itself", "SELECT * FROM file('/data/sink')", false},
-		{"other table functions stay refused", "SELECT * FROM url('/data/sink/x')", false},
-		{"insert into function file", "INSERT INTO FUNCTION file('/data/sink/x.tsv', 'TSV', 's String') VALUES ('x')", false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			e := g.checkReading(tc.sql, scanStatement(tc.sql), dirs)
-			if got := e == nil; got != tc.allowed {
-				t.Fatalf("checkReading(%s): got allowed %v (%v); want %v", tc.sql, got, e, tc.allowed)
-			}
-			if e := g.check(tc.sql, scanStatement(tc.sql)); e == nil && strings.Contains(tc.sql, "file") {
-				t.Fatalf("check(%s) without read directories: got allowed; want refused", tc.sql)
-			}
-		})
-	}
 }

@@ -139,44 +139,27 @@ func validName(s string) bool {
 // quoteString writes s as a ClickHouse string literal that evaluates to
 // exactly s. NUL is escaped because the engine receives the query as a C
 // string and would stop reading there.
-func quoteString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('\'')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\':
-			b.WriteString(`\\`)
-		case '\'':
-			b.WriteString(`\'`)
-		case 0:
-			b.WriteString(`\0`)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
-}
+func quoteString(s string) string { return quote(s, '\'') }
 
 // quoteIdent writes s as a backquoted identifier.
-func quoteIdent(s string) string {
+func quoteIdent(s string) string { return quote(s, '`') }
+
+func quote(s string, q byte) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
-	b.WriteByte('`')
+	b.WriteByte(q)
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
-		case '\\':
-			b.WriteString(`\\`)
-		case '`':
-			b.WriteString("\\`")
+		case '\\', q:
+			b.WriteByte('\\')
+			b.WriteByte(c)
 		case 0:
 			b.WriteString(`\0`)
 		default:
 			b.WriteByte(c)
 		}
 	}
-	b.WriteByte('`')
+	b.WriteByte(q)
 	return b.String()
 }
 
@@ -185,26 +168,14 @@ func quoteIdent(s string) string {
 // into any setting type, and a query parameter's value is by definition the
 // raw text that the engine then parses as the placeholder's type.
 func setStatement(settings, params []setting) string {
-	var b strings.Builder
-	b.WriteString("SET ")
-	for i, s := range settings {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(s.name)
-		b.WriteString(" = ")
-		b.WriteString(quoteString(s.value))
+	parts := make([]string, 0, len(settings)+len(params))
+	for _, s := range settings {
+		parts = append(parts, s.name+" = "+quoteString(s.value))
 	}
-	for i, p := range params {
-		if i > 0 || len(settings) > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("param_")
-		b.WriteString(p.name)
-		b.WriteString(" = ")
-		b.WriteString(quoteString(p.value))
+	for _, p := range params {
+		parts = append(parts, "param_"+p.name+" = "+quoteString(p.value))
 	}
-	return b.String()
+	return "SET " + strings.Join(parts, ", ")
 }
 
 // resetStatement undoes setStatement: settings go back to the session's
@@ -212,27 +183,16 @@ func setStatement(settings, params []setting) string {
 // they do not linger in memory. Parameters cannot be unset; the handler
 // refuses placeholders a request did not supply instead.
 func resetStatement(names []string, baseline map[string]string, params []string) string {
-	var b strings.Builder
-	b.WriteString("SET ")
-	for i, name := range names {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(name)
+	parts := make([]string, 0, len(names)+len(params))
+	for _, name := range names {
 		if v, ok := baseline[name]; ok {
-			b.WriteString(" = ")
-			b.WriteString(quoteString(v))
+			parts = append(parts, name+" = "+quoteString(v))
 		} else {
-			b.WriteString(" = DEFAULT")
+			parts = append(parts, name+" = DEFAULT")
 		}
 	}
-	for i, p := range params {
-		if i > 0 || len(names) > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("param_")
-		b.WriteString(p)
-		b.WriteString(" = ''")
+	for _, p := range params {
+		parts = append(parts, "param_"+p+" = ''")
 	}
-	return b.String()
+	return "SET " + strings.Join(parts, ", ")
 }

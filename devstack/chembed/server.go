@@ -11,17 +11,16 @@
 // parameters and current database of one request never carry over to the
 // next.
 //
-// Two users exist: the pipeline user (tally's components; anything inside
-// the engine) and a read-only dashboards user whose queries run with
-// readonly=1 and time and result limits the client cannot raise. Neither
-// reaches files, the network or programs: the guard refuses table
-// functions, engines and clauses that would (guard.go). Unlike a ClickHouse
-// server it has no sessions (session_id) or external data, and buffers each
-// result before sending it.
+// Two users exist: the pipeline user, the engine's administrator, which
+// must have a password, and a read-only dashboards user whose statements the
+// engine's own parser vets (guard.go) and whose queries run with readonly=1
+// and time, memory and result limits the client cannot raise. A GET only
+// reads, whoever sends it. Web pages in a browser are kept out
+// (platform/webguard). Unlike a ClickHouse server it has no sessions
+// (session_id) or external data, and buffers each result before sending it.
 package chembed
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -74,10 +73,6 @@ type Config struct {
 	// MaxOutsideRequests bounds the dashboards user's requests in progress;
 	// one more is answered 503 at once. Default 8.
 	MaxOutsideRequests int
-	// PipelineReadDirs are absolute directories whose files the pipeline
-	// user may read with file('/dir/...', ...) (a plain path literal, no
-	// "..": the sink's Parquet files); the dashboards user never may.
-	PipelineReadDirs []string
 	// MaxPipelineBodies bounds the pipeline requests reading their bodies
 	// at once; more wait. Default 32.
 	MaxPipelineBodies int
@@ -115,6 +110,32 @@ type Server struct {
 	closeErr  error
 }
 
+// withDefaults fills in every zero field that has a default.
+func (cfg *Config) withDefaults() {
+	orDefault(&cfg.Addr, defaultAddr)
+	orDefault(&cfg.MaxBodyBytes, defaultMaxBodyBytes)
+	orDefault(&cfg.RequestTimeout, defaultRequestTimeout)
+	orDefault(&cfg.BodyTimeout, defaultBodyTimeout)
+	orDefault(&cfg.IdleTimeout, defaultIdleTimeout)
+	orDefault(&cfg.MaxOutsideRequests, defaultMaxOutside)
+	orDefault(&cfg.MaxPipelineBodies, defaultMaxBodies)
+	orDefault(&cfg.Pipeline.Name, "default")
+	orDefault(&cfg.Readonly.Name, "dashboards")
+	orDefault(&cfg.Limits.MaxExecutionTime, defaultMaxExecutionTime)
+	orDefault(&cfg.Limits.MaxResultRows, defaultMaxResultRows)
+	orDefault(&cfg.Limits.MaxResultBytes, defaultMaxResultBytes)
+	orDefault(&cfg.Limits.MaxMemoryUsage, defaultMaxMemoryUsage)
+	orDefault(&cfg.Limits.MaxRowsToRead, defaultMaxRowsToRead)
+}
+
+// orDefault sets *v to def unless it is above zero (or, for a string, set).
+func orDefault[T int | int64 | uint64 | time.Duration | string](v *T, def T) {
+	var zero T
+	if *v <= zero {
+		*v = def
+	}
+}
+
 // Start opens the chDB session on cfg.DataDir, listens on cfg.Addr and
 // serves in a goroutine that Close stops.
 func Start(cfg Config) (*Server, error) {
@@ -124,42 +145,7 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		return nil, errors.New("start chembed: Config.Logger is required")
 	}
-	if cfg.Addr == "" {
-		cfg.Addr = defaultAddr
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = defaultMaxBodyBytes
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = defaultRequestTimeout
-	}
-	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = defaultBodyTimeout
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = defaultIdleTimeout
-	}
-	if cfg.MaxOutsideRequests <= 0 {
-		cfg.MaxOutsideRequests = defaultMaxOutside
-	}
-	if cfg.MaxPipelineBodies <= 0 {
-		cfg.MaxPipelineBodies = defaultMaxBodies
-	}
-	if cfg.Pipeline.Name == "" {
-		cfg.Pipeline.Name = "default"
-	}
-	if cfg.Readonly.Name == "" {
-		cfg.Readonly.Name = "dashboards"
-	}
-	if cfg.Limits.MaxExecutionTime <= 0 {
-		cfg.Limits.MaxExecutionTime = defaultMaxExecutionTime
-	}
-	if cfg.Limits.MaxResultRows == 0 {
-		cfg.Limits.MaxResultRows = defaultMaxResultRows
-	}
-	if cfg.Limits.MaxResultBytes == 0 {
-		cfg.Limits.MaxResultBytes = defaultMaxResultBytes
-	}
+	cfg.withDefaults()
 	accounts, err := newAccounts(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start chembed: %w", err)
@@ -203,8 +189,14 @@ func Start(cfg Config) (*Server, error) {
 		outside:  make(chan struct{}, cfg.MaxOutsideRequests),
 		bodies:   make(chan struct{}, cfg.MaxPipelineBodies),
 	}
+	handler, err := s.browserChecks()
+	if err != nil {
+		eng.close()
+		_ = ln.Close()
+		return nil, fmt.Errorf("start chembed: CORS origins: %w", err)
+	}
 	s.http = &http.Server{
-		Handler:           s,
+		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		// Each request moves its own deadlines (ServeHTTP); these bound
 		// the header and body, and a connection's idle time.
@@ -313,103 +305,40 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.Res
 	started := time.Now()
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
-
-	if r.Method != http.MethodGet && r.Method != http.MethodPost && r.Method != http.MethodHead {
-		writeError(w, newError(http.StatusMethodNotAllowed, codeBadArguments, "method %s is not allowed; use GET or POST", r.Method))
-		return
-	}
-	who, aerr := s.authenticate(r)
-	if aerr != nil {
-		if aerr.status == http.StatusUnauthorized {
-			w.Header().Set("WWW-Authenticate", `Basic realm="ClickHouse", charset="UTF-8"`)
-		}
-		writeError(w, aerr)
+	who, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
 	if who == roleReadonly {
-		select {
-		case s.outside <- struct{}{}:
-			defer func() { <-s.outside }()
-		default:
-			writeError(w, newError(http.StatusServiceUnavailable, codeTooManySimultaneous, "Too many simultaneous queries from user %s. Maximum: %d", s.cfg.Readonly.Name, s.cfg.MaxOutsideRequests))
-			return
-		}
+		defer func() { <-s.outside }()
 	}
 	opts, perr := parseOptions(r.URL.Query())
-	queryID := opts.queryID
-	if queryID == "" {
-		queryID = newQueryID()
+	rq := &request{s: s, w: w, queryID: opts.queryID}
+	if rq.queryID == "" {
+		rq.queryID = newQueryID()
 	}
-	h := w.Header()
-	h.Set("X-ClickHouse-Query-Id", queryID)
-	h.Set("X-ClickHouse-Timezone", s.eng.tzName)
+	w.Header().Set("X-ClickHouse-Query-Id", rq.queryID)
+	w.Header().Set("X-ClickHouse-Timezone", s.eng.tzName)
 	if opts.cors {
 		s.allowOrigin(w, r)
 	}
-	status, kind := http.StatusOK, ""
 	defer func() {
-		s.log.Debug("chembed query", "query_id", queryID, "kind", kind, "status", status, "duration", time.Since(started))
+		s.log.Debug("chembed query", "query_id", rq.queryID, "kind", rq.kind, "status", rq.status, "duration", time.Since(started))
 	}()
-	var spool string
-	fail := func(e *chError) {
-		status = e.status
-		if spool != "" && strings.Contains(e.text, spool) {
-			// The spool file's path is ours, not the client's business.
-			e.text = strings.ReplaceAll(e.text, spool, "<request data>")
-		}
-		if e.code == codeStdException {
-			s.log.Warn("chembed request failed", "query_id", queryID, "err", e.text)
-		}
-		writeError(w, e)
-	}
 	if perr != nil {
-		fail(perr)
+		rq.fail(perr)
 		return
 	}
-	for _, st := range opts.settings {
-		if isFileSetting(st.name) {
-			fail(accessDenied("setting %s is not allowed through the embedded server's HTTP interface: it names a file", st.name))
-			return
-		}
-	}
-	settings, limits := s.pipelineSettings(opts.settings), []setting(nil)
-	maxBody, maxOutput := s.cfg.MaxBodyBytes, 0
-	if who == roleReadonly {
-		var e *chError
-		if settings, limits, e = s.dashboardsSettings(opts.settings); e != nil {
-			fail(e)
-			return
-		}
-		maxBody = min(maxBody, maxOutsideQueryBytes)
-		maxOutput = int(min(s.cfg.Limits.MaxResultBytes, 1<<40))*2 + 1<<20
-	}
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
-		fail(newError(http.StatusNotImplemented, codeNotImplemented, "external data (multipart/form-data) is not supported by the embedded server"))
+	c, maxBody, e := s.newCall(r, who, opts)
+	if e != nil {
+		rq.fail(e)
 		return
 	}
-
-	if who == rolePipeline {
-		// Bodies of outside requests are bounded by s.outside; the
-		// pipeline's wait here, within the body's own time.
-		if !s.takeBodySlot(ctx, started) {
-			fail(newError(http.StatusServiceUnavailable, codeTooManySimultaneous, "too many requests sending their bodies at once (%d)", s.cfg.MaxPipelineBodies))
-			return
-		}
-	}
-	p, err := s.readPlan(w, r, opts, maxBody, who)
-	if who == rolePipeline {
-		<-s.bodies
-	}
-	spool = p.spool
-	if p.spool != "" {
-		defer func() {
-			if err := os.Remove(p.spool); err != nil {
-				s.log.Warn("remove INSERT spool file", "path", p.spool, "err", err)
-			}
-		}()
-	}
+	p, err := s.readBody(ctx, w, r, opts, maxBody, who, started)
+	rq.spool = p.spool
+	defer s.removeSpool(p.spool)
 	if err != nil {
-		fail(asChError(err, http.StatusBadRequest, codeBadArguments))
+		rq.fail(asChError(err, http.StatusBadRequest, codeBadArguments))
 		return
 	}
 	// The body is in: from here on, reading only watches for the client
@@ -417,77 +346,161 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.Res
 	// out first, net/http would cancel the context of every later request
 	// on this keep-alive connection.
 	_ = rc.SetReadDeadline(deadline.Add(2 * writeSlack(s.cfg.RequestTimeout)))
-	kind = p.st.kind
-	if p.sql == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+	rq.kind = p.st.kind
+	if p.sql == "" && r.Method != http.MethodPost {
 		writeOK(w) // what ClickHouse answers to GET / without a query
 		return
 	}
 	if e := validate(p, opts); e != nil {
-		fail(e)
+		rq.fail(e)
 		return
 	}
-
-	format := opts.format
-	if format == "" {
-		format = "TabSeparated"
-	}
-	prio := pipelineFirst
-	if who == roleReadonly {
-		prio = outsideLast
-	}
-	out, err := s.eng.run(ctx, call{
-		database:  opts.database,
-		settings:  settings,
-		params:    opts.params,
-		sql:       p.sql,
-		format:    format,
-		kind:      p.st.kind,
-		table:     statementTable(p.sql, who),
-		setNames:  p.st.setNames,
-		priority:  prio,
-		limits:    limits,
-		readonly:  who == roleReadonly,
-		maxOutput: maxOutput,
-	})
+	c.sql, c.kind, c.table = p.sql, p.st.kind, statementTable(p.sql, who)
+	out, err := s.eng.run(ctx, c)
 	if err != nil {
-		fail(asChError(err, http.StatusInternalServerError, codeStdException))
+		rq.fail(asChError(err, http.StatusInternalServerError, codeStdException))
 		return
 	}
+	rq.answer(r, opts, p.st, c.format, out)
+}
 
-	outFormat := format
-	if p.st.insert == nil && p.st.format != "" {
-		outFormat = p.st.format
+// request is one query request's answer in the making.
+type request struct {
+	s       *Server
+	w       http.ResponseWriter
+	queryID string
+	kind    string
+	status  int
+	spool   string // its INSERT data's spool file, if any
+}
+
+// fail answers e; the spool file's path is ours, not the client's business.
+func (rq *request) fail(e *chError) {
+	rq.status = e.status
+	if rq.spool != "" && strings.Contains(e.text, rq.spool) {
+		e.text = strings.ReplaceAll(e.text, rq.spool, "<request data>")
 	}
-	data := out.data
-	if len(data) > 0 && strings.EqualFold(outFormat, "Native") && opts.clientRevision > 0 {
-		if data, err = reencodeNative(data, opts.clientRevision, s.eng.tz); err != nil {
-			fail(newError(http.StatusInternalServerError, codeStdException, "re-encode Native result for protocol revision %d: %v", opts.clientRevision, err))
+	if e.code == codeStdException {
+		rq.s.log.Warn("chembed request failed", "query_id", rq.queryID, "err", e.text)
+	}
+	writeError(rq.w, e)
+}
+
+// admit checks the method and the credentials, and takes one of the outside
+// requests' slots for the dashboards user (the caller gives it back). It
+// answers the request itself when it refuses it.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (role, bool) {
+	if r.Method != http.MethodGet && r.Method != http.MethodPost && r.Method != http.MethodHead {
+		writeError(w, newError(http.StatusMethodNotAllowed, codeBadArguments, "method %s is not allowed; use GET or POST", r.Method))
+		return 0, false
+	}
+	who, e := s.authenticate(r)
+	if e != nil {
+		if e.status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Basic realm="ClickHouse", charset="UTF-8"`)
+		}
+		writeError(w, e)
+		return 0, false
+	}
+	if who == roleReadonly {
+		select {
+		case s.outside <- struct{}{}:
+		default:
+			writeError(w, newError(http.StatusServiceUnavailable, codeTooManySimultaneous, "Too many simultaneous queries from user %s. Maximum: %d", s.cfg.Readonly.Name, s.cfg.MaxOutsideRequests))
+			return 0, false
+		}
+	}
+	return who, true
+}
+
+// newCall is the engine call for a request, without its SQL yet, and the
+// bound on its body: an outside user's limits and place in line, and, as
+// ClickHouse does, reads only for a GET whoever sends it (chDB's readonly=2
+// still lets INSERT INTO FUNCTION and INTO OUTFILE write files, so a GET is
+// vetted like an outside statement).
+func (s *Server) newCall(r *http.Request, who role, opts options) (call, int64, *chError) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		return call{}, 0, newError(http.StatusNotImplemented, codeNotImplemented, "external data (multipart/form-data) is not supported by the embedded server")
+	}
+	c := call{database: opts.database, params: opts.params, format: opts.format, priority: pipelineFirst,
+		settings: s.pipelineSettings(opts.settings), vet: r.Method != http.MethodPost}
+	if c.format == "" {
+		c.format = "TabSeparated"
+	}
+	if c.vet {
+		c.readonly = "2"
+	}
+	if who != roleReadonly {
+		return c, s.cfg.MaxBodyBytes, nil
+	}
+	var e *chError
+	if c.settings, c.limits, e = s.dashboardsSettings(opts.settings); e != nil {
+		return call{}, 0, e
+	}
+	c.priority, c.vet, c.readonly = outsideLast, true, "1"
+	c.maxOutput = int(min(s.cfg.Limits.MaxResultBytes, 1<<40))*2 + 1<<20
+	return c, min(s.cfg.MaxBodyBytes, maxOutsideQueryBytes), nil
+}
+
+// readBody reads the request's SQL (and spools INSERT data). The pipeline's
+// bodies take a slot first, waiting within the body's own time; outside
+// requests are bounded by their own slots.
+func (s *Server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, opts options, maxBody int64, who role, started time.Time) (plan, error) {
+	if who == rolePipeline {
+		if !s.takeBodySlot(ctx, started) {
+			return plan{}, newError(http.StatusServiceUnavailable, codeTooManySimultaneous, "too many requests sending their bodies at once (%d)", s.cfg.MaxPipelineBodies)
+		}
+		defer func() { <-s.bodies }()
+	}
+	return s.readPlan(w, r, opts, maxBody, who)
+}
+
+func (s *Server) removeSpool(path string) {
+	if path == "" {
+		return
+	}
+	if err := os.Remove(path); err != nil {
+		s.log.Warn("remove INSERT spool file", "path", path, "err", err)
+	}
+}
+
+// answer sends a result in the format the statement asked for, re-encoded
+// for the client's protocol revision and compressed as it asked.
+func (rq *request) answer(r *http.Request, opts options, st statement, format string, out output) {
+	if st.insert == nil && st.format != "" {
+		format = st.format
+	}
+	data, err := out.data, error(nil)
+	if len(data) > 0 && strings.EqualFold(format, "Native") && opts.clientRevision > 0 {
+		if data, err = reencodeNative(data, opts.clientRevision, rq.s.eng.tz); err != nil {
+			rq.fail(newError(http.StatusInternalServerError, codeStdException, "re-encode Native result for protocol revision %d: %v", opts.clientRevision, err))
 			return
 		}
 	}
 	if opts.compress && len(data) > 0 {
 		if data, err = compressBlocks(data, opts.blockMethod); err != nil {
-			fail(newError(http.StatusInternalServerError, codeStdException, "%v", err))
+			rq.fail(newError(http.StatusInternalServerError, codeStdException, "%v", err))
 			return
 		}
 	}
-	h.Set("Content-Type", contentType(outFormat, opts.compress))
-	h.Set("X-ClickHouse-Format", outFormat)
+	h := rq.w.Header()
+	h.Set("Content-Type", contentType(format, opts.compress))
+	h.Set("X-ClickHouse-Format", format)
 	h.Set("X-ClickHouse-Summary", fmt.Sprintf(`{"read_rows":"%d","read_bytes":"%d","elapsed_ns":"%d"}`,
 		out.rowsRead, out.bytesRead, out.elapsed.Nanoseconds()))
+	rq.status = http.StatusOK
 	if enc := negotiateEncoding(r.Header.Get("Accept-Encoding")); opts.httpCompression && enc != "" && len(data) > 0 {
 		h.Set("Content-Encoding", enc)
 		h.Add("Vary", "Accept-Encoding")
-		w.WriteHeader(http.StatusOK)
-		if err := encodeBody(w, enc, data); err != nil {
-			s.log.Debug("write chembed response", "query_id", queryID, "err", err)
-		}
-		return
+		rq.w.WriteHeader(http.StatusOK)
+		err = encodeBody(rq.w, enc, data)
+	} else {
+		h.Set("Content-Length", strconv.Itoa(len(data)))
+		rq.w.WriteHeader(http.StatusOK)
+		_, err = rq.w.Write(data)
 	}
-	h.Set("Content-Length", strconv.Itoa(len(data)))
-	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(data); err != nil {
-		s.log.Debug("write chembed response", "query_id", queryID, "err", err)
+	if err != nil {
+		rq.s.log.Debug("write chembed response", "query_id", rq.queryID, "err", err)
 	}
 }
 
@@ -596,31 +609,19 @@ type plan struct {
 	spool string // file holding INSERT data; removed after the request
 }
 
-// readPlan reads the request's body and plans its SQL, refusing what the
-// user may not run before any INSERT data is spooled.
+// readPlan reads the request's body and plans its SQL. The dashboards
+// user's statement is read whole (it may not insert), so nothing of it is
+// spooled.
 func (s *Server) readPlan(w http.ResponseWriter, r *http.Request, opts options, maxBody int64, who role) (plan, error) {
 	body, closeBody, err := s.requestBody(w, r, opts, maxBody)
 	if err != nil {
 		return plan{}, asChError(err, http.StatusBadRequest, codeCannotDecompress)
 	}
 	defer closeBody()
-	maxQuery := int(min(maxBody, maxPipelineQueryBytes))
 	if who == roleReadonly {
-		maxQuery = int(min(maxBody, maxOutsideQueryBytes))
+		return s.plan(opts, body, int(min(maxBody, maxOutsideQueryBytes)), false)
 	}
-	return s.plan(opts, body, maxQuery, func(sql string, st statement) *chError { return s.checkStatement(who, sql, st) })
-}
-
-// checkStatement refuses what reaches outside the engine, for everyone,
-// and anything but reads for the dashboards user.
-func (s *Server) checkStatement(who role, sql string, st statement) *chError {
-	if who == roleReadonly && st.kind != "" && !strings.Contains(readonlyKinds, " "+st.kind+" ") {
-		return newError(http.StatusForbidden, codeReadonly, "%s: Cannot execute query in readonly mode", s.cfg.Readonly.Name)
-	}
-	if who == rolePipeline {
-		return s.eng.guard.checkReading(sql, st, s.cfg.PipelineReadDirs)
-	}
-	return s.eng.guard.check(sql, st)
+	return s.plan(opts, body, int(min(maxBody, maxPipelineQueryBytes)), true)
 }
 
 // plan assembles the request's SQL as ClickHouse does: the query parameter,
@@ -628,15 +629,12 @@ func (s *Server) checkStatement(who role, sql string, st statement) *chError {
 // data goes to a spool file (binary formats cannot travel inside the query,
 // which chDB receives as a C string) and the statement reads it with FROM
 // INFILE. check sees the statement (without INSERT data) first.
-func (s *Server) plan(opts options, body io.Reader, maxQuery int, check func(string, statement) *chError) (plan, error) {
+func (s *Server) plan(opts options, body io.Reader, maxQuery int, inserts bool) (plan, error) {
 	if opts.query != "" {
 		head := opts.query + "\n"
 		if st := scanStatement(head); st.insert != nil {
-			if e := check(head[:st.insert.dataStart], st); e != nil {
-				return plan{}, e
-			}
 			rest := io.MultiReader(strings.NewReader(head[st.insert.dataStart:]), body)
-			return s.spoolInsert(head, st, rest, maxQuery)
+			return s.spoolInsert(head, st, rest, inserts)
 		}
 		rest, truncated, err := readHead(body, maxQuery)
 		if err != nil {
@@ -649,11 +647,7 @@ func (s *Server) plan(opts options, body io.Reader, maxQuery int, check func(str
 		if len(rest) > 0 {
 			sql += "\n" + string(rest)
 		}
-		st := scanStatement(sql)
-		if e := check(sql, st); e != nil {
-			return plan{}, e
-		}
-		return plan{sql: sql, st: st}, nil
+		return plan{sql: sql, st: scanStatement(sql)}, nil
 	}
 	// Only the statement is held in memory; an INSERT's data streams on
 	// to the spool file.
@@ -669,16 +663,10 @@ func (s *Server) plan(opts options, body io.Reader, maxQuery int, check func(str
 		if truncated {
 			return plan{}, queryTooLarge(maxQuery)
 		}
-		if e := check(sql, st); e != nil {
-			return plan{}, e
-		}
 		return plan{sql: sql, st: st}, nil
 	}
-	if e := check(sql[:st.insert.dataStart], st); e != nil {
-		return plan{}, e
-	}
 	rest := io.MultiReader(strings.NewReader(sql[st.insert.dataStart:]), body)
-	return s.spoolInsert(sql[:st.insert.dataStart], st, rest, maxQuery)
+	return s.spoolInsert(sql[:st.insert.dataStart], st, rest, inserts)
 }
 
 // readHead reads up to n+1 bytes: more than n means the input is longer
@@ -692,22 +680,11 @@ func queryTooLarge(n int) *chError {
 	return newError(http.StatusRequestEntityTooLarge, codeLimitExceeded, "query text exceeds %d bytes; send large INSERT data after a FORMAT clause", n)
 }
 
-// spoolInsert writes an INSERT's data to a spool file. The Values format
-// evaluates expressions it cannot parse as literals, so its data is SQL:
-// it goes through the guard as well, and is held to the query size.
-func (s *Server) spoolInsert(head string, st statement, data io.Reader, maxQuery int) (plan, error) {
-	if strings.EqualFold(st.insert.format, "Values") {
-		all, truncated, err := readHead(data, maxQuery)
-		if err != nil {
-			return plan{}, fmt.Errorf("read INSERT data: %w", err)
-		}
-		if truncated {
-			return plan{}, newError(http.StatusRequestEntityTooLarge, codeLimitExceeded, "VALUES data exceeds %d bytes; send large inserts in a format such as Native, RowBinary, CSV or JSONEachRow", maxQuery)
-		}
-		if e := s.eng.guard.scan(string(all), false); e != nil {
-			return plan{}, e
-		}
-		data = bytes.NewReader(all)
+// spoolInsert writes an INSERT's data to a spool file, for a user who may
+// insert; for another, it refuses before reading any data.
+func (s *Server) spoolInsert(head string, st statement, data io.Reader, inserts bool) (plan, error) {
+	if !inserts {
+		return plan{}, newError(http.StatusForbidden, codeReadonly, "INSERT: Cannot execute query in readonly mode")
 	}
 	path, err := s.spool(data)
 	if err != nil {
@@ -747,8 +724,6 @@ func validate(p plan, opts options) *chError {
 		return newError(http.StatusBadRequest, codeSyntaxError, "Multi-statements are not allowed")
 	case strings.IndexByte(p.sql, 0) >= 0:
 		return newError(http.StatusBadRequest, codeSyntaxError, "query contains a zero byte")
-	case st.setUnsupported:
-		return newError(http.StatusNotImplemented, codeNotImplemented, "SET ROLE, SET DEFAULT ROLE and SET TRANSACTION are not supported by the embedded server")
 	case opts.readonly && !strings.Contains(readonlyKinds, " "+st.kind+" "):
 		return newError(http.StatusInternalServerError, codeReadonly, "Cannot execute query in readonly mode")
 	}

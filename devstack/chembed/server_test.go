@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	shared, err = Start(Config{
 		DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, RequestTimeout: time.Minute,
+		Pipeline:           User{Password: pipePassword},
 		Readonly:           User{Name: dashUser, Password: dashPassword},
 		Limits:             Limits{MaxExecutionTime: dashMaxExecution},
 		CORSOrigins:        []string{corsOrigin},
@@ -79,7 +80,7 @@ func runHelper(mode, dir string) int {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	switch mode {
 	case "start":
-		s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger})
+		s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Password: pipePassword}})
 		if err != nil {
 			fmt.Println("start error:", err)
 			return 0
@@ -102,7 +103,7 @@ func runHelper(mode, dir string) int {
 	case "nilpanic":
 		// With a session open, a nil-pointer dereference must crash the
 		// process as Go does, not hang it inside the engine's handler.
-		s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger})
+		s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Password: pipePassword}})
 		if err != nil {
 			fmt.Println("start error:", err)
 			return 1
@@ -136,7 +137,7 @@ func runHelper(mode, dir string) int {
 // lifecycle checks, in a fresh process, that Close waits for a request in
 // flight, is idempotent, and releases the data directory for a new Start.
 func lifecycle(dir string, logger *slog.Logger) error {
-	s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, RequestTimeout: 2 * time.Second, MaxBodyBytes: 1 << 10})
+	s, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Password: pipePassword}, RequestTimeout: 2 * time.Second, MaxBodyBytes: 1 << 10})
 	if err != nil {
 		return fmt.Errorf("first start: %w", err)
 	}
@@ -149,10 +150,10 @@ func lifecycle(dir string, logger *slog.Logger) error {
 	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "LIMIT_EXCEEDED") {
 		return fmt.Errorf("body over MaxBodyBytes: got %d %q; want 413 LIMIT_EXCEEDED", status, body)
 	}
-	if _, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger}); err == nil || !strings.Contains(err.Error(), "is another process using it?") {
+	if _, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Password: pipePassword}}); err == nil || !strings.Contains(err.Error(), "is another process using it?") {
 		return fmt.Errorf("second start on the same dir: got %v; want an 'is another process using it?' error", err)
 	}
-	if _, err := Start(Config{DataDir: dir + "-other", Addr: "127.0.0.1:0", Logger: logger}); err == nil || !strings.Contains(err.Error(), "one per process") {
+	if _, err := Start(Config{DataDir: dir + "-other", Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Password: pipePassword}}); err == nil || !strings.Contains(err.Error(), "one per process") {
 		return fmt.Errorf("second start on another dir: got %v; want a 'one per process' error", err)
 	}
 	if status, body := rawQuery(s, "CREATE TABLE default.kept (x UInt8) ENGINE = MergeTree ORDER BY x AS SELECT 7"); status != 200 {
@@ -160,7 +161,9 @@ func lifecycle(dir string, logger *slog.Logger) error {
 	}
 	slow := make(chan string, 1)
 	go func() {
-		resp, err := http.Post("http://"+s.Addr()+"/", "text/plain", strings.NewReader("SELECT sleep(1)"))
+		req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/", strings.NewReader("SELECT sleep(1)"))
+		withPipelineAuth(req)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			slow <- err.Error()
 			return
@@ -184,7 +187,7 @@ func lifecycle(dir string, logger *slog.Logger) error {
 	if _, err := http.Get("http://" + s.Addr() + "/ping"); err == nil {
 		return errors.New("ping after close: got an answer; want a connection error")
 	}
-	s2, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger})
+	s2, err := Start(Config{DataDir: dir, Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Password: pipePassword}})
 	if err != nil {
 		return fmt.Errorf("start after close: %w", err)
 	}
@@ -244,7 +247,9 @@ func pipelinePassword(dir string, logger *slog.Logger) error {
 }
 
 func rawQuery(s *Server, sql string) (int, string) {
-	resp, err := http.Post("http://"+s.Addr()+"/", "text/plain", strings.NewReader(sql))
+	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/", strings.NewReader(sql))
+	req.SetBasicAuth("default", pipePassword)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -318,7 +323,7 @@ func TestStartInSameProcess(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := Start(Config{DataDir: tc.dir, Addr: "127.0.0.1:0", Logger: logger})
+			s, err := Start(Config{DataDir: tc.dir, Addr: "127.0.0.1:0", Logger: logger, Pipeline: User{Password: pipePassword}})
 			if err == nil {
 				_ = s.Close(context.Background())
 				t.Fatalf("Start: got nil error; want one containing %q", tc.want)
@@ -374,7 +379,7 @@ func openConn(t testing.TB, database string, compression *clickhouse.Compression
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Addr:        []string{shared.Addr()},
 		Protocol:    clickhouse.HTTP,
-		Auth:        clickhouse.Auth{Database: database},
+		Auth:        clickhouse.Auth{Database: database, Password: pipePassword},
 		Compression: compression,
 		DialTimeout: 5 * time.Second,
 		ReadTimeout: 60 * time.Second,
@@ -741,6 +746,21 @@ func TestConcurrentQueries(t *testing.T) {
 	}
 }
 
+// anonymousHeader marks a test request that must go without credentials;
+// any other without its own is sent as the pipeline user.
+const anonymousHeader = "X-Test-Anonymous"
+
+func withPipelineAuth(req *http.Request) {
+	if req.Header.Get(anonymousHeader) != "" {
+		req.Header.Del(anonymousHeader)
+		return
+	}
+	q := req.URL.Query()
+	if req.Header.Get("Authorization") == "" && req.Header.Get("X-ClickHouse-User") == "" && req.Header.Get("X-ClickHouse-Key") == "" && !q.Has("user") && !q.Has("password") {
+		req.SetBasicAuth("default", pipePassword)
+	}
+}
+
 // httpDo sends one request to the shared server.
 func httpDo(t testing.TB, method string, params url.Values, body string, header http.Header) (*http.Response, string) {
 	t.Helper()
@@ -759,6 +779,7 @@ func httpDo(t testing.TB, method string, params url.Values, body string, header 
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
+	withPipelineAuth(req)
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -195,13 +195,11 @@ func (l *lexer) isPunct(t token, c byte) bool {
 
 // statement is what the handler learns about one request's SQL.
 type statement struct {
-	kind           string   // first keyword, upper case ("SELECT", "INSERT", "(" ...); "" when empty
-	format         string   // FORMAT clause at the end of a query, if any
-	multi          bool     // a second statement follows a ';'
-	placeholders   []string // names used as {name:Type}
-	setNames       []string // settings a SET statement changes
-	setUnsupported bool     // SET ROLE / SET DEFAULT ROLE / SET TRANSACTION
-	insert         *insertSplit
+	kind         string   // first keyword, upper case ("SELECT", "INSERT", "(" ...); "" when empty
+	format       string   // FORMAT clause at the end of a query, if any
+	multi        bool     // a second statement follows a ';'
+	placeholders []string // names used as {name:Type}
+	insert       *insertSplit
 }
 
 // insertSplit locates the parts of an INSERT that carries its own data
@@ -254,18 +252,10 @@ func scanStatement(src string) statement {
 			return st
 		}
 	}
-	if st.kind == "SET" {
-		probe := *l
-		t := probe.next()
-		if l.isWord(t, "ROLE") || l.isWord(t, "DEFAULT") || l.isWord(t, "TRANSACTION") {
-			st.setUnsupported = true
-		}
-	}
 	if st.kind == ";" {
 		st.kind = ""
 		return scanRest(l, st)
 	}
-	expectSetName := st.kind == "SET"
 	depth := 0
 	if st.kind == "(" || st.kind == "[" {
 		depth = 1
@@ -290,11 +280,6 @@ func scanStatement(src string) statement {
 			if depth > 0 {
 				depth--
 			}
-		case depth == 0 && expectSetName && (t.kind == tokWord || t.kind == tokQuoted):
-			st.setNames = append(st.setNames, unquoteIdent(l.text(t)))
-			expectSetName = false
-		case depth == 0 && st.kind == "SET" && l.isPunct(t, ','):
-			expectSetName = true
 		case depth == 0 && l.isWord(t, "FORMAT"):
 			probe := *l
 			name := probe.next()
@@ -478,13 +463,4 @@ func insertDataStart(s string, i int) int {
 		i++
 	}
 	return i
-}
-
-// unquoteIdent strips the quotes of a "..." or `...` identifier; escapes are
-// rare in setting names and left as they are.
-func unquoteIdent(s string) string {
-	if len(s) >= 2 && (s[0] == '"' || s[0] == '`') && s[len(s)-1] == s[0] {
-		return s[1 : len(s)-1]
-	}
-	return s
 }

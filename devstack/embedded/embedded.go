@@ -29,8 +29,13 @@ import (
 // run before any part that reads the addresses from cfg. With everything configured there are
 // none, and the data directory is neither used nor locked.
 func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Part {
-	var parts []lifecycle.Part
+	var (
+		parts []lifecycle.Part
+		run   started
+		keys  secrets
+	)
 	if len(cfg.Kafka.Brokers) == 0 {
+		run.kafka = true
 		var k *kafkabroker.Broker
 		parts = append(parts, lifecycle.Part{
 			Name: "embedded kafka",
@@ -39,7 +44,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 				if err != nil {
 					return err
 				}
-				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: cfg.Kafka.EmbeddedAddr, SyncWrites: cfg.Kafka.SyncWrites}); err != nil {
+				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: opts.KafkaAddr, SyncWrites: opts.KafkaSyncWrites}); err != nil {
 					return err
 				}
 				cfg.Kafka.Brokers = []string{k.Addr()}
@@ -49,6 +54,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 		})
 	}
 	if cfg.ClickHouse.Addr == "" {
+		run.clickhouse = true
 		var s *chembed.Server
 		parts = append(parts, lifecycle.Part{
 			Name: "embedded clickhouse",
@@ -57,22 +63,18 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 				if err != nil {
 					return err
 				}
-				ch := cfg.ClickHouse
+				if cfg.ClickHouse.Password == "" {
+					cfg.ClickHouse.Password = keys.clickhouse
+				}
 				s, err = chembed.Start(chembed.Config{
-					DataDir:  dir,
-					Addr:     ch.EmbeddedAddr,
-					Logger:   logger.With("part", "clickhouse"),
-					Pipeline: chembed.User{Name: ch.Username, Password: ch.Password},
-					Readonly: chembed.User{Name: ch.ReadonlyUser, Password: ch.ReadonlyPassword},
-					Limits: chembed.Limits{
-						MaxExecutionTime: ch.MaxExecutionTime,
-						MaxResultRows:    uint64(ch.MaxResultRows),
-						MaxResultBytes:   uint64(ch.MaxResultBytes),
-					},
-					CORSOrigins: ch.CORSOrigins,
-					// The pipeline user reads the sink's local files with file() (docs/ARCHITECTURE.md).
-					PipelineReadDirs: readDirs(opts.ReadDirs),
-					Registry:         opts.Registry,
+					DataDir:     dir,
+					Addr:        opts.ClickHouseAddr,
+					Logger:      logger.With("part", "clickhouse"),
+					Pipeline:    chembed.User{Name: cfg.ClickHouse.Username, Password: cfg.ClickHouse.Password},
+					Readonly:    opts.Dashboards,
+					Limits:      opts.Limits,
+					CORSOrigins: opts.CORSOrigins,
+					Registry:    opts.Registry,
 				})
 				if err != nil {
 					return err
@@ -84,6 +86,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 		})
 	}
 	if cfg.Redis.Addr == "" {
+		run.redis = true
 		var p *redisproc.Proc
 		parts = append(parts, lifecycle.Part{
 			Name: "embedded redis",
@@ -92,14 +95,11 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 				if err != nil {
 					return err
 				}
-				if p, err = redisproc.Start(ctx, redisproc.Config{Dir: dir, Port: cfg.Redis.EmbeddedPort, MaxMemory: cfg.Redis.EmbeddedMaxMemory, Nice: cfg.Redis.EmbeddedNice, Logger: logger}); err != nil {
+				if p, err = redisproc.Start(ctx, redisproc.Config{Dir: dir, Port: opts.RedisPort, MaxMemory: opts.RedisMaxMemory,
+					Nice: opts.RedisNice, Password: keys.redis, Logger: logger}); err != nil {
 					return err
 				}
-				cfg.Redis.Addr = p.Addr()
-				// Standalone components on the same data directory find Redis here.
-				if err := os.WriteFile(filepath.Join(cfg.DataDir, config.RedisAddrFile), []byte(p.Addr()+"\n"), 0o644); err != nil {
-					return fmt.Errorf("record redis address: %w", err)
-				}
+				cfg.Redis.Addr, cfg.Redis.Password = p.Addr(), keys.redis
 				return nil
 			},
 			Stop: func(ctx context.Context) error { return p.Stop(ctx) },
@@ -109,7 +109,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 		return nil
 	}
 	var lock *dirLock
-	return append([]lifecycle.Part{{
+	first := []lifecycle.Part{{
 		Name: "data directory lock",
 		Start: func(context.Context) error {
 			var err error
@@ -117,8 +117,27 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 			return err
 		},
 		Stop: func(context.Context) error { return lock.unlock() },
-	}}, parts...)
+	}, {
+		Name: "embedded passwords",
+		Start: func(context.Context) (err error) {
+			keys, err = loadSecrets(cfg.DataDir)
+			return err
+		},
+	}}
+	return append(append(first, parts...), lifecycle.Part{
+		Name: "infra env file",
+		Start: func(context.Context) error {
+			path, err := writeEnvFile(cfg, run)
+			if err == nil {
+				logger.Info("embedded servers' addresses and passwords written", "path", path)
+			}
+			return err
+		},
+	})
 }
+
+// started says which servers the embedded stack runs, so the env file names only those.
+type started struct{ kafka, clickhouse, redis bool }
 
 func subdir(cfg *config.Config, name string) (string, error) {
 	dir := filepath.Join(cfg.DataDir, name)
@@ -128,23 +147,18 @@ func subdir(cfg *config.Config, name string) (string, error) {
 	return dir, nil
 }
 
-// Options are what the embedded stack needs to know of the components it runs beside.
+// Options say where the embedded servers listen and what bounds them (the all-in-one's
+// embedded.* settings).
 type Options struct {
-	// ReadDirs are local directories the embedded engine's pipeline user may read with file()
-	// (the sink's files, when the sink writes locally).
-	ReadDirs []string
+	KafkaAddr       string // the broker's listen address
+	KafkaSyncWrites bool   // fsync every batch
+	ClickHouseAddr  string // the engine's HTTP listen address
+	Dashboards      chembed.User
+	Limits          chembed.Limits // the dashboards user's
+	CORSOrigins     []string
+	RedisPort       int    // 0 picks a free one
+	RedisMaxMemory  string // redis-server's maxmemory
+	RedisNice       int    // redis-server's niceness
 	// Registry, if set, receives the embedded engine's busy-time metrics.
 	Registry prometheus.Registerer
-}
-
-// readDirs makes dirs absolute, as the engine's guard compares them; one that cannot be is
-// left out.
-func readDirs(dirs []string) []string {
-	var out []string
-	for _, d := range dirs {
-		if abs, err := filepath.Abs(d); err == nil {
-			out = append(out, abs)
-		}
-	}
-	return out
 }

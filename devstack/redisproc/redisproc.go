@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -55,6 +56,9 @@ type Config struct {
 	// goes first, as it would on a machine of its own. Raising the priority needs root or
 	// CAP_SYS_NICE; refused, it is logged and the server runs at the parent's.
 	Nice int
+	// Password, if set, is required of every client (requirepass). It reaches the server on its
+	// standard input, never on the command line, which any local user can read in /proc.
+	Password string
 	// Extra are more redis-server arguments, which win over the defaults (tests of passwords,
 	// ACL users and TLS: "--tls-port", port, "--port", "0").
 	Extra  []string
@@ -76,6 +80,7 @@ type Proc struct {
 	bin, dir, addr, logFile string
 	port                    int
 	maxMemory               string
+	password                string
 	nice                    int
 	extra                   []string
 	logger                  *slog.Logger
@@ -117,6 +122,10 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 	}
 	p := &Proc{bin: bin, dir: dir, port: port, maxMemory: maxMemory, nice: cfg.Nice, extra: cfg.Extra, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		logFile: filepath.Join(dir, "redis.log"), logger: logger, done: make(chan struct{})}
+	if strings.ContainsAny(cfg.Password, "\"\\\r\n") {
+		return nil, errors.New("start redis: the password must not contain quotes, backslashes or line breaks")
+	}
+	p.password = cfg.Password
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -221,14 +230,21 @@ func (p *Proc) supervise() {
 
 // launch starts a child and waits until it accepts connections; on failure no child is left.
 func (p *Proc) launch(ctx context.Context) error {
-	cmd := exec.Command(p.bin, append([]string{
+	var args []string
+	if p.password != "" {
+		args = append(args, "-") // the config file's lines come on standard input
+	}
+	cmd := exec.Command(p.bin, append(append(args,
 		"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--dir", p.dir, "--logfile", p.logFile,
 		"--maxclients", "10000",
 		"--maxmemory", p.maxMemory, "--maxmemory-policy", "noeviction",
 		"--hash-max-listpack-entries", hashListpackEntries, "--hash-max-listpack-value", hashListpackValue,
-	}, p.extra...)...)
+	), p.extra...)...)
+	if p.password != "" {
+		cmd.Stdin = strings.NewReader("requirepass \"" + p.password + "\"\n")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server on %s: %w", p.addr, err)

@@ -161,3 +161,42 @@ func TestRestartsAfterKill(t *testing.T) {
 		t.Error("check 300 ms after Stop: got nil; want the server to stay gone")
 	}
 }
+
+// TestPasswordRequired: with a password the server refuses clients without it, keeps it after a
+// restart, and never shows it on its command line (which any local user can read).
+func TestPasswordRequired(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const password = "s3cret-pass"
+	p, err := Start(ctx, Config{Dir: t.TempDir(), Password: password, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	check := func(when string) {
+		t.Helper()
+		anon := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+		defer anon.Close()
+		if err := anon.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+			t.Errorf("%s: ping without the password: got %v; want NOAUTH", when, err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), Password: password})
+		defer rdb.Close()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			t.Errorf("%s: ping with the password: got %v; want PONG", when, err)
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid()))
+		if err != nil || bytes.Contains(cmdline, []byte(password)) {
+			t.Errorf("%s: command line %q (%v); want no password in it", when, cmdline, err)
+		}
+	}
+	check("first start")
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Restarts() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	check("after a restart")
+}

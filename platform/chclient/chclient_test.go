@@ -23,9 +23,12 @@ import (
 // The real engine (chDB on the HTTP interface) behind an HTTPS front, as a TLS-terminating
 // ClickHouse or proxy would be: a client with TLS and the right CA queries it; an untrusted
 // server certificate or a plain-HTTP client is refused.
+// adminPassword is the test engines' administrator password.
+const adminPassword = "chclient-test-admin"
+
 func TestTLSAgainstClickHouse(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ch, err := chembed.Start(chembed.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: logger})
+	ch, err := chembed.Start(chembed.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: logger, Pipeline: chembed.User{Password: adminPassword}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +66,7 @@ func TestTLSAgainstClickHouse(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			conn, err := chclient.Open(ctx, chclient.Options{Addr: addr, Database: "tlstest", Username: "default", TLS: tt.tls})
+			conn, err := chclient.Open(ctx, chclient.Options{Addr: addr, Database: "tlstest", Username: "default", Password: adminPassword, TLS: tt.tls})
 			if !tt.ok {
 				if err == nil {
 					conn.Close()
@@ -93,12 +96,12 @@ func TestInsertColumnsLearnedOnce(t *testing.T) {
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ch, err := chembed.Start(chembed.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: logger, Registry: reg})
+	ch, err := chembed.Start(chembed.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: logger, Pipeline: chembed.User{Password: adminPassword}, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ch.Close(context.Background())
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: ch.Addr(), Database: "columns_test"})
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: ch.Addr(), Database: "columns_test", Password: adminPassword})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,9 +40,9 @@ type Command struct {
 	Name string
 	// Args are the command-line arguments after the name.
 	Args []string
-	// Standalone components never embed infrastructure: unset addresses point at a
-	// `pipeline infra` process instead.
-	Standalone bool
+	// Needs are the servers a component binary must be given addresses of; it never embeds
+	// them (the all-in-one, which may, needs none).
+	Needs config.Servers
 	// Sections are the components' settings the binary reads (beside the shared ones); they are
 	// filled in before Parts is called.
 	Sections []config.Section
@@ -52,13 +52,13 @@ type Command struct {
 
 // Run runs c and returns the process exit code.
 func Run(c Command) int {
-	name, standalone, parts := c.Name, c.Standalone, c.Parts
+	name, parts := c.Name, c.Parts
 	cfg, err := config.Load(name, c.Args, c.Sections...)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}
-	if err == nil && standalone {
-		err = cfg.UseInfraDefaults()
+	if err == nil {
+		err = cfg.RequireServers(c.Needs)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,9 +53,6 @@ func TestLoadPrecedence(t *testing.T) {
 		{"file duration", nil, []string{"--config", file}, func(c Config, k comp) (any, any) { return k.FlushInterval, 2 * time.Second }},
 		{"env beats file", map[string]string{"TALLY_COMP_ADDR": "127.0.0.1:1002"}, []string{"--config", file}, func(c Config, k comp) (any, any) { return k.Addr, "127.0.0.1:1002" }},
 		{"flag beats env", map[string]string{"TALLY_COMP_ADDR": "127.0.0.1:1002"}, []string{"--config", file, "--comp.addr", "127.0.0.1:1003"}, func(c Config, k comp) (any, any) { return k.Addr, "127.0.0.1:1003" }},
-		{"memory size flag", nil, []string{"--redis.embedded_maxmemory", "512MB"}, func(c Config, k comp) (any, any) { return c.Redis.EmbeddedMaxMemory, "512MB" }},
-		{"niceness default", nil, nil, func(c Config, k comp) (any, any) { return c.Redis.EmbeddedNice, -10 }},
-		{"niceness flag", nil, []string{"--redis.embedded_nice", "0"}, func(c Config, k comp) (any, any) { return c.Redis.EmbeddedNice, 0 }},
 		{"env list", map[string]string{"TALLY_KAFKA_BROKERS": "x:1,y:2"}, nil, func(c Config, k comp) (any, any) { return strings.Join(c.Kafka.Brokers, ","), "x:1,y:2" }},
 		{"env config file", map[string]string{"TALLY_CONFIG": file}, nil, func(c Config, k comp) (any, any) { return k.MaxLines, 7 }},
 	}
@@ -98,17 +94,6 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"unknown file key", nil, []string{"--config", typo}, `"comp.adr"`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},
-		{"memory without digits", nil, []string{"--redis.embedded_maxmemory", "gb"}, "redis.embedded_maxmemory"},
-		{"memory unit unknown", nil, []string{"--redis.embedded_maxmemory", "2tb"}, "redis.embedded_maxmemory"},
-		{"memory zero is no bound", nil, []string{"--redis.embedded_maxmemory", "0"}, "redis.embedded_maxmemory"},
-		{"niceness below -20", nil, []string{"--redis.embedded_nice", "-21"}, "redis.embedded_nice"},
-		{"niceness above 19", nil, []string{"--redis.embedded_nice", "20"}, "redis.embedded_nice"},
-		{"embedded clickhouse on all interfaces without password", nil, []string{"--clickhouse.embedded_addr", "0.0.0.0:8123"}, "clickhouse.password"},
-		{"embedded clickhouse on a LAN address without dashboards password", nil,
-			[]string{"--clickhouse.embedded_addr", "10.1.2.3:8123", "--clickhouse.password", "p"}, "clickhouse.embedded_readonly_password"},
-		{"dashboards user named as the pipeline user", nil, []string{"--clickhouse.embedded_readonly_user", "default"}, "clickhouse.embedded_readonly_user"},
-		{"cors wildcard", nil, []string{"--clickhouse.embedded_cors_origins", "*"}, "clickhouse.embedded_cors_origins"},
-		{"no time limit", nil, []string{"--clickhouse.embedded_max_execution_time", "0s"}, "clickhouse.embedded_max_execution_time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,19 +196,4 @@ func TestHelpListsEverySetting(t *testing.T) {
 	if !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("got %v; want pflag.ErrHelp", err)
 	}
-}
-
-func FuzzMemorySize(f *testing.F) {
-	for _, s := range []string{"1gb", "512MB", "100", "0", "gb", "2tb", "1b", "-1k", "", "18446744073709551616"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if !memorySize(s) {
-			return
-		}
-		num := strings.TrimRight(strings.ToLower(s), "kmgb")
-		if n, err := strconv.ParseUint(num, 10, 64); err != nil || n == 0 {
-			t.Fatalf("accepted %q; want digits of a positive number before the unit", s)
-		}
-	})
 }

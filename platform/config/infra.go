@@ -2,31 +2,36 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 )
 
-// RedisAddrFile is where, under the data directory, the embedded Redis writes its address.
-const RedisAddrFile = "redis/addr"
+// Servers names the servers a binary connects to.
+type Servers struct {
+	Kafka, ClickHouse, Redis bool
+}
 
-// UseInfraDefaults points a standalone component, which never embeds infrastructure, at the
-// embedded infrastructure of a `pipeline infra` process on the same data directory when an
-// address is not configured: the embedded Kafka and ClickHouse listen addresses, and the Redis
-// address that process wrote under the data directory.
-func (c *Config) UseInfraDefaults() error {
-	if len(c.Kafka.Brokers) == 0 {
-		c.Kafka.Brokers = []string{c.Kafka.EmbeddedAddr}
+// InfraEnvFile is where, under the data directory, the embedded stack (`pipeline run` or
+// `pipeline infra`) writes its servers' addresses and passwords as TALLY_* lines.
+const InfraEnvFile = "infra.env"
+
+// RequireServers refuses to go on without an address for each server in need. A component
+// binary never embeds infrastructure, and the embedded stack's loopback addresses are no
+// default for it: on a production host they would reach nothing, or the wrong thing.
+func (c *Config) RequireServers(need Servers) error {
+	var missing []string
+	if need.Kafka && len(c.Kafka.Brokers) == 0 {
+		missing = append(missing, "kafka.brokers")
 	}
-	if c.ClickHouse.Addr == "" {
-		c.ClickHouse.Addr = c.ClickHouse.EmbeddedAddr
+	if need.ClickHouse && c.ClickHouse.Addr == "" {
+		missing = append(missing, "clickhouse.addr")
 	}
-	if c.Redis.Addr == "" {
-		b, err := os.ReadFile(filepath.Join(c.DataDir, RedisAddrFile))
-		if err != nil {
-			return fmt.Errorf("config: redis.addr: not set, and no embedded Redis address in %s (start `pipeline infra` or set redis.addr): %w", c.DataDir, err)
-		}
-		c.Redis.Addr = strings.TrimSpace(string(b))
+	if need.Redis && c.Redis.Addr == "" {
+		missing = append(missing, "redis.addr")
 	}
-	return nil
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("config: %s: not set; this binary connects only to servers it is given (for `pipeline infra` on this machine: set -a; . %s; set +a)",
+		strings.Join(missing, ", "), filepath.Join(c.DataDir, InfraEnvFile))
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -42,8 +41,6 @@ type Runtime struct {
 
 type Kafka struct {
 	Brokers        []string      `mapstructure:"brokers"`
-	EmbeddedAddr   string        `mapstructure:"embedded_addr"`
-	SyncWrites     bool          `mapstructure:"sync_writes"`
 	Partitions     int           `mapstructure:"partitions"`
 	Replication    int           `mapstructure:"replication_factor"`
 	MinInsync      int           `mapstructure:"min_insync_replicas"`
@@ -61,21 +58,13 @@ type KafkaSASL struct {
 }
 
 type ClickHouse struct {
-	Addr         string `mapstructure:"addr"`
-	EmbeddedAddr string `mapstructure:"embedded_addr"`
-	Database     string `mapstructure:"database"`
-	Username     string `mapstructure:"username"`
-	Password     string `mapstructure:"password"`
-	Cluster      string `mapstructure:"cluster"`
+	Addr     string `mapstructure:"addr"`
+	Database string `mapstructure:"database"`
+	Username string `mapstructure:"username"`
+	Password string `mapstructure:"password"`
+	Cluster  string `mapstructure:"cluster"`
 
-	// The embedded engine's dashboards user and its limits.
-	ReadonlyUser     string        `mapstructure:"embedded_readonly_user"`
-	ReadonlyPassword string        `mapstructure:"embedded_readonly_password"`
-	MaxExecutionTime time.Duration `mapstructure:"embedded_max_execution_time"`
-	MaxResultRows    int           `mapstructure:"embedded_max_result_rows"`
-	MaxResultBytes   int           `mapstructure:"embedded_max_result_bytes"`
-	CORSOrigins      []string      `mapstructure:"embedded_cors_origins"`
-	TLS              tlsconf.Files `mapstructure:"tls"`
+	TLS tlsconf.Files `mapstructure:"tls"`
 }
 
 // Options is what chclient.Open needs of these settings.
@@ -84,13 +73,10 @@ func (c ClickHouse) Options() chclient.Options {
 }
 
 type Redis struct {
-	Addr              string        `mapstructure:"addr"`
-	EmbeddedPort      int           `mapstructure:"embedded_port"`
-	EmbeddedMaxMemory string        `mapstructure:"embedded_maxmemory"`
-	EmbeddedNice      int           `mapstructure:"embedded_nice"`
-	Username          string        `mapstructure:"username"`
-	Password          string        `mapstructure:"password"`
-	TLS               tlsconf.Files `mapstructure:"tls"`
+	Addr     string        `mapstructure:"addr"`
+	Username string        `mapstructure:"username"`
+	Password string        `mapstructure:"password"`
+	TLS      tlsconf.Files `mapstructure:"tls"`
 }
 
 // Options is what redisclient.New needs of these settings.
@@ -122,8 +108,6 @@ func settings() []Setting {
 		{"runtime.procs_per_cpu", 4, "Go scheduler slots (GOMAXPROCS) per CPU the process may use; above 1 one stays free to notice ready connections at once (ignored when the GOMAXPROCS environment variable is set)"},
 
 		{"kafka.brokers", []string{}, "Kafka seed brokers (host:port,...); empty runs the embedded broker (all-in-one only)"},
-		{"kafka.embedded_addr", "127.0.0.1:9092", "listen address of the embedded Kafka broker"},
-		{"kafka.sync_writes", false, "embedded broker fsyncs every batch (survives power loss, slower)"},
 		{"kafka.partitions", 8, "partitions per topic when tally creates its topics (an existing topic keeps its count; likes must never change it: deploy/README.md)"},
 		{"kafka.replication_factor", 0, "replicas of each partition when tally creates its topics; 0: min(3, brokers in the cluster), so 1 on the embedded broker and 3 on a cluster"},
 		{"kafka.min_insync_replicas", 0, "min.insync.replicas of the topics tally creates (with acks=all, a write needs this many replicas); 0: replication_factor - 1, at least 1"},
@@ -141,16 +125,9 @@ func settings() []Setting {
 
 		{"clickhouse.addr", "", "ClickHouse HTTP endpoint host:port; empty runs the embedded engine (all-in-one only)"},
 		{"clickhouse.cluster", "", "ClickHouse cluster name (remote_servers): migrations run ON CLUSTER with Replicated engines and add <table>_dist Distributed tables for reads; empty: one server (deploy/README.md)"},
-		{"clickhouse.embedded_addr", "127.0.0.1:8123", "listen address of the embedded ClickHouse HTTP interface"},
 		{"clickhouse.database", "tally", "ClickHouse database holding tally's tables"},
-		{"clickhouse.username", "default", "ClickHouse user (the embedded engine's pipeline user: full access inside the engine)"},
-		{"clickhouse.password", "", "ClickHouse password; required when the embedded engine listens on a non-loopback address"},
-		{"clickhouse.embedded_readonly_user", "dashboards", "embedded engine: the read-only user for dashboards and curl (readonly, no table functions, limits below)"},
-		{"clickhouse.embedded_readonly_password", "", "embedded engine: the read-only user's password; required on a non-loopback address"},
-		{"clickhouse.embedded_max_execution_time", 3 * time.Second, "embedded engine: the read-only user's max_execution_time, which clients can only lower; pipeline queries wait at most this long behind one"},
-		{"clickhouse.embedded_max_result_rows", 1000000, "embedded engine: the read-only user's max_result_rows (clients can only lower it)"},
-		{"clickhouse.embedded_max_result_bytes", 32 << 20, "embedded engine: the read-only user's max_result_bytes (clients can only lower it)"},
-		{"clickhouse.embedded_cors_origins", []string{}, "embedded engine: browser origins allowed to read answers (CORS); never a wildcard"},
+		{"clickhouse.username", "default", "ClickHouse user (the embedded engine's pipeline user: its administrator)"},
+		{"clickhouse.password", "", "ClickHouse password; empty with the embedded engine: a generated one, kept in <data_dir>/infra.env (mode 0600)"},
 		{"clickhouse.tls.enabled", false, "connect to ClickHouse over TLS (certificates are always verified)"},
 		{"clickhouse.tls.ca_file", "", "PEM CA bundle ClickHouse's certificate must chain to; empty: the system's roots"},
 		{"clickhouse.tls.cert_file", "", "PEM client certificate for ClickHouse (with clickhouse.tls.key_file), if it requires one"},
@@ -158,9 +135,6 @@ func settings() []Setting {
 		{"clickhouse.tls.server_name", "", "name ClickHouse's certificate must carry; empty: the host dialled"},
 
 		{"redis.addr", "", "Redis host:port; empty starts a local redis-server under data_dir (all-in-one only)"},
-		{"redis.embedded_port", 0, "port of the embedded redis-server; 0 picks a free one"},
-		{"redis.embedded_maxmemory", "1gb", "memory bound of the embedded redis-server (e.g. 512mb, 2gb); it never evicts, so writes fail at the bound"},
-		{"redis.embedded_nice", -10, "niceness of the embedded redis-server (-20..19; 0 keeps the all-in-one's): below 0 it runs before the pipeline's threads, as on a machine of its own, given root or CAP_SYS_NICE (else a warning, as with 0)"},
 		{"redis.username", "", "Redis ACL user; empty with a password: the default user (requirepass)"},
 		{"redis.password", "", "Redis password"},
 		{"redis.tls.enabled", false, "connect to Redis over TLS (certificates are always verified)"},
@@ -201,7 +175,6 @@ func (c Config) validate(sections []Section) error {
 	for _, b := range c.Kafka.Brokers {
 		CheckHostPort(bad, "kafka.brokers", b)
 	}
-	CheckHostPort(bad, "kafka.embedded_addr", c.Kafka.EmbeddedAddr)
 	if c.Kafka.Partitions < 1 || c.Kafka.Partitions > 1024 {
 		bad("kafka.partitions", "got %d; want 1..1024", c.Kafka.Partitions)
 	}
@@ -223,7 +196,6 @@ func (c Config) validate(sections []Section) error {
 	if c.ClickHouse.Addr != "" {
 		CheckHostPort(bad, "clickhouse.addr", c.ClickHouse.Addr)
 	}
-	CheckHostPort(bad, "clickhouse.embedded_addr", c.ClickHouse.EmbeddedAddr)
 	if c.ClickHouse.Cluster != "" && !Identifier(c.ClickHouse.Cluster) {
 		bad("clickhouse.cluster", "got %q; want letters, digits and underscores (a name in remote_servers)", c.ClickHouse.Cluster)
 	}
@@ -233,18 +205,8 @@ func (c Config) validate(sections []Section) error {
 	if !Identifier(c.ClickHouse.Database) {
 		bad("clickhouse.database", "got %q; want letters, digits and underscores", c.ClickHouse.Database)
 	}
-	c.validateEmbeddedClickHouse(bad)
 	if c.Redis.Addr != "" {
 		CheckHostPort(bad, "redis.addr", c.Redis.Addr)
-	}
-	if c.Redis.EmbeddedPort < 0 || c.Redis.EmbeddedPort > 65535 {
-		bad("redis.embedded_port", "got %d; want 0..65535", c.Redis.EmbeddedPort)
-	}
-	if c.Redis.EmbeddedNice < -20 || c.Redis.EmbeddedNice > 19 {
-		bad("redis.embedded_nice", "got %d; want -20..19", c.Redis.EmbeddedNice)
-	}
-	if !memorySize(c.Redis.EmbeddedMaxMemory) {
-		bad("redis.embedded_maxmemory", "got %q; want a size such as 512mb or 2gb", c.Redis.EmbeddedMaxMemory)
 	}
 	c.validateBackendSecurity(bad)
 	for _, sec := range sections {
@@ -252,40 +214,6 @@ func (c Config) validate(sections []Section) error {
 	}
 	Positive(bad, "shutdown.timeout", c.Shutdown.Timeout)
 	return errors.Join(errs...)
-}
-
-// validateEmbeddedClickHouse checks the embedded engine's users and limits. An engine anyone on
-// the network can reach must have passwords: without them its users could read every table and
-// the pipeline user could change them.
-func (c Config) validateEmbeddedClickHouse(bad Bad) {
-	ch := c.ClickHouse
-	if !Identifier(ch.ReadonlyUser) {
-		bad("clickhouse.embedded_readonly_user", "got %q; want letters, digits and underscores", ch.ReadonlyUser)
-	} else if ch.ReadonlyUser == ch.Username {
-		bad("clickhouse.embedded_readonly_user", "got %q, the same as clickhouse.username; want a different user", ch.ReadonlyUser)
-	}
-	if ch.MaxExecutionTime < 100*time.Millisecond {
-		bad("clickhouse.embedded_max_execution_time", "got %s; want at least 100ms", ch.MaxExecutionTime)
-	}
-	if ch.MaxResultRows < 1 {
-		bad("clickhouse.embedded_max_result_rows", "got %d; want at least 1", ch.MaxResultRows)
-	}
-	if ch.MaxResultBytes < 1024 {
-		bad("clickhouse.embedded_max_result_bytes", "got %d; want at least 1024", ch.MaxResultBytes)
-	}
-	for _, o := range ch.CORSOrigins {
-		if o == "*" || !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
-			bad("clickhouse.embedded_cors_origins", "got %q; want origins such as https://grafana.example.com, never *", o)
-		}
-	}
-	if ch.Addr == "" && !Loopback(ch.EmbeddedAddr) {
-		if ch.Password == "" {
-			bad("clickhouse.password", "must be set when clickhouse.embedded_addr (%s) is not a loopback address: anyone reaching it would have the pipeline user's rights", ch.EmbeddedAddr)
-		}
-		if ch.ReadonlyPassword == "" {
-			bad("clickhouse.embedded_readonly_password", "must be set when clickhouse.embedded_addr (%s) is not a loopback address", ch.EmbeddedAddr)
-		}
-	}
 }
 
 // Positive records key as bad unless d is more than zero.
@@ -300,20 +228,6 @@ func CheckHostPort(bad Bad, key, v string) {
 	if _, _, err := net.SplitHostPort(v); err != nil {
 		bad(key, "got %q; want host:port", v)
 	}
-}
-
-// memorySize reports whether s is a positive memory size as redis-server reads it: digits and
-// an optional unit k, kb, m, mb, g or gb (any case). Zero is refused: to Redis it means no bound.
-func memorySize(s string) bool {
-	s = strings.ToLower(s)
-	num := strings.TrimRight(s, "kmgb")
-	switch s[len(num):] {
-	case "", "b", "k", "kb", "m", "mb", "g", "gb":
-	default:
-		return false
-	}
-	n, err := strconv.ParseUint(num, 10, 64)
-	return err == nil && n > 0
 }
 
 // Identifier reports whether s is a non-empty run of letters, digits and underscores.

@@ -15,7 +15,7 @@ import (
 // name left by an earlier run of the tests in this process (go test -count) is dropped first.
 // The caller closes it; tests use DB.
 func (in *Infra) NewDB(ctx context.Context, db string) (driver.Conn, error) {
-	opts := chclient.Options{Addr: in.ClickHouse.Addr(), Database: db, Username: "default"}
+	opts := chclient.Options{Addr: in.ClickHouse.Addr(), Database: db, Username: "default", Password: ClickHousePassword}
 	conn, err := chclient.Open(ctx, opts)
 	if err != nil {
 		return nil, err

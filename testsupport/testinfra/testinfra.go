@@ -13,12 +13,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"tally/devstack/chembed"
 	"tally/devstack/kafkabroker"
 	"tally/devstack/redisproc"
 )
+
+// ClickHousePassword is the test engine's pipeline (administrator) user's password: the engine
+// refuses an administrator without one.
+const ClickHousePassword = "tally-test-admin"
 
 // Infra is the running infrastructure.
 type Infra struct {
@@ -40,7 +45,8 @@ func Start() (*Infra, error) {
 		in.Stop()
 		return nil, err
 	}
-	if in.ClickHouse, err = chembed.Start(chembed.Config{DataDir: filepath.Join(dir, "clickhouse"), Addr: "127.0.0.1:0", Logger: in.Logger}); err != nil {
+	if in.ClickHouse, err = chembed.Start(chembed.Config{DataDir: filepath.Join(dir, "clickhouse"), Addr: "127.0.0.1:0", Logger: in.Logger,
+		Pipeline: chembed.User{Name: "default", Password: ClickHousePassword}}); err != nil {
 		in.Stop()
 		return nil, err
 	}
@@ -84,15 +90,31 @@ func logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// FreeAddr returns a loopback host:port nothing listens on now.
+// FreeAddr returns a loopback host:port nothing listens on now, and never one it returned before
+// in this process: the kernel may hand a port just closed out again, and two servers a test
+// starts on two "free" addresses would then collide.
 func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	handedOut.mu.Lock()
+	defer handedOut.mu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
+
+// handedOut is what FreeAddr returned so far; test support only.
+var handedOut = struct {
+	mu    sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
 
 // Stop stops everything that started and removes the directory.
 func (in *Infra) Stop() {

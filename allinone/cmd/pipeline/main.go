@@ -18,10 +18,10 @@ func main() {
 	}
 	// Both modes read every section, so one config file and one flag set serve both.
 	var settings allinone.Settings
-	os.Exit(cli.Run(cli.Command{Name: "pipeline " + cmd, Args: args, Standalone: false, Sections: settings.Sections(), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "pipeline " + cmd, Args: args, Sections: settings.Sections(), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		switch cmd {
 		case "infra":
-			return allinone.Infra(e, os.Stdout), nil
+			return allinone.Infra(e, &settings.Embedded, os.Stdout), nil
 		default:
 			return allinone.AllInOne(e, &settings, os.Stdout), nil
 		}

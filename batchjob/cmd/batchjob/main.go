@@ -211,7 +211,7 @@ func open(job string, rest []string) (*env, int) {
 		return nil, exitOK
 	}
 	if err == nil {
-		err = cfg.UseInfraDefaults()
+		err = cfg.RequireServers(config.Servers{Kafka: true, ClickHouse: true, Redis: true})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

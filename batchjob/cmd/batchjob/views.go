@@ -45,7 +45,7 @@ func runViews(args []string) int {
 		return exitOK
 	}
 	if err == nil {
-		err = cfg.UseInfraDefaults()
+		err = cfg.RequireServers(config.Servers{ClickHouse: true})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

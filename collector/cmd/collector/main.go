@@ -10,6 +10,7 @@ import (
 	"tally/collector/auth"
 	"tally/collector/collectorconf"
 	"tally/platform/cli"
+	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/schemas/clickconf"
 )
@@ -22,7 +23,7 @@ func main() {
 	// The counting rules are the clicks section's other part: the collector reads none of them,
 	// but loads them so that a file's clicks section is checked whole (config.Section).
 	var clickRules clickconf.Rules
-	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Standalone: true, Sections: append(settings.Sections(), &clickRules), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Needs: config.Servers{Kafka: true, ClickHouse: true, Redis: true}, Sections: append(settings.Sections(), &clickRules), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		parts, _ := collector.Parts(e, &settings)
 		return parts, nil
 	}}))

@@ -14,7 +14,7 @@ import (
 
 func main() {
 	var settings sinkconf.Settings
-	os.Exit(cli.Run(cli.Command{Name: "sink", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "sink", Args: os.Args[1:], Needs: config.Servers{Kafka: true}, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		return sink.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))
 }

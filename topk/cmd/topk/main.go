@@ -13,7 +13,7 @@ import (
 
 func main() {
 	var settings topk.Settings
-	os.Exit(cli.Run(cli.Command{Name: "topk", Args: os.Args[1:], Standalone: true, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "topk", Args: os.Args[1:], Needs: config.Servers{Kafka: true, ClickHouse: true, Redis: true}, Sections: []config.Section{&settings}, Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		return topk.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))
 }

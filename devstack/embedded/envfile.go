@@ -1,0 +1,82 @@
+package embedded
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"tally/platform/config"
+)
+
+// EnvFile is where, under the data directory, the embedded stack keeps its generated passwords
+// and the addresses it listens on, as TALLY_* lines: component binaries on this machine connect
+// to it after `set -a; . <data_dir>/infra.env; set +a`. Mode 0600: the passwords are the
+// engine's administrator's and Redis's.
+const EnvFile = config.InfraEnvFile
+
+// secrets are the passwords the embedded stack generates once per data directory: read from
+// the env file an earlier start wrote, generated where it has none (the first start, or a file
+// deleted to rotate them).
+type secrets struct{ clickhouse, redis string }
+
+func loadSecrets(dataDir string) (secrets, error) {
+	env, err := ReadEnvFile(dataDir)
+	if err != nil && !os.IsNotExist(err) {
+		return secrets{}, err
+	}
+	s := secrets{clickhouse: env["TALLY_CLICKHOUSE_PASSWORD"], redis: env["TALLY_REDIS_PASSWORD"]}
+	for _, p := range []*string{&s.clickhouse, &s.redis} {
+		if *p == "" {
+			*p = rand.Text()
+		}
+	}
+	return s, nil
+}
+
+// ReadEnvFile returns the KEY=value lines of the data directory's env file.
+func ReadEnvFile(dataDir string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, EnvFile))
+	env := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(k, "#") {
+			env[k] = v
+		}
+	}
+	return env, err
+}
+
+// writeEnvFile writes what a component needs to reach the servers the embedded stack started,
+// replacing the file whole so that no reader sees half of it.
+func writeEnvFile(cfg *config.Config, run started) (string, error) {
+	lines := []string{"# tally's embedded servers, rewritten at each start. Secret: keep it mode 0600."}
+	if run.kafka {
+		lines = append(lines, "TALLY_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","))
+	}
+	if run.clickhouse {
+		lines = append(lines, "TALLY_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr, "TALLY_CLICKHOUSE_USERNAME="+cfg.ClickHouse.Username,
+			"TALLY_CLICKHOUSE_PASSWORD="+cfg.ClickHouse.Password)
+	}
+	if run.redis {
+		lines = append(lines, "TALLY_REDIS_ADDR="+cfg.Redis.Addr, "TALLY_REDIS_PASSWORD="+cfg.Redis.Password)
+	}
+	path := filepath.Join(cfg.DataDir, EnvFile)
+	tmp := path + ".tmp"
+	// OpenFile's mode applies only to a new file: remove a leftover first.
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err == nil {
+		_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
+}
