@@ -256,6 +256,8 @@ type cluster struct {
 	aggs                   []*proc
 	kafka, clickhouse, api string
 	ch                     chclient.Options // the engine's administrator, database tally
+	bin, dir               string           // the aggregator binary and the data directory
+	aggArgs                []string         // every aggregator's flags but its address and id
 }
 
 func freeAddr(t *testing.T) string {
@@ -267,7 +269,7 @@ func freeAddr(t *testing.T) string {
 	return a
 }
 
-func startCluster(t *testing.T, aggregators int) *cluster {
+func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 	t.Helper()
 	bins, err := buildOnce()
 	if err != nil {
@@ -291,13 +293,22 @@ func startCluster(t *testing.T, aggregators int) *cluster {
 	c.coll = startProc(t, "collector", bins.collector, dir, append([]string{"--collector.addr", apiAddr,
 		"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...)
 	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
-	for i := range aggregators {
-		c.aggs = append(c.aggs, startProc(t, fmt.Sprintf("aggregator-%d", i), bins.aggregator, dir, append([]string{
-			"--aggregator.addr", freeAddr(t), "--aggregator.flush_interval", "200ms",
-			"--aggregator.instance_id", fmt.Sprintf("agg-%d", i), "--aggregator.session_timeout", eoSessionTimeout.String(),
-			"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String()}, conns...)...))
+	c.bin, c.dir = bins.aggregator, dir
+	c.aggArgs = append(append([]string{"--aggregator.flush_interval", "200ms", "--aggregator.session_timeout", eoSessionTimeout.String(),
+		"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String()}, conns...), aggFlags...)
+	for range aggregators {
+		c.addAggregator(t)
 	}
 	return c
+}
+
+// addAggregator starts one more aggregator process, a new member of the group.
+func (c *cluster) addAggregator(t *testing.T) *proc {
+	i := len(c.aggs)
+	p := startProc(t, fmt.Sprintf("aggregator-%d", i), c.bin, c.dir, append([]string{
+		"--aggregator.addr", freeAddr(t), "--aggregator.instance_id", fmt.Sprintf("agg-%d", i)}, c.aggArgs...)...)
+	c.aggs = append(c.aggs, p)
+	return p
 }
 
 // verifyExact waits until the aggregators have caught up with the log, computes the oracle from

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,12 +24,19 @@ type Source struct {
 	agg    *Aggregator
 	logger *slog.Logger
 	poll   time.Duration
-	// running ends when Stop begins: it is the poll loop's context, and it also ends the
-	// group callbacks' waits. Those get the client's context, which ends only once the client
-	// is closed, and closing waits for them: their ClickHouse retries must end with the stop
-	// instead. It exists from NewSource on, because the group may call back before Start.
+	// running ends when Stop begins: it is the poll loop's context. It exists from NewSource
+	// on, because the group may call back before Start.
 	running context.Context
 	cancel  context.CancelFunc
+	// live ends when Stop's own deadline does: it ends the group callbacks' waits. Those get
+	// the client's context, which ends only once the client is closed, and closing waits for
+	// them: their ClickHouse retries must end with the stop instead. Until then the revoke
+	// that leaving the group runs may still write what it holds.
+	live    context.Context
+	endLive context.CancelFunc
+	// leaving is set when Stop begins: a partition assigned from then on is refused, so a
+	// stopping member takes on no new work.
+	leaving atomic.Bool
 	// clientSet is closed once cl is set: the group can assign partitions, and so call
 	// adjustOffsets, which reads cl, before kgo.NewClient has returned it.
 	clientSet chan struct{}
@@ -50,6 +58,7 @@ type Group struct {
 func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
 	s := &Source{agg: agg, logger: logger, poll: poll, clientSet: make(chan struct{})}
 	s.running, s.cancel = context.WithCancel(context.Background())
+	s.live, s.endLive = context.WithCancel(context.Background())
 	opts := append(append(kafka.ClientOptions(g.Brokers, "tally-aggregator", logger, reg), g.Dial...),
 		kgo.ConsumerGroup(g.Name),
 		kgo.SessionTimeout(g.SessionTimeout),
@@ -84,20 +93,29 @@ func (s *Source) Start() {
 	}()
 }
 
-// Stop ends consumption, writes the last batch, commits and leaves the group, within ctx.
+// Stop ends consumption and leaves the group at once, so that the group hands its partitions
+// on and none comes in; the leave's revoke writes the batches held and commits. It gives up
+// when ctx ends: what was not written, the next owner replays from the ClickHouse checkpoints.
 func (s *Source) Stop(ctx context.Context) error {
+	s.leaving.Store(true)
+	stop := context.AfterFunc(ctx, s.endLive)
+	defer stop()
 	s.cancel()
 	<-s.done
 	runErr := s.err
 	if errors.Is(runErr, context.Canceled) {
 		runErr = nil
 	}
+	leaveErr := s.cl.LeaveGroupContext(ctx)
+	if leaveErr != nil {
+		leaveErr = fmt.Errorf("leave the views group: %w", leaveErr)
+	}
+	// Partitions the leave did not revoke (it was cut short) still hold batches.
 	done, err := s.agg.FlushAll(ctx)
 	s.commit(ctx, done)
-	// Leaves the group: the revoke callback finds nothing pending, or, after a failed flush,
-	// gives up at once (untilStop) and leaves the batches to the next owner's replay.
+	s.endLive()
 	s.cl.Close()
-	return errors.Join(runErr, err)
+	return errors.Join(runErr, leaveErr, err)
 }
 
 // Done is closed when the loop ends, on Stop or on its own (a write that could not finish).
@@ -194,6 +212,9 @@ func (s *Source) commit(ctx context.Context, done map[int32]int64) {
 func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	ctx, cancel := s.untilStop(ctx)
 	defer cancel()
+	if s.leaving.Load() {
+		return nil, errors.New("load partition state: this member is stopping; it takes no partition")
+	}
 	select {
 	case <-s.clientSet:
 	case <-ctx.Done():
@@ -244,11 +265,11 @@ func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 	s.agg.Lost(lost[schemas.TopicViews])
 }
 
-// untilStop returns ctx ended also when Stop begins. A revoke cut short drops its pending
-// batches, which the next owner replays from the ClickHouse checkpoints.
+// untilStop returns ctx ended also when Stop's deadline passes. A revoke cut short drops its
+// pending batches, which the next owner replays from the ClickHouse checkpoints.
 func (s *Source) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	unregister := context.AfterFunc(s.running, cancel)
+	unregister := context.AfterFunc(s.live, cancel)
 	return ctx, func() {
 		unregister()
 		cancel()

@@ -89,7 +89,7 @@ func (r *Runner) stop(started []Part, timeout time.Duration) error {
 			continue
 		}
 		ts := time.Now()
-		if err := p.Stop(ctx); err != nil {
+		if err := stopWithin(ctx, p); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", p.Name, err))
 			r.logger.Error("stop failed", "part", p.Name, "took", time.Since(ts).Round(time.Millisecond), "err", err)
 			continue
@@ -98,4 +98,19 @@ func (r *Runner) stop(started []Part, timeout time.Duration) error {
 	}
 	r.logger.Info("shutdown complete", "took", time.Since(t0).Round(time.Millisecond))
 	return errors.Join(errs...)
+}
+
+// stopWithin runs p.Stop and returns when it does, or when ctx ends: a part still stopping past
+// the shutdown timeout is left behind, so the process exits within the bound whatever the part
+// waits for (every part keeps its own durable progress, which is what makes that safe). The
+// parts stopped after it get an ended ctx and give up at once.
+func stopWithin(ctx context.Context, p Part) error {
+	done := make(chan error, 1)
+	go func() { done <- p.Stop(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("still stopping when the shutdown timeout ran out; left behind: %w", ctx.Err())
+	}
 }

@@ -130,3 +130,39 @@ func TestAdminRoutes(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// TestStopIsBoundedByTheTimeout: a part whose Stop never returns is left behind when the
+// shutdown timeout runs out, the parts before it still get their Stop (with an ended context),
+// and Run returns within the bound, saying which part it left.
+func TestStopIsBoundedByTheTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer goleak.VerifyNone(t)
+	defer close(release)
+	stopped := make(chan string, 3)
+	part := func(name string, stop func(context.Context) error) Part {
+		return Part{Name: name, Start: func(context.Context) error { return nil }, Stop: func(ctx context.Context) error {
+			err := stop(ctx)
+			stopped <- name
+			return err
+		}}
+	}
+	quick := func(context.Context) error { return nil }
+	stuck := func(context.Context) error { <-release; return nil }
+	r := NewRunner(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	const timeout = 300 * time.Millisecond
+	t0 := time.Now()
+	err := r.Run(ctx, timeout, part("first", quick), part("stuck", stuck), part("last", quick))
+	if took := time.Since(t0); took > timeout+time.Second {
+		t.Fatalf("Run returned after %s; want within the %s timeout", took, timeout)
+	}
+	if err == nil || !strings.Contains(err.Error(), "stop stuck") || !strings.Contains(err.Error(), "left behind") {
+		t.Fatalf("got %v; want an error saying part stuck was left behind", err)
+	}
+	for _, want := range []string{"last", "first"} {
+		if got := <-stopped; got != want {
+			t.Fatalf("got %s stopped; want %s", got, want)
+		}
+	}
+}
