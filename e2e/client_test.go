@@ -10,6 +10,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"tally/client"
+	"tally/testsupport/testinfra"
 )
 
 // checkClient drives the real collector through the Go client: a view, a batch through the
@@ -60,14 +61,18 @@ func checkClient(t *testing.T, api string, conn driver.Conn) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Counts: got %+v; want %+v", got, want)
 	}
-	s, err := c.Views(ctx, "client-item", client.SeriesQuery{From: now.Add(-time.Hour), Granularity: client.Hour})
+	// The series come from the rollups, written half a sketch interval after the sketches that
+	// the unique count above waited for.
+	var s client.Series
 	var sum int64
-	for _, p := range s.Points {
-		sum += p.Views
-	}
-	if err != nil || s.Granularity != client.Hour || sum != 22 {
-		t.Errorf("Views: got %+v (sum %d), %v; want hourly points summing to 22", s, sum, err)
-	}
+	testinfra.WaitFor(t, 30*time.Second, "client-item's hourly series", func() (bool, string) {
+		s, err = c.Views(ctx, "client-item", client.SeriesQuery{From: now.Add(-time.Hour), Granularity: client.Hour})
+		sum = 0
+		for _, p := range s.Points {
+			sum += p.Views
+		}
+		return err == nil && s.Granularity == client.Hour && sum == 22, fmt.Sprintf("got %+v (sum %d), %v; want hourly points summing to 22", s, sum, err)
+	})
 	liked, err := c.Liked(ctx, "cu1", "client-item", "other")
 	if err != nil || !liked["client-item"] || liked["other"] {
 		t.Errorf("Liked: got %v, %v; want client-item only", liked, err)
