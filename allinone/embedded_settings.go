@@ -56,7 +56,7 @@ func (*Embedded) Name() string { return "embedded" }
 func (*Embedded) Settings() []config.Setting {
 	return []config.Setting{
 		{Key: "embedded.kafka_addr", Default: "127.0.0.1:9092", Help: "listen address of the embedded Kafka broker (when kafka.brokers is empty)"},
-		{Key: "embedded.kafka_sync_writes", Default: false, Help: "embedded broker fsyncs every batch (survives power loss, slower)"},
+		{Key: "embedded.kafka_sync_writes", Default: true, Help: "embedded broker fsyncs every batch before acknowledging it, so a 202 survives a power cut; false keeps batches in the page cache (a process crash is survived, a power cut is not; docs/BENCHMARKS.md)"},
 		{Key: "embedded.clickhouse_addr", Default: "127.0.0.1:8123", Help: "listen address of the embedded ClickHouse HTTP interface (when clickhouse.addr is empty)"},
 		{Key: "embedded.dashboards_user", Default: "dashboards", Help: "embedded ClickHouse: the read-only user for dashboards and curl (readonly, limits below, nothing outside the engine)"},
 		{Key: "embedded.dashboards_password", Default: "", Help: "embedded ClickHouse: the read-only user's password; required on a non-loopback address"},
