@@ -83,7 +83,7 @@ tally is running (data in %s).
   Metrics:     %s/metrics   health: %s/healthz, %s/readyz
   ClickHouse:  http://%s/   e.g. curl -u %s: 'http://%s/?query=SELECT+item_id,sum(views)+FROM+%s.views_by_second+GROUP+BY+item_id+ORDER+BY+2+DESC+LIMIT+5'
   Kafka:       %v   Redis: %s
-  Passwords:   %s   (ClickHouse administrator, Redis; mode 0600)
+  Passwords:   %s   (Kafka, ClickHouse administrator, Redis; mode 0600)
   Demo:        %s
 Stop with Ctrl-C.
 

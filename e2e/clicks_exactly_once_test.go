@@ -22,7 +22,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
-	"tally/platform/kafka"
 	"tally/schemas"
 	"tally/testsupport/testinfra"
 )
@@ -97,7 +96,7 @@ func TestClicksExactlyOnceThroughCrashes(t *testing.T) {
 	t.Logf("aggregators killed %d times, infra %d times", kills[0], kills[1])
 	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
 	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
-	verifyClicks(t, ctx, c.kafka, c.ch)
+	verifyClicks(t, ctx, c.kc, c.ch)
 }
 
 // postClicks posts n clicks in NDJSON batches to /v1/events and, after each batch, fraud
@@ -202,10 +201,10 @@ type clickCount struct{ clicks, billable int64 }
 // verifyClicks waits until the click checkpoints reach the end of both topics, then compares
 // every (ad, minute) and, once rolled up, every (ad, hour) with the oracle, and returns the
 // oracle's counted clicks.
-func verifyClicks(t *testing.T, ctx context.Context, kafkaAddr string, ch chclient.Options) []oracleClick {
+func verifyClicks(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.Options) []oracleClick {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, err := kgo.NewClient(kafka.ClientOptions([]string{kafkaAddr}, "oracle", logger, nil)...)
+	cl, err := kc.client(logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
-	"tally/platform/kafka"
 	"tally/schemas"
 	"tally/testsupport/testinfra"
 )
@@ -119,7 +118,7 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 	// The last restart may still be starting.
 	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
 	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
-	verifyExact(t, ctx, c.kafka, c.ch, c.api)
+	verifyExact(t, ctx, c.kc, c.ch, c.api)
 	if c.coll.exited() {
 		t.Error("collector exited during the test (its log follows)")
 	}
@@ -152,7 +151,7 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 		"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String())
 	api := "http://" + apiAddr
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
-	ch := adminOptions(t, dir)
+	ch, kc := adminOptions(t, dir), kafkaOf(infraEnv(t, dir))
 
 	// Kill it at a random moment once it is serving again, while views are still being posted.
 	var posted atomic.Int64
@@ -190,8 +189,8 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	}
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
 	// The clicks first: the 1m window still holds some of them.
-	verifyAdsTop(t, verifyClicks(t, ctx, kafkaAddr, ch), api)
-	verifyExact(t, ctx, kafkaAddr, ch, api)
+	verifyAdsTop(t, verifyClicks(t, ctx, kc, ch), api)
+	verifyExact(t, ctx, kc, ch, api)
 }
 
 // TestZombieAggregatorIsFenced makes an aggregator a zombie, three times: a long query holds the
@@ -244,7 +243,7 @@ func TestZombieAggregatorIsFenced(t *testing.T) {
 	if stops := <-stopped; stops < 3 {
 		t.Fatalf("got %d stops; want 3", stops)
 	}
-	verifyExact(t, ctx, c.kafka, c.ch, c.api)
+	verifyExact(t, ctx, c.kc, c.ch, c.api)
 }
 
 // eoSessionTimeout is the aggregators' group session timeout in the crash tests.
@@ -256,6 +255,7 @@ type cluster struct {
 	aggs                   []*proc
 	kafka, clickhouse, api string
 	ch                     chclient.Options // the engine's administrator, database tally
+	kc                     kafkaConn        // the broker, as its SASL user
 	bin, dir               string           // the aggregator binary and the data directory
 	aggArgs                []string         // every aggregator's flags but its address and id
 }
@@ -288,7 +288,10 @@ func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 	// as flags, as an operator's would from the file.
 	env := infraEnv(t, dir)
 	c.ch = chclient.Options{Addr: c.clickhouse, Database: "tally", Username: env["TALLY_CLICKHOUSE_USERNAME"], Password: env["TALLY_CLICKHOUSE_PASSWORD"]}
-	conns := append([]string{"--kafka.brokers", c.kafka, "--clickhouse.addr", c.clickhouse, "--clickhouse.password", c.ch.Password,
+	c.kc = kafkaOf(env)
+	conns := append([]string{"--kafka.brokers", c.kafka, "--kafka.sasl.mechanism", c.kc.sec.SASLMechanism,
+		"--kafka.sasl.username", c.kc.sec.Username, "--kafka.sasl.password", c.kc.sec.Password,
+		"--clickhouse.addr", c.clickhouse, "--clickhouse.password", c.ch.Password,
 		"--redis.addr", env["TALLY_REDIS_ADDR"], "--redis.password", env["TALLY_REDIS_PASSWORD"]}, common...)
 	c.coll = startProc(t, "collector", bins.collector, dir, append([]string{"--collector.addr", apiAddr,
 		"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...)
@@ -316,11 +319,11 @@ func (c *cluster) addAggregator(t *testing.T) *proc {
 // rollup, and every item's views as GET /v1/counts answers them. Derived state that heals on
 // its own (a zombie's batch is undone within a sketch interval; the API's Redis is rebuilt after
 // a restart) gets a minute to agree before the differences are reported.
-func verifyExact(t *testing.T, ctx context.Context, kafkaAddr string, ch chclient.Options, api string) {
+func verifyExact(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.Options, api string) {
 	t.Helper()
 	t0 := time.Now()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, err := kgo.NewClient(kafka.ClientOptions([]string{kafkaAddr}, "oracle", logger, nil)...)
+	cl, err := kc.client(logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/allinone/allinonetest"
 	"tally/devstack/embedded"
@@ -62,6 +64,29 @@ func TestEmbeddedStackLockdown(t *testing.T) {
 			if code, body := chQuery(t, "POST", ch, "dashboards", sql); code == http.StatusOK || strings.Contains(body, "root:") {
 				t.Errorf("dashboards %q: got %d %s; want a refusal", sql, code, body)
 			}
+		}
+	})
+	t.Run("kafka refuses clients without its user", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		anon, err := kgo.NewClient(kgo.SeedBrokers(r.Config.Kafka.Brokers...), kgo.DefaultProduceTopic("views"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer anon.Close()
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		defer acancel()
+		if err := anon.ProduceSync(actx, &kgo.Record{Value: []byte("forged")}).FirstErr(); err == nil {
+			t.Fatal("anonymous produce to the views topic: got no error; want it refused")
+		}
+		kc := kafkaConn{addr: r.Config.Kafka.Brokers[0], sec: r.Config.Kafka.Security()}
+		cl, err := kc.client(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.Ping(ctx); err != nil {
+			t.Fatalf("ping as the broker's user: got %v; want it accepted", err)
 		}
 	})
 	t.Run("outside queries stall neither reads nor counting", func(t *testing.T) { checkOutsideQueriesStallNothing(t, r) })

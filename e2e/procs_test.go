@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"tally/devstack/embedded"
 	"tally/platform/chclient"
+	"tally/platform/kafka"
 	"tally/testsupport/testinfra"
 )
 
@@ -136,4 +140,25 @@ func infraEnv(t *testing.T, dir string) map[string]string {
 func adminOptions(t *testing.T, dir string) chclient.Options {
 	env := infraEnv(t, dir)
 	return chclient.Options{Addr: env["TALLY_CLICKHOUSE_ADDR"], Database: "tally", Username: env["TALLY_CLICKHOUSE_USERNAME"], Password: env["TALLY_CLICKHOUSE_PASSWORD"]}
+}
+
+// kafkaConn is how the test's own Kafka clients reach the embedded broker: as its SASL user.
+type kafkaConn struct {
+	addr string
+	sec  kafka.Security
+}
+
+// kafkaOf reads the broker's address and user from the embedded stack's env file lines.
+func kafkaOf(env map[string]string) kafkaConn {
+	return kafkaConn{addr: env["TALLY_KAFKA_BROKERS"], sec: kafka.Security{SASLMechanism: env["TALLY_KAFKA_SASL_MECHANISM"],
+		Username: env["TALLY_KAFKA_SASL_USERNAME"], Password: env["TALLY_KAFKA_SASL_PASSWORD"]}}
+}
+
+// client opens a Kafka client on the broker, named oracle.
+func (kc kafkaConn) client(logger *slog.Logger) (*kgo.Client, error) {
+	dial, err := kc.sec.Options()
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(append(kafka.ClientOptions([]string{kc.addr}, "oracle", logger, nil), dial...)...)
 }

@@ -53,5 +53,5 @@ func TestStoppingAggregatorKeepsToItsTimeout(t *testing.T) {
 	if err := <-postDone; err != nil {
 		t.Fatal(err)
 	}
-	verifyExact(t, ctx, c.kafka, c.ch, c.api)
+	verifyExact(t, ctx, c.kc, c.ch, c.api)
 }

@@ -21,6 +21,11 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 	r := allinonetest.Start(t)
 	api := r.API
 	brokers := r.Config.Kafka.Brokers[0]
+	// The embedded broker requires its SASL user; load reads it from the environment.
+	sasl := r.Config.Kafka.SASL
+	t.Setenv("TALLY_KAFKA_SASL_MECHANISM", sasl.Mechanism)
+	t.Setenv("TALLY_KAFKA_SASL_USERNAME", sasl.Username)
+	t.Setenv("TALLY_KAFKA_SASL_PASSWORD", sasl.Password)
 	ctx := context.Background()
 	// Likes answer 503 until the applier has marked Redis as built from the log.
 	testinfra.WaitHTTP(t, 30*time.Second, api+"/v1/users/u1/likes?ids=a")

@@ -6,17 +6,23 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"tally/platform/kafka"
 )
 
 // Config is one load run.
 type Config struct {
-	URL       string   // collector base URL, loopback only
-	Brokers   []string // Kafka seeds for the consumer-lag monitor, loopback only
-	Group     string   // consumer group whose lag is watched
+	URL     string   // collector base URL, loopback only
+	Brokers []string // Kafka seeds for the consumer-lag monitor, loopback only
+	// KafkaSASL is how the lag monitor authenticates: TALLY_KAFKA_SASL_MECHANISM, _USERNAME and
+	// _PASSWORD from the environment, as the embedded stack's infra.env sets them.
+	KafkaSASL kafka.Security
+	Group     string // consumer group whose lag is watched
 	Scenarios Scenarios
 	Duration  time.Duration
 	RunID     string // prefixes every item and user id, so runs against one collector do not mix
@@ -125,7 +131,8 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.SortFlags = false
 	fs.SetOutput(usage)
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "collector base URL (loopback only)")
-	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers for the consumer-lag monitor (loopback only)")
+	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers for the consumer-lag monitor (loopback only); it authenticates with TALLY_KAFKA_SASL_MECHANISM, _USERNAME and _PASSWORD from the environment when set (the embedded stack's: set -a; . <data_dir>/infra.env; set +a)")
+	c.KafkaSASL = kafka.Security{SASLMechanism: os.Getenv("TALLY_KAFKA_SASL_MECHANISM"), Username: os.Getenv("TALLY_KAFKA_SASL_USERNAME"), Password: os.Getenv("TALLY_KAFKA_SASL_PASSWORD")}
 	fs.StringVar(&c.Group, "group", "tally-aggregator", "consumer group whose lag on topic views is sampled every second")
 	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, clicks, view-counts, reads, likes, or a '+'-joined set (views+clicks)")
 	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "how long the load runs (at most 30m)")

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/kafka"
 )
 
 // The topics the aggregator consumes (schemas.TopicViews and TopicClicks; not imported, so
@@ -62,9 +64,14 @@ type lagMonitor struct {
 	samples []LagSample
 }
 
-func newLagMonitor(brokers []string, group, topic string) *lagMonitor {
+func newLagMonitor(brokers []string, sasl kafka.Security, group, topic string) *lagMonitor {
 	m := &lagMonitor{group: group, topic: topic}
-	m.cl, m.err = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequestTimeoutOverhead(time.Second))
+	dial, err := sasl.Options()
+	if err != nil {
+		m.err = fmt.Errorf("kafka credentials from the environment: %w", err)
+		return m
+	}
+	m.cl, m.err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequestTimeoutOverhead(time.Second)}, dial...)...)
 	if m.err == nil {
 		m.adm = kadm.NewClient(m.cl)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/platform/kafka"
 )
 
 // The sampler starts with the load, often before the aggregator's group exists: a group the
@@ -29,7 +31,7 @@ func TestLagOfAGroupNotJoinedYet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := newLagMonitor(c.ListenAddrs(), "no-such-group", viewsTopic)
+	m := newLagMonitor(c.ListenAddrs(), kafka.Security{}, "no-such-group", viewsTopic)
 	defer m.close()
 	if got, err := m.lag(ctx); err != nil || got != 5 {
 		t.Fatalf("got lag %d, %v; want 5, nil", got, err)

@@ -81,7 +81,7 @@ type viewsRun struct {
 }
 
 func newViewsRun(ctx context.Context, c Config, s eventStream, api *client.Client, web *http.Client, prefix string) *viewsRun {
-	return &viewsRun{cfg: c, s: s, api: api, web: web, prefix: prefix, lag: newLagMonitor(c.Brokers, s.group, s.topic),
+	return &viewsRun{cfg: c, s: s, api: api, web: web, prefix: prefix, lag: newLagMonitor(c.Brokers, c.KafkaSASL, s.group, s.topic),
 		before: scrapeViewsMetrics(ctx, web, c.URL, s.metrics)}
 }
 

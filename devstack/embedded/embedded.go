@@ -21,6 +21,7 @@ import (
 	"tally/devstack/kafkabroker"
 	"tally/devstack/redisproc"
 	"tally/platform/config"
+	"tally/platform/kafka"
 	"tally/platform/lifecycle"
 )
 
@@ -44,10 +45,12 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 				if err != nil {
 					return err
 				}
-				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: opts.KafkaAddr, SyncWrites: opts.KafkaSyncWrites}); err != nil {
+				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: opts.KafkaAddr, SyncWrites: opts.KafkaSyncWrites,
+					User: kafkaUser, Password: keys.kafka}); err != nil {
 					return err
 				}
 				cfg.Kafka.Brokers = []string{k.Addr()}
+				cfg.Kafka.SASL = config.KafkaSASL{Mechanism: kafka.ScramSHA256, Username: kafkaUser, Password: keys.kafka}
 				return nil
 			},
 			Stop: func(context.Context) error { k.Close(); return nil },
@@ -135,6 +138,9 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 		},
 	})
 }
+
+// kafkaUser is the embedded broker's one SASL user, which every tally client connects as.
+const kafkaUser = "tally"
 
 // started says which servers the embedded stack runs, so the env file names only those.
 type started struct{ kafka, clickhouse, redis bool }

@@ -13,21 +13,21 @@ import (
 // EnvFile is where, under the data directory, the embedded stack keeps its generated passwords
 // and the addresses it listens on, as TALLY_* lines: component binaries on this machine connect
 // to it after `set -a; . <data_dir>/infra.env; set +a`. Mode 0600: the passwords are the
-// engine's administrator's and Redis's.
+// Kafka user's, the engine's administrator's and Redis's.
 const EnvFile = config.InfraEnvFile
 
 // secrets are the passwords the embedded stack generates once per data directory: read from
 // the env file an earlier start wrote, generated where it has none (the first start, or a file
 // deleted to rotate them).
-type secrets struct{ clickhouse, redis string }
+type secrets struct{ kafka, clickhouse, redis string }
 
 func loadSecrets(dataDir string) (secrets, error) {
 	env, err := ReadEnvFile(dataDir)
 	if err != nil && !os.IsNotExist(err) {
 		return secrets{}, err
 	}
-	s := secrets{clickhouse: env["TALLY_CLICKHOUSE_PASSWORD"], redis: env["TALLY_REDIS_PASSWORD"]}
-	for _, p := range []*string{&s.clickhouse, &s.redis} {
+	s := secrets{kafka: env["TALLY_KAFKA_SASL_PASSWORD"], clickhouse: env["TALLY_CLICKHOUSE_PASSWORD"], redis: env["TALLY_REDIS_PASSWORD"]}
+	for _, p := range []*string{&s.kafka, &s.clickhouse, &s.redis} {
 		if *p == "" {
 			*p = rand.Text()
 		}
@@ -52,7 +52,9 @@ func ReadEnvFile(dataDir string) (map[string]string, error) {
 func writeEnvFile(cfg *config.Config, run started) (string, error) {
 	lines := []string{"# tally's embedded servers, rewritten at each start. Secret: keep it mode 0600."}
 	if run.kafka {
-		lines = append(lines, "TALLY_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","))
+		sasl := cfg.Kafka.SASL
+		lines = append(lines, "TALLY_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","), "TALLY_KAFKA_SASL_MECHANISM="+sasl.Mechanism,
+			"TALLY_KAFKA_SASL_USERNAME="+sasl.Username, "TALLY_KAFKA_SASL_PASSWORD="+sasl.Password)
 	}
 	if run.clickhouse {
 		lines = append(lines, "TALLY_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr, "TALLY_CLICKHOUSE_USERNAME="+cfg.ClickHouse.Username,

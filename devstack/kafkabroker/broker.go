@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"tally/platform/kafka"
 )
 
 // Broker is an in-process Kafka broker speaking the real protocol, persisted under a directory.
@@ -27,6 +29,9 @@ type Options struct {
 	Addr string
 	// SyncWrites fsyncs every batch (survives power loss, slower).
 	SyncWrites bool
+	// User and Password, if set, are the one SASL SCRAM-SHA-256 user the broker accepts: any
+	// local process could otherwise produce events or read the log.
+	User, Password string
 }
 
 // Start starts one kfake broker as o says.
@@ -52,6 +57,9 @@ func Start(o Options) (*Broker, error) {
 	}
 	if o.SyncWrites {
 		opts = append(opts, kfake.SyncWrites())
+	}
+	if o.User != "" {
+		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(kafka.ScramSHA256, o.User, o.Password))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
