@@ -23,6 +23,8 @@ func TestAdjustOffsetsWaitsForTheClient(t *testing.T) {
 	s := &Source{agg: agg, logger: infra.Logger, clientSet: make(chan struct{})}
 	s.running, s.cancel = context.WithCancel(context.Background())
 	defer s.cancel()
+	s.live, s.endLive = context.WithCancel(context.Background())
+	defer s.endLive()
 	type result struct {
 		offsets map[string]map[int32]kgo.Offset
 		err     error
