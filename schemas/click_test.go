@@ -316,3 +316,59 @@ func FuzzParseClickJSONFastPath(f *testing.F) {
 		}
 	})
 }
+
+func TestRecordAdID(t *testing.T) {
+	click := Click{ClickID: "k", AdID: "ad-7", CampaignID: "c", UserHash: "u", IPHash: "i", Device: "d", TS: MinEventTS}
+	verdict := FraudVerdict{ClickID: "k", AdID: "ad-7", Verdict: VerdictFraud, Reason: "bot", DecidedAt: MinEventTS}
+	edit := func(f func(*Click)) []byte {
+		c := click
+		f(&c)
+		return AppendClick(nil, c)
+	}
+	tests := []struct {
+		name   string
+		b      []byte
+		wantAd string // "" for none
+	}{
+		{"click", AppendClick(nil, click), "ad-7"},
+		{"verdict", AppendFraudVerdict(nil, verdict), "ad-7"},
+		{"click refused for its time", edit(func(c *Click) { c.TS = 0 }), "ad-7"},
+		{"click refused for its device", edit(func(c *Click) { c.Device = "" }), "ad-7"},
+		{"verdict refused for its verdict", AppendFraudVerdict(nil, FraudVerdict{ClickID: "k", AdID: "ad-7", Verdict: 9, DecidedAt: MinEventTS}), "ad-7"},
+		{"cut after the ad", AppendClick(nil, click)[:2+8+2+5], "ad-7"},
+		{"cut inside the ad", AppendClick(nil, click)[:2+8+2+3], ""},
+		{"empty ad", edit(func(c *Click) { c.AdID = "" }), ""},
+		{"invalid ad", edit(func(c *Click) { c.AdID = "a/b" }), ""},
+		{"view", AppendView(nil, View{ItemID: "ad-7", ViewerID: "v", TS: MinEventTS}), ""},
+		{"unknown wire version", append([]byte{9}, AppendClick(nil, click)[1:]...), ""},
+		{"garbage", []byte("junk"), ""},
+		{"empty", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ad, ok := RecordAdID(tt.b)
+			if ad != tt.wantAd || ok != (tt.wantAd != "") {
+				t.Errorf("got %q, %v; want %q, %v", ad, ok, tt.wantAd, tt.wantAd != "")
+			}
+		})
+	}
+}
+
+func FuzzRecordAdID(f *testing.F) {
+	f.Add(AppendClick(nil, Click{ClickID: "k", AdID: "a", CampaignID: "c", UserHash: "u", IPHash: "i", Device: "d", TS: MinEventTS}))
+	f.Add(AppendFraudVerdict(nil, FraudVerdict{"k", "a", VerdictFraud, "r", MinEventTS}))
+	f.Add([]byte("junk"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ad, ok := RecordAdID(b)
+		if ok != (ad != "") || (ok && CheckID("ad_id", ad, true) != nil) {
+			t.Fatalf("got %q, %v; want a valid ad id exactly when ok", ad, ok)
+		}
+		// What the decoders accept names its ad.
+		if c, err := DecodeClick(b); err == nil && (!ok || ad != c.AdID) {
+			t.Fatalf("click of ad %q: got %q, %v", c.AdID, ad, ok)
+		}
+		if v, err := DecodeFraudVerdict(b); err == nil && (!ok || ad != v.AdID) {
+			t.Fatalf("verdict of ad %q: got %q, %v", v.AdID, ad, ok)
+		}
+	})
+}

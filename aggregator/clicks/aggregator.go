@@ -10,8 +10,10 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	countedtopic "tally/aggregator/counted"
+	"tally/aggregator/deadletter"
 	"tally/aggregator/flushpace"
 	"tally/platform/retry"
 	"tally/schemas"
@@ -38,6 +40,7 @@ type Config struct {
 type Aggregator struct {
 	cfg    Config
 	store  store
+	dead   *deadletter.Writer
 	now    func() time.Time
 	logger *slog.Logger
 
@@ -56,9 +59,11 @@ type Aggregator struct {
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, pace: flushpace.New(cfg.FlushInterval, now()), lastRollup: now(),
+		dead:     deadletter.New("tally_clicks_dead_letters_total", now, logger, reg),
 		records:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_records_total", Help: "Click and fraud-verdict records consumed."}),
 		countedN: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_counted_total", Help: "Clicks counted after click-id dedupe."}),
-		poison:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_undecodable_total", Help: "Click or verdict records skipped because they did not decode or validate."}),
+		poison: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_undecodable_total",
+			Help: "Click or verdict records set aside in dead_letters because they did not decode or validate, as processed (a replay counts them again)."}),
 		verdicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_verdicts_total", Help: "Fraud verdicts resolved against counted clicks."}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_clicks_flush_seconds", Help: "Time to write one click flush to ClickHouse.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
@@ -154,9 +159,9 @@ func version(p *partition) uint64 {
 	return p.epoch<<40 | uint64(p.flushed.clicks+p.flushed.verdicts)&(1<<40-1)
 }
 
-// Process applies records of one topic's partition id. Records below the partition's position
-// (a fetch raced with a seek) are ignored, so each offset is applied once.
-func (a *Aggregator) Process(topic string, id int32, offs []int64, values [][]byte) {
+// Process applies records of one topic's partition id, in offset order. Records below the
+// partition's position (a fetch raced with a seek) are ignored, so each offset is applied once.
+func (a *Aggregator) Process(topic string, id int32, recs []*kgo.Record) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.parts[id]
@@ -164,12 +169,12 @@ func (a *Aggregator) Process(topic string, id int32, offs []int64, values [][]by
 		return
 	}
 	counted0, poison0, n := len(p.counted), p.poison, 0
-	for i, off := range offs {
+	for _, r := range recs {
 		switch {
-		case topic == schemas.TopicClicks && off >= p.next.clicks:
-			p.click(off, values[i])
-		case topic == schemas.TopicFraudVerdicts && off >= p.next.verdicts:
-			p.verdict(off, values[i])
+		case topic == schemas.TopicClicks && r.Offset >= p.next.clicks:
+			p.click(r.Offset, r.Key, r.Value)
+		case topic == schemas.TopicFraudVerdicts && r.Offset >= p.next.verdicts:
+			p.verdict(r.Offset, r.Key, r.Value)
 		default:
 			continue
 		}
@@ -254,6 +259,23 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
 	t0 := time.Now()
+	// Refused records first, before the checkpoint that moves past them: a crash before it
+	// replays the batch, which refuses the same records and writes the same rows again. So are
+	// the letters of a partition the fence drops below: the new owner writes the same rows.
+	var dead []deadletter.Letter
+	for _, p := range parts {
+		dead = append(dead, p.dead...)
+	}
+	if len(dead) > 0 {
+		if err := a.retry(ctx, "set aside refused records", func() error { return a.dead.Write(ctx, a.store.conn, dead) }); err != nil {
+			return nil, err
+		}
+		// Written: a flush of the same batch retried after a later step failed need not write
+		// them again.
+		for _, p := range parts {
+			p.dead = nil
+		}
+	}
 	// Verdicts first: their corrections go into this batch's deltas.
 	for _, p := range parts {
 		if p.resolved == len(p.verdicts) {

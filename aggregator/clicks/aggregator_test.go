@@ -11,6 +11,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -153,12 +154,12 @@ func (f *feeder) play(t *testing.T, ctx context.Context, a *Aggregator, id int32
 		n := 1 + rng.IntN(5)
 		if v >= toV || (c < toC && rng.IntN(2) == 0) {
 			end := min(c+n, toC)
-			a.Process(schemas.TopicClicks, id, seq(c, end), f.clicks[c:end])
+			a.Process(schemas.TopicClicks, id, records(schemas.TopicClicks, id, c, f.clicks[c:end]))
 			since += end - c
 			c = end
 		} else {
 			end := min(v+n, toV)
-			a.Process(schemas.TopicFraudVerdicts, id, seq(v, end), f.verdicts[v:end])
+			a.Process(schemas.TopicFraudVerdicts, id, records(schemas.TopicFraudVerdicts, id, v, f.verdicts[v:end]))
 			since += end - v
 			v = end
 		}
@@ -171,10 +172,12 @@ func (f *feeder) play(t *testing.T, ctx context.Context, a *Aggregator, id int32
 	}
 }
 
-func seq(from, to int) []int64 {
-	out := make([]int64, 0, to-from)
-	for i := from; i < to; i++ {
-		out = append(out, int64(i))
+// records are values as the consumer hands them over: the records of topic's partition id at
+// offsets from on.
+func records(topic string, id int32, from int, values [][]byte) []*kgo.Record {
+	out := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		out[i] = &kgo.Record{Topic: topic, Partition: id, Offset: int64(from + i), Value: v}
 	}
 	return out
 }
@@ -426,7 +429,7 @@ func TestZombieBatchIsUndone(t *testing.T) {
 	if _, err := old.Assign(ctx, []int32{0}); err != nil {
 		t.Fatal(err)
 	}
-	old.Process(schemas.TopicClicks, 0, seq(0, 5), f.clicks[0:5])
+	old.Process(schemas.TopicClicks, 0, records(schemas.TopicClicks, 0, 0, f.clicks[0:5]))
 	if _, err := old.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +440,7 @@ func TestZombieBatchIsUndone(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The zombie goes on with records 5..7 and its INSERT lands after the claim.
-	old.Process(schemas.TopicClicks, 0, seq(5, 8), f.clicks[5:8])
+	old.Process(schemas.TopicClicks, 0, records(schemas.TopicClicks, 0, 5, f.clicks[5:8]))
 	if err := old.store.writeDeltas(ctx, []*partition{old.parts[0]}, now()); err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func TestCountedTopicHoldsTheDeduplicatedClicks(t *testing.T) {
 	check("crash before the publishes", at)
 	a.cfg.Counted = countedtest.FailAfterFirstChunk{Topic: pub}
 	big := n1 + schemas.MaxCountedChunk + 100
-	a.Process(schemas.TopicClicks, part, seq(n1, big), f.clicks[n1:big])
+	a.Process(schemas.TopicClicks, part, records(schemas.TopicClicks, part, n1, f.clicks[n1:big]))
 	if _, err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

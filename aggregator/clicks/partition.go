@@ -3,15 +3,18 @@
 // billable_count (minus clicks a fraud verdict condemns, and clicks whose fraud_score is over
 // the configured threshold), with late verdicts correcting the minute their click was counted
 // in, and hour rollups recomputed from the minutes (design and proof: docs/EXACTLY_ONCE.md,
-// "Clicks").
+// "Clicks"). A click or verdict record that does not decode or validate is set aside: it
+// advances its topic's offset, changes no count, and becomes a row of dead_letters (package
+// deadletter), logged and counted.
 //
 // The two topics are co-partitioned (a verdict is keyed by its click's ad), and one owner holds
 // partition p of both. Each partition's state is its dedupe window, the batch since the last
-// flush and a cache of recent verdicts. A flush writes, per partition, the batch's counted
-// clicks and verdicts (facts a replay writes again identically), then the (ad, minute) deltas
-// with the partition's checkpoint (both end offsets) in one INSERT, then, every rollup interval,
-// the full values of the touched hours. On assignment the checkpoint, the dedupe window and the
-// verdict cache are loaded back, and hours the last owner may not have rolled up are recomputed.
+// flush and a cache of recent verdicts. A flush writes, per partition, the dead letters of the
+// batch's refused records and its counted clicks and verdicts (rows and facts a replay writes
+// again identically), then the (ad, minute) deltas with the partition's checkpoint (both end
+// offsets) in one INSERT, then, every rollup interval, the full values of the touched hours. On
+// assignment the checkpoint, the dedupe window and the verdict cache are loaded back, and hours
+// the last owner may not have rolled up are recomputed.
 //
 // Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
 // callbacks are the only callers. The Aggregator owns no goroutines; Source runs the loop.
@@ -20,6 +23,7 @@ package clicks
 import (
 	"math"
 
+	"tally/aggregator/deadletter"
 	"tally/schemas"
 	"tally/schemas/dedupe"
 )
@@ -109,6 +113,8 @@ type partition struct {
 	latest      map[string]verdictState // cache of recent verdicts, by click id
 	dirty       map[hourKey]struct{}    // hours touched since the last rollup
 	poison      int
+	// dead holds the letters of the batch's refused records until the flush writes them.
+	dead []deadletter.Letter
 
 	// countedEnd is the clicks checkpoint up to which the counted topic is known to hold every
 	// batch (-1: unknown).
@@ -136,14 +142,21 @@ func (p *partition) delta(ad string, ts int64) *delta {
 	return d
 }
 
+// setAside notes that the record at offset of topic is refused for err. The decision depends on
+// the record's bytes alone, so every replay refuses it the same way and writes the same letter.
+func (p *partition) setAside(topic string, offset int64, key, value []byte, err error) {
+	p.poison++
+	p.dead = append(p.dead, deadletter.OfRecord(topic, p.id, offset, key, value, err))
+}
+
 // click applies the click record at offset: a record that does not decode or validate is set
-// aside (it changes no state, the same on every replay).
-func (p *partition) click(offset int64, value []byte) {
+// aside (it changes no state).
+func (p *partition) click(offset int64, key, value []byte) {
 	p.next.clicks = offset + 1
 	p.records++
 	c, err := schemas.DecodeClick(value)
 	if err != nil {
-		p.poison++
+		p.setAside(schemas.TopicClicks, offset, key, value, err)
 		return
 	}
 	if !p.win.Observe(dedupe.Key(c.ClickID, c.AdID), c.TS) {
@@ -160,13 +173,14 @@ func (p *partition) click(offset int64, value []byte) {
 }
 
 // verdict queues the verdict record at offset; verdicts are resolved at flush (resolve), when the
-// clicks counted in earlier batches can be looked up.
-func (p *partition) verdict(offset int64, value []byte) {
+// clicks counted in earlier batches can be looked up. A record that does not decode or validate
+// is set aside.
+func (p *partition) verdict(offset int64, key, value []byte) {
 	p.next.verdicts = offset + 1
 	p.records++
 	v, err := schemas.DecodeFraudVerdict(value)
 	if err != nil {
-		p.poison++
+		p.setAside(schemas.TopicFraudVerdicts, offset, key, value, err)
 		return
 	}
 	p.verdicts = append(p.verdicts, v)

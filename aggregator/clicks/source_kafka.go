@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"tally/aggregator/member"
 	"tally/platform/kafka"
 	"tally/platform/retry"
 	"tally/schemas"
@@ -27,6 +28,7 @@ type Source struct {
 	poll    time.Duration
 	running context.Context
 	cancel  context.CancelFunc
+	stop    *member.Stop
 	done    chan struct{}
 	err     error
 }
@@ -46,6 +48,7 @@ var topics = []string{schemas.TopicClicks, schemas.TopicFraudVerdicts}
 func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger) (*Source, error) {
 	s := &Source{agg: agg, logger: logger, poll: poll}
 	s.running, s.cancel = context.WithCancel(context.Background())
+	s.stop = member.New()
 	opts := append(append(kafka.ClientOptions(g.Brokers, "tally-aggregator-clicks", logger, nil), g.Dial...),
 		kgo.ConsumerGroup(g.Name),
 		kgo.Balancers(kgo.RangeBalancer()),
@@ -80,18 +83,22 @@ func (s *Source) Start() {
 	}()
 }
 
-// Stop ends consumption, writes the last batch, commits and leaves the group, within ctx.
+// Stop ends consumption and leaves the group at once, so that the group hands its partitions
+// on and none comes in; the leave's revoke writes the batches held and commits. It gives up
+// when ctx ends: what was not written, the next owner replays from the ClickHouse checkpoints.
 func (s *Source) Stop(ctx context.Context) error {
-	s.cancel()
-	<-s.done
-	runErr := s.err
-	if errors.Is(runErr, context.Canceled) {
-		runErr = nil
-	}
-	done, err := s.agg.FlushAll(ctx)
-	s.commit(ctx, done)
-	s.cl.Close()
-	return errors.Join(runErr, err)
+	return s.stop.Leave(ctx, s.cl, "clicks", func() error {
+		s.cancel()
+		<-s.done
+		if errors.Is(s.err, context.Canceled) {
+			return nil
+		}
+		return s.err
+	}, func(ctx context.Context) error {
+		done, err := s.agg.FlushAll(ctx)
+		s.commit(ctx, done)
+		return err
+	})
 }
 
 // Done is closed when the loop ends, on Stop or on its own (a write that could not finish).
@@ -104,8 +111,6 @@ func (s *Source) Err() error { return s.err }
 func (s *Source) Check(ctx context.Context) error { return s.cl.Ping(ctx) }
 
 func (s *Source) run(ctx context.Context) error {
-	var offs []int64
-	var values [][]byte
 	for {
 		pctx, cancel := context.WithTimeout(ctx, s.poll)
 		fetches := s.cl.PollRecords(pctx, 50000)
@@ -120,12 +125,7 @@ func (s *Source) run(ctx context.Context) error {
 			}
 		})
 		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
-			offs, values = offs[:0], values[:0]
-			for _, r := range ftp.Records {
-				offs = append(offs, r.Offset)
-				values = append(values, r.Value)
-			}
-			s.agg.Process(ftp.Topic, ftp.Partition, offs, values)
+			s.agg.Process(ftp.Topic, ftp.Partition, ftp.Records)
 		})
 		if s.agg.FlushDue() {
 			done, err := s.agg.Flush(ctx)
@@ -176,8 +176,11 @@ func partitionIDs[V any](m map[string]V, ids func(V) []int32) []int32 {
 // adjustOffsets loads each assigned partition's state from ClickHouse and resumes both topics
 // at its ClickHouse checkpoint.
 func (s *Source) adjustOffsets(ctx context.Context, fetch map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	ctx, cancel := s.untilStop(ctx)
+	ctx, cancel := s.stop.Until(ctx)
 	defer cancel()
+	if err := s.stop.Refuse(); err != nil {
+		return nil, fmt.Errorf("load click partition state: %w", err)
+	}
 	ids := partitionIDs(fetch, func(m map[int32]kgo.Offset) []int32 {
 		out := make([]int32, 0, len(m))
 		for id := range m {
@@ -212,7 +215,7 @@ func (s *Source) adjustOffsets(ctx context.Context, fetch map[string]map[int32]k
 }
 
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	ctx, cancel := s.untilStop(ctx)
+	ctx, cancel := s.stop.Until(ctx)
 	defer cancel()
 	done, err := s.agg.Revoke(ctx, partitionIDs(revoked, func(v []int32) []int32 { return v }))
 	if err != nil {
@@ -223,14 +226,4 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 
 func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	s.agg.Lost(partitionIDs(lost, func(v []int32) []int32 { return v }))
-}
-
-// untilStop returns ctx ended also when Stop begins.
-func (s *Source) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	unregister := context.AfterFunc(s.running, cancel)
-	return ctx, func() {
-		unregister()
-		cancel()
-	}
 }

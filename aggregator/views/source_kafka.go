@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"tally/aggregator/member"
 	"tally/platform/kafka"
 	"tally/platform/retry"
 	"tally/schemas"
@@ -28,15 +28,7 @@ type Source struct {
 	// on, because the group may call back before Start.
 	running context.Context
 	cancel  context.CancelFunc
-	// live ends when Stop's own deadline does: it ends the group callbacks' waits. Those get
-	// the client's context, which ends only once the client is closed, and closing waits for
-	// them: their ClickHouse retries must end with the stop instead. Until then the revoke
-	// that leaving the group runs may still write what it holds.
-	live    context.Context
-	endLive context.CancelFunc
-	// leaving is set when Stop begins: a partition assigned from then on is refused, so a
-	// stopping member takes on no new work.
-	leaving atomic.Bool
+	stop    *member.Stop
 	// clientSet is closed once cl is set: the group can assign partitions, and so call
 	// adjustOffsets, which reads cl, before kgo.NewClient has returned it.
 	clientSet chan struct{}
@@ -58,7 +50,7 @@ type Group struct {
 func NewSource(g Group, agg *Aggregator, poll time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Source, error) {
 	s := &Source{agg: agg, logger: logger, poll: poll, clientSet: make(chan struct{})}
 	s.running, s.cancel = context.WithCancel(context.Background())
-	s.live, s.endLive = context.WithCancel(context.Background())
+	s.stop = member.New()
 	opts := append(append(kafka.ClientOptions(g.Brokers, "tally-aggregator", logger, reg), g.Dial...),
 		kgo.ConsumerGroup(g.Name),
 		kgo.SessionTimeout(g.SessionTimeout),
@@ -97,25 +89,18 @@ func (s *Source) Start() {
 // on and none comes in; the leave's revoke writes the batches held and commits. It gives up
 // when ctx ends: what was not written, the next owner replays from the ClickHouse checkpoints.
 func (s *Source) Stop(ctx context.Context) error {
-	s.leaving.Store(true)
-	stop := context.AfterFunc(ctx, s.endLive)
-	defer stop()
-	s.cancel()
-	<-s.done
-	runErr := s.err
-	if errors.Is(runErr, context.Canceled) {
-		runErr = nil
-	}
-	leaveErr := s.cl.LeaveGroupContext(ctx)
-	if leaveErr != nil {
-		leaveErr = fmt.Errorf("leave the views group: %w", leaveErr)
-	}
-	// Partitions the leave did not revoke (it was cut short) still hold batches.
-	done, err := s.agg.FlushAll(ctx)
-	s.commit(ctx, done)
-	s.endLive()
-	s.cl.Close()
-	return errors.Join(runErr, leaveErr, err)
+	return s.stop.Leave(ctx, s.cl, "views", func() error {
+		s.cancel()
+		<-s.done
+		if errors.Is(s.err, context.Canceled) {
+			return nil
+		}
+		return s.err
+	}, func(ctx context.Context) error {
+		done, err := s.agg.FlushAll(ctx)
+		s.commit(ctx, done)
+		return err
+	})
 }
 
 // Done is closed when the loop ends, on Stop or on its own (a write that could not finish).
@@ -210,10 +195,10 @@ func (s *Source) commit(ctx context.Context, done map[int32]int64) {
 // adjustOffsets runs after the group assigned partitions and fetched Kafka's committed offsets:
 // it loads each partition's state from ClickHouse and resumes at the ClickHouse checkpoint.
 func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	ctx, cancel := s.untilStop(ctx)
+	ctx, cancel := s.stop.Until(ctx)
 	defer cancel()
-	if s.leaving.Load() {
-		return nil, errors.New("load partition state: this member is stopping; it takes no partition")
+	if err := s.stop.Refuse(); err != nil {
+		return nil, fmt.Errorf("load partition state: %w", err)
 	}
 	select {
 	case <-s.clientSet:
@@ -252,7 +237,7 @@ func (s *Source) adjustOffsets(ctx context.Context, offsets map[string]map[int32
 }
 
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	ctx, cancel := s.untilStop(ctx)
+	ctx, cancel := s.stop.Until(ctx)
 	defer cancel()
 	done, err := s.agg.Revoke(ctx, revoked[schemas.TopicViews])
 	if err != nil {
@@ -263,15 +248,4 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 
 func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	s.agg.Lost(lost[schemas.TopicViews])
-}
-
-// untilStop returns ctx ended also when Stop's deadline passes. A revoke cut short drops its
-// pending batches, which the next owner replays from the ClickHouse checkpoints.
-func (s *Source) untilStop(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	unregister := context.AfterFunc(s.live, cancel)
-	return ctx, func() {
-		unregister()
-		cancel()
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/aggregator/member"
 	"tally/schemas"
 )
 
@@ -23,8 +24,7 @@ func TestAdjustOffsetsWaitsForTheClient(t *testing.T) {
 	s := &Source{agg: agg, logger: infra.Logger, clientSet: make(chan struct{})}
 	s.running, s.cancel = context.WithCancel(context.Background())
 	defer s.cancel()
-	s.live, s.endLive = context.WithCancel(context.Background())
-	defer s.endLive()
+	s.stop = member.New()
 	type result struct {
 		offsets map[string]map[int32]kgo.Offset
 		err     error

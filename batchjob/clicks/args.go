@@ -25,7 +25,11 @@ version N+1 beside N; nothing is overwritten. GET /v1/reports/daily/{date} serve
 
 batchjob clicks audit lists every click of one ad on the day with what became of it (counted,
 fraud, duplicate) and the verdict behind it, recomputed from the log (raw clicks are kept 7
-days), next to the latest stored version's numbers. It writes nothing.
+days), next to the latest stored version's numbers. Below them, apart, it lists the click and
+verdict records the streaming aggregator refused (they did not decode or validate) and set
+aside in dead_letters on the day (the UTC day it first set them aside; kept 90 days), with
+topic, partition, offset, key and reason: those whose payload names the ad, and those whose
+payload does not say its ad (ad "?"), which may be the ad's. It writes nothing.
 
 Exit codes: 0 done, 1 error, 2 bad usage, 3 another copy is running (clicks only).
 
@@ -131,6 +135,41 @@ func (ar AuditReport) Write(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%q\t%s\t%d\t%d\n", l.ClickID, time.UnixMilli(l.TS).UTC().Format(time.RFC3339Nano),
 			l.Status, verdict, decided, l.Reason, orDash(l.Why), l.Partition, l.Offset)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return ar.writeRejected(w)
+}
+
+// writeRejected prints, after a blank line, the refused records of the day that are or may be
+// the ad's: a summary, then one tab-separated line each. Key and reason are quoted: they come
+// from whoever wrote the record, and must not reach a terminal raw.
+func (ar AuditReport) writeRejected(w io.Writer) error {
+	named, unknown := 0, 0
+	for _, r := range ar.Rejected {
+		if r.AdID == "" {
+			unknown++
+		} else {
+			named++
+		}
+	}
+	if _, err := fmt.Fprintf(w, "\n# rejected on %s (click and verdict records the aggregator set aside in dead_letters, by the UTC day first set aside; counted nowhere): %d naming ad %s, %d whose payload names no ad (ad ?, possibly %s's), %d naming other ads (not listed)\n",
+		ar.Date.Format(time.DateOnly), named, ar.AdID, unknown, ar.AdID, ar.RejectedOthers); err != nil {
+		return err
+	}
+	if len(ar.Rejected) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(tw, "source\tpartition\toffset\tad\tkey\treason\tbytes\tseen_at")
+	for _, r := range ar.Rejected {
+		ad := r.AdID
+		if ad == "" {
+			ad = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%q\t%q\t%d\t%s\n", r.Source, r.Partition, r.Offset, ad, r.Key, r.Reason, r.Bytes,
+			r.SeenAt.UTC().Format(time.RFC3339Nano))
 	}
 	return tw.Flush()
 }

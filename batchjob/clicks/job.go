@@ -3,7 +3,8 @@
 // deduplicates globally by click id (the first occurrence by event time counts, however far
 // apart the repeats are), applies the latest verdict on each click, and writes the day's per-ad
 // exact and billable counts to ClickHouse as a new version; `batchjob clicks audit` lists the
-// clicks behind one ad's number, for disputes.
+// clicks behind one ad's number, for disputes, and beside them the click and verdict records
+// the streaming aggregator refused and set aside in dead_letters that day.
 //
 // Exactness: a click id counts once, on the day of its first occurrence, for that
 // occurrence's ad. To recognize a repeat of a click counted the day before, the run also reads
@@ -133,7 +134,7 @@ func tally(ctx context.Context, day time.Time, d Deps, audit string) (*Tally, Re
 }
 
 // AuditReport is the audit of one ad's day: every occurrence of its clicks, what it recomputed
-// from the log now, and what the latest stored version says.
+// from the log now, what the latest stored version says, and the records refused that day.
 type AuditReport struct {
 	Date       time.Time
 	AdID       string
@@ -141,9 +142,15 @@ type AuditReport struct {
 	Recomputed Row
 	Stored     Row
 	Version    uint32 // the latest complete version; 0 when the day has none
+	// Rejected are the click and verdict records set aside in dead_letters on the day (by the
+	// UTC day the aggregator first set them aside) whose payload names the ad or names no ad
+	// (AdID ""): those may be the ad's too. RejectedOthers counts the ones naming other ads.
+	Rejected       []Rejected
+	RejectedOthers int
 }
 
-// Audit recomputes ad's day from the log and lists the clicks behind it. It writes nothing.
+// Audit recomputes ad's day from the log and lists the clicks behind it, and the day's refused
+// records that are or may be the ad's. It writes nothing.
 func Audit(ctx context.Context, day time.Time, ad string, d Deps) (AuditReport, error) {
 	ar := AuditReport{Date: DayOf(day), AdID: ad}
 	t, _, err := tally(ctx, ar.Date, d, ad)
@@ -167,6 +174,9 @@ func Audit(ctx context.Context, day time.Time, ad string, d Deps) (AuditReport, 
 	}
 	if ok {
 		ar.Version, ar.Stored = version, row
+	}
+	if ar.Rejected, ar.RejectedOthers, err = rejectedOn(ctx, d.ClickHouse, ar.Date, ad); err != nil {
+		return ar, err
 	}
 	return ar, nil
 }

@@ -2,10 +2,13 @@ package clicks
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"tally/schemas"
 )
 
 // rowsPerInsert bounds one INSERT of report rows, so a day of a million ads is a few blocks.
@@ -71,4 +74,58 @@ func storedRow(ctx context.Context, conn driver.Conn, day time.Time, ad string) 
 		ok = true
 	}
 	return version, row, ok, rows.Err()
+}
+
+// Rejected is a click or fraud-verdict record the streaming clicks aggregator refused (it does
+// not decode or validate) and set aside in dead_letters: counted nowhere, by the stream or by
+// this job, whose reader refuses the same records.
+type Rejected struct {
+	Source    string // topic: clicks or fraud_verdicts
+	Partition int32
+	Offset    int64
+	Key       string // the record's key (the collector keys both topics by ad)
+	AdID      string // the ad its payload names; "" when the payload does not say (schemas.RecordAdID)
+	Reason    string
+	Bytes     int // of the payload kept (at most 64 KiB)
+	SeenAt    time.Time
+}
+
+// adPrefix is how much of a payload is read to find its ad: the wire header, the time and the
+// click id and ad id, each a uvarint length and at most 4*MaxIDLen bytes (the decoder's bound).
+const adPrefix = 2 + 8 + 2*(binary.MaxVarintLen64+4*schemas.MaxIDLen)
+
+// rejectedOn reads the click and verdict records set aside on day, by seen_at: the time the
+// aggregator first set the record aside, which a replay keeps (aggregator/deadletter). It
+// returns those whose payload names ad or names no ad, in (source, partition, offset) order, and
+// how many others name another ad.
+func rejectedOn(ctx context.Context, conn driver.Conn, day time.Time, ad string) (listed []Rejected, others int, err error) {
+	rows, err := conn.Query(ctx, `SELECT source, partition, offset, ref, reason, substring(payload, 1, ?), length(payload), seen_at
+		FROM dead_letters FINAL WHERE source IN (?, ?) AND seen_at >= ? AND seen_at < ?
+		ORDER BY source, partition, offset`,
+		adPrefix, schemas.TopicClicks, schemas.TopicFraudVerdicts, day, day.AddDate(0, 0, 1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("read rejected click records of %s: %w", day.Format(time.DateOnly), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Rejected
+		var prefix string
+		var n uint64
+		if err := rows.Scan(&r.Source, &r.Partition, &r.Offset, &r.Key, &r.Reason, &prefix, &n, &r.SeenAt); err != nil {
+			return nil, 0, fmt.Errorf("scan rejected click record: %w", err)
+		}
+		r.Bytes = int(n)
+		if a, ok := schemas.RecordAdID([]byte(prefix)); ok {
+			if a != ad {
+				others++
+				continue
+			}
+			r.AdID = a
+		}
+		listed = append(listed, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read rejected click records of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return listed, others, nil
 }

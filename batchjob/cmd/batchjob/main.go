@@ -3,7 +3,7 @@
 //     reconciles Redis and ClickHouse with it and writes a versioned report (package reconcile);
 //   - `batchjob clicks --date YYYY-MM-DD` writes the day's exact, versioned click counts per ad
 //     from the click log, and `batchjob clicks audit --ad X --date D` lists the clicks behind one
-//     ad's count (package clicks);
+//     ad's count and the day's refused click and verdict records (package clicks);
 //   - `batchjob views --date YYYY-MM-DD` recounts a day's views from the sink's files and reports
 //     any difference from the streaming totals (package recount, views.go).
 //
