@@ -1,6 +1,7 @@
 package views
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,6 +95,8 @@ type metrics struct {
 	flushErrors              prometheus.Counter
 	repairs, zombies, fenced prometheus.Counter
 	totalsErrors             prometheus.Counter
+	epochDisagreements       prometheus.Counter
+	repairsRefused           prometheus.Counter
 	countedErrors            prometheus.Counter
 	pairs                    prometheus.GaugeFunc
 	lagSeconds               prometheus.Gauge
@@ -136,6 +139,10 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Help: "Failed attempts to bring the counted topic (topk's input) up to the ClickHouse checkpoint (retried at the next flush)."}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_fenced_partitions_total",
 			Help: "Partitions this aggregator dropped before writing because a newer owner had claimed them."}),
+		epochDisagreements: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_epoch_disagreements_total",
+			Help: "Partition claims, or Redis totals catch-ups, that found a newer epoch in another store (view_deltas, batch_items, the Redis guard, the counted topic) than in partition_claims, which lost rows: the claim took an epoch above all, and the partition's Redis totals were rebuilt from ClickHouse."}),
+		repairsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_rollup_repairs_refused_total",
+			Help: "Rollup buckets a repair left as they were although they differ from the deltas, because view_deltas lost batches of their items (dropped or truncated): the deltas no longer hold those buckets whole. Counted at every repair run that leaves them."}),
 	}
 	a.progress.lastOK = now()
 	a.m.pairs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_views_dedupe_pairs", Help: "Live (viewer, item) pairs held by the dedupe windows."}, func() float64 {
@@ -148,7 +155,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		return float64(n)
 	})
 	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.flushSteps, a.m.readableSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
-		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors, a.m.countedErrors)
+		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors, a.m.countedErrors, a.m.epochDisagreements, a.m.repairsRefused)
 	return a
 }
 
@@ -193,12 +200,21 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		if n := len(f.claims); n > 0 {
 			prev = f.claims[n-1].start
 		}
-		c := claim{epoch: f.maxEpoch() + 1, start: cp.end, at: a.now()}
+		ep, err := a.newEpoch(ctx, id, f, cp)
+		if err != nil {
+			return nil, err
+		}
+		start, err := a.claimStart(ctx, id, f, cp)
+		if err != nil {
+			return nil, err
+		}
+		c := claim{epoch: ep.epoch, start: start, at: a.now()}
 		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, c.at); err != nil {
 			return nil, err
 		}
 		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
 		p.epoch, p.rolled = c.epoch, cp.rolled
+		p.redisStale, p.countedLast = ep.disagree, ep.counted
 		// The first fold cycle folds what earlier owners left unfolded: the deltas up to the
 		// sketch checkpoint (none of theirs lies above it that this owner does not replay).
 		unfolded, err := a.store.loadUnfolded(ctx, id, cp.folded)
@@ -236,6 +252,98 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 	}
 	a.catchUpCountedAll(ctx, assigned)
 	return resume, nil
+}
+
+// newClaimEpoch is the epoch a new claim takes, whether the stores disagreed about the newest
+// one, and the counted topic's last batch of the partition if it was read (for the counted
+// catch-up that follows, so that it is not read twice).
+type newClaimEpoch struct {
+	epoch    uint64
+	disagree bool
+	counted  *countedLast
+}
+
+// newEpoch returns the epoch of a new claim of partition id: one above every epoch any store
+// holds of it. partition_claims alone is not enough: when its rows are lost (the table
+// truncated, or dropped and re-created by the schema check) while view_deltas, batch_items,
+// Redis's guard or the counted topic keep newer epochs, a claim at its maximum + 1 would be
+// older than those: Redis's guard and topk would refuse every batch of the new owner, while the
+// ready marker stays and readers are served stale totals for good. When the stores disagree,
+// Redis's totals of the partition are rebuilt from ClickHouse (redisStale): whatever made
+// partition_claims lose rows may have taken more with it. A store that cannot be read now
+// (Redis, the counted topic) is left out; a Redis guard found newer later is handled when the
+// totals catch up (catchUpTotals).
+func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence, cp checkpoint) (newClaimEpoch, error) {
+	items, err := a.store.newestBatchEpoch(ctx, id)
+	if err != nil {
+		return newClaimEpoch{}, err
+	}
+	held := map[string]uint64{"view_deltas": cp.epoch, "batch_items": items}
+	var out newClaimEpoch
+	if a.tot != nil {
+		if g, err := a.tot.Guard(ctx, id); err != nil {
+			a.logger.Warn("read the redis totals guard for the partition's epoch; checked again when the totals catch up", "partition", id, "err", err)
+		} else if g.Found {
+			held["redis_guard"] = g.Epoch
+		}
+	}
+	if a.cfg.Counted != nil {
+		if last, found, err := a.cfg.Counted.Last(ctx, schemas.CountItems, id); err != nil {
+			a.logger.Warn("read the counted topic's last batch for the partition's epoch", "partition", id, "err", err)
+		} else {
+			out.counted = &countedLast{last, found}
+			if found {
+				held["counted_topic"] = last.Epoch
+			}
+		}
+	}
+	claims := f.maxEpoch()
+	top := claims
+	for _, e := range held {
+		top = max(top, e)
+	}
+	out.epoch, out.disagree = top+1, top > claims
+	if out.disagree {
+		a.m.epochDisagreements.Inc()
+		attrs := []any{"partition", id, "partition_claims", claims}
+		for _, k := range slices.Sorted(maps.Keys(held)) {
+			attrs = append(attrs, k, held[k])
+		}
+		a.logger.Warn("partition_claims holds an older newest epoch than other stores (its rows were lost: truncated, or dropped and re-created); claiming above every one, and rebuilding the partition's redis totals from clickhouse",
+			append(attrs, "epoch", out.epoch)...)
+	}
+	return out, nil
+}
+
+// claimStart is the start a new claim of partition id records: the checkpoint it resumes from.
+// Without one (no marker of the partition in view_deltas) that is 0, and every batch of an older
+// epoch is then beyond the claim's start: a zombie's (fence.go), whose buckets the new owner sets
+// to the deltas and whose deltas it deletes. When batches were written before and their markers
+// are gone (view_deltas dropped or truncated; an idle partition's markers expired), that would
+// take their views out of the rollups. So when some batch is proven written (a claim started
+// after it, a sketch checkpoint passed it, or a later batch of its epoch exists), the start is
+// the highest end offset batch_items lists: every batch listed before the claim stays valid, and
+// those whose deltas are gone are found lost (lostBatches) rather than undone. Consumption still
+// resumes at Kafka's committed offset, as for any partition without a checkpoint.
+func (a *Aggregator) claimStart(ctx context.Context, id int32, f fence, cp checkpoint) (int64, error) {
+	if cp.found {
+		return cp.end, nil
+	}
+	itemsEnd, written, err := a.store.history(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	proven := max(written, cp.sketched, cp.folded)
+	for _, c := range f.claims {
+		proven = max(proven, c.start)
+	}
+	if proven <= 0 {
+		return cp.end, nil // a new partition, or one whose first batch never reached view_deltas
+	}
+	start := max(proven, itemsEnd)
+	a.logger.Warn("view_deltas holds no checkpoint of the partition, yet batches were written before (the table dropped or truncated, or an idle partition's markers expired): resuming at kafka's committed offset, and the batches listed before count as valid",
+		"partition", id, "proven_written_to", proven, "claim_start", start)
+	return start, nil
 }
 
 // zombieLookback is how far back in claims an owner looks for zombies' batches: a statement whose
@@ -295,7 +403,21 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 		ttl = 7 * 24 * time.Hour
 	}
 	horizon := a.now().Add(-ttl + time.Hour)
-	if _, err := a.store.repairRollups(ctx, p.id, p.epoch, items, p.fence.invalidSQL(p.fence.epochs()), horizon); err != nil {
+	invalid := p.fence.invalidSQL(p.fence.epochs())
+	// Only items whose deltas are complete are repaired: view_deltas that lost batches (dropped
+	// and re-created, or truncated) would have their views taken out of the rollups.
+	lost, err := a.store.lostBatches(ctx, p, items, a.now().Add(-ttl+markerSlack))
+	if err != nil {
+		return err
+	}
+	repair := items
+	if len(lost) > 0 {
+		repair = slices.DeleteFunc(slices.Clone(items), func(it string) bool { return lost[it] != nil })
+		if err := a.refuseRepair(ctx, p, lost, invalid, horizon); err != nil {
+			return err
+		}
+	}
+	if _, err := a.store.repairRollups(ctx, p.id, p.epoch, repair, invalid, horizon); err != nil {
 		return err
 	}
 	a.m.repairs.Inc()
@@ -323,6 +445,48 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 	a.logger.Info("rollups repaired", "partition", p.id, "from", p.rolled, "to", p.flushed, "items", len(items), "zombie_batches", len(zs))
 	p.rolledAll()
 	return nil
+}
+
+// markerSlack is how much later than the deltas' TTL a batch must have been written for its
+// marker (stamped with the batch's write time) to be surely still there, whatever the skew
+// between this clock and the ClickHouse server's. A batch written earlier holds no view in a
+// bucket a repair compares (from an hour inside the TTL) unless its view was stamped more than
+// 50 minutes ahead of the time it was counted, which the collector refuses
+// (collector.future_bound, 5 minutes).
+const markerSlack = 10 * time.Minute
+
+// refuseRepair logs and counts the rollup buckets of the items of lost (item -> its batches
+// missing from view_deltas) that differ from the deltas, which the repair leaves as they are:
+// the deltas no longer hold every batch that went into them, so the rollup, not the deltas, may
+// be right, and setting it to the deltas would take views away without a trace.
+func (a *Aggregator) refuseRepair(ctx context.Context, p *partition, lost map[string][]batchRef, invalid string, horizon time.Time) error {
+	items := slices.Sorted(maps.Keys(lost))
+	diffs, err := a.store.rollupDiffs(ctx, p.id, items, invalid, horizon)
+	if err != nil {
+		return err
+	}
+	a.m.repairsRefused.Add(float64(len(diffs)))
+	batches := map[batchRef]bool{}
+	for _, bs := range lost {
+		for _, b := range bs {
+			batches[b] = true
+		}
+	}
+	missing := slices.SortedFunc(maps.Keys(batches), func(x, y batchRef) int { return cmp.Compare(x.end, y.end) })
+	const shown = 20
+	a.logger.Error("rollup repair refused for items whose batches view_deltas lost (the table dropped and re-created, or truncated): their buckets are left as they are, and may lack or keep views the deltas cannot tell",
+		"partition", p.id, "items", len(items), "missing_batches", len(missing), "first_missing", joinShown(missing, shown),
+		"buckets_differing", len(diffs), "first_differing", joinShown(diffs, shown))
+	return nil
+}
+
+// joinShown is the first n of vs, for a log line, separated by "; ".
+func joinShown[T fmt.Stringer](vs []T, n int) string {
+	out := make([]string, 0, min(n, len(vs)))
+	for _, v := range vs[:min(n, len(vs))] {
+		out = append(out, v.String())
+	}
+	return strings.Join(out, "; ")
 }
 
 // Process applies records of partition id. Records below the partition's position (a fetch
@@ -660,7 +824,13 @@ func (a *Aggregator) writeRollups(ctx context.Context, only map[int32]bool) erro
 	sort.Slice(roll, func(i, j int) bool { return roll[i].id < roll[j].id })
 	if len(roll) > 0 {
 		if err := a.store.writeRollups(ctx, roll); err != nil {
+			// Part of the statement may have landed (its materialized views write table by
+			// table): from now on these batches are repaired, which compares before it writes,
+			// never written from memory again, which would count that part twice.
 			a.logger.Warn("write rollups failed; repairing them from the deltas", "err", err)
+			for _, p := range roll {
+				p.rollupsLost = true
+			}
 			repair = append(repair, roll...)
 		} else {
 			for _, p := range roll {

@@ -3,8 +3,11 @@ package views
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"tally/platform/chclient"
 )
 
 // loadFence reads partition p's claims.
@@ -97,6 +100,8 @@ type batchRef struct {
 	end   int64
 }
 
+func (b batchRef) String() string { return fmt.Sprintf("epoch %d end %d", b.epoch, b.end) }
+
 // itemsOf returns the distinct items of partition p's batches that end in (from, to], and of
 // the batches in extra.
 func (s *store) itemsOf(ctx context.Context, p int32, from, to int64, extra []batchRef) ([]string, error) {
@@ -173,4 +178,75 @@ func (s *store) deleteBatches(ctx context.Context, p int32, invalid string) erro
 		return fmt.Errorf("delete zombie batches of partition %d: %w", p, err)
 	}
 	return nil
+}
+
+// newestBatchEpoch returns the newest epoch partition p's batch_items carry (0: none). The
+// table's sort key starts with (partition, epoch), so the engine reads the last rows only.
+func (s *store) newestBatchEpoch(ctx context.Context, p int32) (uint64, error) {
+	var e uint64
+	err := s.conn.QueryRow(ctx, `SELECT max(epoch) FROM (SELECT epoch FROM batch_items WHERE partition = ? ORDER BY epoch DESC LIMIT 1)`, uint16(p)).Scan(&e)
+	if err != nil {
+		return 0, fmt.Errorf("read the newest batch epoch of partition %d: %w", p, err)
+	}
+	return e, nil
+}
+
+// history is what batch_items says of partition p's batches when view_deltas holds no marker of
+// it: the highest end offset it lists, and the highest end offset of a batch proven written
+// (0: none), that is of a batch that is not its epoch's last: an owner writes the items of its
+// next batch only after the deltas of the one before succeeded, and a valid batch's deltas are
+// never dropped by the statement's fence (fence.go).
+func (s *store) history(ctx context.Context, p int32) (itemsEnd, written int64, err error) {
+	err = s.conn.QueryRow(ctx, `SELECT
+			(SELECT max(end_offset) FROM batch_items WHERE partition = ?),
+			(SELECT max(b.end_offset) FROM batch_items AS b
+				INNER JOIN (SELECT epoch, max(end_offset) AS last FROM batch_items WHERE partition = ? GROUP BY epoch) AS l ON b.epoch = l.epoch
+				WHERE b.partition = ? AND b.end_offset < l.last)`,
+		uint16(p), uint16(p), uint16(p)).Scan(&itemsEnd, &written)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the batch history of partition %d: %w", p, err)
+	}
+	return itemsEnd, written, nil
+}
+
+// lostBatches returns, for those of items that have any, partition p's batches whose deltas
+// view_deltas must hold but does not (the table was dropped and re-created, or truncated): a
+// batch listed in batch_items is lost when
+//   - it is valid (invalid batches are a zombie's: fenced by their statement, or undone after
+//     their buckets were corrected), of an older epoch than the owner's (valid, so at or below a
+//     later claim's start, which that owner read from a marker: every batch up to it was
+//     written) or of the owner's own at or below its checkpoint flushed (written by this
+//     process);
+//   - it was written since markersFrom, so that its marker, stamped with the same time, cannot
+//     have been removed by the deltas' TTL;
+//   - and its marker is missing.
+//
+// A batch whose deltas never arrived (a crash before them) is its epoch's last, beyond the next
+// claim's start, so invalid, and not taken for lost: its records went into later batches.
+func (s *store) lostBatches(ctx context.Context, p *partition, items []string, markersFrom time.Time) (map[string][]batchRef, error) {
+	out := map[string][]batchRef{}
+	for round := range slices.Chunk(items, chclient.MaxListItems) {
+		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT DISTINCT item_id, epoch, end_offset FROM batch_items
+			WHERE partition = %[1]d AND item_id IN (?) AND written_at >= toDateTime(%[2]d) AND end_offset > 0
+				AND (epoch < %[3]d OR (epoch = %[3]d AND end_offset <= %[4]d)) AND NOT (%[5]s)
+				AND (epoch, end_offset) NOT IN (SELECT epoch, end_offset FROM view_deltas WHERE item_id = '' AND partition = %[1]d)`,
+			p.id, markersFrom.Unix(), p.epoch, p.flushed, p.fence.anyInvalidSQL()), round)
+		if err != nil {
+			return nil, fmt.Errorf("look for batches of partition %d missing from view_deltas: %w", p.id, err)
+		}
+		for rows.Next() {
+			var item string
+			var b batchRef
+			if err := rows.Scan(&item, &b.epoch, &b.end); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("scan a batch of partition %d missing from view_deltas: %w", p.id, err)
+			}
+			out[item] = append(out[item], b)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("look for batches of partition %d missing from view_deltas: %w", p.id, err)
+		}
+	}
+	return out, nil
 }

@@ -63,10 +63,38 @@ func (a *Aggregator) catchUpCountedAll(ctx context.Context, parts []*partition) 
 	}
 }
 
+// countedLast is what the counted topic's Last answered for a partition.
+type countedLast struct {
+	batch schemas.BatchID
+	found bool
+}
+
+// lastRead is a counted topic whose Last answer for one partition was read a moment ago (when
+// the partition was claimed, for its epoch) and is given again instead of reading the topic's
+// tail twice in one assignment. Only this owner publishes the partition's batches, so nothing
+// came after it in between.
+type lastRead struct {
+	counted.Topic
+	part int32
+	last countedLast
+}
+
+func (t lastRead) Last(ctx context.Context, kind schemas.CountKind, part int32) (schemas.BatchID, bool, error) {
+	if kind != schemas.CountItems || part != t.part {
+		return t.Topic.Last(ctx, kind, part)
+	}
+	return t.last.batch, t.last.found, nil
+}
+
 // catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks
 // (counted.CatchUp).
 func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
-	n, err := counted.CatchUp(ctx, a.cfg.Counted, schemas.CountItems, p.id, a.now(), func(after int64, since time.Time) ([]counted.Stored, error) {
+	topic := a.cfg.Counted
+	if p.countedLast != nil {
+		topic = lastRead{Topic: topic, part: p.id, last: *p.countedLast}
+		p.countedLast = nil
+	}
+	n, err := counted.CatchUp(ctx, topic, schemas.CountItems, p.id, a.now(), func(after int64, since time.Time) ([]counted.Stored, error) {
 		return a.store.batchSeconds(ctx, p.id, after, p.flushed, since, p.fence.invalidSQL(p.fence.epochs()))
 	})
 	if err != nil {

@@ -92,3 +92,16 @@ func (f fence) invalidSQL(epochs []uint64) string {
 	}
 	return strings.Join(terms, " OR ")
 }
+
+// anyInvalidSQL is invalidSQL over every epoch, not only the claims' own: a batch of an epoch no
+// claim row names any more (partition_claims lost rows) is judged by the claims that remain.
+func (f fence) anyInvalidSQL() string {
+	var terms []string
+	for _, c := range f.claims {
+		terms = append(terms, fmt.Sprintf("(epoch < %d AND end_offset > %d)", c.epoch, c.start))
+	}
+	if len(terms) == 0 {
+		return "0"
+	}
+	return strings.Join(terms, " OR ")
+}

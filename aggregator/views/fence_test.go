@@ -40,6 +40,10 @@ func TestFenceValidity(t *testing.T) {
 	if got, want := f.invalidSQL([]uint64{1, 3}), "(epoch = 1 AND end_offset > 100)"; got != want {
 		t.Errorf("got invalid condition %q; want %q", got, want)
 	}
+	// Every epoch, also one no claim names any more (its row lost), by the claims that remain.
+	if got, want := f.anyInvalidSQL(), "(epoch < 1 AND end_offset > 0) OR (epoch < 2 AND end_offset > 100) OR (epoch < 3 AND end_offset > 250)"; got != want {
+		t.Errorf("got invalid condition over every epoch %q; want %q", got, want)
+	}
 	if got, want := f.maxEpoch(), uint64(3); got != want {
 		t.Errorf("got max epoch %d; want %d", got, want)
 	}

@@ -120,8 +120,15 @@ type partition struct {
 	// redisClaimed whether Redis's guard carries this owner's epoch.
 	redisEnd     int64
 	redisClaimed bool
+	// redisStale says that Redis's totals of the partition cannot be vouched for (the stores
+	// disagreed about its epochs when it was claimed): they are rebuilt from ClickHouse, with
+	// readers sent there meanwhile, before anything is applied on top of them.
+	redisStale bool
 	// countedEnd is the checkpoint the counted topic is known to hold (-1: unknown).
 	countedEnd int64
+	// countedLast is the counted topic's last batch of the partition as read when it was
+	// claimed, for the first catch-up (nil: read it then).
+	countedLast *countedLast
 }
 
 // newPartition starts a partition whose deltas are written up to flushed and whose sketches

@@ -75,10 +75,29 @@ func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
 	return nil
 }
 
+// diffSQL compares, for rollup r, each bucket of the items bound to its two ? (the same list)
+// that partition p's deltas still hold whole (from the first whole bucket at or after horizon on)
+// with the sum of the valid deltas in it, and returns the buckets that differ: item_id, b (the
+// bucket), w (the deltas' sum) and h (the rollup's).
+func diffSQL(r rollup, p int32, invalid string, horizon time.Time) string {
+	from := (horizon.Unix() + r.width - 1) / r.width * r.width // first whole bucket
+	return fmt.Sprintf(`SELECT item_id, b, w, h FROM (
+			SELECT item_id, b, sum(w) AS w, sum(h) AS h FROM (
+				SELECT item_id, %[3]s AS b, toInt64(views) AS w, toInt64(0) AS h FROM view_deltas
+				WHERE item_id IN (?) AND partition = %[4]d AND second >= toDateTime(%[5]d) AND NOT (%[6]s)
+				UNION ALL
+				SELECT item_id, %[2]s AS b, toInt64(0) AS w, views AS h FROM %[1]s
+				WHERE item_id IN (?) AND %[2]s >= toDateTime(%[5]d)
+			) GROUP BY item_id, b
+		) WHERE w != h`, r.table, r.column, r.expr, p, from, invalid)
+}
+
 // repairRollups makes every rollup bucket of items that the deltas table still holds whole
 // equal to the sum of the valid deltas in it, by inserting the difference (negative where a
 // zombie's batch is undone). It compares before it writes, so it can be repeated, interrupted
-// and run again at any moment: a bucket already right gets no row.
+// and run again at any moment: a bucket already right gets no row. The caller passes only items
+// whose deltas are complete (lostBatches): a bucket set to deltas that lost batches would lose
+// their views.
 //
 // Buckets are compared from horizon on: older deltas may have been removed by their TTL. The
 // INSERTs write only while p has no claim newer than epoch: a repair by an owner that lost p could
@@ -92,19 +111,11 @@ func (s *store) repairRollups(ctx context.Context, p int32, epoch uint64, items 
 	fixed := 0
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
 		for _, r := range rollups() {
-			from := (horizon.Unix() + r.width - 1) / r.width * r.width // first whole bucket
 			// In the statement: FitList's settings would replace a token set on ctx.
-			q := fmt.Sprintf(`INSERT INTO %[1]s (item_id, %[2]s, views) SETTINGS insert_deduplication_token = 'views-repair %[8]s'
-				SELECT item_id, b, w - h FROM (
-					SELECT item_id, b, sum(w) AS w, sum(h) AS h FROM (
-						SELECT item_id, %[3]s AS b, toInt64(views) AS w, toInt64(0) AS h FROM view_deltas
-						WHERE item_id IN (?) AND partition = %[4]d AND second >= toDateTime(%[5]d) AND NOT (%[6]s)
-						UNION ALL
-						SELECT item_id, %[2]s AS b, toInt64(0) AS w, views AS h FROM %[1]s
-						WHERE item_id IN (?) AND %[2]s >= toDateTime(%[5]d)
-					) GROUP BY item_id, b
-				) WHERE w != h AND (SELECT count() FROM partition_claims WHERE partition = %[4]d AND epoch > %[7]d) = 0`,
-				r.table, r.column, r.expr, p, from, invalid, epoch, rand.Text())
+			q := fmt.Sprintf(`INSERT INTO %[1]s (item_id, %[2]s, views) SETTINGS insert_deduplication_token = 'views-repair %[3]s'
+				SELECT item_id, b, w - h FROM (%[4]s)
+				WHERE (SELECT count() FROM partition_claims WHERE partition = %[5]d AND epoch > %[6]d) = 0`,
+				r.table, r.column, rand.Text(), diffSQL(r, p, invalid, horizon), p, epoch)
 			if err := s.conn.Exec(chclient.FitList(ctx, round, 2), q, round, round); err != nil {
 				return fixed, fmt.Errorf("repair %s of partition %d: %w", r.table, p, err)
 			}
@@ -112,4 +123,42 @@ func (s *store) repairRollups(ctx context.Context, p int32, epoch uint64, items 
 		fixed += len(round)
 	}
 	return fixed, nil
+}
+
+// rollupDiff is one rollup bucket that differs from the deltas in it.
+type rollupDiff struct {
+	table, item    string
+	bucket         time.Time
+	rollup, deltas int64
+}
+
+func (d rollupDiff) String() string {
+	return fmt.Sprintf("%s %s %s: rollup %d, deltas %d", d.table, d.item, d.bucket.UTC().Format(time.DateTime), d.rollup, d.deltas)
+}
+
+// rollupDiffs returns the buckets of items that repairRollups would change, changing nothing:
+// what a repair refused leaves different from the deltas.
+func (s *store) rollupDiffs(ctx context.Context, p int32, items []string, invalid string, horizon time.Time) ([]rollupDiff, error) {
+	var out []rollupDiff
+	for round := range slices.Chunk(items, chclient.MaxListItems) {
+		for _, r := range rollups() {
+			rows, err := s.conn.Query(chclient.FitList(ctx, round, 2), diffSQL(r, p, invalid, horizon)+" ORDER BY item_id, b", round, round)
+			if err != nil {
+				return nil, fmt.Errorf("compare %s of partition %d with the deltas: %w", r.table, p, err)
+			}
+			for rows.Next() {
+				d := rollupDiff{table: r.table}
+				if err := rows.Scan(&d.item, &d.bucket, &d.deltas, &d.rollup); err != nil {
+					rows.Close()
+					return nil, fmt.Errorf("scan a bucket of %s differing from the deltas: %w", r.table, err)
+				}
+				out = append(out, d)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, fmt.Errorf("compare %s of partition %d with the deltas: %w", r.table, p, err)
+			}
+		}
+	}
+	return out, nil
 }

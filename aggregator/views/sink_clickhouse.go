@@ -24,7 +24,9 @@ type store struct {
 // watermark of its dedupe window at that point, the offset up to which its rollups were known
 // complete when that batch was written (-1 for batches from before that was recorded), the
 // offset below which its records are in the stored sketches (0 when none were written, so that
-// the replay starts at the beginning), and the offset up to which its sketch deltas are folded.
+// the replay starts at the beginning), the offset up to which its sketch deltas are folded, and
+// the newest epoch its markers carry (an invalid marker's epoch is older than a claim's, so the
+// valid ones have the newest).
 type checkpoint struct {
 	end       int64
 	watermark int64
@@ -32,6 +34,7 @@ type checkpoint struct {
 	found     bool
 	sketched  int64
 	folded    int64
+	epoch     uint64
 }
 
 // loadCheckpoint reads partition p's checkpoint from the markers of its valid batches.
@@ -40,9 +43,9 @@ func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence) (checkpoin
 	var n uint64
 	err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset),
 			argMax(rolled_up_to, end_offset), (SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?),
-			(SELECT max(end_offset) FROM sketch_folds WHERE partition = ?)
+			(SELECT max(end_offset) FROM sketch_folds WHERE partition = ?), max(epoch)
 		FROM view_deltas WHERE item_id = '' AND partition = ? AND NOT (%s)`, f.invalidSQL(f.epochs())),
-		uint16(p), uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched, &cp.folded)
+		uint16(p), uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched, &cp.folded, &cp.epoch)
 	if err != nil {
 		return cp, fmt.Errorf("load checkpoint of partition %d: %w", p, err)
 	}

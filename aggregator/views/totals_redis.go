@@ -72,6 +72,11 @@ func (a *Aggregator) checkTotals(ctx context.Context) {
 // missing batches are applied from ClickHouse with their own epochs (so a half-applied batch
 // resumes at its next chunk), partitions whose guard is gone are rebuilt, and then the guard is
 // raised to this owner's epoch, after which older owners' applies are refused.
+//
+// Redis's totals of a partition that cannot be vouched for (redisStale, or a guard of an epoch
+// newer than every claim ClickHouse holds) are invalidated first: the guard and the ready marker
+// go in one step, so readers answer from ClickHouse until the rebuild is done, and a crash in
+// between leaves the guard missing, which the next owner rebuilds in turn.
 func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) error {
 	var rebuild []*partition
 	for _, p := range parts {
@@ -79,12 +84,33 @@ func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) erro
 		if err != nil {
 			return err
 		}
+		if g.Found && g.Epoch > p.epoch {
+			// A newer owner's guard, unless ClickHouse knows no claim newer than ours: then the
+			// guard outlived the claims that made it (partition_claims lost rows while Redis was
+			// unreachable at the claim).
+			newest, err := a.store.maxEpochs(ctx, []int32{p.id})
+			if err != nil {
+				return err
+			}
+			if newest[p.id] > p.epoch {
+				return fmt.Errorf("partition %d: redis guard holds epoch %d, newer than ours (%d)", p.id, g.Epoch, p.epoch)
+			}
+			a.m.epochDisagreements.Inc()
+			a.logger.Warn("redis totals guard holds a newer epoch than every claim of the partition (partition_claims lost rows); rebuilding its redis totals from clickhouse",
+				"partition", p.id, "guard_epoch", g.Epoch, "epoch", p.epoch)
+			p.redisStale = true
+		}
+		if p.redisStale {
+			if err := a.tot.Invalidate(ctx, p.id); err != nil {
+				return err
+			}
+			a.logger.Warn("redis totals of the partition invalidated: readers answer from clickhouse until they are rebuilt", "partition", p.id)
+			p.redisStale = false // the missing guard now calls for the rebuild, also after a crash
+			g.Found = false
+		}
 		if !g.Found {
 			rebuild = append(rebuild, p)
 			continue
-		}
-		if g.Epoch > p.epoch {
-			return fmt.Errorf("partition %d: redis guard holds epoch %d, newer than ours (%d)", p.id, g.Epoch, p.epoch)
 		}
 		if err := a.applyStoredBatches(ctx, p, g.End); err != nil {
 			return err
@@ -165,22 +191,39 @@ func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) erro
 	owner := func(item string) *partition {
 		return mine[int32(part.Partition(&kgo.Record{Key: []byte(item)}, a.partitions))]
 	}
+	// What Redis holds of these partitions' items is overwritten, down to items ClickHouse no
+	// longer has (set to 0, which deletes them): a rebuild after a loss in ClickHouse (a
+	// database re-created empty) must not keep totals nobody can vouch for. Redis that lost its
+	// data lists nothing here.
+	held := map[string]bool{}
+	if err := a.tot.Items(ctx, func(item string) {
+		if owner(item) != nil {
+			held[item] = true
+		}
+	}); err != nil {
+		return fmt.Errorf("rebuild redis totals: %w", err)
+	}
+	for _, p := range parts {
+		views[p.id] = map[string]int64{}
+	}
 	if err := a.store.eachTotal(ctx, func(item string, v int64, u uint64) {
 		p := owner(item)
 		if p == nil {
 			return
 		}
-		if views[p.id] == nil {
-			views[p.id] = map[string]int64{}
-		}
-		if v != 0 {
+		if v != 0 || held[item] {
 			views[p.id][item] = v
 		}
-		if u != 0 {
+		if u != 0 || held[item] {
 			unique[item] = u
 		}
+		delete(held, item)
 	}); err != nil {
 		return err
+	}
+	for item := range held {
+		views[owner(item).id][item] = 0
+		unique[item] = 0
 	}
 	if err := a.tot.SetUnique(ctx, unique); err != nil {
 		return fmt.Errorf("rebuild redis unique viewers: %w", err)

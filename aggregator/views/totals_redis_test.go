@@ -8,11 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/redisclient"
 	"tally/platform/totals"
-	"tally/schemas"
 )
 
 // Redis's item totals equal ClickHouse's after each flush, after a crash between the ClickHouse
@@ -29,15 +27,7 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	clock := time.Now().UTC().Truncate(time.Second)
 	now := func() time.Time { return clock }
 	const parts = 2
-	// Items of partition 0 as the producer's partitioner places them.
-	part := kgo.StickyKeyPartitioner(nil).ForTopic(schemas.TopicViews)
-	var items []string
-	for i := 0; len(items) < 3; i++ {
-		id := fmt.Sprintf("tot-%d", i)
-		if part.Partition(&kgo.Record{Key: []byte(id)}, parts) == 0 {
-			items = append(items, id)
-		}
-	}
+	items := itemsOf(0, parts, "tot-", 3)
 	newAgg := func(r *redis.Client) *Aggregator {
 		a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
 			MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(r, "views")}, conn, now, infra.Logger, prometheus.NewRegistry())
@@ -49,13 +39,7 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	}
 	next := int64(0)
 	post := func(a *Aggregator, n int) {
-		offs := make([]int64, n)
-		vals := make([][]byte, n)
-		for j := range n {
-			offs[j] = next
-			vals[j] = view(items[j%len(items)], fmt.Sprintf("v%d", next), clock.UnixMilli())
-			next++
-		}
+		offs, vals := roundRobin(items, &next, n, clock.UnixMilli())
 		a.Process(0, offs, vals)
 		clock = clock.Add(time.Second)
 		if _, err := a.Flush(ctx); err != nil {
@@ -144,25 +128,14 @@ func TestBatchReadableBeforeItsRollups(t *testing.T) {
 		want[items[i%len(items)]]++
 	}
 	a.Process(0, offs, vals)
-	if err := conn.Exec(ctx, "ALTER TABLE views_total_by_day ADD CONSTRAINT refuse_all CHECK item_id = ''"); err != nil {
-		t.Fatal(err)
-	}
 	clock = clock.Add(time.Second)
-	stuck, stop := context.WithTimeout(ctx, 3*time.Second)
-	_, err := a.Flush(stuck)
-	stop()
-	if err == nil {
-		t.Fatal("got a flush without error while views_total_by_day refuses writes; want its rollups failing")
-	}
+	flushRefusingRollups(t, ctx, conn, a)
 	for i, n := range redisViews(t, ctx, rdb, "views", items) {
 		if n != want[items[i]] {
 			t.Errorf("%s: got %d views in redis with the rollups unwritable; want %d (the stored deltas)", items[i], n, want[items[i]])
 		}
 	}
 
-	if err := conn.Exec(ctx, "ALTER TABLE views_total_by_day DROP CONSTRAINT refuse_all"); err != nil {
-		t.Fatal(err)
-	}
 	clock = clock.Add(5 * time.Second) // the sketch interval: the rollups behind are repaired
 	if _, err := a.Flush(ctx); err != nil {
 		t.Fatal(err)

@@ -16,11 +16,15 @@ Recounts the views of that UTC date from the sink's files (sink.storage, sink.di
 with the streaming dedupe rule (aggregator.dedupe_window, aggregator.dedupe_grace, reading
 batchjob.views_lookback before the day), compares each item with the streaming total in
 ClickHouse (views_total_by_day) and writes a new version of the report (view_recount_runs and
-view_recount_diffs). Run it once the day's late events are in (collector.late_bound after the
-day) and one copy at a time.
+view_recount_diffs). While view_deltas still holds the day (aggregator.ttl_seconds), it also
+compares every rollup bucket of the day (views_by_minute, views_by_hour, views_by_day,
+views_total_by_day) with the deltas in it; a bucket that differs is a row of
+view_recount_diffs with item_id "table/bucket/item", files = the deltas, clickhouse = the
+rollup. Run it once the day's late events are in (collector.late_bound after the day) and one
+copy at a time.
 
 Exit codes: 0 no difference, 1 error (also: the files do not cover the day), 2 bad usage,
-4 differences found (listed in the report).
+4 differences found, of items or of rollup buckets (listed in the report).
 
 Sample crontab line (04:15 UTC, the day before yesterday):
   15 4 * * * batchjob views --date "$(date -u -d '2 days ago' +\%F)" --config /etc/tally/tally.yaml >>/var/log/tally/batchjob-views.log 2>&1

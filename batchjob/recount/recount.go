@@ -5,6 +5,15 @@
 // with the streaming total in ClickHouse (views_total_by_day), and writes a versioned report
 // (view_recount_runs, view_recount_diffs). Expected: no difference.
 //
+// It also checks the stream's own tables against each other: while view_deltas still holds the
+// day whole (aggregator.ttl_seconds), every bucket of the day in each rollup (views_by_minute,
+// views_by_hour, views_by_day, views_total_by_day) must equal the deltas in it. A bucket that
+// does not (a repair refused or wrong, deltas lost after their rollups were written) is a
+// difference of the report too: a row of view_recount_diffs whose item_id is
+// "table/bucket/item" (no item id holds a '/'), with the deltas' sum as files and the rollup's
+// as clickhouse. Deltas of a zombie's batch not yet undone (minutes after it landed) would show
+// as well; a run for a day at least a day old finds none.
+//
 // The streaming rule is decided per Kafka partition in log order, so the recount reads each
 // partition's records in offset order (rawlog.Source) and keeps one dedupe.Window per
 // partition. A view at the start of the day may be a duplicate of one shortly before it, so the
@@ -39,6 +48,7 @@ type Deps struct {
 	Window     time.Duration                 // aggregator.dedupe_window
 	Grace      time.Duration                 // aggregator.dedupe_grace
 	Lookback   time.Duration                 // batchjob.views_lookback
+	DeltasTTL  time.Duration                 // aggregator.ttl_seconds (zero: 7 days), how long view_deltas keeps a second
 	Progress   *progress.Meter               // counts the records read (nil: not counted)
 	Logger     *slog.Logger
 	Now        func() time.Time
@@ -55,6 +65,10 @@ type Report struct {
 	Counted      uint64 // the day's views that count (a view count's count included)
 	ItemsChecked uint64
 	Diffs        []Diff
+	// RollupsCompared says whether view_deltas still held the day whole, so that the rollups
+	// were compared with it; RollupDiffs are the buckets that differ.
+	RollupsCompared bool
+	RollupDiffs     []RollupDiff
 }
 
 // Diff is one item whose recount differs from the streaming total.
@@ -64,11 +78,36 @@ type Diff struct {
 	ClickHouse int64 // streaming total
 }
 
+// RollupDiff is one rollup bucket of the day that differs from the deltas in it.
+type RollupDiff struct {
+	Table  string
+	Bucket time.Time
+	ItemID string
+	Deltas int64 // the sum of view_deltas in the bucket
+	Rollup int64 // the rollup's
+}
+
+// reportID is the diff row's item_id: table, bucket and item, '/' apart.
+func (d RollupDiff) reportID() string {
+	b := d.Bucket.UTC().Format(time.DateTime)
+	if d.Table == "views_by_day" || d.Table == "views_total_by_day" {
+		b = d.Bucket.UTC().Format(time.DateOnly)
+	}
+	return d.Table + "/" + b + "/" + d.ItemID
+}
+
 // Summary is the one line the command prints.
 func (r Report) Summary() string {
-	return fmt.Sprintf("view recount version %d day %s from %s: %d records read, %d views counted, %d items checked, %d differences, took %s",
-		r.Version, r.Day.Format(time.DateOnly), r.Source, r.Records, r.Counted, r.ItemsChecked, len(r.Diffs), r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond))
+	rollups := "rollups not compared (view_deltas no longer holds the day)"
+	if r.RollupsCompared {
+		rollups = fmt.Sprintf("%d rollup buckets unlike the deltas", len(r.RollupDiffs))
+	}
+	return fmt.Sprintf("view recount version %d day %s from %s: %d records read, %d views counted, %d items checked, %d differences, %s, took %s",
+		r.Version, r.Day.Format(time.DateOnly), r.Source, r.Records, r.Counted, r.ItemsChecked, len(r.Diffs), rollups, r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond))
 }
+
+// Differs reports whether the run found any difference: of an item, or of a rollup bucket.
+func (r Report) Differs() bool { return len(r.Diffs) > 0 || len(r.RollupDiffs) > 0 }
 
 // Run recounts day (UTC midnight) and writes the report.
 func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
@@ -99,8 +138,24 @@ func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 		}
 	}
 	sort.Slice(rep.Diffs, func(i, j int) bool { return rep.Diffs[i].ItemID < rep.Diffs[j].ItemID })
+	ttl := d.DeltasTTL
+	if ttl <= 0 {
+		ttl = 7 * 24 * time.Hour
+	}
+	// The deltas of a second are kept ttl after it; an hour of margin for the merges that apply
+	// the TTL and for clocks, as the aggregator's repair keeps.
+	if rep.RollupsCompared = !day.Before(rep.StartedAt.Add(-ttl + time.Hour)); rep.RollupsCompared {
+		if rep.RollupDiffs, err = rollupDiffs(ctx, d.ClickHouse, day); err != nil {
+			return rep, err
+		}
+	} else {
+		d.Logger.Warn("view_deltas no longer holds the day whole: its rollups are not compared with it", "day", day.Format(time.DateOnly), "deltas_ttl", ttl)
+	}
 	d.Logger.Info("views recounted", "day", day.Format(time.DateOnly), "records", rep.Records, "counted", rep.Counted,
-		"items", rep.ItemsChecked, "differences", len(rep.Diffs))
+		"items", rep.ItemsChecked, "differences", len(rep.Diffs), "rollups_compared", rep.RollupsCompared, "rollup_differences", len(rep.RollupDiffs))
+	for _, df := range rep.RollupDiffs[:min(20, len(rep.RollupDiffs))] {
+		d.Logger.Warn("rollup bucket unlike the deltas", "table", df.Table, "bucket", df.Bucket, "item", df.ItemID, "deltas", df.Deltas, "rollup", df.Rollup)
+	}
 	rep.FinishedAt = d.Now().UTC()
 	if rep.Version, err = writeReport(ctx, d.ClickHouse, rep); err != nil {
 		return rep, err
@@ -172,6 +227,53 @@ func streamingTotals(ctx context.Context, conn driver.Conn, day time.Time) (map[
 	return out, rows.Err()
 }
 
+// rollup is one table that sums view_deltas per item and time bucket (as the aggregator writes
+// them: aggregator/views/rollups_clickhouse.go; the job links no component's code).
+type rollup struct {
+	table, column, expr string // expr: the bucket of view_deltas.second
+}
+
+var rollupTables = []rollup{
+	{"views_by_minute", "minute", "toStartOfMinute(second)"},
+	{"views_by_hour", "hour", "toStartOfHour(second)"},
+	{"views_by_day", "day", "toDate(second)"},
+	{"views_total_by_day", "day", "toDate(second)"},
+}
+
+// rollupDiffs returns every bucket of day in the rollups that differs from the sum of
+// view_deltas in it, by table, item and bucket.
+func rollupDiffs(ctx context.Context, conn driver.Conn, day time.Time) ([]RollupDiff, error) {
+	var out []RollupDiff
+	d := day.Format(time.DateOnly)
+	for _, r := range rollupTables {
+		rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT item_id, toDateTime(b), w, h FROM (
+				SELECT item_id, b, sum(w) AS w, sum(h) AS h FROM (
+					SELECT item_id, %[3]s AS b, toInt64(views) AS w, toInt64(0) AS h FROM view_deltas
+					WHERE item_id != '' AND toDate(second) = toDate(?)
+					UNION ALL
+					SELECT item_id, %[2]s AS b, toInt64(0) AS w, toInt64(views) AS h FROM %[1]s
+					WHERE toDate(%[2]s) = toDate(?)
+				) GROUP BY item_id, b
+			) WHERE w != h ORDER BY item_id, b`, r.table, r.column, r.expr), d, d)
+		if err != nil {
+			return nil, fmt.Errorf("compare %s of %s with view_deltas: %w", r.table, d, err)
+		}
+		for rows.Next() {
+			df := RollupDiff{Table: r.table}
+			if err := rows.Scan(&df.ItemID, &df.Bucket, &df.Deltas, &df.Rollup); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("scan a bucket of %s unlike view_deltas: %w", r.table, err)
+			}
+			out = append(out, df)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("compare %s of %s with view_deltas: %w", r.table, d, err)
+		}
+	}
+	return out, nil
+}
+
 // writeReport stores rep as version max+1 of either table: diff rows first, the run row last.
 func writeReport(ctx context.Context, conn driver.Conn, rep Report) (uint64, error) {
 	var version uint64
@@ -181,7 +283,7 @@ func writeReport(ctx context.Context, conn driver.Conn, rep Report) (uint64, err
 		return 0, fmt.Errorf("read last view recount version: %w", err)
 	}
 	day := rep.Day.Format(time.DateOnly)
-	if len(rep.Diffs) > 0 {
+	if rep.Differs() {
 		b, err := conn.PrepareBatch(ctx, "INSERT INTO view_recount_diffs (version, day, item_id, files, clickhouse, diff)")
 		if err != nil {
 			return 0, fmt.Errorf("prepare view recount diffs insert: %w", err)
@@ -192,13 +294,18 @@ func writeReport(ctx context.Context, conn driver.Conn, rep Report) (uint64, err
 				return 0, fmt.Errorf("append view recount diff of %s: %w", df.ItemID, err)
 			}
 		}
+		for _, df := range rep.RollupDiffs {
+			if err := b.Append(version, rep.Day, df.reportID(), df.Deltas, df.Rollup, df.Rollup-df.Deltas); err != nil {
+				return 0, fmt.Errorf("append view recount diff of %s: %w", df.reportID(), err)
+			}
+		}
 		if err := b.Send(); err != nil {
 			return 0, fmt.Errorf("insert view recount diffs of version %d: %w", version, err)
 		}
 	}
 	err := conn.Exec(ctx, `INSERT INTO view_recount_runs
 		(version, started_at, finished_at, day, source, records, counted, items_checked, differences) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		version, rep.StartedAt, rep.FinishedAt, day, rep.Source, rep.Records, rep.Counted, rep.ItemsChecked, uint64(len(rep.Diffs)))
+		version, rep.StartedAt, rep.FinishedAt, day, rep.Source, rep.Records, rep.Counted, rep.ItemsChecked, uint64(len(rep.Diffs)+len(rep.RollupDiffs)))
 	if err != nil {
 		return 0, fmt.Errorf("insert view recount run of version %d: %w", version, err)
 	}

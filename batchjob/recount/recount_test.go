@@ -223,3 +223,123 @@ func TestParseArgs(t *testing.T) {
 		})
 	}
 }
+
+// The stream's own tables must agree too: every rollup bucket of the day equals the deltas in it
+// while view_deltas still holds the day. A bucket that does not (a repair that took views away,
+// deltas lost after their rollups were written) is a difference of the report, like an item
+// whose recount differs, and the command exits 4; once the deltas' TTL has passed over the day,
+// the rollups cannot be compared and are not.
+func TestRunReportsRollupsUnlikeTheDeltas(t *testing.T) {
+	ctx := context.Background()
+	const db = "recount_rollups"
+	conn := infra.DB(t, ctx, db)
+	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	// A recent day: view_deltas expires its rows 7 days after their second.
+	noon := testinfra.RecentNoon()
+	day := noon.Truncate(24 * time.Hour)
+	dir := t.TempDir()
+	st, err := store.NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, _ := rawlog.TopicByName(schemas.TopicViews)
+	views := []struct {
+		item string
+		at   time.Time
+	}{
+		{"r1", day.Add(-10 * time.Minute)}, // the day before: the files cover the lookback
+		{"r1", noon}, {"r1", noon.Add(time.Minute)}, {"r2", noon}, {"r2", noon.Add(2 * time.Hour)}, {"r2", noon.Add(2*time.Hour + time.Second)},
+	}
+	var values [][]byte
+	for i, v := range views {
+		values = append(values, schemas.AppendView(nil, schemas.View{ItemID: v.item, ViewerID: fmt.Sprint("u", i), EventID: fmt.Sprint(i), TS: v.at.UnixMilli()}))
+	}
+	if err := rawlog.WriteFlush(st, topic, 0, 0, values); err != nil {
+		t.Fatal(err)
+	}
+	// The stream's tables: the deltas of the day's views and rollups equal to them, but for a
+	// bucket of views_by_hour that lacks 1 view of r2 and a bucket of views_by_minute that has 3
+	// views of r1 the deltas do not (they lost them).
+	for i, v := range views[1:] {
+		if err := conn.Exec(ctx, `INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views, epoch, rolled_up_to)
+			VALUES (0, ?, now64(), ?, ?, 1, 1, 0)`, int64(i+1), v.item, v.at); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Exec(ctx, `INSERT INTO view_rollup_input (item_id, second, views) VALUES (?, ?, 1)`, v.item, v.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hour := noon.Add(2 * time.Hour)
+	for _, q := range []string{
+		fmt.Sprintf("INSERT INTO views_by_hour (item_id, hour, views) VALUES ('r2', toDateTime(%d), -1)", hour.Unix()),
+		fmt.Sprintf("INSERT INTO views_by_minute (item_id, minute, views) VALUES ('r1', toDateTime(%d), 3)", noon.Add(-time.Hour).Unix()),
+	} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantRows := []string{
+		fmt.Sprintf("views_by_hour/%s/r2 deltas 2 rollup 1", hour.Format(time.DateTime)),
+		fmt.Sprintf("views_by_minute/%s/r1 deltas 0 rollup 3", noon.Add(-time.Hour).Format(time.DateTime)),
+	}
+	tests := []struct {
+		name  string
+		now   time.Time
+		want  []string // rollup difference rows of the version
+		items int      // differences of items
+	}{
+		{"the deltas hold the day", noon.Add(36 * time.Hour), wantRows, 0},
+		{"the deltas' TTL passed over the day", noon.Add(8 * 24 * time.Hour), nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := recount.Deps{Source: rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, SourceName: "files", ClickHouse: conn,
+				Window: window, Grace: grace, Lookback: time.Hour, Logger: infra.Logger, Now: func() time.Time { return tt.now }}
+			rep, err := recount.Run(ctx, day, deps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Diffs) != tt.items {
+				t.Errorf("got item differences %v; want %d", rep.Diffs, tt.items)
+			}
+			if rep.RollupsCompared != (tt.want != nil) || len(rep.RollupDiffs) != len(tt.want) || rep.Differs() != (len(tt.want)+tt.items > 0) {
+				t.Errorf("got rollups compared %v, %d rollup differences, differs %v; want %v, %d, %v",
+					rep.RollupsCompared, len(rep.RollupDiffs), rep.Differs(), tt.want != nil, len(tt.want), len(tt.want)+tt.items > 0)
+			}
+			var got []string
+			rows, err := conn.Query(ctx, "SELECT item_id, files, clickhouse FROM view_recount_diffs WHERE version = ? AND position(item_id, '/') > 0 ORDER BY item_id", rep.Version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var id string
+				var deltas, rollup int64
+				if err := rows.Scan(&id, &deltas, &rollup); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, fmt.Sprintf("%s deltas %d rollup %d", id, deltas, rollup))
+			}
+			rows.Close()
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("got rollup difference rows %q; want %q", got, tt.want)
+			}
+			var differences uint64
+			if err := conn.QueryRow(ctx, "SELECT differences FROM view_recount_runs WHERE version = ?", rep.Version).Scan(&differences); err != nil {
+				t.Fatal(err)
+			}
+			if want := uint64(len(tt.want) + tt.items); differences != want {
+				t.Errorf("got %d differences in the run row; want %d", differences, want)
+			}
+		})
+	}
+
+	// The command: exit 4 when rollups differ, though every item agrees with the files.
+	cmd := exec.Command(bin, "views", "--date", day.Format(time.DateOnly), "--sink.dir", dir, "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
+		"--clickhouse.database", db, "--redis.addr", "127.0.0.1:1", "--data_dir", filepath.Join(t.TempDir(), "data"))
+	out, err := cmd.Output()
+	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(string(out), "0 differences, 2 rollup buckets unlike the deltas") {
+		t.Fatalf("batchjob views: got exit %d (%v), output %q; want exit 4, 0 item differences and 2 rollup buckets", code, err, out)
+	}
+}

@@ -25,8 +25,11 @@
 // *FencedError (a writer that lost its partition). A replayed batch is therefore skipped, and a
 // batch cut short by a crash resumes at its next chunk. A missing guard (Redis lost its data,
 // or the partition was never written) refuses Apply with a *NoGuardError: the caller rebuilds
-// the partition from ClickHouse with Set, which creates the guard. Epochs and offsets must stay
-// below 2^53 (Lua compares them as doubles).
+// the partition from ClickHouse with Set, which creates the guard. A caller that finds Redis
+// holding totals of a partition it cannot vouch for (a guard of an epoch its source of truth
+// does not know) removes the guard and the ready marker together (Invalidate) and rebuilds;
+// Items lists what Redis holds, so that a rebuild also drops the items the source no longer
+// has. Epochs and offsets must stay below 2^53 (Lua compares them as doubles).
 //
 // Concurrency: a Store is safe for concurrent use and owns no goroutines; the Redis client is
 // its caller's. One writer per partition (Apply, Claim, Set of partition p) is the caller's
@@ -391,6 +394,49 @@ func (s *Store) MarkReadyIfComplete(ctx context.Context, partitions int) (bool, 
 		return false, fmt.Errorf("mark totals ready over %d partitions: %w", partitions, err)
 	}
 	return n == 1, nil
+}
+
+// Invalidate removes partition p's guard and the ready marker in one command, so that readers
+// answer from ClickHouse and every Apply to p is refused (a *NoGuardError) until p is rebuilt
+// with Set and MarkReadyIfComplete finds every guard again. For a writer that finds Redis
+// holding state it cannot vouch for (a guard of an epoch no ClickHouse claim knows): applying on
+// top of it would serve wrong totals as if they were whole.
+func (s *Store) Invalidate(ctx context.Context, p int32) error {
+	if err := s.rdb.Del(ctx, s.guardKey(p), s.readyKey()).Err(); err != nil {
+		return fmt.Errorf("invalidate totals of partition %d: %w", p, err)
+	}
+	return nil
+}
+
+// itemsRound is how many buckets Items reads per round trip.
+const itemsRound = 512
+
+// Items calls fn once with every item that has a total or a unique estimate, bucket by bucket
+// (one pipeline of HKEYS per itemsRound buckets). A rebuild uses it to find the items Redis
+// holds that the source of truth no longer has. It reads every bucket, so it costs a pass over
+// all items: for rebuilds, not for reads.
+func (s *Store) Items(ctx context.Context, fn func(item string)) error {
+	for lo := uint64(0); lo < Buckets; lo += itemsRound {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.StringSliceCmd, 0, 2*itemsRound)
+		for b := lo; b < min(lo+itemsRound, Buckets); b++ {
+			cmds = append(cmds, pipe.HKeys(ctx, s.viewsKey(b)), pipe.HKeys(ctx, s.uniqueKey(b)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("list items of totals buckets %d to %d: %w", lo, lo+itemsRound-1, err)
+		}
+		seen := map[string]bool{}
+		for i := 0; i < len(cmds); i += 2 {
+			clear(seen)
+			for _, it := range append(cmds[i].Val(), cmds[i+1].Val()...) {
+				if !seen[it] {
+					seen[it] = true
+					fn(it)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Ready reports whether the ready marker is set.

@@ -432,3 +432,79 @@ func TestOutOfRange(t *testing.T) {
 		t.Error("end -2: got no error; want one")
 	}
 }
+
+// Invalidate sends readers away (the marker goes) and refuses applies to the partition until it
+// is rebuilt with Set, after which the marker comes back once every partition has a guard; the
+// other partitions' guards stay.
+func TestInvalidate(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	for p := range int32(2) {
+		mustNil(t, s.Set(ctx, p, Guard{Epoch: 7, End: 50, Chunk: AllChunks}, map[string]int64{fmt.Sprint("item-", p): 3}))
+	}
+	if ok, err := s.MarkReadyIfComplete(ctx, 2); err != nil || !ok {
+		t.Fatalf("mark ready: got %v, %v; want true", ok, err)
+	}
+	mustNil(t, s.Invalidate(ctx, 0))
+	tests := []struct {
+		name string
+		got  func() any
+		want any
+	}{
+		{"ready marker", func() any { ok, err := s.Ready(ctx); mustNil(t, err); return ok }, false},
+		{"guard of partition 0", func() any { g, err := s.Guard(ctx, 0); mustNil(t, err); return g.Found }, false},
+		{"guard of partition 1", func() any { g, err := s.Guard(ctx, 1); mustNil(t, err); return g.Found }, true},
+		{"apply to partition 0", func() any {
+			_, err := s.Apply(ctx, 0, 8, 60, map[string]int64{"item-0": 1})
+			var ng *NoGuardError
+			return errors.As(err, &ng)
+		}, true},
+		{"ready marker before the rebuild", func() any { ok, err := s.MarkReadyIfComplete(ctx, 2); mustNil(t, err); return ok }, false},
+		{"ready marker after the rebuild", func() any {
+			mustNil(t, s.Set(ctx, 0, Guard{Epoch: 8, End: 60, Chunk: AllChunks}, map[string]int64{"item-0": 4}))
+			ok, err := s.MarkReadyIfComplete(ctx, 2)
+			mustNil(t, err)
+			return ok
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.got(); got != tt.want {
+				t.Errorf("got %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// Items lists every item with a total or an estimate once, across many buckets and both kinds.
+func TestItems(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		views  map[string]int64
+		unique map[string]uint64
+		want   int
+	}{
+		{"empty", nil, nil, 0},
+		{"totals and estimates of the same items", many(3000, 1), map[string]uint64{"item-00001": 5, "item-02999": 9}, 3000},
+		{"estimates only", nil, map[string]uint64{"u-1": 1, "u-2": 2}, 2},
+		{"both, partly overlapping", map[string]int64{"a": 1, "b": 2}, map[string]uint64{"b": 1, "c": 1}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fresh(t)
+			mustNil(t, s.Set(ctx, 0, Guard{Epoch: 1, End: 1, Chunk: AllChunks}, tt.views))
+			mustNil(t, s.SetUnique(ctx, tt.unique))
+			seen := map[string]int{}
+			mustNil(t, s.Items(ctx, func(it string) { seen[it]++ }))
+			if len(seen) != tt.want {
+				t.Errorf("got %d items; want %d", len(seen), tt.want)
+			}
+			for it, n := range seen {
+				if n != 1 {
+					t.Errorf("%s: got %d calls; want 1", it, n)
+				}
+			}
+		})
+	}
+}

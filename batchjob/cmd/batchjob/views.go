@@ -21,7 +21,8 @@ import (
 	"tally/sink/rawlog"
 )
 
-// exitDifferences: the recount found items whose streaming totals differ from the files.
+// exitDifferences: the recount found items whose streaming totals differ from the files, or
+// rollup buckets that differ from the deltas.
 const exitDifferences = 4
 
 func runViews(args []string) int {
@@ -84,14 +85,14 @@ func runViews(args []string) int {
 	meter := progress.Start(progress.Options{What: "view records"}) // lines only on a terminal, none under cron
 	rep, err := recount.Run(ctx, day, recount.Deps{Source: files, SourceName: "files", ClickHouse: conn,
 		Window: sec.Aggregator.DedupeWindow, Grace: sec.Aggregator.DedupeGrace, Lookback: sec.Batchjob.ViewsLookback,
-		Progress: meter, Logger: logger, Now: time.Now})
+		DeltasTTL: sec.Aggregator.TTLSeconds, Progress: meter, Logger: logger, Now: time.Now})
 	meter.Stop()
 	if err != nil {
 		logger.Error("view recount failed", "err", err)
 		return exitError
 	}
 	fmt.Println(rep.Summary())
-	if len(rep.Diffs) > 0 {
+	if rep.Differs() {
 		return exitDifferences
 	}
 	return exitOK
