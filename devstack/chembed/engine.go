@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -136,15 +137,8 @@ func (e *engine) probe() error {
 	}
 	// The baseline is everything the session has changed from the engine's
 	// defaults now (chDB changes a few itself): verifySession returns to it.
-	out, err := e.query("SELECT name, value FROM system.settings WHERE changed")
-	if err != nil {
+	if e.baseline, err = e.changedSettings(); err != nil {
 		return fmt.Errorf("read baseline settings: %w", err)
-	}
-	e.baseline = map[string]string{}
-	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		if name, value, ok := strings.Cut(line, "\t"); ok {
-			e.baseline[name] = value
-		}
 	}
 	return nil
 }
@@ -352,25 +346,31 @@ func (e *engine) verifySession() {
 
 // drift lists the settings whose value in the session is not the baseline's.
 func (e *engine) drift() ([]string, error) {
-	out, err := e.query("SELECT name, value FROM system.settings WHERE changed")
-	if err != nil {
-		return nil, err
-	}
-	seen := map[string]bool{}
+	now, err := e.changedSettings()
 	var drift []string
+	for name := range maps.Keys(now) {
+		if want, ok := e.baseline[name]; !ok || want != now[name] {
+			drift = append(drift, name)
+		}
+	}
+	for name := range maps.Keys(e.baseline) {
+		if _, ok := now[name]; !ok {
+			drift = append(drift, name)
+		}
+	}
+	return drift, err
+}
+
+// changedSettings is what the session has changed from the engine's defaults.
+func (e *engine) changedSettings() (map[string]string, error) {
+	out, err := e.query("SELECT name, value FROM system.settings WHERE changed")
+	changed := map[string]string{}
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		name, value, _ := strings.Cut(line, "\t")
-		seen[name] = true
-		if want, ok := e.baseline[name]; !ok || want != value {
-			drift = append(drift, name)
+		if name, value, ok := strings.Cut(line, "\t"); ok {
+			changed[name] = value
 		}
 	}
-	for name := range e.baseline {
-		if !seen[name] {
-			drift = append(drift, name)
-		}
-	}
-	return drift, nil
+	return changed, err
 }
 
 // exec runs a statement whose output does not matter.

@@ -195,7 +195,7 @@ func TestHTTPErrors(t *testing.T) {
 		{name: "external data unsupported", method: "POST", body: form.String(), header: http.Header{"Content-Type": {mw.FormDataContentType()}}, status: 501, code: "48"},
 		{name: "unknown content encoding", method: "POST", body: "x", header: http.Header{"Content-Encoding": {"xz"}}, status: 501, code: "48"},
 		{name: "corrupt compressed body", method: "POST", params: vals("decompress", "1"), body: strings.Repeat("garbage!", 8), status: 400, code: "271"},
-		{name: "readonly", method: "POST", params: vals("readonly", "1"), body: "CREATE TABLE x (a UInt8) ENGINE = Memory", status: 500, code: "164"},
+		{name: "readonly", method: "POST", params: vals("readonly", "1"), body: "CREATE TABLE x (a UInt8) ENGINE = Memory", status: 403, code: "164"},
 		{name: "unknown path", method: "GET", path: "/play", status: 404},
 		{name: "method", method: "PUT", body: "SELECT 1", status: 405},
 	}

@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -427,8 +428,9 @@ func (s *Server) newCall(r *http.Request, who role, opts options) (call, int64, 
 	if c.format == "" {
 		c.format = "TabSeparated"
 	}
-	if c.vet {
-		c.readonly = "2"
+	if c.vet || opts.readonly {
+		// A URL readonly=1 is a read-only request too, vetted the same way.
+		c.vet, c.readonly = true, "2"
 	}
 	if who != roleReadonly {
 		return c, s.cfg.MaxBodyBytes, nil
@@ -442,17 +444,25 @@ func (s *Server) newCall(r *http.Request, who role, opts options) (call, int64, 
 	return c, min(s.cfg.MaxBodyBytes, maxOutsideQueryBytes), nil
 }
 
-// readBody reads the request's SQL (and spools INSERT data). The pipeline's
+// readBody reads the request's SQL and spools INSERT data. The pipeline's
 // bodies take a slot first, waiting within the body's own time; outside
-// requests are bounded by their own slots.
+// requests are bounded by their own slots, and their statement is read whole
+// (they may not insert), so nothing of it is spooled.
 func (s *Server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, opts options, maxBody int64, who role, started time.Time) (plan, error) {
+	maxQuery := min(maxBody, maxOutsideQueryBytes)
 	if who == rolePipeline {
 		if !s.takeBodySlot(ctx, started) {
 			return plan{}, newError(http.StatusServiceUnavailable, codeTooManySimultaneous, "too many requests sending their bodies at once (%d)", s.cfg.MaxPipelineBodies)
 		}
 		defer func() { <-s.bodies }()
+		maxQuery = min(maxBody, maxPipelineQueryBytes)
 	}
-	return s.readPlan(w, r, opts, maxBody, who)
+	body, closeBody, err := s.requestBody(w, r, opts, maxBody)
+	if err != nil {
+		return plan{}, asChError(err, http.StatusBadRequest, codeCannotDecompress)
+	}
+	defer closeBody()
+	return s.plan(opts, body, int(maxQuery), who == rolePipeline)
 }
 
 func (s *Server) removeSpool(path string) {
@@ -609,21 +619,6 @@ type plan struct {
 	spool string // file holding INSERT data; removed after the request
 }
 
-// readPlan reads the request's body and plans its SQL. The dashboards
-// user's statement is read whole (it may not insert), so nothing of it is
-// spooled.
-func (s *Server) readPlan(w http.ResponseWriter, r *http.Request, opts options, maxBody int64, who role) (plan, error) {
-	body, closeBody, err := s.requestBody(w, r, opts, maxBody)
-	if err != nil {
-		return plan{}, asChError(err, http.StatusBadRequest, codeCannotDecompress)
-	}
-	defer closeBody()
-	if who == roleReadonly {
-		return s.plan(opts, body, int(min(maxBody, maxOutsideQueryBytes)), false)
-	}
-	return s.plan(opts, body, int(min(maxBody, maxPipelineQueryBytes)), true)
-}
-
 // plan assembles the request's SQL as ClickHouse does: the query parameter,
 // a newline, then the body. When that makes an INSERT with inline data, the
 // data goes to a spool file (binary formats cannot travel inside the query,
@@ -710,9 +705,6 @@ func (s *Server) spool(data io.Reader) (string, error) {
 	return f.Name(), nil
 }
 
-// readonlyKinds are the statements allowed with readonly=1 or 2.
-const readonlyKinds = " SELECT WITH SHOW DESCRIBE DESC EXISTS EXPLAIN ( "
-
 // validate refuses what would run differently in the shared session than
 // in a ClickHouse server, before the engine sees it.
 func validate(p plan, opts options) *chError {
@@ -724,27 +716,16 @@ func validate(p plan, opts options) *chError {
 		return newError(http.StatusBadRequest, codeSyntaxError, "Multi-statements are not allowed")
 	case strings.IndexByte(p.sql, 0) >= 0:
 		return newError(http.StatusBadRequest, codeSyntaxError, "query contains a zero byte")
-	case opts.readonly && !strings.Contains(readonlyKinds, " "+st.kind+" "):
-		return newError(http.StatusInternalServerError, codeReadonly, "Cannot execute query in readonly mode")
 	}
 	if st.kind != "CREATE" && st.kind != "ATTACH" {
 		for _, name := range st.placeholders {
-			if !hasParam(opts.params, name) {
+			if !slices.ContainsFunc(opts.params, func(p setting) bool { return p.name == name }) {
 				// The engine would still hold a value from an earlier request.
 				return newError(http.StatusBadRequest, codeUnknownQueryParam, "Substitution `%s` is not set", name)
 			}
 		}
 	}
 	return nil
-}
-
-func hasParam(params []setting, name string) bool {
-	for _, p := range params {
-		if p.name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // contentType is what ClickHouse sends for a format.

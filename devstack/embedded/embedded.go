@@ -116,16 +116,12 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 		Name: "data directory lock",
 		Start: func(context.Context) error {
 			var err error
-			lock, err = lockDataDir(cfg.DataDir)
+			if lock, err = lockDataDir(cfg.DataDir); err == nil {
+				keys, err = loadSecrets(cfg.DataDir)
+			}
 			return err
 		},
 		Stop: func(context.Context) error { return lock.unlock() },
-	}, {
-		Name: "embedded passwords",
-		Start: func(context.Context) (err error) {
-			keys, err = loadSecrets(cfg.DataDir)
-			return err
-		},
 	}}
 	return append(append(first, parts...), lifecycle.Part{
 		Name: "infra env file",

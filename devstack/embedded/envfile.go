@@ -65,15 +65,8 @@ func writeEnvFile(cfg *config.Config, run started) (string, error) {
 	}
 	path := filepath.Join(cfg.DataDir, EnvFile)
 	tmp := path + ".tmp"
-	// OpenFile's mode applies only to a new file: remove a leftover first.
-	_ = os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err == nil {
-		_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
+	_ = os.Remove(tmp) // WriteFile's mode applies only to a file it creates
+	err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}

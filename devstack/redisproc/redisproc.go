@@ -9,8 +9,7 @@
 // started again on the same address, after a backoff that doubles from 100 ms to 5 s while
 // restarts keep failing or the child keeps dying young. The new server is empty; its clients
 // rebuild what they keep there (the likes applier replays the log when its readiness marker is
-// gone, the aggregator rebuilds the item totals from ClickHouse). Check reports whether the server answers, for
-// readiness.
+// gone, the aggregator rebuilds the item totals from ClickHouse).
 //
 // Lifecycle: the Proc is owned by its starter, which must call Stop; Stop ends the supervising
 // goroutine and the child. If the parent dies, the child notices via Pdeathsig and exits too.
@@ -154,16 +153,6 @@ func (p *Proc) Restarts() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.restarts
-}
-
-// Check reports whether the server accepts connections, for readiness.
-func (p *Proc) Check(ctx context.Context) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", p.addr)
-	if err != nil {
-		return fmt.Errorf("redis-server on %s: %w", p.addr, err)
-	}
-	return c.Close()
 }
 
 // Stop ends supervision and asks the server to exit (SIGTERM), killing it if ctx ends first.
