@@ -57,6 +57,19 @@ func (s *Stop) Until(ctx context.Context) (context.Context, context.CancelFunc) 
 	}
 }
 
+// EndLoop returns the endLoop of Leave for a poll loop that ends when cancel is called, closes
+// done, and leaves why it ended in *err.
+func EndLoop(cancel context.CancelFunc, done <-chan struct{}, err *error) func() error {
+	return func() error {
+		cancel()
+		<-done
+		if errors.Is(*err, context.Canceled) {
+			return nil
+		}
+		return *err
+	}
+}
+
 // Leave stops the member within ctx: endLoop ends the poll loop and returns why it ended (nil
 // for the stop itself); the group is then left, whose revoke writes and commits what is held;
 // last writes whatever the leave did not (it was cut short) and the client closes.
