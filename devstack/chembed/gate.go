@@ -11,32 +11,47 @@ type priority uint8
 
 const (
 	// pipelineFirst is tally's own traffic: ingest flushes, reads,
-	// migrations. It always goes before any outside query that waits.
+	// migrations. It goes before any outside query that waits, but one.
 	pipelineFirst priority = iota
-	// outsideLast is everyone else (dashboards): served only when no
-	// pipeline call waits and the pipeline has been idle for pipelineQuiet.
+	// outsideLast is everyone else (dashboards): served when no pipeline
+	// call waits and the pipeline has been idle for pipelineQuiet, or when
+	// it has waited outsideEvery.
 	outsideLast
 )
 
-// pipelineQuiet is how long the pipeline must have left the engine alone
-// before an outside query may start. A flush is a run of statements, each
-// sent when the one before it returns: were an outside query allowed in
-// between, every statement of the flush would wait for one, and counting
-// would stall for several outside queries' time instead of one.
-const pipelineQuiet = 200 * time.Millisecond
+const (
+	// pipelineQuiet is how long the pipeline must have left the engine
+	// alone before an outside query may start. A flush is a run of
+	// statements, each sent when the one before it returns: were an outside
+	// query allowed in between, every statement of the flush would wait for
+	// one, and counting would stall for several outside queries' time.
+	pipelineQuiet = 200 * time.Millisecond
+	// outsideEvery bounds how long a busy pipeline keeps outside queries
+	// out: an outside caller that has waited this long goes next, ahead of
+	// the pipeline, once per outsideEvery. The pipeline then waits for at
+	// most one outside query (max_execution_time) in that time.
+	outsideEvery = 5 * time.Second
+)
 
 // gate hands the engine to one caller at a time. The engine runs one query
 // at a time whatever we do; the gate decides who is next, so outside
-// queries delay a run of pipeline calls by at most the one outside query
-// that is already running (whose time the engine bounds with
-// max_execution_time), never by a queue of them nor one per statement.
+// queries delay a run of pipeline calls by at most one outside query (whose
+// time the engine bounds with max_execution_time), never by a queue of them
+// nor one per statement, and a busy pipeline still lets one outside query
+// in every outsideEvery.
 type gate struct {
 	mu           sync.Mutex
 	busy         bool
-	held         priority           // who holds the engine while busy
-	lastPipeline time.Time          // when a pipeline call last gave it up
-	waiting      [2][]chan struct{} // by priority, oldest first
-	timer        *time.Timer        // hands off to an outside waiter once the pipeline is quiet
+	held         priority    // who holds the engine while busy
+	lastPipeline time.Time   // when a pipeline call last gave it up
+	lastOutside  time.Time   // when an outside call last gave it up
+	waiting      [2][]waiter // by priority, oldest first
+	timer        *time.Timer // hands off to an outside waiter once the pipeline is quiet
+}
+
+type waiter struct {
+	turn  chan struct{}
+	since time.Time
 }
 
 // acquire waits for the engine until ctx is done.
@@ -48,7 +63,7 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 		return nil
 	}
 	turn := make(chan struct{})
-	g.waiting[p] = append(g.waiting[p], turn)
+	g.waiting[p] = append(g.waiting[p], waiter{turn, time.Now()})
 	if !g.busy {
 		g.handOff() // arms the timer for this outside caller
 	}
@@ -60,7 +75,7 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		for i, w := range g.waiting[p] {
-			if w == turn {
+			if w.turn == turn {
 				g.waiting[p] = append(g.waiting[p][:i], g.waiting[p][i+1:]...)
 				return ctx.Err()
 			}
@@ -71,13 +86,14 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 	}
 }
 
-// release gives the engine to the first pipeline waiter, else, once the
-// pipeline is quiet, the first outside waiter, else frees it.
+// release hands the engine on (handOff).
 func (g *gate) release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.held == pipelineFirst {
 		g.lastPipeline = time.Now()
+	} else {
+		g.lastOutside = time.Now()
 	}
 	g.handOff()
 }
@@ -88,27 +104,46 @@ func (g *gate) quietLeft() time.Duration {
 	return pipelineQuiet - time.Since(g.lastPipeline)
 }
 
-// handOff needs g.mu held and the engine held by the caller, or free.
+// overdue reports whether the oldest outside caller has waited
+// outsideEvery and no outside query ran within it.
+func (g *gate) overdue() bool {
+	q := g.waiting[outsideLast]
+	return len(q) > 0 && time.Since(q[0].since) >= outsideEvery && time.Since(g.lastOutside) >= outsideEvery
+}
+
+// handOff gives the engine to an overdue outside caller, else the first
+// pipeline waiter, else, once the pipeline is quiet, the first outside
+// waiter, else frees it. It needs g.mu held and the engine held by the
+// caller, or free.
 func (g *gate) handOff() {
 	g.busy = true
-	for p, q := range g.waiting {
-		if len(q) == 0 {
-			continue
-		}
-		if p == int(outsideLast) {
-			if wait := g.quietLeft(); wait > 0 {
-				if g.timer != nil {
-					g.timer.Stop()
-				}
-				g.timer = time.AfterFunc(wait, g.wake)
-				break
-			}
-		}
-		g.waiting[p], g.held = q[1:], priority(p)
-		close(q[0])
+	if g.overdue() {
+		g.give(outsideLast)
 		return
 	}
+	if len(g.waiting[pipelineFirst]) > 0 {
+		g.give(pipelineFirst)
+		return
+	}
+	if len(g.waiting[outsideLast]) > 0 {
+		if wait := g.quietLeft(); wait > 0 {
+			if g.timer != nil {
+				g.timer.Stop()
+			}
+			g.timer = time.AfterFunc(wait, g.wake)
+		} else {
+			g.give(outsideLast)
+			return
+		}
+	}
 	g.busy = false
+}
+
+// give hands the engine to the first waiter of priority p.
+func (g *gate) give(p priority) {
+	q := g.waiting[p]
+	g.waiting[p], g.held = q[1:], p
+	close(q[0].turn)
 }
 
 // wake hands a free engine on once the pipeline's quiet time is up.

@@ -116,3 +116,39 @@ func TestOutsideWaitsForAQuietPipeline(t *testing.T) {
 		t.Fatal("outside caller never got the engine")
 	}
 }
+
+// TestBusyPipelineLetsAnOutsideCallerIn: a pipeline that never leaves the
+// engine alone for pipelineQuiet still lets a waiting outside caller in
+// once it has waited outsideEvery, ahead of the pipeline's next call.
+func TestBusyPipelineLetsAnOutsideCallerIn(t *testing.T) {
+	var g gate
+	ctx, cancel := context.WithTimeout(context.Background(), 3*outsideEvery)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if g.acquire(ctx, pipelineFirst) != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+			g.release()
+			time.Sleep(pipelineQuiet / 10)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	t0 := time.Now()
+	if err := g.acquire(ctx, outsideLast); err != nil {
+		t.Fatalf("outside caller behind a busy pipeline: got %v after %s; want the engine within %s", err, time.Since(t0), outsideEvery)
+	}
+	waited := time.Since(t0)
+	g.release()
+	if waited < outsideEvery*9/10 || waited > outsideEvery+time.Second {
+		t.Fatalf("outside caller got the engine after %s; want about %s", waited, outsideEvery)
+	}
+}
