@@ -232,8 +232,9 @@ func (e *engine) runHeld(c call) (output, error) {
 	if err := e.use(c.database); err != nil {
 		return output{}, err
 	}
-	if c.vet || !statelessKinds[c.kind] {
-		// Runs last, after every reset below.
+	if c.vet || c.kind != "SELECT" && c.kind != "INSERT" && c.kind != "WITH" {
+		// A statement but a query or an insert may leave a setting behind (a
+		// SETTINGS clause lasts one query). Runs last, after every reset below.
 		defer e.verifySession()
 	}
 	sql, settings, params := c.sql, c.settings, c.params
@@ -278,15 +279,6 @@ func (e *engine) runHeld(c call) (output, error) {
 		bytesRead: res.BytesRead(),
 		elapsed:   time.Duration(res.Elapsed() * float64(time.Second)),
 	}, nil
-}
-
-// statelessKinds are the statements that leave no setting behind in the
-// session (a SETTINGS clause lasts one query); after any other, the
-// session is checked against its baseline.
-var statelessKinds = map[string]bool{
-	"SELECT": true, "WITH": true, "(": true, "INSERT": true, "CREATE": true, "ALTER": true, "DROP": true,
-	"TRUNCATE": true, "OPTIMIZE": true, "RENAME": true, "EXISTS": true, "SHOW": true, "DESCRIBE": true,
-	"DESC": true, "EXPLAIN": true, "USE": true, "DELETE": true,
 }
 
 // use makes db (default if empty) the session's current database.

@@ -2,6 +2,7 @@ package chembed
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -33,12 +34,10 @@ const (
 	outsideEvery = 5 * time.Second
 )
 
-// gate hands the engine to one caller at a time. The engine runs one query
-// at a time whatever we do; the gate decides who is next, so outside
-// queries delay a run of pipeline calls by at most one outside query (whose
-// time the engine bounds with max_execution_time), never by a queue of them
-// nor one per statement, and a busy pipeline still lets one outside query
-// in every outsideEvery.
+// gate hands the engine to one caller at a time (it runs one query at a
+// time whatever we do) and decides who is next: outside queries delay a run
+// of pipeline calls by at most one outside query (bounded by
+// max_execution_time), never by a queue of them nor one per statement.
 type gate struct {
 	mu           sync.Mutex
 	busy         bool
@@ -74,11 +73,9 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 	case <-ctx.Done():
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		for i, w := range g.waiting[p] {
-			if w.turn == turn {
-				g.waiting[p] = append(g.waiting[p][:i], g.waiting[p][i+1:]...)
-				return ctx.Err()
-			}
+		if i := slices.IndexFunc(g.waiting[p], func(w waiter) bool { return w.turn == turn }); i >= 0 {
+			g.waiting[p] = slices.Delete(g.waiting[p], i, i+1)
+			return ctx.Err()
 		}
 		// handOff gave us the engine as ctx ended: pass it on.
 		g.handOff()
@@ -86,7 +83,6 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 	}
 }
 
-// release hands the engine on (handOff).
 func (g *gate) release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -169,7 +169,7 @@ func Start(cfg Config) (*Server, error) {
 			Help: "Seconds the embedded engine ran statements (it runs one at a time), by statement kind and table."}, []string{"kind", "table"})
 		n := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_chembed_statements_total",
 			Help: "Statements the embedded engine ran, by statement kind and table."}, []string{"kind", "table"})
-		if err := registerAll(cfg.Registry, busy, n); err != nil {
+		if err := errors.Join(cfg.Registry.Register(busy), cfg.Registry.Register(n)); err != nil {
 			eng.close()
 			_ = ln.Close()
 			return nil, fmt.Errorf("start chembed: %w", err)
@@ -337,7 +337,14 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.Res
 	}
 	p, err := s.readBody(ctx, w, r, opts, maxBody, who, started)
 	rq.spool = p.spool
-	defer s.removeSpool(p.spool)
+	defer func() {
+		if p.spool == "" {
+			return
+		}
+		if err := os.Remove(p.spool); err != nil {
+			s.log.Warn("remove INSERT spool file", "path", p.spool, "err", err)
+		}
+	}()
 	if err != nil {
 		rq.fail(asChError(err, http.StatusBadRequest, codeBadArguments))
 		return
@@ -463,15 +470,6 @@ func (s *Server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	defer closeBody()
 	return s.plan(opts, body, int(maxQuery), who == rolePipeline)
-}
-
-func (s *Server) removeSpool(path string) {
-	if path == "" {
-		return
-	}
-	if err := os.Remove(path); err != nil {
-		s.log.Warn("remove INSERT spool file", "path", path, "err", err)
-	}
 }
 
 // answer sends a result in the format the statement asked for, re-encoded
@@ -752,15 +750,6 @@ func contentType(format string, compressed bool) string {
 // newQueryID makes a random UUID, as ClickHouse does for requests without
 // a query_id.
 func newQueryID() string { return uuid.NewString() }
-
-func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register engine metrics: %w", err)
-		}
-	}
-	return nil
-}
 
 // statementTable names the table a pipeline statement writes or first reads
 // (the word after INTO, else after the first FROM), for the engine-time

@@ -119,12 +119,11 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 			return nil, fmt.Errorf("start redis: pick a port: %w", err)
 		}
 	}
-	p := &Proc{bin: bin, dir: dir, port: port, maxMemory: maxMemory, nice: cfg.Nice, extra: cfg.Extra, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		logFile: filepath.Join(dir, "redis.log"), logger: logger, done: make(chan struct{})}
 	if strings.ContainsAny(cfg.Password, "\"\\\r\n") {
 		return nil, errors.New("start redis: the password must not contain quotes, backslashes or line breaks")
 	}
-	p.password = cfg.Password
+	p := &Proc{bin: bin, dir: dir, port: port, maxMemory: maxMemory, nice: cfg.Nice, extra: cfg.Extra, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		logFile: filepath.Join(dir, "redis.log"), logger: logger, done: make(chan struct{}), password: cfg.Password}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
