@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/platform/chclient"
+	"tally/platform/config"
 	"tally/schemas"
 	"tally/testsupport/testinfra"
 )
@@ -287,12 +288,12 @@ func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 	// The infra process writes its servers' addresses and passwords last; components get them
 	// as flags, as an operator's would from the file.
 	env := infraEnv(t, dir)
-	c.ch = chclient.Options{Addr: c.clickhouse, Database: "tally", Username: env["TALLY_CLICKHOUSE_USERNAME"], Password: env["TALLY_CLICKHOUSE_PASSWORD"]}
+	c.ch = chclient.Options{Addr: c.clickhouse, Database: "tally", Username: env[config.EnvName("clickhouse.username")], Password: env[config.EnvName("clickhouse.password")]}
 	c.kc = kafkaOf(env)
 	conns := append([]string{"--kafka.brokers", c.kafka, "--kafka.sasl.mechanism", c.kc.sec.SASLMechanism,
 		"--kafka.sasl.username", c.kc.sec.Username, "--kafka.sasl.password", c.kc.sec.Password,
 		"--clickhouse.addr", c.clickhouse, "--clickhouse.password", c.ch.Password,
-		"--redis.addr", env["TALLY_REDIS_ADDR"], "--redis.password", env["TALLY_REDIS_PASSWORD"]}, common...)
+		"--redis.addr", env[config.EnvName("redis.addr")], "--redis.password", env[config.EnvName("redis.password")]}, common...)
 	c.coll = startProc(t, "collector", bins.collector, dir, append([]string{"--collector.addr", apiAddr,
 		"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...)
 	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")

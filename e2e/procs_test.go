@@ -15,6 +15,7 @@ import (
 
 	"tally/devstack/embedded"
 	"tally/platform/chclient"
+	"tally/platform/config"
 	"tally/platform/kafka"
 	"tally/testsupport/testinfra"
 )
@@ -139,7 +140,7 @@ func infraEnv(t *testing.T, dir string) map[string]string {
 // its administrator, database tally.
 func adminOptions(t *testing.T, dir string) chclient.Options {
 	env := infraEnv(t, dir)
-	return chclient.Options{Addr: env["TALLY_CLICKHOUSE_ADDR"], Database: "tally", Username: env["TALLY_CLICKHOUSE_USERNAME"], Password: env["TALLY_CLICKHOUSE_PASSWORD"]}
+	return chclient.Options{Addr: env[config.EnvName("clickhouse.addr")], Database: "tally", Username: env[config.EnvName("clickhouse.username")], Password: env[config.EnvName("clickhouse.password")]}
 }
 
 // kafkaConn is how the test's own Kafka clients reach the embedded broker: as its SASL user.
@@ -150,8 +151,8 @@ type kafkaConn struct {
 
 // kafkaOf reads the broker's address and user from the embedded stack's env file lines.
 func kafkaOf(env map[string]string) kafkaConn {
-	return kafkaConn{addr: env["TALLY_KAFKA_BROKERS"], sec: kafka.Security{SASLMechanism: env["TALLY_KAFKA_SASL_MECHANISM"],
-		Username: env["TALLY_KAFKA_SASL_USERNAME"], Password: env["TALLY_KAFKA_SASL_PASSWORD"]}}
+	return kafkaConn{addr: env[config.EnvName("kafka.brokers")], sec: kafka.Security{SASLMechanism: env[config.EnvName("kafka.sasl.mechanism")],
+		Username: env[config.EnvName("kafka.sasl.username")], Password: env[config.EnvName("kafka.sasl.password")]}}
 }
 
 // client opens a Kafka client on the broker, named oracle.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"tally/platform/config"
 	"tally/platform/kafka"
 )
 
@@ -132,7 +133,8 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.SetOutput(usage)
 	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "collector base URL (loopback only)")
 	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers for the consumer-lag monitor (loopback only); it authenticates with TALLY_KAFKA_SASL_MECHANISM, _USERNAME and _PASSWORD from the environment when set (the embedded stack's: set -a; . <data_dir>/infra.env; set +a)")
-	c.KafkaSASL = kafka.Security{SASLMechanism: os.Getenv("TALLY_KAFKA_SASL_MECHANISM"), Username: os.Getenv("TALLY_KAFKA_SASL_USERNAME"), Password: os.Getenv("TALLY_KAFKA_SASL_PASSWORD")}
+	c.KafkaSASL = kafka.Security{SASLMechanism: os.Getenv(config.EnvName("kafka.sasl.mechanism")),
+		Username: os.Getenv(config.EnvName("kafka.sasl.username")), Password: os.Getenv(config.EnvName("kafka.sasl.password"))}
 	fs.StringVar(&c.Group, "group", "tally-aggregator", "consumer group whose lag on topic views is sampled every second")
 	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, clicks, view-counts, reads, likes, or a '+'-joined set (views+clicks)")
 	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "how long the load runs (at most 30m)")

@@ -26,7 +26,7 @@ func loadSecrets(dataDir string) (secrets, error) {
 	if err != nil && !os.IsNotExist(err) {
 		return secrets{}, err
 	}
-	s := secrets{kafka: env["TALLY_KAFKA_SASL_PASSWORD"], clickhouse: env["TALLY_CLICKHOUSE_PASSWORD"], redis: env["TALLY_REDIS_PASSWORD"]}
+	s := secrets{kafka: env[config.EnvName("kafka.sasl.password")], clickhouse: env[config.EnvName("clickhouse.password")], redis: env[config.EnvName("redis.password")]}
 	for _, p := range []*string{&s.kafka, &s.clickhouse, &s.redis} {
 		if *p == "" {
 			*p = rand.Text()
@@ -51,17 +51,21 @@ func ReadEnvFile(dataDir string) (map[string]string, error) {
 // replacing the file whole so that no reader sees half of it.
 func writeEnvFile(cfg *config.Config, run started) (string, error) {
 	lines := []string{"# tally's embedded servers, rewritten at each start. Secret: keep it mode 0600."}
+	set := func(key, value string) { lines = append(lines, config.EnvName(key)+"="+value) }
 	if run.kafka {
-		sasl := cfg.Kafka.SASL
-		lines = append(lines, "TALLY_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","), "TALLY_KAFKA_SASL_MECHANISM="+sasl.Mechanism,
-			"TALLY_KAFKA_SASL_USERNAME="+sasl.Username, "TALLY_KAFKA_SASL_PASSWORD="+sasl.Password)
+		set("kafka.brokers", strings.Join(cfg.Kafka.Brokers, ","))
+		set("kafka.sasl.mechanism", cfg.Kafka.SASL.Mechanism)
+		set("kafka.sasl.username", cfg.Kafka.SASL.Username)
+		set("kafka.sasl.password", cfg.Kafka.SASL.Password)
 	}
 	if run.clickhouse {
-		lines = append(lines, "TALLY_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr, "TALLY_CLICKHOUSE_USERNAME="+cfg.ClickHouse.Username,
-			"TALLY_CLICKHOUSE_PASSWORD="+cfg.ClickHouse.Password)
+		set("clickhouse.addr", cfg.ClickHouse.Addr)
+		set("clickhouse.username", cfg.ClickHouse.Username)
+		set("clickhouse.password", cfg.ClickHouse.Password)
 	}
 	if run.redis {
-		lines = append(lines, "TALLY_REDIS_ADDR="+cfg.Redis.Addr, "TALLY_REDIS_PASSWORD="+cfg.Redis.Password)
+		set("redis.addr", cfg.Redis.Addr)
+		set("redis.password", cfg.Redis.Password)
 	}
 	path := filepath.Join(cfg.DataDir, EnvFile)
 	tmp := path + ".tmp"
