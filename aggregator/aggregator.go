@@ -20,7 +20,9 @@ import (
 	"tally/aggregator/aggregatorconf"
 	"tally/aggregator/clicks"
 	"tally/aggregator/counted"
+	"tally/aggregator/halt"
 	"tally/aggregator/likes"
+	"tally/aggregator/member"
 	"tally/aggregator/views"
 	"tally/platform/chclient"
 	"tally/platform/cli"
@@ -35,147 +37,180 @@ import (
 // Parts returns the aggregator's lifecycle parts; e.Config is read when they start. OwnAdmin adds
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
 func Parts(e cli.Env, s *aggregatorconf.Settings, admin lifecycle.Admin) []lifecycle.Part {
-	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
-	var conn driver.Conn
-	var rdb *redis.Client
-	var src *views.Source
-	// The counted topic (topk's input) takes both paths' batches; nil when not published.
-	var pubTo counted.Topic
-	parts := []lifecycle.Part{
-		{
-			Name: "aggregator clickhouse",
-			Start: func(ctx context.Context) error {
-				var err error
-				if conn, err = OpenClickHouse(ctx, cfg, s, logger); err != nil {
-					return err
-				}
-				runner.AddCheck("aggregator clickhouse", conn.Ping)
-				return nil
-			},
-			Stop: func(context.Context) error { return conn.Close() },
-		},
-		{
-			// The item totals the collector reads; a Redis that is down only delays them.
-			Name: "aggregator redis",
-			Start: func(context.Context) error {
-				var err error
-				rdb, err = redisclient.New(cfg.Redis.Options())
-				return err
-			},
-			Stop: func(context.Context) error { return rdb.Close() },
-		},
-		{
-			// Started before the consumers and stopped after them: their last flushes publish.
-			Name: "counted publisher",
-			Start: func(ctx context.Context) error {
-				if !s.PublishCounted {
-					return nil
-				}
-				dial, err := cfg.Kafka.Security().Options()
-				if err != nil {
-					return err
-				}
-				pub, err := counted.New(ctx, counted.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
-					Durability: cfg.Kafka.Durability(), ProduceTimeout: cfg.Kafka.ProduceTimeout}, logger, reg)
-				if err != nil {
-					return err
-				}
-				pubTo = pub
-				return nil
-			},
-			Stop: func(context.Context) error {
-				if pub, ok := pubTo.(*counted.Publisher); ok {
-					pub.Close()
-				}
-				return nil
-			},
-		},
-		{
-			Name: "views consumer",
-			Start: func(ctx context.Context) error {
-				dial, err := cfg.Kafka.Security().Options()
-				if err != nil {
-					return err
-				}
-				agg := views.New(views.Config{
-					Window:         s.DedupeWindow,
-					Grace:          s.DedupeGrace,
-					FlushInterval:  s.FlushInterval,
-					SketchInterval: s.SketchInterval,
-					FoldInterval:   s.FoldInterval,
-					RollupInterval: s.SketchInterval,
-					MaxBatch:       s.MaxBatch,
-					SketchIdle:     time.Minute,
-					DeltasTTL:      s.TTLSeconds,
-					Owner:          owner(s.InstanceID),
-					Totals:         totals.New(rdb, "views"),
-					Counted:        pubTo,
-				}, conn, now, logger, reg)
-				group := views.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: s.Group,
-					InstanceID: s.InstanceID, SessionTimeout: s.SessionTimeout}
-				if src, err = views.NewSource(group, agg, s.FlushInterval, logger, reg); err != nil {
-					return err
-				}
-				runner.AddCheck("aggregator kafka", src.Check)
-				runner.AddCheck("aggregator progress", agg.Check)
-				src.Start()
-				go func() {
-					<-src.Done()
-					if err := src.Err(); err != nil && !errors.Is(err, context.Canceled) {
-						runner.Fail(fmt.Errorf("views consumer: %w", err))
-					}
-				}()
-				return nil
-			},
-			Stop: func(ctx context.Context) error { return src.Stop(ctx) },
-		},
+	w := &wiring{e: e, s: s}
+	parts := []lifecycle.Part{w.clickhouse(), w.redis(), w.publisher(), w.views(), w.clicks(), w.likes()}
+	if admin == lifecycle.OwnAdmin {
+		mux := http.NewServeMux()
+		lifecycle.AdminRoutes(mux, e.Runner, e.Registry, lifecycle.AdminOptions{Pprof: e.Config.Debug.Pprof})
+		admin, _ := lifecycle.HTTPServer("aggregator admin http", s.Addr, mux)
+		parts = append(parts, admin)
 	}
-	var clickSrc *clicks.Source
-	parts = append(parts, lifecycle.Part{
-		Name: "clicks consumer",
+	return parts
+}
+
+// wiring holds what the parts share once started: each part sets its field in Start, and the
+// parts after it read it then.
+type wiring struct {
+	e    cli.Env
+	s    *aggregatorconf.Settings
+	conn driver.Conn
+	rdb  *redis.Client
+	// pubTo is the counted topic (topk's input), which takes both streams' batches; nil when
+	// not published.
+	pubTo counted.Topic
+}
+
+func (w *wiring) clickhouse() lifecycle.Part {
+	return lifecycle.Part{
+		Name: "aggregator clickhouse",
+		Start: func(ctx context.Context) error {
+			var err error
+			if w.conn, err = OpenClickHouse(ctx, w.e.Config, w.s, w.e.Logger); err != nil {
+				return err
+			}
+			w.e.Runner.AddCheck("aggregator clickhouse", w.conn.Ping)
+			return nil
+		},
+		Stop: func(context.Context) error { return w.conn.Close() },
+	}
+}
+
+// redis holds the item totals the collector reads; a Redis that is down only delays them.
+func (w *wiring) redis() lifecycle.Part {
+	return lifecycle.Part{
+		Name: "aggregator redis",
 		Start: func(context.Context) error {
-			agg := clicks.New(clicks.Config{
-				Window:         s.Clicks.DedupeWindow,
-				Grace:          s.Clicks.DedupeGrace,
-				FraudThreshold: s.Clicks.FraudScoreThreshold,
-				FlushInterval:  s.FlushInterval,
-				RollupInterval: s.SketchInterval,
-				MaxBatch:       s.MaxBatch,
-				VerdictHold:    s.Clicks.CountedTTL,
-				Owner:          owner(s.InstanceID),
-				Counted:        pubTo,
-			}, conn, now, logger, reg)
+			var err error
+			w.rdb, err = redisclient.New(w.e.Config.Redis.Options())
+			return err
+		},
+		Stop: func(context.Context) error { return w.rdb.Close() },
+	}
+}
+
+// publisher is started before the consumers and stopped after them: their last flushes publish.
+func (w *wiring) publisher() lifecycle.Part {
+	return lifecycle.Part{
+		Name: "counted publisher",
+		Start: func(ctx context.Context) error {
+			if !w.s.PublishCounted {
+				return nil
+			}
+			cfg := w.e.Config
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {
 				return err
 			}
-			group := clicks.Group{Brokers: cfg.Kafka.Brokers, Dial: dial, Name: s.Clicks.Group,
-				InstanceID: s.InstanceID, SessionTimeout: s.SessionTimeout}
-			if clickSrc, err = clicks.NewSource(group, agg, s.FlushInterval, logger); err != nil {
+			pub, err := counted.New(ctx, counted.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
+				Durability: cfg.Kafka.Durability(), ProduceTimeout: cfg.Kafka.ProduceTimeout}, w.e.Logger, w.e.Registry)
+			if err != nil {
 				return err
 			}
-			runner.AddCheck("aggregator clicks kafka", clickSrc.Check)
-			clickSrc.Start()
+			w.pubTo = pub
+			return nil
+		},
+		Stop: func(context.Context) error {
+			if pub, ok := w.pubTo.(*counted.Publisher); ok {
+				pub.Close()
+			}
+			return nil
+		},
+	}
+}
+
+func (w *wiring) views() lifecycle.Part {
+	s := w.s
+	return w.consumer("views consumer", "aggregator kafka", func(g member.Group) (*member.Source, error) {
+		agg := views.New(views.Config{
+			Window:         s.DedupeWindow,
+			Grace:          s.DedupeGrace,
+			FlushInterval:  s.FlushInterval,
+			SketchInterval: s.SketchInterval,
+			FoldInterval:   s.FoldInterval,
+			RollupInterval: s.SketchInterval,
+			MaxBatch:       s.MaxBatch,
+			SketchIdle:     time.Minute,
+			DeltasTTL:      s.TTLSeconds,
+			Owner:          owner(s.InstanceID),
+			Totals:         totals.New(w.rdb, "views"),
+			Counted:        w.pubTo,
+		}, w.conn, w.e.Now, w.e.Logger, w.e.Registry)
+		w.e.Runner.AddCheck("aggregator progress", agg.Check)
+		g.Name, g.InstanceID = s.Group, s.InstanceID
+		c := w.member(g)
+		c.KafkaMetrics = true // one client's are enough: both have the same brokers
+		return views.NewSource(c, agg)
+	})
+}
+
+func (w *wiring) clicks() lifecycle.Part {
+	s := w.s
+	return w.consumer("clicks consumer", "aggregator clicks kafka", func(g member.Group) (*member.Source, error) {
+		agg := clicks.New(clicks.Config{
+			Window:         s.Clicks.DedupeWindow,
+			Grace:          s.Clicks.DedupeGrace,
+			FraudThreshold: s.Clicks.FraudScoreThreshold,
+			FlushInterval:  s.FlushInterval,
+			RollupInterval: s.SketchInterval,
+			MaxBatch:       s.MaxBatch,
+			VerdictHold:    s.Clicks.CountedTTL,
+			Owner:          owner(s.InstanceID),
+			Counted:        w.pubTo,
+		}, w.conn, w.e.Now, w.e.Logger, w.e.Registry)
+		g.Name = s.Clicks.Group
+		if s.InstanceID != "" {
+			g.InstanceID = s.InstanceID + "-clicks" // a static member id is per group member
+		}
+		return clicks.NewSource(w.member(g), agg)
+	})
+}
+
+// consumer is a stream's part: newSource builds its engine and member, which starts and whose
+// loop failing fails the process.
+func (w *wiring) consumer(name, check string, newSource func(member.Group) (*member.Source, error)) lifecycle.Part {
+	var src *member.Source
+	return lifecycle.Part{
+		Name: name,
+		Start: func(context.Context) error {
+			dial, err := w.e.Config.Kafka.Security().Options()
+			if err != nil {
+				return err
+			}
+			if src, err = newSource(member.Group{Brokers: w.e.Config.Kafka.Brokers, Dial: dial, SessionTimeout: w.s.SessionTimeout}); err != nil {
+				return err
+			}
+			w.e.Runner.AddCheck(check, src.Check)
+			src.Start()
 			go func() {
-				<-clickSrc.Done()
-				if err := clickSrc.Err(); err != nil && !errors.Is(err, context.Canceled) {
-					runner.Fail(fmt.Errorf("clicks consumer: %w", err))
+				<-src.Done()
+				if err := src.Err(); err != nil && !errors.Is(err, context.Canceled) {
+					w.e.Runner.Fail(fmt.Errorf("%s: %w", name, err))
 				}
 			}()
 			return nil
 		},
-		Stop: func(ctx context.Context) error { return clickSrc.Stop(ctx) },
-	})
+		Stop: func(ctx context.Context) error { return src.Stop(ctx) },
+	}
+}
+
+// member is a stream's consumer-group member.
+func (w *wiring) member(g member.Group) member.Config {
+	return member.Config{Group: g, Poll: w.s.FlushInterval, Halts: halt.Store{Conn: w.conn}, Owner: owner(w.s.InstanceID),
+		Now: w.e.Now, Logger: w.e.Logger, Registry: w.e.Registry}
+}
+
+func (w *wiring) likes() lifecycle.Part {
 	var loader *likes.Loader
-	parts = append(parts, lifecycle.Part{
+	return lifecycle.Part{
 		Name: "likes loader",
 		Start: func(context.Context) error {
+			cfg := w.e.Config
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {
 				return err
 			}
 			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
-				FlushInterval: s.FlushInterval, MaxBatch: s.MaxBatch}, conn, logger, reg)
+				FlushInterval: w.s.FlushInterval, MaxBatch: w.s.MaxBatch}, w.conn, w.e.Logger, w.e.Registry)
 			if err != nil {
 				return err
 			}
@@ -183,14 +218,7 @@ func Parts(e cli.Env, s *aggregatorconf.Settings, admin lifecycle.Admin) []lifec
 			return nil
 		},
 		Stop: func(ctx context.Context) error { return loader.Stop(ctx) },
-	})
-	if admin == lifecycle.OwnAdmin {
-		mux := http.NewServeMux()
-		lifecycle.AdminRoutes(mux, runner, reg, lifecycle.AdminOptions{Pprof: cfg.Debug.Pprof})
-		admin, _ := lifecycle.HTTPServer("aggregator admin http", s.Addr, mux)
-		parts = append(parts, admin)
 	}
-	return parts
 }
 
 // OpenClickHouse connects to the configured ClickHouse, applies the migrations and sets the

@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/aggregator/halt"
+	"tally/aggregator/member"
 	"tally/schemas"
 	"tally/testsupport/testinfra"
 )
@@ -174,8 +176,8 @@ func TestRefusedRecordsSetAsideOnce(t *testing.T) {
 	// day than the first owner's clock.
 	reg := prometheus.NewRegistry()
 	b := New(testCfg, conn, time.Now, slog.New(logs), reg)
-	src, err := NewSource(Group{Brokers: []string{infra.Kafka.Addr()}, Name: "clicks-poison-" + tag, SessionTimeout: 6 * time.Second},
-		b, 200*time.Millisecond, slog.New(logs))
+	src, err := NewSource(member.Config{Group: member.Group{Brokers: []string{infra.Kafka.Addr()}, Name: "clicks-poison-" + tag, SessionTimeout: 6 * time.Second},
+		Poll: 200 * time.Millisecond, Halts: halt.Store{Conn: conn}, Owner: "test", Now: time.Now, Logger: slog.New(logs), Registry: prometheus.NewRegistry()}, b)
 	if err != nil {
 		t.Fatal(err)
 	}

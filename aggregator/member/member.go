@@ -1,8 +1,17 @@
-// Package member is how the aggregator's consumer-group sources stop: a stopping member leaves
-// its group at once, so the group hands its partitions on and none comes in; the revoke that
-// leaving runs may write what the member holds until the stop's deadline, and no longer; what is
-// still held then is written once more, and the client closes. Whatever is not written by the
-// deadline, the next owner replays from the ClickHouse checkpoints.
+// Package member is a stream's consumer-group member: Source consumes the stream's topics and
+// drives its partition engine (the views or the clicks aggregator) through assignment, records,
+// flushes, revocation and loss, so that the Kafka side of the exactly-once path is written once.
+//
+// At assignment each partition's checkpoint is checked against its log's bounds (package halt):
+// one that does not fit halts the partition (paused before its first fetch, recorded in
+// ClickHouse, reported by Check and the tally_aggregator_partitions_halted gauge) until an
+// operator's decision names its checkpoint.
+//
+// A stopping member leaves its group at once, so the group hands its partitions on and none
+// comes in; the revoke that leaving runs may write what the member holds until the stop's
+// deadline, and no longer; what is still held then is written once more, and the client closes.
+// Whatever is not written by the deadline, the next owner replays from the ClickHouse
+// checkpoints.
 //
 // A Stop is made before the Kafka client (the group may call back before the client exists)
 // and is safe for concurrent use by the poll loop, the group callbacks and the stopping caller.

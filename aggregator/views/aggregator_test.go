@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/aggregator/member"
 	"tally/platform/chclient"
 	"tally/schemas"
 	"tally/schemas/migrate"
@@ -231,12 +232,15 @@ func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
 			db := fmt.Sprintf("views_stop_test_%d", i)
 			group := fmt.Sprintf("views-stop-test-%d", i)
 			conn := openMigrated(t, ctx, db)
-			start := func() *Source {
+			var firstAgg *Aggregator
+			start := func() *member.Source {
 				// No flush before the stop: everything processed is still pending then.
 				agg := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Hour, SketchInterval: time.Hour,
 					MaxBatch: 100000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
-				src, err := NewSource(Group{Brokers: []string{infra.Kafka.Addr()}, Name: group, SessionTimeout: 6 * time.Second},
-					agg, 200*time.Millisecond, infra.Logger, prometheus.NewRegistry())
+				if firstAgg == nil {
+					firstAgg = agg
+				}
+				src, err := NewSource(testMember(group, conn, infra.Logger), agg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -252,10 +256,10 @@ func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
 				}
 			}
 			testinfra.WaitFor(t, 30*time.Second, "records processed", func() (bool, string) {
-				first.agg.mu.Lock()
-				defer first.agg.mu.Unlock()
+				firstAgg.mu.Lock()
+				defer firstAgg.mu.Unlock()
 				n := 0
-				for _, p := range first.agg.parts {
+				for _, p := range firstAgg.parts {
 					n += p.records
 				}
 				return n > 0, fmt.Sprintf("%d processed", n)
@@ -263,7 +267,7 @@ func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
 			if err := conn.Exec(ctx, "DROP DATABASE "+db); err != nil {
 				t.Fatal(err)
 			}
-			sources := []*Source{first}
+			sources := []*member.Source{first}
 			if tt.rebalance {
 				sources = append(sources, start())
 				time.Sleep(2 * time.Second) // the join starts a rebalance; its callbacks now retry

@@ -53,14 +53,6 @@ func (a *Aggregator) Check(context.Context) error {
 		p.failures, now.Sub(p.since).Round(time.Second), now.Sub(p.lastOK).Round(time.Second), p.lastErr)
 }
 
-// Check reports whether the consumer's Kafka brokers answer.
-func (s *Source) Check(ctx context.Context) error {
-	if err := s.cl.Ping(ctx); err != nil {
-		return fmt.Errorf("kafka: %w", err)
-	}
-	return nil
-}
-
 // repairSchema runs, on every failingAfter-th failure in a row, the schema check of the
 // migrations: a table dropped by hand behind their back (recorded as applied) would otherwise
 // fail every write until a restart. A check that finds everything in place changes nothing; one

@@ -54,8 +54,7 @@ func TestPoisonRecordsSetAside(t *testing.T) {
 	}
 	agg := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: 200 * time.Millisecond, SketchInterval: time.Second,
 		MaxBatch: 100000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
-	src, err := NewSource(Group{Brokers: []string{infra.Kafka.Addr()}, Name: "views-poison-test", SessionTimeout: 6 * time.Second},
-		agg, 200*time.Millisecond, infra.Logger, prometheus.NewRegistry())
+	src, err := NewSource(testMember("views-poison-test", conn, infra.Logger), agg)
 	if err != nil {
 		t.Fatal(err)
 	}

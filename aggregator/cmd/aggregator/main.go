@@ -1,12 +1,22 @@
 // Command aggregator consumes the event topics and writes exact, deduplicated totals to
-// ClickHouse.
+// ClickHouse. `aggregator resume` lists the partitions halted because their checkpoint does not
+// fit their Kafka log, and records an operator's decision to resume one (package halt).
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
+	"os/user"
+	"time"
+
+	"github.com/spf13/pflag"
 
 	"tally/aggregator"
 	"tally/aggregator/aggregatorconf"
+	"tally/aggregator/halt"
+	"tally/platform/chclient"
 	"tally/platform/cli"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
@@ -14,6 +24,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "resume" {
+		os.Exit(resume(os.Args[2:]))
+	}
 	var settings aggregatorconf.Settings
 	// The click-id keys are the clicks section's other part: the aggregator reads none of them,
 	// but loads them so that a file's clicks section is checked whole (config.Section).
@@ -21,4 +34,50 @@ func main() {
 	os.Exit(cli.Run(cli.Command{Name: "aggregator", Args: os.Args[1:], Needs: config.Servers{Kafka: true, ClickHouse: true, Redis: true}, Sections: append(settings.Sections(), &clickIDs), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		return aggregator.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))
+}
+
+// resume runs `aggregator resume` and returns the exit code: 0 done, 1 failed, 2 bad usage.
+func resume(args []string) int {
+	a, rest, err := halt.ParseArgs(args)
+	if errors.Is(err, pflag.ErrHelp) {
+		fmt.Print(halt.Usage)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aggregator resume: %v\n\n%s", err, halt.Usage)
+		return 2
+	}
+	cfg, err := config.Load("aggregator resume", rest)
+	if err == nil {
+		err = cfg.RequireServers(config.Servers{ClickHouse: true})
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aggregator resume: %v\n", err)
+		return 2
+	}
+	if a.By == "" {
+		a.By = operator()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := chclient.Open(ctx, cfg.ClickHouse.Options())
+	if err == nil {
+		defer conn.Close()
+		err = halt.Run(ctx, halt.Store{Conn: conn}, a, time.Now(), os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aggregator resume: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// operator names who decided, when --by does not: user@host.
+func operator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
 }
