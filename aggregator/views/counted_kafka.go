@@ -26,40 +26,28 @@ func (p *partition) secondCounts() []schemas.BucketCount {
 	return out
 }
 
-// syncCounted publishes the batch just written (counts, from offset from to p.flushed) when
-// the topic is known to hold every batch before it; otherwise it catches up from ClickHouse.
-// Errors are logged and retried at the next flush: topk lagging never stops counting.
+// follow is how this stream's batches reach the counted topic.
+func (a *Aggregator) follow() counted.Follow {
+	return counted.Follow{Topic: a.cfg.Counted, Kind: schemas.CountItems, Now: a.now, Logger: a.logger, Errors: a.m.countedErrors}
+}
+
+// syncCounted publishes the batch just written (counts, from offset from to p.flushed).
 func (a *Aggregator) syncCounted(ctx context.Context, p *partition, counts []schemas.BucketCount, from int64) {
 	if a.cfg.Counted == nil {
 		return
 	}
-	if p.countedEnd == from {
-		b := schemas.BatchID{Partition: p.id, Epoch: p.epoch, Start: from, End: p.flushed}
-		err := a.cfg.Counted.Publish(ctx, schemas.CountItems, b, counts)
-		if err == nil {
-			p.countedEnd = p.flushed
-			return
-		}
-		a.logger.Warn("publish counted batch; catching up from clickhouse", "partition", p.id, "err", err)
-	}
-	if err := a.catchUpCounted(ctx, p); err != nil {
-		a.m.countedErrors.Inc()
-		p.countedEnd = -1
-		a.logger.Warn("bring the counted topic up to the checkpoint; retrying at the next flush", "partition", p.id, "err", err)
-	}
+	b := schemas.BatchID{Partition: p.id, Epoch: p.epoch, Start: from, End: p.flushed}
+	a.follow().Batch(ctx, &p.countedEnd, b, counts, a.storedBatches(ctx, p))
 }
 
 // catchUpCountedAll catches up newly assigned partitions: a new owner cannot know what the
-// previous one published. Errors are logged; the partition's next flush tries again.
+// previous one published. A failure is retried at the partition's next flush.
 func (a *Aggregator) catchUpCountedAll(ctx context.Context, parts []*partition) {
 	if a.cfg.Counted == nil {
 		return
 	}
 	for _, p := range parts {
-		if err := a.catchUpCounted(ctx, p); err != nil {
-			a.m.countedErrors.Inc()
-			a.logger.Warn("bring the counted topic up to the checkpoint; retrying at the next flush", "partition", p.id, "err", err)
-		}
+		_ = a.catchUpCounted(ctx, p)
 	}
 }
 
@@ -86,25 +74,21 @@ func (t lastRead) Last(ctx context.Context, kind schemas.CountKind, part int32) 
 	return t.last.batch, t.last.found, nil
 }
 
-// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks
-// (counted.CatchUp).
+// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks.
 func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
 	topic := a.cfg.Counted
 	if p.countedLast != nil {
 		topic = lastRead{Topic: topic, part: p.id, last: *p.countedLast}
 		p.countedLast = nil
 	}
-	n, err := counted.CatchUp(ctx, topic, schemas.CountItems, p.id, a.now(), func(after int64, since time.Time) ([]counted.Stored, error) {
+	return a.follow().CatchUp(ctx, topic, &p.countedEnd, p.id, p.flushed, a.storedBatches(ctx, p))
+}
+
+// storedBatches reads p's valid batches up to its checkpoint.
+func (a *Aggregator) storedBatches(ctx context.Context, p *partition) counted.Reader {
+	return func(after int64, since time.Time) ([]counted.Stored, error) {
 		return a.store.batchSeconds(ctx, p.id, after, p.flushed, since, p.fence.invalidSQL(p.fence.epochs()))
-	})
-	if err != nil {
-		return err
 	}
-	if n > 0 {
-		a.logger.Info("counted topic caught up from clickhouse", "partition", p.id, "batches", n, "to", p.flushed)
-	}
-	p.countedEnd = p.flushed
-	return nil
 }
 
 // batchSeconds reads partition p's valid batches ending in (after, to], in offset order, with
