@@ -290,8 +290,8 @@ func TestRefusedRecordsSetAsideOnce(t *testing.T) {
 			bySource[k.source]++
 		}
 		for _, source := range []string{schemas.TopicClicks, schemas.TopicFraudVerdicts} {
-			if got := counterValue(t, reg, "tally_clicks_dead_letters_total", source); got != bySource[source] {
-				t.Errorf("tally_clicks_dead_letters_total{source=%q}: got %v; want %v", source, got, bySource[source])
+			if got := counterValue(t, reg, "tally_dead_letters_total", source); got != bySource[source] {
+				t.Errorf("tally_dead_letters_total{source=%q}: got %v; want %v", source, got, bySource[source])
 			}
 		}
 		if got := counterValue(t, reg, "tally_clicks_undecodable_total", ""); got != float64(len(replayed)) {

@@ -18,6 +18,7 @@ package deadletter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -55,17 +56,20 @@ type Writer struct {
 	written *prometheus.CounterVec
 }
 
-// New returns a Writer that counts the rows it writes, by source, in the counter metric
-// registered in reg.
-func New(metric string, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Writer {
-	w := &Writer{
-		now:    now,
-		logger: logger,
-		written: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metric,
-			Help: "Records or rows set aside in the dead_letters table, by source (a replay writes its batch's again)."}, []string{"source"}),
+// New returns a Writer that counts the rows it writes, by source, in tally_dead_letters_total,
+// registered in reg. Every stream's Writer of a process shares that one counter: a second New
+// on the same registry counts into the first one's.
+func New(now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Writer {
+	written := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_dead_letters_total",
+		Help: "Records or rows set aside in the dead_letters table, by source (a replay writes its batch's again)."}, []string{"source"})
+	if err := reg.Register(written); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			panic(fmt.Sprintf("register tally_dead_letters_total: %v", err)) // a programming error: two different metrics of one name
+		}
+		written = already.ExistingCollector.(*prometheus.CounterVec)
 	}
-	reg.MustRegister(w.written)
-	return w
+	return &Writer{now: now, logger: logger, written: written}
 }
 
 // key names a row of dead_letters.

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tally/aggregator/counted"
+	"tally/aggregator/deadletter"
 	"tally/aggregator/flushpace"
 	"tally/platform/retry"
 	"tally/platform/totals"
@@ -104,7 +105,7 @@ type metrics struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn, newDeadLetters(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
+	a := &Aggregator{cfg: cfg, store: store{conn, deadletter.New(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
 		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, pace: flushpace.New(cfg.FlushInterval, now())}
 	t0 := now()
 	a.sketchSlot = flushpace.NewSlot(cfg.SketchInterval, t0.Add(cfg.SketchInterval))

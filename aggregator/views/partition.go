@@ -27,6 +27,7 @@ import (
 	"github.com/axiomhq/hyperloglog"
 	metro "github.com/dgryski/go-metro"
 
+	"tally/aggregator/deadletter"
 	"tally/schemas"
 	"tally/schemas/dedupe"
 )
@@ -99,8 +100,8 @@ type partition struct {
 	// sketches touched since assignment; clean ones idle for a while are dropped.
 	sketches  map[sketchKey]*sketch
 	lastEvict time.Time
-	poison    int          // records set aside in this batch
-	dead      []deadLetter // their dead letters, written before the batch (deadletter.go)
+	poison    int                 // records set aside in this batch
+	dead      []deadletter.Letter // their dead letters, written before the batch (deadletter.go)
 
 	// Fencing (docs/EXACTLY_ONCE.md, "Zombie aggregators"): the epoch this owner claimed, the
 	// checkpoint it claimed from, the claims that decide which batches are valid, and the

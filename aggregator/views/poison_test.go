@@ -132,7 +132,7 @@ func TestPoisonReplaySetsAsideTheSame(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashed.Process(4, offsets, values)
-	if err := crashed.store.dead.writePending(ctx, conn, []*partition{crashed.parts[4]}); err != nil {
+	if err := writePending(ctx, crashed.store.dead, conn, []*partition{crashed.parts[4]}); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()

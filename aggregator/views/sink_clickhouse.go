@@ -10,6 +10,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/axiomhq/hyperloglog"
 
+	"tally/aggregator/deadletter"
 	"tally/platform/chclient"
 	"tally/schemas/dedupe"
 )
@@ -17,7 +18,7 @@ import (
 // store reads and writes the views tables (schemas/migrations/001_views.sql).
 type store struct {
 	conn driver.Conn
-	dead *deadLetters
+	dead *deadletter.Writer
 }
 
 // checkpoint is where a partition resumes: the end offset of its last valid batch, the
@@ -149,7 +150,7 @@ func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.
 }
 
 func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
-	if err := s.dead.writePending(ctx, s.conn, parts); err != nil {
+	if err := writePending(ctx, s.dead, s.conn, parts); err != nil {
 		return err
 	}
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)")
@@ -220,7 +221,7 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 		return fmt.Errorf("load sketches of %d items: %w", len(items), err)
 	}
 	defer rows.Close()
-	var setAside []deadLetter
+	var setAside []deadletter.Letter
 	for rows.Next() {
 		var item string
 		var day uint32
@@ -241,7 +242,7 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 		return fmt.Errorf("read sketches: %w", err)
 	}
 	rows.Close()
-	return s.dead.write(ctx, s.conn, setAside)
+	return s.dead.Write(ctx, s.conn, setAside)
 }
 
 // mergeDeltas merges into the partitions' in-memory sketches of items each partition's sketch
@@ -267,7 +268,7 @@ func (s *store) mergeDeltas(ctx context.Context, items []string, want map[string
 		return fmt.Errorf("load sketch deltas of %d items: %w", len(items), err)
 	}
 	defer rows.Close()
-	var setAside []deadLetter
+	var setAside []deadletter.Letter
 	for rows.Next() {
 		var part uint16
 		var end int64
@@ -289,7 +290,7 @@ func (s *store) mergeDeltas(ctx context.Context, items []string, want map[string
 		return fmt.Errorf("read sketch deltas: %w", err)
 	}
 	rows.Close()
-	return s.dead.write(ctx, s.conn, setAside)
+	return s.dead.Write(ctx, s.conn, setAside)
 }
 
 // mergeInto merges blob, a stored sketch of k, into the unloaded in-memory sketch of k of each

@@ -70,7 +70,7 @@ func TestAuditListsRejectedRecords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, at := range tt.seen {
-			w := deadletter.New("test_dead_letters_total", func() time.Time { return at }, infra.Logger, prometheus.NewRegistry())
+			w := deadletter.New(func() time.Time { return at }, infra.Logger, prometheus.NewRegistry())
 			if err := w.Write(ctx, f.conn, []deadletter.Letter{tt.letter}); err != nil {
 				t.Fatal(err)
 			}
