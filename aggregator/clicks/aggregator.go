@@ -14,6 +14,7 @@ import (
 
 	countedtopic "tally/aggregator/counted"
 	"tally/aggregator/deadletter"
+	"tally/aggregator/fence"
 	"tally/aggregator/flushpace"
 	"tally/platform/retry"
 	"tally/schemas"
@@ -90,24 +91,20 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]offsets
 	var assigned []*partition
 	for _, id := range ids {
 		t0 := time.Now()
-		claims, err := a.store.loadClaims(ctx, id)
+		f, err := a.store.loadClaims(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		invalid := invalidSQL(claims)
-		cp, err := a.store.loadCheckpoint(ctx, id, invalid)
+		cp, err := a.store.loadCheckpoint(ctx, id, f.AnyInvalidSQL())
 		if err != nil {
 			return nil, err
 		}
-		var epoch uint64 = 1
-		if n := len(claims); n > 0 {
-			epoch = claims[n-1].epoch + 1
-		}
-		c := claim{epoch: epoch, start: cp.at}
+		epoch := f.MaxEpoch() + 1
+		c := fence.Claim{Epoch: epoch, Start: []int64{cp.at.clicks, cp.at.verdicts}}
 		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, a.now()); err != nil {
 			return nil, err
 		}
-		invalid = invalidSQL(append(claims, c))
+		invalid := f.With(c).AnyInvalidSQL()
 		hours, err := a.store.hoursAfter(ctx, id, cp.rolled, invalid)
 		if err != nil {
 			return nil, err

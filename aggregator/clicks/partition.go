@@ -121,7 +121,7 @@ type partition struct {
 	countedEnd int64
 
 	epoch uint64
-	// invalid is the fence over the partition's claims up to this owner's (invalidSQL).
+	// invalid is the fence over the partition's claims up to this owner's (fence.AnyInvalidSQL).
 	invalid string
 }
 

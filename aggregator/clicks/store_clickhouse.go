@@ -8,6 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"tally/aggregator/fence"
 	"tally/platform/chclient"
 	"tally/schemas"
 	"tally/schemas/dedupe"
@@ -18,49 +19,38 @@ type store struct {
 	conn driver.Conn
 }
 
-// claim is one assignment of a partition: the epoch its owner writes under and the checkpoint
-// it resumed from.
-type claim struct {
-	epoch uint64
-	start offsets
-}
+// clickColumns are the end-offset columns of a clicks batch, for its fence (docs/EXACTLY_ONCE.md):
+// a batch of epoch e is invalid when a claim of a later epoch started before its end in either
+// topic.
+var clickColumns = []string{"clicks_end", "verdicts_end"}
 
-// invalidSQL is the fence of docs/EXACTLY_ONCE.md over the columns epoch, clicks_end and
-// verdicts_end: a batch of epoch e is invalid when a claim of a later epoch started before the
-// batch's end (in either topic). Such a batch was written by an owner that had lost the
-// partition after the new owner read the checkpoint; the new owner replays its records itself.
-func invalidSQL(claims []claim) string {
-	var terms []string
-	for _, c := range claims {
-		terms = append(terms, fmt.Sprintf("(epoch < %d AND (clicks_end > %d OR verdicts_end > %d))", c.epoch, c.start.clicks, c.start.verdicts))
-	}
-	if len(terms) == 0 {
-		return "0"
-	}
-	return strings.Join(terms, " OR ")
-}
-
-func (s store) loadClaims(ctx context.Context, p int32) ([]claim, error) {
+// loadClaims reads partition p's claims: each starts at its checkpoint in both topics.
+func (s store) loadClaims(ctx context.Context, p int32) (fence.Fence, error) {
 	rows, err := s.conn.Query(ctx, `SELECT epoch, start_clicks, start_verdicts FROM click_partition_claims WHERE partition = ? ORDER BY epoch`, uint16(p))
 	if err != nil {
-		return nil, fmt.Errorf("load claims of click partition %d: %w", p, err)
+		return fence.Fence{}, fmt.Errorf("load claims of click partition %d: %w", p, err)
 	}
 	defer rows.Close()
-	var out []claim
+	var out []fence.Claim
 	for rows.Next() {
-		var c claim
-		if err := rows.Scan(&c.epoch, &c.start.clicks, &c.start.verdicts); err != nil {
-			return nil, fmt.Errorf("scan claim of click partition %d: %w", p, err)
+		var c fence.Claim
+		var start offsets
+		if err := rows.Scan(&c.Epoch, &start.clicks, &start.verdicts); err != nil {
+			return fence.Fence{}, fmt.Errorf("scan claim of click partition %d: %w", p, err)
 		}
+		c.Start = []int64{start.clicks, start.verdicts}
 		out = append(out, c)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return fence.Fence{}, fmt.Errorf("read claims of click partition %d: %w", p, err)
+	}
+	return fence.New(clickColumns, out), nil
 }
 
-func (s store) insertClaim(ctx context.Context, p int32, c claim, owner string, now time.Time) error {
+func (s store) insertClaim(ctx context.Context, p int32, c fence.Claim, owner string, now time.Time) error {
 	if err := s.conn.Exec(ctx, `INSERT INTO click_partition_claims (partition, epoch, start_clicks, start_verdicts, owner, claimed_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		uint16(p), c.epoch, c.start.clicks, c.start.verdicts, owner, now); err != nil {
-		return fmt.Errorf("claim click partition %d epoch %d: %w", p, c.epoch, err)
+		uint16(p), c.Epoch, c.Start[0], c.Start[1], owner, now); err != nil {
+		return fmt.Errorf("claim click partition %d epoch %d: %w", p, c.Epoch, err)
 	}
 	return nil
 }

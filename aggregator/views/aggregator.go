@@ -19,6 +19,7 @@ import (
 
 	"tally/aggregator/counted"
 	"tally/aggregator/deadletter"
+	"tally/aggregator/fence"
 	"tally/aggregator/flushpace"
 	"tally/platform/retry"
 	"tally/platform/totals"
@@ -198,8 +199,8 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 			return nil, err
 		}
 		prev := int64(-1) // where the previous owner started: zombies of older epochs wrote after it
-		if n := len(f.claims); n > 0 {
-			prev = f.claims[n-1].start
+		if last, ok := f.Last(); ok {
+			prev = last.Start[0]
 		}
 		ep, err := a.newEpoch(ctx, id, f, cp)
 		if err != nil {
@@ -209,12 +210,12 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		if err != nil {
 			return nil, err
 		}
-		c := claim{epoch: ep.epoch, start: start, at: a.now()}
-		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, c.at); err != nil {
+		c := fence.Claim{Epoch: ep.epoch, Start: []int64{start}, At: a.now()}
+		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, c.At); err != nil {
 			return nil, err
 		}
 		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
-		p.epoch, p.rolled = c.epoch, cp.rolled
+		p.epoch, p.rolled = c.Epoch, cp.rolled
 		p.redisStale, p.countedLast = ep.disagree, ep.counted
 		// The first fold cycle folds what earlier owners left unfolded: the deltas up to the
 		// sketch checkpoint (none of theirs lies above it that this owner does not replay).
@@ -224,9 +225,9 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		}
 		p.folded = cp.folded
 		p.startFold(cp.sketched, unfolded, a.foldRounds())
-		p.fence = newFence(append(f.claims, c))
-		p.start = c.start
-		if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.lookback(c.at.Add(-zombieLookback), prev)}); err != nil {
+		p.fence = f.With(c)
+		p.start = start
+		if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.Lookback(c.At.Add(-zombieLookback), prev)}); err != nil {
 			return nil, err
 		}
 		pairs := 0
@@ -240,7 +241,7 @@ func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, 
 		p.lastEvict = a.now()
 		a.parts[id] = p
 		assigned = append(assigned, p)
-		a.logger.Info("partition assigned", "partition", id, "epoch", c.epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
+		a.logger.Info("partition assigned", "partition", id, "epoch", c.Epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
 			"fold_checkpoint", cp.folded, "unfolded_sketches", len(p.foldQueue),
 			"found", cp.found, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
 	}
@@ -274,7 +275,7 @@ type newClaimEpoch struct {
 // partition_claims lose rows may have taken more with it. A store that cannot be read now
 // (Redis, the counted topic) is left out; a Redis guard found newer later is handled when the
 // totals catch up (catchUpTotals).
-func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence, cp checkpoint) (newClaimEpoch, error) {
+func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence.Fence, cp checkpoint) (newClaimEpoch, error) {
 	items, err := a.store.newestBatchEpoch(ctx, id)
 	if err != nil {
 		return newClaimEpoch{}, err
@@ -298,7 +299,7 @@ func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence, cp checkpo
 			}
 		}
 	}
-	claims := f.maxEpoch()
+	claims := f.MaxEpoch()
 	top := claims
 	for _, e := range held {
 		top = max(top, e)
@@ -318,7 +319,7 @@ func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence, cp checkpo
 
 // claimStart is the start a new claim of partition id records: the checkpoint it resumes from.
 // Without one (no marker of the partition in view_deltas) that is 0, and every batch of an older
-// epoch is then beyond the claim's start: a zombie's (fence.go), whose buckets the new owner sets
+// epoch is then beyond the claim's start: a zombie's (package fence), whose buckets the new owner sets
 // to the deltas and whose deltas it deletes. When batches were written before and their markers
 // are gone (view_deltas dropped or truncated; an idle partition's markers expired), that would
 // take their views out of the rollups. So when some batch is proven written (a claim started
@@ -326,7 +327,7 @@ func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence, cp checkpo
 // the highest end offset batch_items lists: every batch listed before the claim stays valid, and
 // those whose deltas are gone are found lost (lostBatches) rather than undone. Consumption still
 // resumes at Kafka's committed offset, as for any partition without a checkpoint.
-func (a *Aggregator) claimStart(ctx context.Context, id int32, f fence, cp checkpoint) (int64, error) {
+func (a *Aggregator) claimStart(ctx context.Context, id int32, f fence.Fence, cp checkpoint) (int64, error) {
 	if cp.found {
 		return cp.end, nil
 	}
@@ -335,8 +336,8 @@ func (a *Aggregator) claimStart(ctx context.Context, id int32, f fence, cp check
 		return 0, err
 	}
 	proven := max(written, cp.sketched, cp.folded)
-	for _, c := range f.claims {
-		proven = max(proven, c.start)
+	for _, c := range f.Claims() {
+		proven = max(proven, c.Start[0])
 	}
 	if proven <= 0 {
 		return cp.end, nil // a new partition, or one whose first batch never reached view_deltas
@@ -404,7 +405,7 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 		ttl = 7 * 24 * time.Hour
 	}
 	horizon := a.now().Add(-ttl + time.Hour)
-	invalid := p.fence.invalidSQL(p.fence.epochs())
+	invalid := p.fence.InvalidSQL()
 	// Only items whose deltas are complete are repaired: view_deltas that lost batches (dropped
 	// and re-created, or truncated) would have their views taken out of the rollups.
 	lost, err := a.store.lostBatches(ctx, p, items, a.now().Add(-ttl+markerSlack))

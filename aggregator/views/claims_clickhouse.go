@@ -7,34 +7,40 @@ import (
 	"strings"
 	"time"
 
+	"tally/aggregator/fence"
 	"tally/platform/chclient"
 )
 
+// viewColumns are the end-offset columns of a views batch, for its fence.
+var viewColumns = []string{"end_offset"}
+
 // loadFence reads partition p's claims.
-func (s *store) loadFence(ctx context.Context, p int32) (fence, error) {
+func (s *store) loadFence(ctx context.Context, p int32) (fence.Fence, error) {
 	rows, err := s.conn.Query(ctx, `SELECT epoch, start_offset, claimed_at FROM partition_claims WHERE partition = ?`, uint16(p))
 	if err != nil {
-		return fence{}, fmt.Errorf("load claims of partition %d: %w", p, err)
+		return fence.Fence{}, fmt.Errorf("load claims of partition %d: %w", p, err)
 	}
 	defer rows.Close()
-	var cs []claim
+	var cs []fence.Claim
 	for rows.Next() {
-		var c claim
-		if err := rows.Scan(&c.epoch, &c.start, &c.at); err != nil {
-			return fence{}, fmt.Errorf("scan claim of partition %d: %w", p, err)
+		var c fence.Claim
+		var start int64
+		if err := rows.Scan(&c.Epoch, &start, &c.At); err != nil {
+			return fence.Fence{}, fmt.Errorf("scan claim of partition %d: %w", p, err)
 		}
+		c.Start = []int64{start}
 		cs = append(cs, c)
 	}
 	if err := rows.Err(); err != nil {
-		return fence{}, fmt.Errorf("read claims of partition %d: %w", p, err)
+		return fence.Fence{}, fmt.Errorf("read claims of partition %d: %w", p, err)
 	}
-	return newFence(cs), nil
+	return fence.New(viewColumns, cs), nil
 }
 
-func (s *store) insertClaim(ctx context.Context, p int32, c claim, owner string, now time.Time) error {
+func (s *store) insertClaim(ctx context.Context, p int32, c fence.Claim, owner string, now time.Time) error {
 	if err := s.conn.Exec(ctx, `INSERT INTO partition_claims (partition, epoch, start_offset, owner, claimed_at) VALUES (?, ?, ?, ?, ?)`,
-		uint16(p), c.epoch, c.start, owner, now); err != nil {
-		return fmt.Errorf("claim partition %d epoch %d: %w", p, c.epoch, err)
+		uint16(p), c.Epoch, c.Start[0], owner, now); err != nil {
+		return fmt.Errorf("claim partition %d epoch %d: %w", p, c.Epoch, err)
 	}
 	return nil
 }
@@ -144,7 +150,7 @@ func (s *store) zombieBatches(ctx context.Context, after map[*partition]int64) (
 		return nil, nil
 	}
 	conds := make([]string, 0, len(after))
-	fences := make(map[int32]fence, len(after))
+	fences := make(map[int32]fence.Fence, len(after))
 	for p, from := range after {
 		conds = append(conds, fmt.Sprintf("(partition = %d AND end_offset > %d AND epoch < %d)", p.id, from, p.epoch))
 		fences[p.id] = p.fence
@@ -161,7 +167,7 @@ func (s *store) zombieBatches(ctx context.Context, after map[*partition]int64) (
 		if err := rows.Scan(&p, &b.epoch, &b.end); err != nil {
 			return nil, fmt.Errorf("scan batch of an older epoch: %w", err)
 		}
-		if !fences[int32(p)].valid(b.epoch, b.end) {
+		if !fences[int32(p)].Valid(b.epoch, b.end) {
 			out[int32(p)] = append(out[int32(p)], b)
 		}
 	}
@@ -195,7 +201,7 @@ func (s *store) newestBatchEpoch(ctx context.Context, p int32) (uint64, error) {
 // it: the highest end offset it lists, and the highest end offset of a batch proven written
 // (0: none), that is of a batch that is not its epoch's last: an owner writes the items of its
 // next batch only after the deltas of the one before succeeded, and a valid batch's deltas are
-// never dropped by the statement's fence (fence.go).
+// never dropped by the statement's fence (package fence).
 func (s *store) history(ctx context.Context, p int32) (itemsEnd, written int64, err error) {
 	err = s.conn.QueryRow(ctx, `SELECT
 			(SELECT max(end_offset) FROM batch_items WHERE partition = ?),
@@ -230,7 +236,7 @@ func (s *store) lostBatches(ctx context.Context, p *partition, items []string, m
 			WHERE partition = %[1]d AND item_id IN (?) AND written_at >= toDateTime(%[2]d) AND end_offset > 0
 				AND (epoch < %[3]d OR (epoch = %[3]d AND end_offset <= %[4]d)) AND NOT (%[5]s)
 				AND (epoch, end_offset) NOT IN (SELECT epoch, end_offset FROM view_deltas WHERE item_id = '' AND partition = %[1]d)`,
-			p.id, markersFrom.Unix(), p.epoch, p.flushed, p.fence.anyInvalidSQL()), round)
+			p.id, markersFrom.Unix(), p.epoch, p.flushed, p.fence.AnyInvalidSQL()), round)
 		if err != nil {
 			return nil, fmt.Errorf("look for batches of partition %d missing from view_deltas: %w", p.id, err)
 		}

@@ -87,7 +87,7 @@ func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
 // storedBatches reads p's valid batches up to its checkpoint.
 func (a *Aggregator) storedBatches(ctx context.Context, p *partition) counted.Reader {
 	return func(after int64, since time.Time) ([]counted.Stored, error) {
-		return a.store.batchSeconds(ctx, p.id, after, p.flushed, since, p.fence.invalidSQL(p.fence.epochs()))
+		return a.store.batchSeconds(ctx, p.id, after, p.flushed, since, p.fence.InvalidSQL())
 	}
 }
 

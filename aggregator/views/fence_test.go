@@ -13,67 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func TestFenceValidity(t *testing.T) {
-	f := newFence([]claim{{epoch: 2, start: 100}, {epoch: 1, start: 0}, {epoch: 3, start: 250}})
-	tests := []struct {
-		epoch uint64
-		end   int64
-		want  bool
-	}{
-		{0, 0, true},     // before any claim
-		{0, 1, false},    // a pre-claim batch ending after the first claim's start
-		{1, 100, true},   // the first owner's last batch before the second claimed
-		{1, 101, false},  // written by the first owner after the second claimed
-		{1, 300, false},  // ... also beyond the third claim
-		{2, 250, true},   // the second owner up to the third claim
-		{2, 251, false},  // the second owner as a zombie
-		{3, 9999, true},  // the newest owner is never limited
-		{4, 10000, true}, // an epoch nobody claimed yet (cannot happen): unlimited
-	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprintf("epoch %d end %d", tt.epoch, tt.end), func(t *testing.T) {
-			if got := f.valid(tt.epoch, tt.end); got != tt.want {
-				t.Errorf("got valid %v; want %v", got, tt.want)
-			}
-		})
-	}
-	if got, want := f.invalidSQL([]uint64{1, 3}), "(epoch = 1 AND end_offset > 100)"; got != want {
-		t.Errorf("got invalid condition %q; want %q", got, want)
-	}
-	// Every epoch, also one no claim names any more (its row lost), by the claims that remain.
-	if got, want := f.anyInvalidSQL(), "(epoch < 1 AND end_offset > 0) OR (epoch < 2 AND end_offset > 100) OR (epoch < 3 AND end_offset > 250)"; got != want {
-		t.Errorf("got invalid condition over every epoch %q; want %q", got, want)
-	}
-	if got, want := f.maxEpoch(), uint64(3); got != want {
-		t.Errorf("got max epoch %d; want %d", got, want)
-	}
-}
-
-func TestFenceLookback(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	f := newFence([]claim{{epoch: 1, start: 0, at: t0}, {epoch: 2, start: 40, at: t0.Add(time.Minute)},
-		{epoch: 3, start: 100, at: t0.Add(2 * time.Minute)}})
-	tests := []struct {
-		name  string
-		since time.Time
-		upTo  int64
-		want  int64
-	}{
-		{"every claim recent", t0, 100, 0},
-		{"the two newest recent", t0.Add(time.Minute), 100, 40},
-		{"only the newest recent", t0.Add(2 * time.Minute), 100, 100},
-		{"none recent: upTo", t0.Add(time.Hour), 70, 70},
-		{"upTo below every recent start", t0, -1, -1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := f.lookback(tt.since, tt.upTo); got != tt.want {
-				t.Errorf("got lookback %d; want %d", got, tt.want)
-			}
-		})
-	}
-}
-
 // A ClickHouse server may commit a statement whose check of the claims (inside the statement)
 // ran just before a claim. If that owner dies before it looks for zombies' batches, and the next
 // owner's checkpoint is already past the batch, the next owner must still find it: it looks back

@@ -28,6 +28,7 @@ import (
 	metro "github.com/dgryski/go-metro"
 
 	"tally/aggregator/deadletter"
+	"tally/aggregator/fence"
 	"tally/schemas"
 	"tally/schemas/dedupe"
 )
@@ -108,7 +109,7 @@ type partition struct {
 	// zombie batches already undone, with when they were first undone.
 	epoch  uint64
 	start  int64
-	fence  fence
+	fence  fence.Fence
 	undone map[batchRef]time.Time
 	// rolled is the offset up to which the rollups are known to hold this partition's batches;
 	// rollups holds the views of the batches written since (rolled to flushed) per item and
@@ -405,5 +406,5 @@ func floorDiv(a, b int64) int64 {
 // Computed at each look, so that once those claims are older the look costs no more than one
 // from its own start.
 func (p *partition) zombiesFrom(now time.Time) int64 {
-	return p.fence.lookback(now.Add(-zombieLookback), p.start)
+	return p.fence.Lookback(now.Add(-zombieLookback), p.start)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/axiomhq/hyperloglog"
 
 	"tally/aggregator/deadletter"
+	"tally/aggregator/fence"
 	"tally/platform/chclient"
 	"tally/schemas/dedupe"
 )
@@ -39,13 +40,13 @@ type checkpoint struct {
 }
 
 // loadCheckpoint reads partition p's checkpoint from the markers of its valid batches.
-func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence) (checkpoint, error) {
+func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence.Fence) (checkpoint, error) {
 	var cp checkpoint
 	var n uint64
 	err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset),
 			argMax(rolled_up_to, end_offset), (SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?),
 			(SELECT max(end_offset) FROM sketch_folds WHERE partition = ?), max(epoch)
-		FROM view_deltas WHERE item_id = '' AND partition = ? AND NOT (%s)`, f.invalidSQL(f.epochs())),
+		FROM view_deltas WHERE item_id = '' AND partition = ? AND NOT (%s)`, f.InvalidSQL()),
 		uint16(p), uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched, &cp.folded, &cp.epoch)
 	if err != nil {
 		return cp, fmt.Errorf("load checkpoint of partition %d: %w", p, err)

@@ -136,7 +136,7 @@ func (a *Aggregator) applyStoredBatches(ctx context.Context, p *partition, from 
 	if from >= p.flushed {
 		return nil
 	}
-	batches, err := a.store.batchTotals(ctx, p.id, from, p.flushed, p.fence.invalidSQL(p.fence.epochs()))
+	batches, err := a.store.batchTotals(ctx, p.id, from, p.flushed, p.fence.InvalidSQL())
 	if err != nil {
 		return err
 	}
