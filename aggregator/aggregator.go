@@ -157,6 +157,7 @@ func (w *wiring) clicks() lifecycle.Part {
 			Owner:          owner(s.InstanceID),
 			Counted:        w.pubTo,
 		}, w.conn, w.e.Now, w.e.Logger, w.e.Registry)
+		w.e.Runner.AddCheck("aggregator clicks progress", agg.Check)
 		g.Name = s.Clicks.Group
 		if s.InstanceID != "" {
 			g.InstanceID = s.InstanceID + "-clicks" // a static member id is per group member

@@ -2,7 +2,6 @@ package clicks
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
@@ -16,7 +15,7 @@ import (
 	"tally/aggregator/deadletter"
 	"tally/aggregator/fence"
 	"tally/aggregator/flushpace"
-	"tally/platform/retry"
+	"tally/aggregator/writes"
 	"tally/schemas"
 )
 
@@ -42,6 +41,7 @@ type Aggregator struct {
 	cfg    Config
 	store  store
 	dead   *deadletter.Writer
+	writes *writes.Tracker // the ClickHouse steps, retried, and their health for readiness
 	now    func() time.Time
 	logger *slog.Logger
 
@@ -77,6 +77,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Help: "Failed attempts to bring the counted topic (topk's input) up to the click checkpoint (retried at the next flush)."}),
 	}
 	reg.MustRegister(a.records, a.countedN, a.poison, a.verdicts, a.flushSeconds, a.stepSeconds, a.flushErrors, a.fenced, a.zombies, a.countedErrors)
+	a.writes = writes.New(writes.Config{Conn: conn, Now: now, Logger: logger, Errors: a.flushErrors, Steps: a.stepSeconds})
 	return a
 }
 
@@ -438,14 +439,11 @@ func (a *Aggregator) fenceCheck(ctx context.Context, parts *[]*partition) error 
 	return nil
 }
 
+// retry runs a flush step until it succeeds or ctx ends (package writes).
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
-	defer prometheus.NewTimer(a.stepSeconds.WithLabelValues(what)).ObserveDuration()
-	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
-		a.flushErrors.Inc()
-		a.logger.Warn("clickhouse step of the click path failed; retrying", "step", what, "err", err, "backoff", wait)
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+	return a.writes.Do(ctx, what, fn)
 }
+
+// Check reports an error, for readiness, while the click path's ClickHouse steps keep failing
+// (package writes).
+func (a *Aggregator) Check(ctx context.Context) error { return a.writes.Check(ctx) }

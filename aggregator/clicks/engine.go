@@ -2,6 +2,7 @@ package clicks
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -22,9 +23,15 @@ func NewSource(c member.Config, agg *Aggregator) (*member.Source, error) {
 // engine is the Aggregator as a member.Source drives it.
 type engine struct{ a *Aggregator }
 
+// Assign also reports to readiness whether partition state loads.
 func (e engine) Assign(ctx context.Context, ids []int32) (member.Resume, error) {
 	at, err := e.a.Assign(ctx, ids)
-	return member.Resume{At: split(at)}, err
+	if err != nil {
+		e.a.writes.Failed(e.a.now(), fmt.Errorf("load click partition state: %w", err))
+		return member.Resume{}, err
+	}
+	e.a.writes.Succeeded(e.a.now())
+	return member.Resume{At: split(at)}, nil
 }
 
 func (e engine) Process(topic string, id int32, recs []*kgo.Record) { e.a.Process(topic, id, recs) }

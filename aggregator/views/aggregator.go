@@ -21,7 +21,7 @@ import (
 	"tally/aggregator/deadletter"
 	"tally/aggregator/fence"
 	"tally/aggregator/flushpace"
-	"tally/platform/retry"
+	"tally/aggregator/writes"
 	"tally/platform/totals"
 	"tally/schemas"
 )
@@ -65,8 +65,8 @@ type Aggregator struct {
 	logger *slog.Logger
 
 	tot        *totals.Store
-	partitions int      // of the views topic, to map items to partitions when rebuilding Redis
-	progress   progress // for readiness (health.go)
+	partitions int             // of the views topic, to map items to partitions when rebuilding Redis
+	writes     *writes.Tracker // the ClickHouse steps, retried, and their health for readiness
 
 	mu    sync.Mutex
 	parts map[int32]*partition
@@ -146,7 +146,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		repairsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_rollup_repairs_refused_total",
 			Help: "Rollup buckets a repair left as they were although they differ from the deltas, because view_deltas lost batches of their items (dropped or truncated): the deltas no longer hold those buckets whole. Counted at every repair run that leaves them."}),
 	}
-	a.progress.lastOK = now()
+	a.writes = writes.New(writes.Config{Conn: conn, Now: now, Logger: logger, Errors: a.m.flushErrors})
 	a.m.pairs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_views_dedupe_pairs", Help: "Live (viewer, item) pairs held by the dedupe windows."}, func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -1070,21 +1070,12 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+// retry runs a flush step until it succeeds or ctx ends (package writes).
 func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
-	return a.retryAt(ctx, what, a.now, fn)
+	return a.writes.Do(ctx, what, fn)
 }
 
-// retryAt is retry recording its progress at the times at gives.
+// retryAt is retry recording its health at the times at gives.
 func (a *Aggregator) retryAt(ctx context.Context, what string, at func() time.Time, fn func() error) error {
-	err := retry.Do(ctx, 5*time.Second, fn, func(err error, wait time.Duration) {
-		a.m.flushErrors.Inc()
-		a.progress.failed(at(), fmt.Errorf("%s: %w", what, err))
-		a.repairSchema(ctx)
-		a.logger.Warn("clickhouse write failed; retrying", "step", what, "err", err, "backoff", wait)
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	a.progress.succeeded(at())
-	return nil
+	return a.writes.DoAt(ctx, what, at, fn)
 }

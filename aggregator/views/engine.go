@@ -29,10 +29,10 @@ type engine struct {
 func (e *engine) Assign(ctx context.Context, ids []int32) (member.Resume, error) {
 	at, err := e.a.Assign(ctx, ids)
 	if err != nil {
-		e.a.progress.failed(e.a.now(), fmt.Errorf("load partition state: %w", err))
+		e.a.writes.Failed(e.a.now(), fmt.Errorf("load partition state: %w", err))
 		return member.Resume{}, err
 	}
-	e.a.progress.succeeded(e.a.now())
+	e.a.writes.Succeeded(e.a.now())
 	counted := make(map[int32]int64, len(at))
 	e.a.mu.Lock()
 	for id := range at {
