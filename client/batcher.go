@@ -53,7 +53,6 @@ type Batcher struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
-	sendErr error
 }
 
 // NewBatcher starts a Batcher on c.

@@ -380,6 +380,3 @@ func (s store) rollUp(ctx context.Context, hours []hourKey, versions []uint64, i
 	}
 	return nil
 }
-
-// quote is a ClickHouse string literal of an id (ids hold no quotes or backslashes: CheckID).
-func quote(s string) string { return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'" }

@@ -168,12 +168,6 @@ func (a *Aggregator) SetPartitions(n int) {
 	a.partitions = n
 }
 
-func (a *Aggregator) partitionCount() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.partitions
-}
-
 // Assign claims newly assigned partitions, loads their state, repairs what the previous owner
 // may have left half written, and returns, for each partition that has a checkpoint in
 // ClickHouse, the offset to resume at: the lower of its deltas and sketch checkpoints.
