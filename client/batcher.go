@@ -41,18 +41,18 @@ type Batcher struct {
 	c    *Client
 	opts BatcherOptions
 
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	n       int
-	first   time.Time // when the oldest event of buf was added
-	closed  bool
-	stats   BatcherStats
-	full    chan []byte // bodies handed to the sender, with their event counts in counts
-	counts  chan int
-	timer   *time.Timer
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	n      int
+	first  time.Time // when the oldest event of buf was added
+	closed bool
+	stats  BatcherStats
+	full   chan []byte // bodies handed to the sender, with their event counts in counts
+	counts chan int
+	timer  *time.Timer
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewBatcher starts a Batcher on c.
