@@ -6,7 +6,7 @@ import (
 )
 
 // BenchmarkParseViewJSON compares a typical NDJSON line through ParseViewJSON (fast path) and
-// through encoding/json alone (parseViewJSONStd, the fallback).
+// through encoding/json alone (decodeStd, the fallback).
 func BenchmarkParseViewJSON(b *testing.B) {
 	now := time.UnixMilli(1764460800000)
 	lines := []struct{ name, line string }{
@@ -18,7 +18,13 @@ func BenchmarkParseViewJSON(b *testing.B) {
 		parse func([]byte, bool, time.Time, TimeBounds) (View, error)
 	}{
 		{"fast", ParseViewJSON},
-		{"std", parseViewJSONStd},
+		{"std", func(line []byte, typed bool, now time.Time, bounds TimeBounds) (View, error) {
+			var in inputValues
+			if err := viewShape.decodeStd(line, &in); err != nil {
+				return View{}, err
+			}
+			return viewOf(&in, typed, now, bounds)
+		}},
 	}
 	for _, l := range lines {
 		for _, p := range parsers {
@@ -32,6 +38,33 @@ func BenchmarkParseViewJSON(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkParseInput is one typical line of every other kind through its parser.
+func BenchmarkParseInput(b *testing.B) {
+	now := time.UnixMilli(1764460800000)
+	view := []byte(`{"type":"view","item_id":"item-123","viewer_id":"viewer-4567890","event_id":"e-1234567890","ts":1764460800000}`)
+	click := []byte(`{"type":"click","click_id":"k-1234567890","ad_id":"ad-42","campaign_id":"camp-7","user_hash":"u-abcdef","ip_hash":"h-123456","device":"ios","ts":1764460800000,"fraud_score":0.25}`)
+	verdict := []byte(`{"click_id":"k-1234567890","ad_id":"ad-42","verdict":"fraud","reason":"bot farm","decided_at":1764460800000}`)
+	parsers := []struct {
+		name  string
+		parse func() error
+	}{
+		{"click", func() error { _, err := ParseClickJSON(click, true, now, testBounds); return err }},
+		{"event/view", func() error { _, err := ParseEventJSON(view, now, testBounds); return err }},
+		{"event/click", func() error { _, err := ParseEventJSON(click, now, testBounds); return err }},
+		{"verdict", func() error { _, err := ParseFraudVerdictJSON(verdict, now, testBounds); return err }},
+	}
+	for _, p := range parsers {
+		b.Run(p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.parse(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -83,11 +83,8 @@ func TestParseViewJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			checkFastPath(t, viewShape, []byte(tt.in))
 			got, err := ParseViewJSON([]byte(tt.in), tt.typed, now, testBounds)
-			std, stdErr := parseViewJSONStd([]byte(tt.in), tt.typed, now, testBounds)
-			if got != std || errString(err) != errString(stdErr) {
-				t.Errorf("got %+v, %q; want %+v, %q as from parseViewJSONStd", got, errString(err), std, errString(stdErr))
-			}
 			if tt.wantField == "" {
 				if err != nil || got != tt.want {
 					t.Errorf("got %+v, %v; want %+v, nil", got, err, tt.want)
@@ -133,50 +130,78 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// TestDecodeInputFast pins which shapes take the fast path, so a change that quietly sends the
+// TestDecodeFast pins which shapes take the fast path, so a change that quietly sends the
 // common ones to encoding/json (still correct, just slow) shows up.
-func TestDecodeInputFast(t *testing.T) {
+func TestDecodeFast(t *testing.T) {
+	const click = `"click_id":"k1","ad_id":"a1","campaign_id":"c1","user_hash":"u1","ip_hash":"h1","device":"ios"`
 	tests := []struct {
-		in   string
-		want bool
+		kind  string
+		shape *inputShape
+		in    string
+		want  bool
 	}{
-		{`{"type":"view","item_id":"item-123","viewer_id":"viewer-4567890","event_id":"e-1234567890","ts":1764460800000}`, true},
-		{` { "item_id" : "i1" , "viewer_id":"u1", "ts" : "2026-11-30T11:59:00Z" } ` + "\n", true},
-		{`{"type":null,"item_id":null,"viewer_id":"","event_id":null,"ts":null}`, true},
-		{`{"ts":-5}`, true},
-		{`{"ts":0}`, true},
-		{`{}`, true},
-		{`{"item_id":"i1","item_id":"i2"}`, false},
-		{`{"Item_id":"i1"}`, false},
-		{`{"item_id":"i\u0031"}`, false},
-		{`{"item_id":"é"}`, false},
-		{`{"item_id":5}`, false},
-		{`{"ts":1.5}`, false},
-		{`{"ts":1e3}`, false},
-		{`{"ts":00}`, false},
-		{`{"ts":-}`, false},
-		{`{"ts":true}`, false},
-		{`{"other":"x"}`, false},
-		{`{"item_id":"i1"} x`, false},
-		{`{"item_id":"i1"}}`, false},
-		{`{"item_id":"i1",}`, false},
-		{`{"item_id":"i1"`, false},
-		{``, false},
-		{`[]`, false},
+		{"view", viewShape, `{"type":"view","item_id":"item-123","viewer_id":"viewer-4567890","event_id":"e-1234567890","ts":1764460800000}`, true},
+		{"view", viewShape, ` { "item_id" : "i1" , "viewer_id":"u1", "ts" : "2026-11-30T11:59:00Z" } ` + "\n", true},
+		{"view", viewShape, `{"type":null,"item_id":null,"viewer_id":"","event_id":null,"ts":null}`, true},
+		{"view", viewShape, `{"ts":-5}`, true},
+		{"view", viewShape, `{"ts":0}`, true},
+		{"view", viewShape, `{}`, true},
+		{"view", viewShape, `{"item_id":"i1","item_id":"i2"}`, false},
+		{"view", viewShape, `{"Item_id":"i1"}`, false},
+		{"view", viewShape, `{"item_id":"i\u0031"}`, false},
+		{"view", viewShape, `{"item_id":"é"}`, false},
+		{"view", viewShape, `{"item_id":5}`, false},
+		{"view", viewShape, `{"ts":1.5}`, false},
+		{"view", viewShape, `{"ts":1e3}`, false},
+		{"view", viewShape, `{"ts":00}`, false},
+		{"view", viewShape, `{"ts":-}`, false},
+		{"view", viewShape, `{"ts":true}`, false},
+		{"view", viewShape, `{"other":"x"}`, false},
+		{"view", viewShape, `{"ad_id":"a1"}`, false},
+		{"view", viewShape, `{"item_id":"i1"} x`, false},
+		{"view", viewShape, `{"item_id":"i1"}}`, false},
+		{"view", viewShape, `{"item_id":"i1",}`, false},
+		{"view", viewShape, `{"item_id":"i1"`, false},
+		{"view", viewShape, ``, false},
+		{"view", viewShape, `[]`, false},
+		{"click", clickShape, `{"type":"click",` + click + `,"ts":1764460800000,"fraud_score":0.25}`, true},
+		{"click", clickShape, `{` + click + `,"ts":"2026-11-30T11:59:00Z","fraud_score":-1.5E+3}`, true},
+		{"click", clickShape, `{` + click + `,"fraud_score":null}`, true},
+		{"click", clickShape, `{` + click + `,"fraud_score":"0.5"}`, false},
+		{"click", clickShape, `{` + click + `,"fraud_score":1.}`, false},
+		{"click", clickShape, `{` + click + `,"fraud_score":1e}`, false},
+		{"click", clickShape, `{` + click + `,"item_id":"i1"}`, false},
+		{"verdict", verdictShape, `{"click_id":"k1","ad_id":"a1","verdict":"fraud","reason":"bot farm","decided_at":1764460800000}`, true},
+		{"verdict", verdictShape, `{"type":"verdict","click_id":"k1"}`, false},
 	}
 	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			if _, got := decodeInputFast([]byte(tt.in)); got != tt.want {
+		t.Run(tt.kind+" "+tt.in, func(t *testing.T) {
+			var in inputValues
+			if got := tt.shape.decodeFast([]byte(tt.in), &in); got != tt.want {
 				t.Errorf("got ok %v; want %v", got, tt.want)
 			}
+			checkFastPath(t, tt.shape, []byte(tt.in))
 		})
 	}
 }
 
-// FuzzParseViewJSONFastPath checks that ParseViewJSON, fast path included, answers every input
-// exactly as encoding/json alone (parseViewJSONStd) does: the same View and the same error text.
-func FuzzParseViewJSONFastPath(f *testing.F) {
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+// checkFastPath fails t unless sh's fast path, when it takes b, yields exactly what
+// encoding/json does.
+func checkFastPath(t *testing.T, sh *inputShape, b []byte) {
+	t.Helper()
+	var got, want inputValues
+	if !sh.decodeFast(b, &got) {
+		return
+	}
+	if err := sh.decodeStd(b, &want); err != nil || got != want {
+		t.Fatalf("fast path of %q: got %q; want %q, %v as from encoding/json", b, got, want, err)
+	}
+}
+
+// FuzzInputFastPath checks that the decoder's fast path answers every input it takes exactly as
+// encoding/json does, for every kind of posted object, and the parseTSJSON shortcut both paths
+// share against the decode it replaces.
+func FuzzInputFastPath(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"view","item_id":"item-123","viewer_id":"viewer-4567890","event_id":"e-1234567890","ts":1796039940000}`,
 		`{"item_id":"i1","viewer_id":"u1","ts":"2026-11-30T11:59:00Z"}`,
@@ -209,24 +234,28 @@ func FuzzParseViewJSONFastPath(f *testing.F) {
 		`{"item_id":"i1","viewer_id":"u1",}`,
 		`{"item_id":"i1","viewer_id":"u1"`,
 		`{"type":"click","item_id":"i1","viewer_id":"u1"}`,
+		`{"type":"click","click_id":"k1","ad_id":"a1","campaign_id":"c1","user_hash":"u1","ip_hash":"h1","device":"ios","ts":1796039940000,"fraud_score":0.25}`,
+		`{"click_id":"k1","ad_id":"a1","campaign_id":"c1","user_hash":"u1","ip_hash":"h1","device":"ios","fraud_score":1e-1}`,
+		`{"click_id":"k1","ad_id":"a1","campaign_id":"c1","user_hash":"u1","ip_hash":"h1","device":"ios","fraud_score":null,"ts":null}`,
+		`{"click_id":"k1","click_id":"k2"}`, `{"fraud_score":-0}`, `{"fraud_score":01}`, `{"fraud_score":1.}`, `{"fraud_score":1e}`,
+		`{"ts":"2026-11-30T11:59:00Z","CLICK_ID":"x"}`, ` { } `,
+		`{"click_id":"k1","ad_id":"a1","verdict":"fraud","reason":"bot","decided_at":"2026-11-30T11:59:00Z"}`,
+		`{"click_id":"k1","verdict":"valid","decided_at":1796039940000,"decided_at":null}`,
 		`[]`, `"x"`, `null`, ``, ` `,
 	} {
-		f.Add([]byte(s), false)
-		f.Add([]byte(s), true)
+		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, b []byte, typed bool) {
-		got, err := ParseViewJSON(b, typed, now, testBounds)
-		want, wantErr := parseViewJSONStd(b, typed, now, testBounds)
-		if got != want || errString(err) != errString(wantErr) {
-			t.Fatalf("ParseViewJSON(%q, %v): got %+v, %q; want %+v, %q", b, typed, got, errString(err), want, errString(wantErr))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, sh := range []*inputShape{viewShape, clickShape, verdictShape} {
+			checkFastPath(t, sh, b)
 		}
-		// parseTSJSON skips json.Unmarshal for plain strings, which both paths share; check that
-		// shortcut against the decode it replaces, on what it is given: one JSON string, no spaces.
+		// parseTSJSON skips json.Unmarshal for plain strings; check that shortcut against the
+		// decode it replaces, on what it is given: one JSON string, no spaces.
 		if len(b) > 1 && b[0] == '"' && b[len(b)-1] == '"' && json.Valid(b) {
 			var s string
 			_ = json.Unmarshal(b, &s)
 			wantTS, wantErr := ParseTS(s)
-			if ts, err := parseTSJSON(b); ts != wantTS || errString(err) != errString(wantErr) {
+			if ts, err := parseTSJSON(string(b)); ts != wantTS || errString(err) != errString(wantErr) {
 				t.Fatalf("parseTSJSON(%q): got %d, %v; want %d, %v", b, ts, err, wantTS, wantErr)
 			}
 		}

@@ -4,22 +4,16 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"tally/likestate"
 )
 
 // maxPayload bounds the bytes of a bad record kept in its dead letter.
 const maxPayload = 64 << 10
 
-// badRecord is a like record that does not decode or validate (schemas.DecodeLike).
-type badRecord struct {
-	rec *kgo.Record
-	err error
-}
-
 // setAside writes bad records to the dead_letters table (schemas/migrations/005_dead_letters.sql)
 // and logs each, before the batch's good records are inserted: a replay sets aside the same
 // records (the decision depends on the bytes alone) and its rows replace the first ones.
-func (l *Loader) setAside(ctx context.Context, bad []badRecord) error {
+func (l *Loader) setAside(ctx context.Context, bad []likestate.BadRecord) error {
 	if len(bad) == 0 {
 		return nil
 	}
@@ -30,17 +24,17 @@ func (l *Loader) setAside(ctx context.Context, bad []badRecord) error {
 	}
 	defer b.Abort()
 	for _, r := range bad {
-		v := r.rec.Value
-		if err := b.Append(r.rec.Topic, r.rec.Partition, r.rec.Offset, string(r.rec.Key), r.err.Error(), string(v[:min(len(v), maxPayload)])); err != nil {
-			return fmt.Errorf("append dead letter of %s %d/%d: %w", r.rec.Topic, r.rec.Partition, r.rec.Offset, err)
+		v := r.Rec.Value
+		if err := b.Append(r.Rec.Topic, r.Rec.Partition, r.Rec.Offset, string(r.Rec.Key), r.Err.Error(), string(v[:min(len(v), maxPayload)])); err != nil {
+			return fmt.Errorf("append dead letter of %s %d/%d: %w", r.Rec.Topic, r.Rec.Partition, r.Rec.Offset, err)
 		}
 	}
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("insert %d dead letters: %w", len(bad), err)
 	}
 	for _, r := range bad {
-		l.logger.Warn("set aside in dead_letters", "source", r.rec.Topic, "partition", r.rec.Partition, "offset", r.rec.Offset,
-			"reason", r.err, "bytes", len(r.rec.Value))
+		l.logger.Warn("set aside in dead_letters", "source", r.Rec.Topic, "partition", r.Rec.Partition, "offset", r.Rec.Offset,
+			"reason", r.Err, "bytes", len(r.Rec.Value))
 	}
 	return nil
 }

@@ -13,9 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/likestate"
-	"tally/platform/kafka"
 	"tally/platform/retry"
-	"tally/schemas"
 )
 
 // DefaultApplierGroup is the consumer group of the appliers.
@@ -57,19 +55,18 @@ func InstanceID(listenAddr string) string {
 	}, "tally-likes-applier-"+host+"-"+listenAddr)
 }
 
-// Applier keeps Redis equal to the log. As a consumer-group member it applies every record of
-// the topic (idempotent by offset) that a request of this process did not already apply, and
-// commits offsets only after applying, so a record that a request wrote to the log but could
-// not apply (a crash, Redis down) is applied within about a second. Every CheckEvery, and at
-// start, it checks likestate.ReadyKey; when Redis lost the state it rebuilds it from the whole log before
-// likes are served again.
+// Applier keeps Redis equal to the log. As a consumer-group member (a likestate.Follower) it
+// applies every record of the topic (idempotent by offset) that a request of this process did
+// not already apply, and commits offsets only after applying, so a record that a request wrote
+// to the log but could not apply (a crash, Redis down) is applied within about a second. Every
+// CheckEvery, and at start, it checks likestate.ReadyKey; when Redis lost the state it rebuilds
+// it from the whole log before likes are served again.
 type Applier struct {
-	cfg    ApplierConfig
-	store  *likestate.Store
-	cl     *kgo.Client
-	logger *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
+	cfg       ApplierConfig
+	store     *likestate.Store
+	f         *likestate.Follower
+	logger    *slog.Logger
+	nextCheck time.Time // when ensureReady runs next; the Follower's goroutine's alone
 
 	applied, skipped, undecodable, rebuilds prometheus.Counter
 	failures                                prometheus.Counter
@@ -86,108 +83,58 @@ func NewApplier(cfg ApplierConfig, store *likestate.Store, logger *slog.Logger, 
 		failures:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_errors_total", Help: "Applier attempts that failed (Redis or Kafka unavailable) and were retried."}),
 	}
 	reg.MustRegister(a.applied, a.skipped, a.undecodable, a.rebuilds, a.failures)
-	opts := append(append(kafka.ClientOptions(cfg.Brokers, "tally-likes-applier", logger, nil), cfg.Dial...),
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.AutoCommitMarks(),
-		kgo.AutoCommitInterval(time.Second),
-		kgo.FetchMaxWait(250*time.Millisecond),
-		kgo.SessionTimeout(10*time.Second),
-		kgo.RebalanceTimeout(10*time.Second),
-	)
+	opts := []kgo.Opt{
+		kgo.FetchMaxWait(250 * time.Millisecond),
+		kgo.SessionTimeout(10 * time.Second),
+		kgo.RebalanceTimeout(10 * time.Second),
+	}
 	if cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
-	cl, err := kgo.NewClient(opts...)
+	f, err := likestate.NewFollower(likestate.FollowConfig{
+		Brokers: cfg.Brokers, Dial: cfg.Dial, Topic: cfg.Topic, Group: cfg.Group, ClientID: "tally-likes-applier",
+		Client: opts, MaxBatch: 5000, Idle: cfg.CheckEvery,
+	}, likestate.Handler{BeforePoll: a.checkReady, Handle: a.apply}, logger)
 	if err != nil {
-		return nil, fmt.Errorf("create likes applier consumer: %w", err)
+		return nil, fmt.Errorf("create likes applier: %w", err)
 	}
-	a.cl = cl
+	a.f = f
 	return a, nil
 }
 
 // Start begins applying in a goroutine that runs until Stop.
-func (a *Applier) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
-	a.done = make(chan struct{})
-	go func() {
-		defer close(a.done)
-		a.run(ctx)
-	}()
+func (a *Applier) Start() { a.f.Start() }
+
+// Stop ends applying and leaves the group, within ctx. What was applied is committed already.
+func (a *Applier) Stop(ctx context.Context) error { return a.f.Stop(ctx) }
+
+// checkReady runs ensureReady at most every CheckEvery.
+func (a *Applier) checkReady(ctx context.Context) {
+	if time.Now().After(a.nextCheck) {
+		a.ensureReady(ctx)
+		a.nextCheck = time.Now().Add(a.cfg.CheckEvery)
+	}
 }
 
-// Stop ends the loop, commits what was applied and leaves the group, within ctx.
-func (a *Applier) Stop(ctx context.Context) error {
-	a.cancel()
-	select {
-	case <-a.done:
-	case <-ctx.Done():
-		return fmt.Errorf("stop likes applier: %w", ctx.Err())
+// apply applies b's records that no request of this process applied, once they are
+// applierDelay old. Undecodable records are skipped (and counted), as every reader skips them.
+func (a *Applier) apply(ctx context.Context, b likestate.Batch) error {
+	// Capped, so that a producer's clock ahead of ours cannot stall the applier.
+	if wait := min(time.Until(b.Newest.Add(applierDelay)), applierDelay); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
 	}
-	err := a.cl.CommitMarkedOffsets(ctx)
-	a.cl.Close()
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("commit applied like offsets: %w", err)
+	a.undecodable.Add(float64(len(b.Bad)))
+	recs := a.store.Unapplied(b.Records)
+	a.skipped.Add(float64(len(b.Records) - len(recs)))
+	if err := a.retry(ctx, "apply like records", func() error { return a.store.ApplyRecords(ctx, recs) }); err != nil {
+		return err // only ctx ends a retry
 	}
+	a.applied.Add(float64(len(recs)))
 	return nil
-}
-
-func (a *Applier) run(ctx context.Context) {
-	var nextCheck time.Time
-	for ctx.Err() == nil {
-		if time.Now().After(nextCheck) {
-			a.ensureReady(ctx)
-			nextCheck = time.Now().Add(a.cfg.CheckEvery)
-		}
-		pctx, cancel := context.WithTimeout(ctx, a.cfg.CheckEvery)
-		fetches := a.cl.PollRecords(pctx, 5000)
-		cancel()
-		if ctx.Err() != nil || fetches.IsClientClosed() {
-			return
-		}
-		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				a.logger.Warn("likes applier fetch error", "topic", t, "partition", p, "err", err)
-			}
-		})
-		recs := fetches.Records()
-		if len(recs) == 0 {
-			continue
-		}
-		newest := recs[0].Timestamp
-		for _, r := range recs {
-			if r.Timestamp.After(newest) {
-				newest = r.Timestamp
-			}
-		}
-		// Capped, so that a producer's clock ahead of ours cannot stall the applier.
-		if wait := min(time.Until(newest.Add(applierDelay)), applierDelay); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-		}
-		batch := make([]likestate.Record, 0, len(recs))
-		for _, r := range recs {
-			l, err := schemas.DecodeLike(r.Value)
-			if err != nil {
-				a.undecodable.Inc()
-				continue
-			}
-			batch = append(batch, likestate.Record{Partition: r.Partition, Offset: r.Offset, Like: l})
-		}
-		n := len(batch)
-		batch = a.store.Unapplied(batch)
-		a.skipped.Add(float64(n - len(batch)))
-		if err := a.retry(ctx, "apply like records", func() error { return a.store.ApplyRecords(ctx, batch) }); err != nil {
-			return // only ctx ends a retry
-		}
-		a.applied.Add(float64(len(batch)))
-		a.cl.MarkCommitRecords(recs...)
-	}
 }
 
 // ensureReady rebuilds the serving state if Redis lost it. A Redis that is down is left to
