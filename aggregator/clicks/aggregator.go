@@ -202,14 +202,14 @@ func (a *Aggregator) FlushDue() bool {
 func (a *Aggregator) Flush(ctx context.Context) (map[int32]offsets, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.flushLocked(ctx, nil, a.now().Sub(a.lastRollup) >= a.cfg.RollupInterval)
+	return a.flushLocked(ctx, nil, rollupsDue)
 }
 
 // FlushAll is Flush with the rollups written whatever the interval, for a clean stop.
 func (a *Aggregator) FlushAll(ctx context.Context) (map[int32]offsets, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.flushLocked(ctx, nil, true)
+	return a.flushLocked(ctx, nil, rollupsAll)
 }
 
 // Revoke writes the pending batches and rollups of ids and forgets them.
@@ -220,7 +220,7 @@ func (a *Aggregator) Revoke(ctx context.Context, ids []int32) (map[int32]offsets
 	for _, id := range ids {
 		only[id] = true
 	}
-	done, err := a.flushLocked(ctx, only, true)
+	done, err := a.flushLocked(ctx, only, rollupsAll)
 	for _, id := range ids {
 		delete(a.parts, id)
 	}
@@ -238,10 +238,25 @@ func (a *Aggregator) Lost(ids []int32) {
 	a.logger.Warn("click partitions lost; pending batches dropped, the new owner replays them", "partitions", ids)
 }
 
-func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withRollups bool) (map[int32]offsets, error) {
+// rollups says when a flush writes the rollups of the hours its batches touched.
+type rollups uint8
+
+const (
+	// rollupsDue writes them once the rollup interval has passed since the last write.
+	rollupsDue rollups = iota
+	// rollupsAll writes them now (a clean stop, a revoke).
+	rollupsAll
+)
+
+// flushLocked is Flush, FlushAll and Revoke's write: the batches of the partitions of only (all
+// when nil), with the rollups as which says. Its steps, in order: set refused records aside,
+// resolve the verdicts, write the batch (facts, then the deltas with the checkpoint behind the
+// fence), publish it to the counted topic, then the rollups.
+func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which rollups) (map[int32]offsets, error) {
 	now := a.now()
 	a.pace.Start(now)
 	defer func() { a.pace.End(a.now()) }()
+	withRollups := which == rollupsAll || now.Sub(a.lastRollup) >= a.cfg.RollupInterval
 	var parts, all []*partition
 	for id, p := range a.parts {
 		if only != nil && !only[id] {
@@ -254,24 +269,54 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i].id < parts[j].id })
 	t0 := time.Now()
-	// Refused records first, before the checkpoint that moves past them: a crash before it
-	// replays the batch, which refuses the same records and writes the same rows again. So are
-	// the letters of a partition the fence drops below: the new owner writes the same rows.
+	if err := a.setAside(ctx, parts); err != nil {
+		return nil, err
+	}
+	if err := a.resolveVerdicts(ctx, parts); err != nil {
+		return nil, err
+	}
+	parts, err := a.writeBatch(ctx, parts, now)
+	if err != nil {
+		return nil, err
+	}
+	done := a.publishBatch(ctx, parts)
+	if withRollups {
+		if err := a.writeRollups(ctx, all, only == nil, now); err != nil {
+			return nil, err
+		}
+	}
+	if len(parts) > 0 {
+		a.flushSeconds.Observe(time.Since(t0).Seconds())
+	}
+	return done, nil
+}
+
+// setAside writes the refused records of parts to dead_letters, before the checkpoint that
+// moves past them: a crash before it replays the batch, which refuses the same records and
+// writes the same rows again. So are the letters of a partition the fence drops later: the new
+// owner writes the same rows.
+func (a *Aggregator) setAside(ctx context.Context, parts []*partition) error {
 	var dead []deadletter.Letter
 	for _, p := range parts {
 		dead = append(dead, p.dead...)
 	}
-	if len(dead) > 0 {
-		if err := a.retry(ctx, "set aside refused records", func() error { return a.dead.Write(ctx, a.store.conn, dead) }); err != nil {
-			return nil, err
-		}
-		// Written: a flush of the same batch retried after a later step failed need not write
-		// them again.
-		for _, p := range parts {
-			p.dead = nil
-		}
+	if len(dead) == 0 {
+		return nil
 	}
-	// Verdicts first: their corrections go into this batch's deltas.
+	if err := a.retry(ctx, "set aside refused records", func() error { return a.dead.Write(ctx, a.store.conn, dead) }); err != nil {
+		return err
+	}
+	// Written: a flush of the same batch retried after a later step failed need not write them
+	// again.
+	for _, p := range parts {
+		p.dead = nil
+	}
+	return nil
+}
+
+// resolveVerdicts looks up what the new verdicts of parts change, before the deltas: their
+// corrections go into this batch's deltas.
+func (a *Aggregator) resolveVerdicts(ctx context.Context, parts []*partition) error {
 	for _, p := range parts {
 		if p.resolved == len(p.verdicts) {
 			continue
@@ -287,18 +332,26 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 			stored, err = a.store.loadCounted(ctx, p.id, p.flushed, ids)
 			return err
 		}); err != nil {
-			return nil, err
+			return err
 		}
 		a.verdicts.Add(float64(len(p.verdicts) - p.resolved))
 		p.resolve(before, stored)
 	}
-	if len(parts) > 0 {
-		if err := a.retry(ctx, "write counted clicks and verdicts", func() error { return a.store.writeFacts(ctx, parts) }); err != nil {
-			return nil, err
-		}
+	return nil
+}
+
+// writeBatch stores the batches of parts: the counted clicks and verdicts (idempotent), then
+// the deltas with their checkpoint, from the partitions that no newer owner has claimed, which
+// it returns. A retry after an outcome it cannot know first asks whether the batch went in.
+func (a *Aggregator) writeBatch(ctx context.Context, parts []*partition, now time.Time) ([]*partition, error) {
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	if err := a.retry(ctx, "write counted clicks and verdicts", func() error { return a.store.writeFacts(ctx, parts) }); err != nil {
+		return nil, err
 	}
 	attempts := 0
-	if err := a.retry(ctx, "write click deltas", func() error {
+	err := a.retry(ctx, "write click deltas", func() error {
 		if err := a.fenceCheck(ctx, &parts); err != nil || len(parts) == 0 {
 			return err
 		}
@@ -310,9 +363,13 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 		}
 		attempts++
 		return a.store.writeDeltas(ctx, parts, now)
-	}); err != nil {
-		return nil, err
-	}
+	})
+	return parts, err
+}
+
+// publishBatch marks the stored batches of parts flushed, publishes each to the counted topic,
+// and returns the new checkpoints.
+func (a *Aggregator) publishBatch(ctx context.Context, parts []*partition) map[int32]offsets {
 	done := make(map[int32]offsets, len(parts))
 	for _, p := range parts {
 		done[p.id] = p.next
@@ -324,47 +381,47 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, withR
 		p.markFlushed()
 		a.syncCounted(ctx, p, secs, from)
 	}
-	if withRollups {
-		if only == nil {
-			a.lastRollup = now
-			// A zombie's batch may have landed after this owner's claim (its fence check passed
-			// just before): undo it now rather than at the next assignment.
-			if err := a.retry(ctx, "undo zombie batches", func() error { return a.undoZombies(ctx, all) }); err != nil {
-				return nil, err
-			}
-		}
-		// One statement for every partition's touched hours: the engine runs one query at a
-		// time, and each has a fixed cost.
-		var hours []hourKey
-		var versions []uint64
-		var rolled []*partition
-		for _, p := range all {
-			if a.parts[p.id] == nil || len(p.dirty) == 0 {
-				continue
-			}
-			for h := range p.dirty {
-				hours = append(hours, h)
-				versions = append(versions, version(p))
-			}
-			rolled = append(rolled, p)
-		}
-		if len(hours) > 0 {
-			if err := a.retry(ctx, "roll up click hours", func() error {
-				return a.store.rollUp(ctx, hours, versions, "0")
-			}); err != nil {
-				return nil, err
-			}
-		}
-		for _, p := range rolled {
-			clear(p.dirty)
-			// The next marker vouches for the rollups of every batch so far.
-			p.rolled = p.flushed
+	return done
+}
+
+// writeRollups rolls up the hours the batches of all touched. A flush of every partition
+// (every) first undoes the batches of zombies that landed after this owner's claim (their fence
+// check passed just before) rather than at the next assignment.
+func (a *Aggregator) writeRollups(ctx context.Context, all []*partition, every bool, now time.Time) error {
+	if every {
+		a.lastRollup = now
+		if err := a.retry(ctx, "undo zombie batches", func() error { return a.undoZombies(ctx, all) }); err != nil {
+			return err
 		}
 	}
-	if len(parts) > 0 {
-		a.flushSeconds.Observe(time.Since(t0).Seconds())
+	// One statement for every partition's touched hours: the engine runs one query at a time,
+	// and each has a fixed cost.
+	var hours []hourKey
+	var versions []uint64
+	var rolled []*partition
+	for _, p := range all {
+		if a.parts[p.id] == nil || len(p.dirty) == 0 {
+			continue
+		}
+		for h := range p.dirty {
+			hours = append(hours, h)
+			versions = append(versions, version(p))
+		}
+		rolled = append(rolled, p)
 	}
-	return done, nil
+	if len(hours) > 0 {
+		if err := a.retry(ctx, "roll up click hours", func() error {
+			return a.store.rollUp(ctx, hours, versions, "0")
+		}); err != nil {
+			return err
+		}
+	}
+	for _, p := range rolled {
+		clear(p.dirty)
+		// The next marker vouches for the rollups of every batch so far.
+		p.rolled = p.flushed
+	}
+	return nil
 }
 
 // undoZombies deletes the deltas of batches the fence makes invalid that landed after their
