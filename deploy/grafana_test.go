@@ -51,27 +51,7 @@ func TestDashboardDataSources(t *testing.T) {
 // TestDashboardMetricsExist: every tally_* metric a Prometheus panel reads is registered by the
 // code (its name appears in a non-test Go file), so a renamed metric cannot leave a panel empty.
 func TestDashboardMetricsExist(t *testing.T) {
-	var src strings.Builder
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == "deploy" || strings.HasPrefix(d.Name(), ".")) && path != root {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			src.Write(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	code := src.String()
+	code := goSource(t)
 	metricRe := regexp.MustCompile(`\btally_[a-z_]+`)
 	n := 0
 	for file, d := range loadDashboards(t) {
@@ -99,4 +79,31 @@ func TestDashboardMetricsExist(t *testing.T) {
 	if n == 0 {
 		t.Fatal("got no tally_* metrics in the dashboards; want the operations dashboard's")
 	}
+}
+
+// goSource returns the text of every non-test Go file of the repository outside deploy/, where
+// the metrics are registered.
+func goSource(t *testing.T) string {
+	t.Helper()
+	var src strings.Builder
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "deploy" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			src.Write(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src.String()
 }
