@@ -338,8 +338,21 @@ func sketchDeltaRows(parts []*partition, now time.Time) ([]sketchRow, map[string
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode an empty sketch: %w", err)
 	}
-	var rows []sketchRow
-	est := map[string]uint64{}
+	// Sized first: at a million items the rows of one write run to hundreds of thousands, and
+	// growing the slice and the map as they fill cost more than the counting pass.
+	n, all := 0, 0
+	for _, p := range parts {
+		for k, sk := range p.sketches {
+			if sk.dirty() || sk.owesEstimate(now) {
+				n++
+				if k.day == allTime {
+					all++
+				}
+			}
+		}
+	}
+	rows := make([]sketchRow, 0, n)
+	est := make(map[string]uint64, all)
 	for _, p := range parts {
 		for k, sk := range p.sketches {
 			blob := empty
