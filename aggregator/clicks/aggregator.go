@@ -281,7 +281,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	}
 	done := a.publishBatch(ctx, parts)
 	if withRollups {
-		if err := a.writeRollups(ctx, all, only == nil, now); err != nil {
+		if err := a.writeRollups(ctx, all, only, now); err != nil {
 			return nil, err
 		}
 	}
@@ -384,11 +384,11 @@ func (a *Aggregator) publishBatch(ctx context.Context, parts []*partition) map[i
 	return done
 }
 
-// writeRollups rolls up the hours the batches of all touched. A flush of every partition
-// (every) first undoes the batches of zombies that landed after this owner's claim (their fence
+// writeRollups rolls up the hours the batches of all touched. A flush of every partition (only
+// nil) first undoes the batches of zombies that landed after this owner's claim (their fence
 // check passed just before) rather than at the next assignment.
-func (a *Aggregator) writeRollups(ctx context.Context, all []*partition, every bool, now time.Time) error {
-	if every {
+func (a *Aggregator) writeRollups(ctx context.Context, all []*partition, only map[int32]bool, now time.Time) error {
+	if only == nil {
 		a.lastRollup = now
 		if err := a.retry(ctx, "undo zombie batches", func() error { return a.undoZombies(ctx, all) }); err != nil {
 			return err

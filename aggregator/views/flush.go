@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"tally/schemas"
 )
 
@@ -52,10 +54,10 @@ type flush struct {
 	parts, sketchParts        []*partition // pending batches and dirty sketches, by id
 	withRollups, housekeeping bool
 
-	attempts int                                // of the deltas' write
-	taken    map[int32]takenBatch               // the batches stored, by partition
-	t0, mark time.Time                          // the flush's start and the last step's end
-	observe  func(step string, d time.Duration) // the step timings' metric
+	attempts int                    // of the deltas' write
+	taken    map[int32]takenBatch   // the batches stored, by partition
+	t0, mark time.Time              // the flush's start and the last step's end
+	steps    prometheus.ObserverVec // the step timings, by step name
 }
 
 // takenBatch is what a partition's batch leaves to the steps after its deltas are stored.
@@ -69,7 +71,7 @@ type takenBatch struct {
 func (f *flush) step(name string, ran bool) {
 	t := time.Now()
 	if ran {
-		f.observe(name, t.Sub(f.mark))
+		f.steps.WithLabelValues(name).Observe(t.Sub(f.mark).Seconds())
 	}
 	f.mark = t
 }
@@ -117,8 +119,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 // planFlush decides what the flush at now writes: the pending batches (of only, when set), and
 // the sketches, rollups and housekeeping whose slots are due (all of them for sketchesAll).
 func (a *Aggregator) planFlush(now time.Time, since time.Duration, only map[int32]bool, which sketches) *flush {
-	f := &flush{now: now, since: since, only: only, which: which, t0: time.Now(),
-		observe: func(step string, d time.Duration) { a.m.flushSteps.WithLabelValues(step).Observe(d.Seconds()) }}
+	f := &flush{now: now, since: since, only: only, which: which, t0: time.Now(), steps: a.m.flushSteps}
 	f.mark = f.t0
 	withSketches := which == sketchesAll || a.sketching == nil && a.sketchSlot.Due(now)
 	f.withRollups = which == sketchesAll || a.rollupSlot.Due(now)

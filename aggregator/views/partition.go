@@ -265,6 +265,10 @@ func (s *sketch) estimateNow(now time.Time) uint64 {
 	return s.estimate
 }
 
+// owesRow reports whether a sketch write has a row for the sketch: its delta, or an estimate it
+// owes.
+func (s *sketch) owesRow(now time.Time) bool { return s.dirty() || s.owesEstimate(now) }
+
 // owesEstimate reports whether a sketch with no new viewers since its last write holds an
 // estimate to write: one skipped while it took them.
 func (s *sketch) owesEstimate(now time.Time) bool {

@@ -343,7 +343,7 @@ func sketchDeltaRows(parts []*partition, now time.Time) ([]sketchRow, map[string
 	n, all := 0, 0
 	for _, p := range parts {
 		for k, sk := range p.sketches {
-			if sk.dirty() || sk.owesEstimate(now) {
+			if sk.owesRow(now) {
 				n++
 				if k.day == allTime {
 					all++
