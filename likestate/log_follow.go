@@ -13,6 +13,9 @@ import (
 	"tally/schemas"
 )
 
+// commitTimeout bounds the commit of a handled batch, which outlives a Stop.
+const commitTimeout = 10 * time.Second
+
 // FollowConfig says which likes log a Follower reads, as which consumer-group member, and how
 // it hands the records over.
 type FollowConfig struct {
@@ -93,8 +96,9 @@ func (f *Follower) Start() {
 	}()
 }
 
-// Stop ends reading and closes the client, within ctx. Records held or being handled are not
-// committed; whoever reads their partitions next reads them again.
+// Stop ends reading and closes the client, within ctx. A batch already handled is committed
+// first; records held or being handled are not, and whoever reads their partitions next reads
+// them again.
 func (f *Follower) Stop(ctx context.Context) error {
 	f.cancel()
 	select {
@@ -128,16 +132,24 @@ func (f *Follower) run(ctx context.Context) {
 				f.cl.AllowRebalance()
 				return // only ctx ends a Handle
 			}
-			// A commit that fails is harmless: the records are handled again later.
-			if err := f.cl.CommitRecords(ctx, held...); err != nil && ctx.Err() == nil {
-				f.logger.Warn("commit like log offsets", "client", f.cfg.ClientID, "err", err)
-			}
+			f.commit(ctx, held)
 			held = held[:0]
 		}
 		if len(held) == 0 {
 			first = time.Now()
 		}
 		f.cl.AllowRebalance()
+	}
+}
+
+// commit commits the offsets of a handled batch. A Stop arriving meanwhile waits for it (up to
+// commitTimeout), so that a graceful stop does not hand the batch over again to the next reader;
+// a commit that fails anyway is harmless, the records are handled again later.
+func (f *Follower) commit(ctx context.Context, handled []*kgo.Record) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := f.cl.CommitRecords(cctx, handled...); err != nil {
+		f.logger.Warn("commit like log offsets", "client", f.cfg.ClientID, "err", err)
 	}
 }
 
