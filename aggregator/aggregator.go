@@ -211,7 +211,7 @@ func (w *wiring) likes() lifecycle.Part {
 				return err
 			}
 			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
-				FlushInterval: w.s.FlushInterval, MaxBatch: w.s.MaxBatch}, w.conn, w.e.Logger, w.e.Registry)
+				FlushInterval: w.s.FlushInterval, MaxBatch: w.s.MaxBatch}, w.conn, w.e.Now, w.e.Logger, w.e.Registry)
 			if err != nil {
 				return err
 			}

@@ -12,8 +12,10 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/storage"
 )
 
 // loadAlerts parses prometheus/alerts.yml as Prometheus does (promtool check rules: the file's
@@ -104,21 +106,7 @@ func TestAlertRulesFire(t *testing.T) {
 			}
 			at := time.Unix(0, 0).Add(25*time.Minute + time.Duration(r.For))
 			holds := func(series string) bool {
-				st := promqltest.LoadedStorage(t, "load 1m\n  "+series)
-				q, err := engine.NewInstantQuery(context.Background(), st, nil, r.Expr, at)
-				if err != nil {
-					t.Fatalf("%s: %v", r.Expr, err)
-				}
-				defer q.Close()
-				res := q.Exec(context.Background())
-				if res.Err != nil {
-					t.Fatalf("%s: %v", r.Expr, res.Err)
-				}
-				v, err := res.Vector()
-				if err != nil {
-					t.Fatalf("%s: %v", r.Expr, err)
-				}
-				return len(v) > 0
+				return alertHolds(t, engine, promqltest.LoadedStorage(t, "load 1m\n  "+series), r.Expr, at)
 			}
 			if !holds(tt.bad) {
 				t.Errorf("on %s: got no alert; want %s firing", tt.bad, tt.alert)
@@ -137,4 +125,23 @@ func TestAlertRulesFire(t *testing.T) {
 			t.Errorf("alert %s has no firing test", name)
 		}
 	}
+}
+
+// alertHolds says whether expr, evaluated at at over st, returns any series.
+func alertHolds(t *testing.T, engine promql.QueryEngine, st storage.Queryable, expr string, at time.Time) bool {
+	t.Helper()
+	q, err := engine.NewInstantQuery(context.Background(), st, nil, expr, at)
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	defer q.Close()
+	res := q.Exec(context.Background())
+	if res.Err != nil {
+		t.Fatalf("%s: %v", expr, res.Err)
+	}
+	v, err := res.Vector()
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return len(v) > 0
 }

@@ -142,8 +142,8 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	kafkaAddr, chAddr, apiAddr, aggAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	_, redisPort, _ := strings.Cut(freeAddr(t), ":")
+	kafkaAddr, chAddr, apiAddr, aggAddr := testinfra.MustFreeAddr(t), testinfra.MustFreeAddr(t), testinfra.MustFreeAddr(t), testinfra.MustFreeAddr(t)
+	_, redisPort, _ := strings.Cut(testinfra.MustFreeAddr(t), ":")
 	all := startProc(t, "all-in-one", bins.pipeline, dir, "run", "--data_dir", dir, "--demo.enabled=false",
 		"--kafka.partitions", strconv.Itoa(eoPartitions), "--embedded.kafka_addr", kafkaAddr,
 		"--embedded.clickhouse_addr", chAddr, "--embedded.redis_port", redisPort,
@@ -261,15 +261,6 @@ type cluster struct {
 	aggArgs                []string         // every aggregator's flags but its address and id
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	a, err := testinfra.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
 func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 	t.Helper()
 	bins, err := buildOnce()
@@ -277,11 +268,11 @@ func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	c := &cluster{kafka: freeAddr(t), clickhouse: freeAddr(t)}
-	apiAddr := freeAddr(t)
+	c := &cluster{kafka: testinfra.MustFreeAddr(t), clickhouse: testinfra.MustFreeAddr(t)}
+	apiAddr := testinfra.MustFreeAddr(t)
 	c.api = "http://" + apiAddr
 	common := []string{"--data_dir", dir, "--kafka.partitions", strconv.Itoa(eoPartitions), "--log.level", "info"}
-	_, redisPort, _ := strings.Cut(freeAddr(t), ":")
+	_, redisPort, _ := strings.Cut(testinfra.MustFreeAddr(t), ":")
 	infraArgs := append([]string{"infra", "--embedded.kafka_addr", c.kafka, "--embedded.clickhouse_addr", c.clickhouse, "--embedded.redis_port", redisPort}, common...)
 	c.infra = startProc(t, "infra", bins.pipeline, dir, infraArgs...)
 	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
@@ -310,7 +301,7 @@ func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 func (c *cluster) addAggregator(t *testing.T) *proc {
 	i := len(c.aggs)
 	p := startProc(t, fmt.Sprintf("aggregator-%d", i), c.bin, c.dir, append([]string{
-		"--aggregator.addr", freeAddr(t), "--aggregator.instance_id", fmt.Sprintf("agg-%d", i)}, c.aggArgs...)...)
+		"--aggregator.addr", testinfra.MustFreeAddr(t), "--aggregator.instance_id", fmt.Sprintf("agg-%d", i)}, c.aggArgs...)...)
 	c.aggs = append(c.aggs, p)
 	return p
 }

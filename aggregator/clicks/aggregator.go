@@ -60,7 +60,7 @@ type Aggregator struct {
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, parts: map[int32]*partition{}, pace: flushpace.New(cfg.FlushInterval, now()), lastRollup: now(),
-		dead:     deadletter.New(now, logger, reg),
+		dead:     deadletter.New(now, logger, reg, schemas.TopicClicks, schemas.TopicFraudVerdicts),
 		records:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_records_total", Help: "Click and fraud-verdict records consumed."}),
 		countedN: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_counted_total", Help: "Clicks counted after click-id dedupe."}),
 		poison: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_undecodable_total",

@@ -58,8 +58,10 @@ type Writer struct {
 
 // New returns a Writer that counts the rows it writes, by source, in tally_dead_letters_total,
 // registered in reg. Every stream's Writer of a process shares that one counter: a second New
-// on the same registry counts into the first one's.
-func New(now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Writer {
+// on the same registry counts into the first one's. The series of sources, those the caller
+// may write, start at zero: an alert on the counter's increase sees the first letter of a
+// process, which it would miss on a series born at one.
+func New(now func() time.Time, logger *slog.Logger, reg prometheus.Registerer, sources ...string) *Writer {
 	written := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tally_dead_letters_total",
 		Help: "Records or rows set aside in the dead_letters table, by source (a replay writes its batch's again)."}, []string{"source"})
 	if err := reg.Register(written); err != nil {
@@ -68,6 +70,9 @@ func New(now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *
 			panic(fmt.Sprintf("register tally_dead_letters_total: %v", err)) // a programming error: two different metrics of one name
 		}
 		written = already.ExistingCollector.(*prometheus.CounterVec)
+	}
+	for _, src := range sources {
+		written.WithLabelValues(src)
 	}
 	return &Writer{now: now, logger: logger, written: written}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/aggregator/deadletter"
 	"tally/likestate"
 	"tally/platform/retry"
 )
@@ -42,23 +43,24 @@ type Config struct {
 type Loader struct {
 	f      *likestate.Follower
 	conn   driver.Conn
+	dead   *deadletter.Writer
 	logger *slog.Logger
 
-	rows, undecodable, insertErrors prometheus.Counter
-	insertSeconds                   prometheus.Histogram
+	rows, insertErrors prometheus.Counter
+	insertSeconds      prometheus.Histogram
 }
 
-// New joins cfg.Group; Start begins loading.
-func New(cfg Config, conn driver.Conn, logger *slog.Logger, reg prometheus.Registerer) (*Loader, error) {
+// New joins cfg.Group; Start begins loading. Records that do not decode or validate are set
+// aside in dead_letters (source cfg.Topic), counted in tally_dead_letters_total.
+func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) (*Loader, error) {
 	l := &Loader{
-		conn: conn, logger: logger,
+		conn: conn, dead: deadletter.New(now, logger, reg, cfg.Topic), logger: logger,
 		rows:         prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_loader_rows_total", Help: "Like records inserted into ClickHouse (replays included)."}),
-		undecodable:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_loader_undecodable_total", Help: "Like records set aside in dead_letters because they did not decode or validate."}),
 		insertErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_loader_insert_errors_total", Help: "ClickHouse inserts of like records that failed and were retried."}),
 		insertSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_likes_loader_insert_seconds", Help: "Time to insert one batch of like records.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 	}
-	reg.MustRegister(l.rows, l.undecodable, l.insertErrors, l.insertSeconds)
+	reg.MustRegister(l.rows, l.insertErrors, l.insertSeconds)
 	// Records are held for up to FlushInterval (or MaxBatch of them) per insert: the engine
 	// runs one statement at a time with a fixed cost each, so a busy topic must not turn into
 	// an insert per poll.
@@ -97,10 +99,14 @@ func (l *Loader) insertRetrying(ctx context.Context, b likestate.Batch) error {
 	})
 }
 
-// insert writes b's likes as one INSERT block, after setting its bad records aside
-// (deadletter.go), the same way on every replay.
+// insert writes b's likes as one INSERT block, after setting its bad records aside, the same
+// way on every replay (the decision depends on the bytes alone).
 func (l *Loader) insert(ctx context.Context, b likestate.Batch) error {
-	if err := l.setAside(ctx, b.Bad); err != nil {
+	letters := make([]deadletter.Letter, len(b.Bad))
+	for i, r := range b.Bad {
+		letters[i] = deadletter.OfRecord(r.Rec.Topic, r.Rec.Partition, r.Rec.Offset, r.Rec.Key, r.Rec.Value, r.Err)
+	}
+	if err := l.dead.Write(ctx, l.conn, letters); err != nil {
 		return err
 	}
 	if len(b.Records) > 0 {
@@ -119,6 +125,5 @@ func (l *Loader) insert(ctx context.Context, b likestate.Batch) error {
 		}
 	}
 	l.rows.Add(float64(len(b.Records)))
-	l.undecodable.Add(float64(len(b.Bad)))
 	return nil
 }

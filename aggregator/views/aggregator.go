@@ -105,7 +105,7 @@ type metrics struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn, deadletter.New(now, logger, reg)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
+	a := &Aggregator{cfg: cfg, store: store{conn, deadletter.New(now, logger, reg, schemas.TopicViews, sourceUniqueViewers, sourceUniqueViewerDeltas)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
 		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, pace: flushpace.New(cfg.FlushInterval, now())}
 	t0 := now()
 	a.sketchSlot = flushpace.NewSlot(cfg.SketchInterval, t0.Add(cfg.SketchInterval))

@@ -65,11 +65,17 @@ func decodeStoredSketch(blob []byte) (sk *hyperloglog.Sketch, err error) {
 	return sk, nil
 }
 
+// The dead_letters sources of stored sketch rows that do not read back, named by their tables.
+const (
+	sourceUniqueViewers      = "unique_viewers"
+	sourceUniqueViewerDeltas = "unique_viewer_deltas"
+)
+
 // badSketch is the dead letter of a stored sketch that does not read back. version is the row's
 // updated_at in microseconds, so that the row is named exactly.
 func badSketch(item string, day uint32, version int64, blob string, err error) deadletter.Letter {
 	return deadletter.Letter{
-		Source:    "unique_viewers",
+		Source:    sourceUniqueViewers,
 		Partition: -1,
 		Offset:    version,
 		Ref:       fmt.Sprintf("item_id=%s day=%s", item, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly)),
@@ -82,7 +88,7 @@ func badSketch(item string, day uint32, version int64, blob string, err error) d
 // partition, end offset and key.
 func badDelta(part int32, end int64, item string, day uint32, blob string, err error) deadletter.Letter {
 	return deadletter.Letter{
-		Source:    "unique_viewer_deltas",
+		Source:    sourceUniqueViewerDeltas,
 		Partition: part,
 		Offset:    end,
 		Ref:       fmt.Sprintf("item_id=%s day=%s", item, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly)),

@@ -113,7 +113,7 @@ func (f *fixture) derive(t *testing.T, ctx context.Context, want map[[2]string]r
 	}
 	ap.Start()
 	ld, err := aggload.New(aggload.Config{Brokers: []string{infra.Kafka.Addr()}, Topic: f.topic, Group: f.topic + "-loader",
-		FlushInterval: 100 * time.Millisecond, MaxBatch: 1000}, f.conn, infra.Logger, reg)
+		FlushInterval: 100 * time.Millisecond, MaxBatch: 1000}, f.conn, time.Now, infra.Logger, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

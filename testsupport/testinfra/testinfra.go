@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 
 	"tally/devstack/chembed"
@@ -88,6 +89,16 @@ func logger() *slog.Logger {
 		w = os.Stderr
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// MustFreeAddr is FreeAddr for a test, which it fails when no port is to be had.
+func MustFreeAddr(t testing.TB) string {
+	t.Helper()
+	a, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // FreeAddr returns a loopback host:port nothing listens on now, and never one it returned before
