@@ -69,8 +69,10 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 				conn.Close()
 				return err
 			}
-			runner.AddCheck("collector clickhouse", conn.Ping)
-			runner.AddCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+			// Ingest needs only Kafka: a ClickHouse or Redis outage degrades reads, which answer
+			// 503 on their own, and keeps the collector in its Service.
+			runner.AddDegradingCheck("collector clickhouse", conn.Ping)
+			runner.AddDegradingCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 			likeStore = likestate.NewStore(rdb)
 			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likestate.QueueTotals, Now: now, Logger: logger, Registry: reg,
 				FallbackTimeout: s.FallbackTimeout}).Register(routes)

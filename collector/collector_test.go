@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,9 +44,13 @@ func startCollector(t *testing.T, args ...string) (api, admin string) {
 		t.Fatal(err)
 	}
 	var s collectorconf.Settings
-	cfg, err := config.Load("collector", append([]string{"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
+	defaults := []string{"--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
 		"--redis.addr", infra.Redis.Addr(), "--collector.addr", apiAddr, "--collector.admin_addr", adminAddr,
-		"--kafka.partitions", "2", "--data_dir", t.TempDir()}, args...), s.Sections()...)
+		"--kafka.partitions", "2", "--data_dir", t.TempDir()}
+	if !slices.Contains(args, "--kafka.brokers") { // a list flag: given twice, it holds both
+		defaults = append(defaults, "--kafka.brokers", infra.Kafka.Addr())
+	}
+	cfg, err := config.Load("collector", append(defaults, args...), s.Sections()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"tally/collector/auth"
 	"tally/collector/openapi"
@@ -76,13 +77,19 @@ func TestOpenAPIContract(t *testing.T) {
 		"--clicks.keys", "t1:"+strings.Repeat("A", 43), "--clicks.signing_key", "t1",
 		"--collector.max_body_bytes", "2048", "--collector.max_lines", "5", "--collector.max_concurrent_bodies", "1",
 		"--collector.read_timeout", "2s", "--collector.read_header_timeout", "1s") // a body still arriving at 2 s gets 408
-	// A second collector, open on loopback, with no click signing key and a Redis that is not
-	// there: minting ids is refused (409), readiness is down, reads and likes are unavailable.
+	// A second collector, open on loopback, with no click signing key, a Redis that is not there
+	// and a broker of its own: minting ids is refused (409), reads and likes are unavailable
+	// while ingest goes on and readiness is degraded; once its broker is gone it is not ready.
 	deadRedis, err := testinfra.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken, _ := startCollector(t, "--redis.addr", deadRedis)
+	ownKafka, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ownKafka.Close()
+	broken, _ := startCollector(t, "--redis.addr", deadRedis, "--kafka.brokers", ownKafka.ListenAddrs()[0])
 	doc.Servers = openapi3.Servers{{URL: api}, {URL: broken}}
 	// A complete version of a daily click report, as the nightly job leaves it, in the
 	// collector's database (its migrations ran at start).
@@ -226,19 +233,28 @@ func TestOpenAPIContract(t *testing.T) {
 	})
 	for _, tt := range []struct {
 		name, method, path string
+		body               string
 		want               int
+		wantReady          string // /readyz's status after the request
 	}{
-		{"mint without a signing key", "POST", "/v1/ads/contract-ad/click-ids", 409},
-		{"not ready without redis", "GET", "/readyz", 503},
-		{"counts without redis", "GET", "/v1/counts?ids=contract-item", 503},
-		{"like without redis", "PUT", "/v1/items/contract-item/likes/u42", 503},
+		{"mint without a signing key", "POST", "/v1/ads/contract-ad/click-ids", "", 409, "degraded"},
+		{"counts without redis", "GET", "/v1/counts?ids=contract-item", "", 503, "degraded"},
+		{"like without redis", "PUT", "/v1/items/contract-item/likes/u42", "", 503, "degraded"},
+		{"ingest without redis", "POST", "/v1/views", view, 202, "degraded"},
+		{"not ready without kafka", "GET", "/readyz", "", 503, "not ready"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			code, route := check(t, router, broken, tt.method, tt.path, "", nil, false, http.DefaultClient.Do)
+			if tt.wantReady == "not ready" {
+				ownKafka.Close()
+			}
+			code, route := check(t, router, broken, tt.method, tt.path, tt.body, nil, false, http.DefaultClient.Do)
 			if code != tt.want {
 				t.Errorf("status: got %d; want %d", code, tt.want)
 			}
 			saw(tt.method, route, code)
+			if got := readyStatus(t, broken); got != tt.wantReady {
+				t.Errorf("/readyz: got %q; want %q", got, tt.wantReady)
+			}
 		})
 	}
 	t.Run("every documented status answered", func(t *testing.T) {
@@ -391,4 +407,19 @@ func publishTop(t *testing.T, kind schemas.CountKind, window string) {
 	if err := rdb.Del(ctx, schemas.TopRedisKey(schemas.CountItems, "1m")).Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// readyStatus is the status /readyz of the collector at api answers.
+func readyStatus(t *testing.T, api string) string {
+	t.Helper()
+	resp, err := http.Get(api + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct{ Status string }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("decode /readyz: %v", err)
+	}
+	return body.Status
 }

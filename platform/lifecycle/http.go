@@ -37,8 +37,9 @@ func AdminRoutes(mux *http.ServeMux, r *Runner, reg *prometheus.Registry, opts A
 }
 
 // HealthRoutes adds /healthz (the process is alive) and /readyz (every part started, not
-// shutting down, and every registered check passing; JSON naming each check and why it is
-// down, 503 when not ready) to mux: all a load balancer needs. It also adds FallbackRoutes, so
+// shutting down, and every required check passing; JSON naming each check and why it is down,
+// 503 when not ready, status "degraded" with 200 when only checks of AddDegradingCheck fail) to
+// mux: all a load balancer needs. It also adds FallbackRoutes, so
 // the server answers unknown routes and wrong methods in the JSON error shape.
 func HealthRoutes(mux *http.ServeMux, r *Runner) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -53,9 +54,12 @@ func HealthRoutes(mux *http.ServeMux, r *Runner) {
 			Checks  []CheckResult `json:"checks"`
 		}{"ready", r.Ready(), results}
 		w.Header().Set("Content-Type", "application/json")
-		if !ok {
+		switch {
+		case !ok:
 			body.Status = "not ready"
 			w.WriteHeader(http.StatusServiceUnavailable)
+		case slices.ContainsFunc(results, func(c CheckResult) bool { return c.Status != "up" }):
+			body.Status = "degraded"
 		}
 		_ = json.NewEncoder(w).Encode(body)
 	})

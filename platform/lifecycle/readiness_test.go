@@ -15,8 +15,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// /readyz names every registered check with its status and error, and answers 503 while any is
-// down, while starting and while stopping.
+// /readyz names every registered check with its status and error, and answers 503 while a
+// required one is down, while starting and while stopping; a degrading check down leaves it
+// ready, degraded.
 func TestReadyzReportsEachCheck(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	r := NewRunner(slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -29,7 +30,7 @@ func TestReadyzReportsEachCheck(t *testing.T) {
 	defer srv.Stop(context.Background())
 	defer http.DefaultClient.CloseIdleConnections()
 
-	var redisDown atomic.Bool
+	var redisDown, clickhouseDown atomic.Bool
 	r.AddCheck("kafka", func(context.Context) error { return nil })
 	r.AddCheck("redis", func(context.Context) error {
 		if redisDown.Load() {
@@ -37,7 +38,12 @@ func TestReadyzReportsEachCheck(t *testing.T) {
 		}
 		return nil
 	})
-	r.AddCheck("clickhouse", func(ctx context.Context) error { return nil })
+	r.AddDegradingCheck("clickhouse", func(ctx context.Context) error {
+		if clickhouseDown.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	running := make(chan error, 1)
@@ -69,21 +75,24 @@ func TestReadyzReportsEachCheck(t *testing.T) {
 		return resp.StatusCode, b
 	}
 	tests := []struct {
-		name       string
-		redisDown  bool
-		stop       bool
-		wantCode   int
-		wantStatus string
-		wantRedis  CheckResult
+		name                      string
+		redisDown, clickhouseDown bool
+		stop                      bool
+		wantCode                  int
+		wantStatus                string
+		wantRedis                 CheckResult
 	}{
-		{"all up", false, false, 200, "ready", CheckResult{Name: "redis", Status: "up"}},
-		{"redis down", true, false, 503, "not ready", CheckResult{Name: "redis", Status: "down", Error: "dial tcp 127.0.0.1:6379: connection refused"}},
-		{"redis back", false, false, 200, "ready", CheckResult{Name: "redis", Status: "up"}},
-		{"stopping", false, true, 503, "not ready", CheckResult{Name: "redis", Status: "up"}},
+		{"all up", false, false, false, 200, "ready", CheckResult{Name: "redis", Status: "up", Required: true}},
+		{"redis down", true, false, false, 503, "not ready", CheckResult{Name: "redis", Status: "down", Required: true, Error: "dial tcp 127.0.0.1:6379: connection refused"}},
+		{"redis back", false, false, false, 200, "ready", CheckResult{Name: "redis", Status: "up", Required: true}},
+		{"clickhouse down", false, true, false, 200, "degraded", CheckResult{Name: "redis", Status: "up", Required: true}},
+		{"both down", true, true, false, 503, "not ready", CheckResult{Name: "redis", Status: "down", Required: true, Error: "dial tcp 127.0.0.1:6379: connection refused"}},
+		{"stopping", false, false, true, 503, "not ready", CheckResult{Name: "redis", Status: "up", Required: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			redisDown.Store(tt.redisDown)
+			clickhouseDown.Store(tt.clickhouseDown)
 			if tt.stop {
 				cancel()
 				if err := <-running; err != nil {
@@ -94,8 +103,12 @@ func TestReadyzReportsEachCheck(t *testing.T) {
 			if code != tt.wantCode || b.Status != tt.wantStatus {
 				t.Errorf("got %d %q; want %d %q", code, b.Status, tt.wantCode, tt.wantStatus)
 			}
-			if len(b.Checks) != 3 || b.Checks[0].Name != "kafka" || b.Checks[1] != tt.wantRedis || b.Checks[2].Name != "clickhouse" {
-				t.Errorf("got checks %+v; want kafka, %+v, clickhouse", b.Checks, tt.wantRedis)
+			wantCH := CheckResult{Name: "clickhouse", Status: "up"}
+			if tt.clickhouseDown {
+				wantCH.Status, wantCH.Error = "down", "connection refused"
+			}
+			if len(b.Checks) != 3 || b.Checks[0].Name != "kafka" || b.Checks[1] != tt.wantRedis || b.Checks[2] != wantCH {
+				t.Errorf("got checks %+v; want kafka, %+v, %+v", b.Checks, tt.wantRedis, wantCH)
 			}
 		})
 	}
