@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"tally/platform/buildinfo"
 	"tally/platform/config"
 	"tally/platform/kafka"
 )
@@ -174,6 +175,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.IntVar(&c.LikedByIDs, "liked-by-ids", 20, "likes: item ids per GET /v1/users/{id}/likes (1..100)")
 
 	fs.IntVar(&c.MaxInflight, "max-inflight", 256, "open-loop streams: most requests in flight per stream; beyond it requests start late and the lateness counts as latency")
+	version := fs.Bool("version", false, "print the build (version, VCS revision, Go version) and exit")
 	fs.Usage = func() {
 		fmt.Fprint(usage, `Usage: load [flags]
 
@@ -187,6 +189,10 @@ Exit status: 0 the run completed without errors, 1 it could not run or saw error
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if *version {
+		fmt.Fprintln(usage, "load", buildinfo.Read())
+		return c, pflag.ErrHelp // answered: a clean exit, like --help
 	}
 	c.ProgressForced = fs.Changed("progress")
 	if fs.NArg() > 0 {

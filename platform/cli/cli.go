@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
+	"tally/platform/buildinfo"
 	"tally/platform/config"
 	"tally/platform/lifecycle"
 	"tally/platform/logging"
@@ -38,6 +39,9 @@ type Env struct {
 type Command struct {
 	// Name is the binary (and sub-command) name, for --help and logs.
 	Name string
+	// Commands lists the binary's other sub-commands, one per line ("resume  decide on a
+	// halted partition"), for --help: main dispatches them before Run.
+	Commands string
 	// Args are the command-line arguments after the name.
 	Args []string
 	// Needs are the servers a component binary must be given addresses of; it never embeds
@@ -53,8 +57,16 @@ type Command struct {
 // Run runs c and returns the process exit code.
 func Run(c Command) int {
 	name, parts := c.Name, c.Parts
+	build := buildinfo.Read()
 	cfg, err := config.Load(name, c.Args, c.Sections...)
 	if errors.Is(err, pflag.ErrHelp) {
+		if c.Commands != "" {
+			fmt.Printf("\nOther commands (each has its own --help):\n%s", c.Commands)
+		}
+		return 0
+	}
+	if errors.Is(err, config.ErrVersion) {
+		fmt.Println(name, build)
 		return 0
 	}
 	if err == nil {
@@ -72,8 +84,10 @@ func Run(c Command) int {
 		runtime.GOMAXPROCS(n)
 	}
 	logger.Info("go scheduler", "gomaxprocs", n, "cpus", runtime.NumCPU())
+	logger.Info("build", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "go", build.GoVersion)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build.Register(reg)
 	runner := lifecycle.NewRunner(logger)
 	ps, err := parts(Env{Config: &cfg, Logger: logger, Registry: reg, Runner: runner, Now: time.Now})
 	if err != nil {

@@ -48,10 +48,14 @@ type Section interface {
 	Validate(shared *Config, bad Bad)
 }
 
+// ErrVersion is Load's answer to --version.
+var ErrVersion = errors.New("version requested")
+
 // Load parses args (without the program name) for the binary called name and returns the
 // validated shared configuration, filling in each of sections as well. When --help is given it
 // prints the usage (the shared settings and those of sections) to stdout and returns
-// pflag.ErrHelp, which callers treat as a clean exit.
+// pflag.ErrHelp, which callers treat as a clean exit; when --version is given it returns
+// ErrVersion, on which callers print their build (package buildinfo) and exit.
 //
 // A YAML file may hold sections this binary does not read (one file for every binary): a
 // top-level map no setting of this binary lives under is left alone; inside the sections it
@@ -67,6 +71,7 @@ func Load(name string, args []string, sections ...Section) (Config, error) {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SortFlags = false
 	configFile := fs.String("config", "", "YAML config file (see config.example.yaml); env TALLY_CONFIG")
+	version := fs.Bool("version", false, "print the build (version, VCS revision, Go version) and exit")
 	for _, s := range all {
 		s.addFlag(fs)
 	}
@@ -79,6 +84,9 @@ func Load(name string, args []string, sections ...Section) (Config, error) {
 			return Config{}, err
 		}
 		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if *version {
+		return Config{}, ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("config: unexpected argument %q", fs.Arg(0))

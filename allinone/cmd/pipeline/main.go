@@ -11,6 +11,11 @@ import (
 	"tally/platform/lifecycle"
 )
 
+// commands are the modes, for --help.
+const commands = `  pipeline run     every component and the embedded Kafka, ClickHouse and Redis (the default)
+  pipeline infra   the embedded Kafka, ClickHouse and Redis only, for component processes
+`
+
 func main() {
 	cmd, args := "run", os.Args[1:]
 	if len(args) > 0 && (args[0] == "run" || args[0] == "infra") {
@@ -18,7 +23,7 @@ func main() {
 	}
 	// Both modes read every section, so one config file and one flag set serve both.
 	var settings allinone.Settings
-	os.Exit(cli.Run(cli.Command{Name: "pipeline " + cmd, Args: args, Sections: settings.Sections(), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "pipeline " + cmd, Args: args, Commands: commands, Sections: settings.Sections(), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		switch cmd {
 		case "infra":
 			return allinone.Infra(e, &settings.Embedded, os.Stdout), nil

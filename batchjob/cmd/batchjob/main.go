@@ -28,9 +28,11 @@ import (
 	"tally/batchjob"
 	"tally/batchjob/clicks"
 	"tally/batchjob/reconcile"
+	"tally/batchjob/recount"
 	"tally/batchjob/runlock"
 	"tally/collector/collectorconf"
 	"tally/likestate"
+	"tally/platform/buildinfo"
 	"tally/platform/chclient"
 	"tally/platform/config"
 	"tally/platform/logging"
@@ -63,15 +65,18 @@ func run(args []string) int {
 			return runClicks(args)
 		case "views":
 			return runViews(args[1:])
+		case "--version":
+			fmt.Println("batchjob", buildinfo.Read())
+			return exitOK
 		case "likes", "-h", "--help":
 		default:
-			fmt.Fprintf(os.Stderr, "batchjob: unknown command %q; want likes, clicks or views\n\n%s%s", args[0], reconcile.Usage, clicks.Usage)
+			fmt.Fprintf(os.Stderr, "batchjob: unknown command %q; want likes, clicks or views\n\n%s%s%s", args[0], reconcile.Usage, clicks.Usage, recount.Usage)
 			return exitUsage
 		}
 	}
 	job, rest, err := reconcile.ParseArgs(args)
 	if errors.Is(err, pflag.ErrHelp) {
-		_, _ = os.Stdout.WriteString(reconcile.Usage + clicks.Usage)
+		_, _ = os.Stdout.WriteString(reconcile.Usage + clicks.Usage + recount.Usage)
 		var sec sections
 		_, _ = config.Load("batchjob", []string{"--help"}, sec.list()...)
 		return exitOK

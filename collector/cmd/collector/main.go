@@ -15,6 +15,11 @@ import (
 	"tally/schemas/clickconf"
 )
 
+// commands are the sub-commands beside serving, for --help.
+const commands = `  collector keys    mint an API key and the hashed entry collector.auth.keys holds
+  collector token   mint a user token for a user id, signed with collector.auth.user_token_key
+`
+
 func main() {
 	if auth.IsCommand(os.Args[1:]) {
 		os.Exit(auth.Command(os.Args[1:], auth.CommandEnv{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Now: time.Now}))
@@ -23,7 +28,7 @@ func main() {
 	// The counting rules are the clicks section's other part: the collector reads none of them,
 	// but loads them so that a file's clicks section is checked whole (config.Section).
 	var clickRules clickconf.Rules
-	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Needs: config.Servers{Kafka: true, ClickHouse: true, Redis: true}, Sections: append(settings.Sections(), &clickRules), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "collector", Args: os.Args[1:], Commands: commands, Needs: config.Servers{Kafka: true, ClickHouse: true, Redis: true}, Sections: append(settings.Sections(), &clickRules), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		parts, _ := collector.Parts(e, &settings)
 		return parts, nil
 	}}))
