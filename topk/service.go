@@ -68,7 +68,8 @@ type metrics struct {
 	publishErrors        *prometheus.CounterVec
 	snapshotSeconds      prometheus.Histogram
 	snapshotErrors       prometheus.Counter
-	keys, entries, late  prometheus.GaugeFunc
+	keys, entries        prometheus.GaugeFunc
+	late                 prometheus.CounterFunc
 	lag                  prometheus.Gauge
 }
 
@@ -132,7 +133,7 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 			func() float64 { return float64(tr.Stats().Keys) }),
 		entries: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_topk_bucket_counts", Help: "(key, bucket) counts held by the exact windows."},
 			func() float64 { return float64(tr.Stats().Entries) }),
-		late: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_topk_dropped_events", Help: "Events whose bucket had already left its exact window when they arrived (counted by no list)."},
+		late: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_topk_dropped_events_total", Help: "Events whose bucket had already left its exact window when they arrived (counted by no list)."},
 			func() float64 { return float64(tr.Stats().Dropped) }),
 	}
 	for _, k := range schemas.CountKinds {
