@@ -1,7 +1,6 @@
 package config
 
 import (
-	"tally/platform/kafka"
 	"tally/platform/tlsconf"
 )
 
@@ -10,17 +9,8 @@ import (
 // configured servers only; the embedded ones take neither, so setting them without an address
 // is a mistake, not a no-op.
 func (c Config) validateBackendSecurity(bad Bad) {
-	switch c.Kafka.SASL.Mechanism {
-	case "":
-		if c.Kafka.SASL.Username != "" || c.Kafka.SASL.Password != "" {
-			bad("kafka.sasl.mechanism", "is empty but kafka.sasl.username or password is set; want %s or %s", kafka.ScramSHA256, kafka.ScramSHA512)
-		}
-	case kafka.ScramSHA256, kafka.ScramSHA512:
-		if c.Kafka.SASL.Username == "" || c.Kafka.SASL.Password == "" {
-			bad("kafka.sasl.username", "%s needs kafka.sasl.username and kafka.sasl.password", c.Kafka.SASL.Mechanism)
-		}
-	default:
-		bad("kafka.sasl.mechanism", "got %q; want %s or %s (upper case)", c.Kafka.SASL.Mechanism, kafka.ScramSHA256, kafka.ScramSHA512)
+	if _, err := c.Kafka.Security().Mechanism(); err != nil {
+		bad("kafka.sasl", "%v", err)
 	}
 	checkTLS(bad, "kafka.tls", c.Kafka.TLS)
 	checkTLS(bad, "redis.tls", c.Redis.TLS)

@@ -20,9 +20,14 @@ func TestBackendSecurityChecks(t *testing.T) {
 		want string
 	}{
 		{"scram 512 with credentials", append(servers, "--kafka.sasl.mechanism", "SCRAM-SHA-512", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"), ""},
-		{"unknown mechanism", append(servers, "--kafka.sasl.mechanism", "PLAIN", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"), `kafka.sasl.mechanism: got "PLAIN"`},
-		{"mechanism without password", append(servers, "--kafka.sasl.mechanism", "SCRAM-SHA-256", "--kafka.sasl.username", "u"), "kafka.sasl.username: SCRAM-SHA-256 needs"},
-		{"credentials without mechanism", append(servers, "--kafka.sasl.password", "p"), "kafka.sasl.mechanism: is empty"},
+		{"unknown mechanism", append(servers, "--kafka.sasl.mechanism", "GSSAPI", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"), `kafka.sasl: mechanism "GSSAPI"; want SCRAM-SHA-256, SCRAM-SHA-512, PLAIN or OAUTHBEARER`},
+		{"plain over tls", append(servers, "--kafka.sasl.mechanism", "PLAIN", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p", "--kafka.tls.enabled"), ""},
+		{"plain without tls", append(servers, "--kafka.sasl.mechanism", "PLAIN", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"), "kafka.sasl: PLAIN sends its secret as it is, so it needs TLS"},
+		{"oauthbearer with a token file", append(servers, "--kafka.sasl.mechanism", "OAUTHBEARER", "--kafka.sasl.token_file", ca, "--kafka.tls.enabled"), ""},
+		{"oauthbearer without a token file", append(servers, "--kafka.sasl.mechanism", "OAUTHBEARER", "--kafka.tls.enabled"), "kafka.sasl: OAUTHBEARER needs a token file"},
+		{"oauthbearer with a password", append(servers, "--kafka.sasl.mechanism", "OAUTHBEARER", "--kafka.sasl.token_file", ca, "--kafka.sasl.password", "p", "--kafka.tls.enabled"), "no username or password"},
+		{"mechanism without password", append(servers, "--kafka.sasl.mechanism", "SCRAM-SHA-256", "--kafka.sasl.username", "u"), "kafka.sasl: SCRAM-SHA-256 needs a username and a password"},
+		{"credentials without mechanism", append(servers, "--kafka.sasl.password", "p"), "kafka.sasl: credentials are set but no mechanism"},
 		{"sasl for the embedded broker", []string{"--kafka.sasl.mechanism", "SCRAM-SHA-256", "--kafka.sasl.username", "u", "--kafka.sasl.password", "p"}, "kafka.sasl.mechanism: is set but kafka.brokers is empty"},
 		{"kafka tls with the system roots", append(servers, "--kafka.tls.enabled"), ""},
 		{"kafka tls, unreadable CA", append(servers, "--kafka.tls.enabled", "--kafka.tls.ca_file", filepath.Join(certs, "none.pem")), "kafka.tls: read CA file"},

@@ -55,6 +55,7 @@ type KafkaSASL struct {
 	Mechanism string `mapstructure:"mechanism"`
 	Username  string `mapstructure:"username"`
 	Password  string `mapstructure:"password"`
+	TokenFile string `mapstructure:"token_file"`
 }
 
 type ClickHouse struct {
@@ -91,7 +92,7 @@ func (k Kafka) Durability() kafka.Durability {
 
 // Security is how Kafka clients authenticate and protect their link (kafka.Security.Options).
 func (k Kafka) Security() kafka.Security {
-	return kafka.Security{SASLMechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password, TLS: k.TLS}
+	return kafka.Security{SASLMechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password, TokenFile: k.SASL.TokenFile, TLS: k.TLS}
 }
 
 type Shutdown struct {
@@ -114,9 +115,10 @@ func settings() []Setting {
 		{"kafka.views_retention", 7 * 24 * time.Hour, "how long the views, clicks and fraud_verdicts topics keep records (the sink's files keep them after); the likes topic is always kept forever"},
 		{"kafka.produce_timeout", 10 * time.Second, "how long an ingest request waits for Kafka before answering 503"},
 		{"kafka.max_buffered_records", 200000, "producer buffer bound; beyond it ingest answers 503 instead of queueing"},
-		{"kafka.sasl.mechanism", "", "SASL mechanism for kafka.brokers: empty (none), SCRAM-SHA-256 or SCRAM-SHA-512"},
-		{"kafka.sasl.username", "", "SASL user"},
-		{"kafka.sasl.password", "", "SASL password"},
+		{"kafka.sasl.mechanism", "", "SASL mechanism for kafka.brokers: empty (none), SCRAM-SHA-256, SCRAM-SHA-512, or, over TLS only, PLAIN or OAUTHBEARER"},
+		{"kafka.sasl.username", "", "SASL user (SCRAM, PLAIN)"},
+		{"kafka.sasl.password", "", "SASL password (SCRAM, PLAIN)"},
+		{"kafka.sasl.token_file", "", "OAUTHBEARER: file holding the bearer token, read again at every authentication (keep it fresh with your token agent)"},
 		{"kafka.tls.enabled", false, "connect to Kafka over TLS (certificates are always verified)"},
 		{"kafka.tls.ca_file", "", "PEM CA bundle Kafka's certificate must chain to; empty: the system's roots"},
 		{"kafka.tls.cert_file", "", "PEM client certificate for Kafka (with kafka.tls.key_file), if it requires one"},

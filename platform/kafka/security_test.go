@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +29,13 @@ func TestSecurityOptions(t *testing.T) {
 		{"plain", kafka.Security{}, 0, ""},
 		{"scram 256", kafka.Security{SASLMechanism: "SCRAM-SHA-256", Username: "u", Password: "p"}, 1, ""},
 		{"scram 512 and tls", kafka.Security{SASLMechanism: "SCRAM-SHA-512", Username: "u", Password: "p", TLS: tlsconf.Files{Enabled: true}}, 2, ""},
-		{"plain mechanism", kafka.Security{SASLMechanism: "PLAIN", Username: "u", Password: "p"}, 0, `mechanism "PLAIN"`},
-		{"lower-case mechanism", kafka.Security{SASLMechanism: "scram-sha-256", Username: "u", Password: "p"}, 0, "want SCRAM-SHA-256 or SCRAM-SHA-512"},
+		{"plain over tls", kafka.Security{SASLMechanism: "PLAIN", Username: "u", Password: "p", TLS: tlsconf.Files{Enabled: true}}, 2, ""},
+		{"plain without tls", kafka.Security{SASLMechanism: "PLAIN", Username: "u", Password: "p"}, 0, "PLAIN sends its secret as it is"},
+		{"oauthbearer over tls", kafka.Security{SASLMechanism: "OAUTHBEARER", TokenFile: "token", TLS: tlsconf.Files{Enabled: true}}, 2, ""},
+		{"oauthbearer hook", kafka.Security{SASLMechanism: "OAUTHBEARER", Token: func(context.Context) (string, error) { return "t", nil }, TLS: tlsconf.Files{Enabled: true}}, 2, ""},
+		{"oauthbearer without a token", kafka.Security{SASLMechanism: "OAUTHBEARER", TLS: tlsconf.Files{Enabled: true}}, 0, "needs a token file"},
+		{"oauthbearer without tls", kafka.Security{SASLMechanism: "OAUTHBEARER", TokenFile: "token"}, 0, "needs TLS"},
+		{"lower-case mechanism", kafka.Security{SASLMechanism: "scram-sha-256", Username: "u", Password: "p"}, 0, "want SCRAM-SHA-256, SCRAM-SHA-512, PLAIN or OAUTHBEARER (upper case)"},
 		{"no password", kafka.Security{SASLMechanism: "SCRAM-SHA-256", Username: "u"}, 0, "needs a username and a password"},
 		{"password without mechanism", kafka.Security{Password: "p"}, 0, "no mechanism"},
 		{"tls files without tls", kafka.Security{TLS: tlsconf.Files{CAFile: "ca.pem"}}, 0, "not enabled"},
@@ -66,6 +73,7 @@ func TestSecurityAgainstBroker(t *testing.T) {
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(),
 		kfake.Superuser(kafka.ScramSHA256, "tally256", "pw-256"), kfake.Superuser(kafka.ScramSHA512, "tally512", "pw-512"),
+		kfake.Superuser(kafka.Plain, "hosted", "pw-plain"),
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}),
 		kfake.SeedTopics(1, "secured"))
 	if err != nil {
@@ -80,6 +88,8 @@ func TestSecurityAgainstBroker(t *testing.T) {
 	}{
 		{"scram-sha-256 over tls", kafka.Security{SASLMechanism: kafka.ScramSHA256, Username: "tally256", Password: "pw-256", TLS: trusted}, true},
 		{"scram-sha-512 over tls", kafka.Security{SASLMechanism: kafka.ScramSHA512, Username: "tally512", Password: "pw-512", TLS: trusted}, true},
+		{"plain over tls", kafka.Security{SASLMechanism: kafka.Plain, Username: "hosted", Password: "pw-plain", TLS: trusted}, true},
+		{"plain, wrong password", kafka.Security{SASLMechanism: kafka.Plain, Username: "hosted", Password: "nope", TLS: trusted}, false},
 		{"wrong password", kafka.Security{SASLMechanism: kafka.ScramSHA256, Username: "tally256", Password: "nope", TLS: trusted}, false},
 		{"wrong mechanism for the user", kafka.Security{SASLMechanism: kafka.ScramSHA512, Username: "tally256", Password: "pw-256", TLS: trusted}, false},
 		{"no sasl", kafka.Security{TLS: trusted}, false},
@@ -107,6 +117,40 @@ func TestSecurityAgainstBroker(t *testing.T) {
 			}
 			if !tt.ok && err == nil {
 				t.Error("got the record acknowledged; want it refused")
+			}
+		})
+	}
+}
+
+// OAUTHBEARER sends the token of the file as it is at each authentication (RFC 7628's client
+// first message), so a refreshed file needs no restart; an empty or missing file fails the
+// authentication with its name. The embedded test broker speaks no OAUTHBEARER, so the
+// mechanism is driven directly.
+func TestOAuthBearerReadsTheTokenFileEachTime(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	sec := kafka.Security{SASLMechanism: kafka.OAuthBearer, TokenFile: file, TLS: tlsconf.Files{Enabled: true}}
+	mech, err := sec.Mechanism()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, file, want, wantErr string }{
+		{"first token", "tok-1\n", "n,,\x01auth=Bearer tok-1\x01\x01", ""},
+		{"refreshed", "tok-2", "n,,\x01auth=Bearer tok-2\x01\x01", ""},
+		{"empty", " \n", "", "is empty"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := os.WriteFile(file, []byte(tt.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, first, err := mech.Authenticate(context.Background(), "broker:9093")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %v; want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || string(first) != tt.want {
+				t.Errorf("got %q, %v; want %q", first, err, tt.want)
 			}
 		})
 	}
