@@ -14,9 +14,9 @@ import (
 // measures each request, so a retry would hide what it measures. Its connections are pooled
 // generously so every concurrent request reuses one instead of paying a TCP handshake, which on
 // this machine would be measured as server latency.
-func newClient(url string, timeout time.Duration, conns int) (*client.Client, *http.Client, error) {
+func newClient(url, apiKey string, timeout time.Duration, conns int) (*client.Client, *http.Client, error) {
 	hc := client.DefaultHTTPClient(timeout, conns)
-	c, err := client.New(client.Options{BaseURL: url, HTTPClient: hc, MaxAttempts: 1})
+	c, err := client.New(client.Options{BaseURL: url, APIKey: apiKey, HTTPClient: hc, MaxAttempts: 1})
 	return c, hc, err
 }
 

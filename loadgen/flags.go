@@ -15,14 +15,21 @@ import (
 	"tally/platform/buildinfo"
 	"tally/platform/config"
 	"tally/platform/kafka"
+	"tally/platform/tlsconf"
 )
 
 // Config is one load run.
 type Config struct {
-	URL     string   // collector base URL, loopback only
-	Brokers []string // Kafka seeds for the consumer-lag monitor, loopback only
-	// KafkaSASL is how the lag monitor authenticates: TALLY_KAFKA_SASL_MECHANISM, _USERNAME and
-	// _PASSWORD from the environment, as the embedded stack's infra.env sets them.
+	URL     string   // collector base URL, loopback unless Remote
+	Brokers []string // Kafka seeds for the consumer-lag monitor, loopback unless Remote
+	// Remote allows a URL and brokers off this machine: a deployment its operator measures.
+	Remote bool
+	// APIKey is sent as X-API-Key (a collector with access control on): TALLY_LOAD_API_KEY from
+	// the environment, never a flag, which ps would show.
+	APIKey string
+	// KafkaSASL is how the lag monitor authenticates and protects its link: the TALLY_KAFKA_SASL_*
+	// and TALLY_KAFKA_TLS_* variables of the environment, as the embedded stack's infra.env sets
+	// them and as every tally binary reads them.
 	KafkaSASL kafka.Security
 	Group     string // consumer group whose lag is watched
 	Scenarios Scenarios
@@ -132,10 +139,11 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs := pflag.NewFlagSet("load", pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.SetOutput(usage)
-	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "collector base URL (loopback only)")
-	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers for the consumer-lag monitor (loopback only); it authenticates with TALLY_KAFKA_SASL_MECHANISM, _USERNAME and _PASSWORD from the environment when set (the embedded stack's: set -a; . <data_dir>/infra.env; set +a)")
-	c.KafkaSASL = kafka.Security{SASLMechanism: os.Getenv(config.EnvName("kafka.sasl.mechanism")),
-		Username: os.Getenv(config.EnvName("kafka.sasl.username")), Password: os.Getenv(config.EnvName("kafka.sasl.password"))}
+	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "collector base URL, http or https (loopback unless --remote); its API key, if it needs one, from TALLY_LOAD_API_KEY")
+	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers for the consumer-lag monitor (loopback unless --remote); it authenticates with TALLY_KAFKA_SASL_MECHANISM, _USERNAME, _PASSWORD and _TOKEN_FILE and connects over TLS with TALLY_KAFKA_TLS_ENABLED=true and _CA_FILE from the environment when set (the embedded stack's: set -a; . <data_dir>/infra.env; set +a)")
+	fs.BoolVar(&c.Remote, "remote", false, "allow --url and --brokers off this machine: a deployment of yours to measure (the load is real)")
+	c.APIKey = os.Getenv("TALLY_LOAD_API_KEY")
+	c.KafkaSASL = kafkaFromEnv(os.Getenv)
 	fs.StringVar(&c.Group, "group", "tally-aggregator", "consumer group whose lag on topic views is sampled every second")
 	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, clicks, view-counts, reads, likes, or a '+'-joined set (views+clicks)")
 	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "how long the load runs (at most 30m)")
@@ -179,7 +187,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.Usage = func() {
 		fmt.Fprint(usage, `Usage: load [flags]
 
-Drives an already-running collector over HTTP (loopback only) for --duration, then prints
+Drives an already-running collector over HTTP (loopback unless --remote) for --duration, then prints
 throughput and latency percentiles (p50/p90/p99/max). Open-loop streams (reads, likes) fire on
 schedule and measure latency from the scheduled time, so a slow server is not hidden.
 Exit status: 0 the run completed without errors, 1 it could not run or saw errors, 2 bad flags.
@@ -215,10 +223,10 @@ func (c Config) validate() error {
 	switch {
 	case err != nil:
 		bad("url", "%v", err)
-	case u.Scheme != "http" || u.Host == "":
-		bad("url", "got %q; want http://host:port", c.URL)
-	case !loopback(u.Hostname()):
-		bad("url", "host %q is not a loopback address; load is only sent to this machine", u.Hostname())
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		bad("url", "got %q; want http://host:port or https://host:port", c.URL)
+	case !c.Remote && !loopback(u.Hostname()):
+		bad("url", "host %q is not a loopback address; load is only sent to this machine unless --remote", u.Hostname())
 	}
 	if c.Scenarios.Views || c.Scenarios.Clicks || c.Scenarios.ViewCounts {
 		if len(c.Brokers) == 0 {
@@ -228,8 +236,8 @@ func (c Config) validate() error {
 			host, _, err := net.SplitHostPort(b)
 			if err != nil {
 				bad("brokers", "got %q; want host:port", b)
-			} else if !loopback(host) {
-				bad("brokers", "host %q is not a loopback address", host)
+			} else if !c.Remote && !loopback(host) {
+				bad("brokers", "host %q is not a loopback address (--remote allows it)", host)
 			}
 		}
 		if c.Group == "" {
@@ -303,6 +311,15 @@ func (c Config) validate() error {
 		inRange("liked-by-ids", c.LikedByIDs, 1, 100)
 	}
 	return errors.Join(errs...)
+}
+
+// kafkaFromEnv is how the lag monitor reaches the brokers, from the environment variables every
+// tally binary reads (config.EnvName).
+func kafkaFromEnv(getenv func(string) string) kafka.Security {
+	env := func(key string) string { return getenv(config.EnvName(key)) }
+	return kafka.Security{SASLMechanism: env("kafka.sasl.mechanism"), Username: env("kafka.sasl.username"),
+		Password: env("kafka.sasl.password"), TokenFile: env("kafka.sasl.token_file"),
+		TLS: tlsconf.Files{Enabled: env("kafka.tls.enabled") == "true", CAFile: env("kafka.tls.ca_file"), ServerName: env("kafka.tls.server_name")}}
 }
 
 // loopback reports whether host names this machine: "localhost" or a loopback IP. Other names

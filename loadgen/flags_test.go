@@ -64,8 +64,12 @@ func TestParseArgs(t *testing.T) {
 		{"empty scenario", []string{"--scenario", ""}, nil, "--scenario is empty"},
 		{"remote url refused", []string{"--url", "http://10.0.0.5:8080"}, nil, "--url: host \"10.0.0.5\" is not a loopback address"},
 		{"named host refused", []string{"--url", "http://example.com"}, nil, "is not a loopback address"},
-		{"https refused", []string{"--url", "https://127.0.0.1:8080"}, nil, "want http://host:port"},
+		{"ftp refused", []string{"--url", "ftp://127.0.0.1:8080"}, nil, "want http://host:port or https://host:port"},
 		{"remote broker refused", []string{"--brokers", "192.168.1.2:9092"}, nil, "--brokers: host \"192.168.1.2\""},
+		{"remote deployment with --remote", []string{"--remote", "--url", "https://tally.example.com", "--brokers", "kafka.example.com:9093"},
+			func(c Config) (any, any) {
+				return fmt.Sprint(c.URL, c.Brokers, c.Remote), "https://tally.example.com[kafka.example.com:9093] true"
+			}, ""},
 		{"broker without port", []string{"--brokers", "127.0.0.1"}, nil, "want host:port"},
 		{"duration bounded", []string{"--duration", "2h"}, nil, "--duration: got 2h0m0s"},
 		{"zero duration", []string{"--duration", "0s"}, nil, "--duration"},
@@ -128,5 +132,24 @@ func TestMainExitCodes(t *testing.T) {
 				t.Errorf("got exit %d; want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// The API key and the lag monitor's Kafka security come from the environment tally's binaries
+// read, never from flags.
+func TestParseArgsFromTheEnvironment(t *testing.T) {
+	t.Setenv("TALLY_LOAD_API_KEY", "k-123")
+	t.Setenv("TALLY_KAFKA_SASL_MECHANISM", "PLAIN")
+	t.Setenv("TALLY_KAFKA_SASL_USERNAME", "u")
+	t.Setenv("TALLY_KAFKA_SASL_PASSWORD", "p")
+	t.Setenv("TALLY_KAFKA_TLS_ENABLED", "true")
+	t.Setenv("TALLY_KAFKA_TLS_CA_FILE", "/etc/ca.pem")
+	c, err := ParseArgs([]string{"--scenario", "reads"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(c.APIKey, " ", c.KafkaSASL.SASLMechanism, c.KafkaSASL.Username, c.KafkaSASL.Password, " ", c.KafkaSASL.TLS.Enabled, c.KafkaSASL.TLS.CAFile)
+	if want := "k-123 PLAINup true/etc/ca.pem"; got != want {
+		t.Errorf("got %q; want %q", got, want)
 	}
 }

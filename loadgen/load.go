@@ -133,7 +133,7 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	if prefix == "" {
 		prefix = "load-" + strconv.FormatUint(rand.Uint64()&0xffffffff, 36)
 	}
-	api, web, err := newClient(c.URL, c.Timeout, c.Concurrency+3*c.MaxInflight+64)
+	api, web, err := newClient(c.URL, c.APIKey, c.Timeout, c.Concurrency+3*c.MaxInflight+64)
 	if err != nil {
 		return nil, err
 	}
