@@ -19,7 +19,7 @@ func TestBinariesAnswerVersionAndHelp(t *testing.T) {
 	}{
 		{"pipeline run", bins.pipeline, []string{"pipeline run", "pipeline infra"}},
 		{"collector", bins.collector, []string{"collector keys", "collector token"}},
-		{"aggregator", bins.aggregator, []string{"aggregator resume"}},
+		{"aggregator", bins.aggregator, []string{"aggregator resume", "aggregator migrate"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,5 +37,22 @@ func TestBinariesAnswerVersionAndHelp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// `aggregator migrate print` writes the DDL without a server; a wrong action is a usage error.
+func TestAggregatorMigratePrints(t *testing.T) {
+	bins, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bins.aggregator, "migrate", "print", "--after", "12").Output()
+	if err != nil || !strings.Contains(string(out), "CREATE TABLE IF NOT EXISTS schema_migrations") ||
+		!strings.Contains(string(out), "-- 013_") || strings.Contains(string(out), "-- 012_") {
+		t.Errorf("migrate print --after 12: got %v and\n%s\nwant schema_migrations and migration 013 only", err, out)
+	}
+	err = exec.Command(bins.aggregator, "migrate", "drop").Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("migrate drop: got %v; want exit status 2", err)
 	}
 }

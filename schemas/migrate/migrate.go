@@ -118,23 +118,9 @@ func ApplyTo(ctx context.Context, conn driver.Conn, logger *slog.Logger, t Targe
 	if err := conn.Exec(ctx, t.migrationsTable()); err != nil {
 		return 0, fmt.Errorf("create schema_migrations: %w", err)
 	}
-	applied := map[uint32]string{}
-	rows, err := conn.Query(ctx, "SELECT version, any(checksum) FROM schema_migrations GROUP BY version")
+	applied, err := appliedChecksums(ctx, conn)
 	if err != nil {
-		return 0, fmt.Errorf("read schema_migrations: %w", err)
-	}
-	for rows.Next() {
-		var v uint32
-		var sum string
-		if err := rows.Scan(&v, &sum); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("scan schema_migrations: %w", err)
-		}
-		applied[v] = sum
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("read schema_migrations: %w", err)
+		return 0, err
 	}
 	var version uint32
 	for _, m := range ms {
@@ -153,6 +139,29 @@ func ApplyTo(ctx context.Context, conn driver.Conn, logger *slog.Logger, t Targe
 		return 0, err
 	}
 	return version, nil
+}
+
+// appliedChecksums returns the recorded checksum of every applied migration, by version: the
+// latest record of a version, as the table's ReplacingMergeTree keeps it.
+func appliedChecksums(ctx context.Context, conn driver.Conn) (map[uint32]string, error) {
+	applied := map[uint32]string{}
+	rows, err := conn.Query(ctx, "SELECT version, argMax(checksum, applied_at) FROM schema_migrations GROUP BY version")
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v uint32
+		var sum string
+		if err := rows.Scan(&v, &sum); err != nil {
+			return nil, fmt.Errorf("scan schema_migrations: %w", err)
+		}
+		applied[v] = sum
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	return applied, nil
 }
 
 // applyAttempts bounds how often a migration is run again after a failed statement.

@@ -1,6 +1,7 @@
 // Command aggregator consumes the event topics and writes exact, deduplicated totals to
 // ClickHouse. `aggregator resume` lists the partitions halted because their checkpoint does not
-// fit their Kafka log, and records an operator's decision to resume one (package halt).
+// fit their Kafka log, and records an operator's decision to resume one (package halt);
+// `aggregator migrate` prints, applies or lists the ClickHouse migrations (package migrate).
 package main
 
 import (
@@ -27,11 +28,14 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "resume" {
 		os.Exit(resume(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "migrate" {
+		os.Exit(runMigrate(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	var settings aggregatorconf.Settings
 	// The click-id keys are the clicks section's other part: the aggregator reads none of them,
 	// but loads them so that a file's clicks section is checked whole (config.Section).
 	var clickIDs clickconf.ClickIDs
-	os.Exit(cli.Run(cli.Command{Name: "aggregator", Args: os.Args[1:], Commands: "  aggregator resume   list the halted partitions; record the decision to resume one\n", Needs: config.Servers{Kafka: true, ClickHouse: true, Redis: true}, Sections: append(settings.Sections(), &clickIDs), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "aggregator", Args: os.Args[1:], Commands: "  aggregator resume    list the halted partitions; record the decision to resume one\n  aggregator migrate   print, apply or list the ClickHouse migrations, for operators who own their DDL\n", Needs: config.Servers{Kafka: true, ClickHouse: true, Redis: true}, Sections: append(settings.Sections(), &clickIDs), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		return aggregator.Parts(e, &settings, lifecycle.OwnAdmin), nil
 	}}))
 }

@@ -1,0 +1,15 @@
+package migrate
+
+import (
+	"os"
+	"testing"
+
+	"tally/testsupport/testinfra"
+)
+
+// infra is the shared test infrastructure; only its ClickHouse engine is used here.
+var infra *testinfra.Infra
+
+func TestMain(m *testing.M) {
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
+}
