@@ -9,6 +9,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
+
+	"tally/platform/chclient"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -261,5 +264,32 @@ func TestGrafanaPluginPinned(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(^|,)grafana-clickhouse-datasource@\d+\.\d+\.\d+(,|$)`).MatchString(v) {
 		t.Errorf("grafana GF_PLUGINS_PREINSTALL_SYNC = %q; want grafana-clickhouse-datasource@<x.y.z>", v)
+	}
+}
+
+// TestComposeClickHouseIsTheTestedRelease: compose runs the ClickHouse release the tests run
+// (chDB's engine), so the SQL the tests check is the SQL users' servers run.
+func TestComposeClickHouseIsTheTestedRelease(t *testing.T) {
+	p, err := loadCompose(t, secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := p.Services["clickhouse"].Image
+	_, tag, _ := strings.Cut(image, ":")
+	shipped := strings.SplitN(strings.TrimSuffix(tag, "-alpine"), ".", 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: engine.Addr(), Database: "default", Username: "default", Password: adminPassword})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	tested := strings.SplitN(version, ".", 4)
+	if len(shipped) < 3 || len(tested) < 3 || !slices.Equal(shipped[:3], tested[:3]) {
+		t.Errorf("compose runs %s; the tests run ClickHouse %s; want the same release (x.y.z)", image, version)
 	}
 }
