@@ -26,6 +26,7 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	tally/allinone v0.0.0-00010101000000-000000000000
 	tally/client v0.0.0-00010101000000-000000000000
+	tally/collector v0.0.0-00010101000000-000000000000
 	tally/devstack v0.0.0-00010101000000-000000000000
 	tally/platform v0.0.0-00010101000000-000000000000
 	tally/schemas v0.0.0-00010101000000-000000000000
@@ -100,7 +101,6 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/ini.v1 v1.67.3 // indirect
 	tally/aggregator v0.0.0-00010101000000-000000000000 // indirect
-	tally/collector v0.0.0-00010101000000-000000000000 // indirect
 	tally/likestate v0.0.0-00010101000000-000000000000 // indirect
 	tally/sink v0.0.0-00010101000000-000000000000 // indirect
 	tally/topk v0.0.0-00010101000000-000000000000 // indirect

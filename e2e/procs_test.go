@@ -20,13 +20,14 @@ import (
 	"tally/testsupport/testinfra"
 )
 
-// binaries builds the pipeline, collector and aggregator commands once per test binary, without
+// binaries builds the pipeline, collector, aggregator and batchjob commands once per test binary, without
 // the race detector, so crash tests run real processes at production speed.
-type binaries struct{ pipeline, collector, aggregator string }
+type binaries struct{ pipeline, collector, aggregator, batchjob string }
 
 var buildOnce = sync.OnceValues(func() (binaries, error) {
 	var b binaries
-	for bin, pkg := range map[*string]string{&b.pipeline: "tally/allinone/cmd/pipeline", &b.collector: "tally/collector/cmd/collector", &b.aggregator: "tally/aggregator/cmd/aggregator"} {
+	for bin, pkg := range map[*string]string{&b.pipeline: "tally/allinone/cmd/pipeline", &b.collector: "tally/collector/cmd/collector",
+		&b.aggregator: "tally/aggregator/cmd/aggregator", &b.batchjob: "tally/batchjob/cmd/batchjob"} {
 		var err error
 		if *bin, err = testinfra.Build(binDir, pkg); err != nil {
 			return b, err

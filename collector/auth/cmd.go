@@ -106,6 +106,8 @@ func command(args []string, env CommandEnv) error {
 		}
 		fmt.Fprintln(env.Stdout, tok)
 		return nil
+	case len(args) == 2 && args[0] == "keys" && (args[1] == "-h" || args[1] == "--help"):
+		return pflag.ErrHelp
 	}
 	return errors.New("unknown command")
 }
