@@ -39,6 +39,8 @@ type Env struct {
 type Command struct {
 	// Name is the binary (and sub-command) name, for --help and logs.
 	Name string
+	// ProcsPerCPU is the binary's runtime.procs_per_cpu when the setting is 0; 1 when unset.
+	ProcsPerCPU int
 	// Commands lists the binary's other sub-commands, one per line ("resume  decide on a
 	// halted partition"), for --help: main dispatches them before Run.
 	Commands string
@@ -79,7 +81,11 @@ func Run(c Command) int {
 	logger := logging.New(cfg.Log, os.Stderr).With("binary", name)
 	_, envSet := os.LookupEnv("GOMAXPROCS")
 	goDefault := runtime.GOMAXPROCS(0)
-	n := procs(goDefault, cfg.Runtime.ProcsPerCPU, envSet)
+	perCPU := cfg.Runtime.ProcsPerCPU
+	if perCPU == 0 {
+		perCPU = max(c.ProcsPerCPU, 1)
+	}
+	n := procs(goDefault, perCPU, envSet)
 	if n != goDefault {
 		runtime.GOMAXPROCS(n)
 	}

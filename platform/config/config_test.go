@@ -90,7 +90,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"section check", nil, []string{"--comp.flush_interval", "0s"}, "comp.flush_interval"},
 		{"bad env int", map[string]string{"TALLY_KAFKA_PARTITIONS": "many"}, nil, "partitions"},
 		{"out of range", nil, []string{"--kafka.partitions", "0"}, "kafka.partitions"},
-		{"no scheduler slots", nil, []string{"--runtime.procs_per_cpu", "0"}, "runtime.procs_per_cpu"},
+		{"negative scheduler slots", nil, []string{"--runtime.procs_per_cpu", "-1"}, "runtime.procs_per_cpu"},
 		{"unknown file key", nil, []string{"--config", typo}, `"comp.adr"`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},

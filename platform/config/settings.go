@@ -106,7 +106,7 @@ func settings() []Setting {
 		{"log.level", "info", "log level: debug, info, warn, error"},
 		{"log.format", "text", "log format: text or json"},
 		{"debug.pprof", false, "serve Go's /debug/pprof/ profiles next to /metrics (collector and aggregator addresses)"},
-		{"runtime.procs_per_cpu", 4, "Go scheduler slots (GOMAXPROCS) per CPU the process may use; above 1 one stays free to notice ready connections at once (ignored when the GOMAXPROCS environment variable is set)"},
+		{"runtime.procs_per_cpu", 0, "Go scheduler slots (GOMAXPROCS) per CPU the process may use; 0: the binary's own (1; 4 for pipeline, whose embedded ClickHouse holds slots in its calls); above 1 one stays free to notice ready connections at once (ignored when the GOMAXPROCS environment variable is set)"},
 
 		{"kafka.brokers", []string{}, "Kafka seed brokers (host:port,...); empty runs the embedded broker (all-in-one only)"},
 		{"kafka.partitions", 8, "partitions per topic when tally creates its topics (an existing topic keeps its count; likes must never change it: deploy/README.md)"},
@@ -171,8 +171,8 @@ func (c Config) validate(sections []Section) error {
 	default:
 		bad("log.format", "got %q; want text or json", c.Log.Format)
 	}
-	if c.Runtime.ProcsPerCPU < 1 || c.Runtime.ProcsPerCPU > 64 {
-		bad("runtime.procs_per_cpu", "got %d; want 1..64", c.Runtime.ProcsPerCPU)
+	if c.Runtime.ProcsPerCPU < 0 || c.Runtime.ProcsPerCPU > 64 {
+		bad("runtime.procs_per_cpu", "got %d; want 0 (the binary's own) or 1..64", c.Runtime.ProcsPerCPU)
 	}
 	for _, b := range c.Kafka.Brokers {
 		CheckHostPort(bad, "kafka.brokers", b)

@@ -11,6 +11,11 @@ import (
 	"tally/platform/lifecycle"
 )
 
+// procsPerCPU is pipeline's runtime.procs_per_cpu: the embedded ClickHouse's calls hold Go's
+// scheduler slots, and with one per CPU a ready connection waits for one to free up (count reads'
+// p99 27 against 15 ms at 4: docs/BENCHMARKS.md). The component binaries embed no engine: 1.
+const procsPerCPU = 4
+
 // commands are the modes, for --help.
 const commands = `  pipeline run     every component and the embedded Kafka, ClickHouse and Redis (the default)
   pipeline infra   the embedded Kafka, ClickHouse and Redis only, for component processes
@@ -23,7 +28,7 @@ func main() {
 	}
 	// Both modes read every section, so one config file and one flag set serve both.
 	var settings allinone.Settings
-	os.Exit(cli.Run(cli.Command{Name: "pipeline " + cmd, Args: args, Commands: commands, Sections: settings.Sections(), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "pipeline " + cmd, Args: args, Commands: commands, ProcsPerCPU: procsPerCPU, Sections: settings.Sections(), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		switch cmd {
 		case "infra":
 			return allinone.Infra(e, &settings.Embedded, os.Stdout), nil
