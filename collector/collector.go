@@ -90,8 +90,12 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 			if err != nil {
 				return err
 			}
-			opts := append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg), dial...),
-				kafka.ProducerOptions(cfg.Kafka.MaxBuffered, cfg.Kafka.ProduceTimeout)...)
+			codec, err := kafka.Compression(cfg.Kafka.Compression)
+			if err != nil {
+				return err
+			}
+			opts := append(append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg), dial...),
+				kafka.ProducerOptions(cfg.Kafka.MaxBuffered, cfg.Kafka.ProduceTimeout)...), codec)
 			if cl, err = kgo.NewClient(opts...); err != nil {
 				return fmt.Errorf("create producer: %w", err)
 			}

@@ -91,6 +91,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"bad env int", map[string]string{"TALLY_KAFKA_PARTITIONS": "many"}, nil, "partitions"},
 		{"out of range", nil, []string{"--kafka.partitions", "0"}, "kafka.partitions"},
 		{"negative scheduler slots", nil, []string{"--runtime.procs_per_cpu", "-1"}, "runtime.procs_per_cpu"},
+		{"unknown compression", nil, []string{"--kafka.compression", "lz5"}, `kafka.compression: compression "lz5"`},
 		{"unknown file key", nil, []string{"--config", typo}, `"comp.adr"`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},

@@ -47,6 +47,7 @@ type Kafka struct {
 	ViewsRetention time.Duration `mapstructure:"views_retention"`
 	ProduceTimeout time.Duration `mapstructure:"produce_timeout"`
 	MaxBuffered    int           `mapstructure:"max_buffered_records"`
+	Compression    string        `mapstructure:"compression"`
 	SASL           KafkaSASL     `mapstructure:"sasl"`
 	TLS            tlsconf.Files `mapstructure:"tls"`
 }
@@ -115,6 +116,7 @@ func settings() []Setting {
 		{"kafka.views_retention", 7 * 24 * time.Hour, "how long the views, clicks and fraud_verdicts topics keep records (the sink's files keep them after); the likes topic is always kept forever"},
 		{"kafka.produce_timeout", 10 * time.Second, "how long an ingest request waits for Kafka before answering 503"},
 		{"kafka.max_buffered_records", 200000, "producer buffer bound; beyond it ingest answers 503 instead of queueing"},
+		{"kafka.compression", "none", "codec of the record batches tally produces: none, lz4, zstd, snappy or gzip (consumers need nothing)"},
 		{"kafka.sasl.mechanism", "", "SASL mechanism for kafka.brokers: empty (none), SCRAM-SHA-256, SCRAM-SHA-512, or, over TLS only, PLAIN or OAUTHBEARER"},
 		{"kafka.sasl.username", "", "SASL user (SCRAM, PLAIN)"},
 		{"kafka.sasl.password", "", "SASL password (SCRAM, PLAIN)"},
@@ -194,6 +196,9 @@ func (c Config) validate(sections []Section) error {
 	}
 	if c.Kafka.MaxBuffered < 1 {
 		bad("kafka.max_buffered_records", "got %d; want at least 1", c.Kafka.MaxBuffered)
+	}
+	if _, err := kafka.Compression(c.Kafka.Compression); err != nil {
+		bad("kafka.compression", "%v", err)
 	}
 	if c.ClickHouse.Addr != "" {
 		CheckHostPort(bad, "clickhouse.addr", c.ClickHouse.Addr)

@@ -35,10 +35,10 @@ func ClientOptions(brokers []string, clientID string, logger *slog.Logger, reg p
 // has it (acks=all) and never writes one twice on retry (idempotent; franz-go's default with
 // acks=all). maxBuffered bounds memory: past it TryProduce fails at once instead of queueing.
 //
-// Batches are not compressed: lz4 measured no CPU cost on the all-in-one, but the first test run
-// with it lost one click from a top-K list through kills of the whole process and slowed the
-// race-instrumented tests past their bars (docs/BENCHMARKS.md); it waits for that to be
-// understood.
+// Batches are not compressed unless Compression adds a codec (kafka.compression): lz4 measured
+// no CPU cost on the all-in-one, but the first test run with it on by default lost one click from
+// a top-K list through kills of the whole process and slowed the race-instrumented tests past
+// their bars (docs/BENCHMARKS.md); it stays off by default until that is understood.
 //
 // No linger: every caller waits for its records' acks (a 202, a like's answer), so lingering
 // adds its whole length to each request, while records produced while a request is in flight
@@ -125,4 +125,26 @@ func GroupOffsets(ctx context.Context, cl *kgo.Client, group, topic string) (map
 		}
 	}
 	return out, nil
+}
+
+// Compression is the producer option that compresses record batches with codec (none, lz4,
+// zstd, snappy or gzip; "" is none), appended after ProducerOptions. Consumers need nothing:
+// Kafka clients decompress what they fetch.
+func Compression(codec string) (kgo.Opt, error) {
+	var c kgo.CompressionCodec
+	switch codec {
+	case "", "none":
+		c = kgo.NoCompression()
+	case "lz4":
+		c = kgo.Lz4Compression()
+	case "zstd":
+		c = kgo.ZstdCompression()
+	case "snappy":
+		c = kgo.SnappyCompression()
+	case "gzip":
+		c = kgo.GzipCompression()
+	default:
+		return nil, fmt.Errorf("compression %q; want none, lz4, zstd, snappy or gzip", codec)
+	}
+	return kgo.ProducerBatchCompression(c), nil
 }
