@@ -90,12 +90,8 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 			if err != nil {
 				return err
 			}
-			codec, err := kafka.Compression(cfg.Kafka.Compression)
-			if err != nil {
-				return err
-			}
-			opts := append(append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg), dial...),
-				kafka.ProducerOptions(cfg.Kafka.MaxBuffered, cfg.Kafka.ProduceTimeout)...), codec)
+			opts := append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg), dial...),
+				kafka.ProducerOptions(cfg.Kafka.Producer(cfg.Kafka.MaxBuffered))...)
 			if cl, err = kgo.NewClient(opts...); err != nil {
 				return fmt.Errorf("create producer: %w", err)
 			}

@@ -114,8 +114,21 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
+	// This module is outside the workspace; the commands are in it.
+	work, err := filepath.Abs(filepath.Join("..", "go.work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOWORK", work)
 	bin := t.TempDir()
-	pipeline, aggregator := buildCommand(t, bin, "./allinone/cmd/pipeline"), buildCommand(t, bin, "./aggregator/cmd/aggregator")
+	pipeline, err := testinfra.Build(bin, "tally/allinone/cmd/pipeline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aggregator, err := testinfra.Build(bin, "tally/aggregator/cmd/aggregator")
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := &stack{dir: t.TempDir(), aggregatorBin: aggregator}
 	_, redisPort, _ := strings.Cut(testinfra.MustFreeAddr(t), ":")
 	startCommand(t, s.dir, "infra", pipeline, "infra", "--data_dir", s.dir, "--kafka.partitions", "4",
@@ -125,7 +138,6 @@ func startStack(t *testing.T) *stack {
 		s.env, err = embedded.ReadEnvFile(s.dir)
 		return err == nil, fmt.Sprint(err)
 	})
-	var err error
 	s.ch, err = clickhouse.Open(&clickhouse.Options{Addr: []string{s.get("clickhouse.addr")}, Protocol: clickhouse.HTTP,
 		Auth: clickhouse.Auth{Database: "tally", Username: s.get("clickhouse.username"), Password: s.get("clickhouse.password")}})
 	if err != nil {
@@ -190,24 +202,6 @@ func (p *aggregatorProc) stop(t *testing.T) {
 	if err := p.cmd.Wait(); err != nil {
 		t.Fatalf("aggregator stop: %v", err)
 	}
-}
-
-// buildCommand builds the workspace's package pkg (a path from the repository root) into dir:
-// this module is outside the workspace, the commands are in it.
-func buildCommand(t *testing.T, dir, pkg string) string {
-	t.Helper()
-	out := filepath.Join(dir, filepath.Base(pkg))
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(root, "go.work"))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return out
 }
 
 // startCommand starts bin with its output in dir/name.log, shown if the test fails, and stops it

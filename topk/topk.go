@@ -64,12 +64,8 @@ func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
 				if err != nil {
 					return err
 				}
-				codec, err := kafka.Compression(cfg.Kafka.Compression)
-				if err != nil {
-					return err
-				}
-				opts := append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-topk-out", logger, nil), dial...), codec)
-				if prod, err = kgo.NewClient(append(opts, kafka.ProducerOptions(100, cfg.Kafka.ProduceTimeout)...)...); err != nil {
+				opts := append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-topk-out", logger, nil), dial...)
+				if prod, err = kgo.NewClient(append(opts, kafka.ProducerOptions(cfg.Kafka.Producer(100))...)...); err != nil {
 					return fmt.Errorf("topk producer: %w", err)
 				}
 				if err := EnsureTopKTopic(ctx, prod, cfg.Kafka.Durability()); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	countedtopic "tally/aggregator/counted"
 	"tally/aggregator/counted/countedtest"
+	"tally/platform/kafka"
 	"tally/schemas"
 )
 
@@ -26,7 +27,7 @@ func TestCountedTopicHoldsTheDeduplicatedClicks(t *testing.T) {
 	const part = 1
 	conn := openMigrated(t, ctx, "clicks_counted_topic")
 	start := infra.CountedEnds(t, ctx) // what an earlier run in this process published stays out
-	pub, err := countedtopic.New(ctx, countedtopic.Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 2, ProduceTimeout: 10 * time.Second},
+	pub, err := countedtopic.New(ctx, countedtopic.Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 2, Producer: kafka.Producer{MaxBuffered: 10000, DeliveryTimeout: 10 * time.Second}},
 		infra.Logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -35,9 +35,8 @@ type Config struct {
 	Partitions int
 	// Durability is the replication a new counted topic gets (config: kafka.replication,
 	// kafka.min_insync), like the source topics: topk's input must survive a broker's loss.
-	Durability     kafka.Durability
-	ProduceTimeout time.Duration
-	Compression    string // codec of the batches (kafka.compression); "" is none
+	Durability kafka.Durability
+	Producer   kafka.Producer // the publisher's bounds and codec
 }
 
 // Topic is what an aggregator needs of the counted topic: a *Publisher, or in tests one that
@@ -59,11 +58,7 @@ type Publisher struct {
 // New connects, creates the counted topic if missing and checks its partition count.
 func New(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Publisher, error) {
 	opts := append(kafka.ClientOptions(cfg.Brokers, "tally-counted", logger, nil), cfg.Dial...)
-	codec, err := kafka.Compression(cfg.Compression)
-	if err != nil {
-		return nil, fmt.Errorf("counted publisher: %w", err)
-	}
-	opts = append(append(opts, kafka.ProducerOptions(10000, cfg.ProduceTimeout)...), codec)
+	opts = append(opts, kafka.ProducerOptions(cfg.Producer)...)
 	opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

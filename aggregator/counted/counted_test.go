@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tally/platform/kafka"
 	"tally/schemas"
 	"tally/testsupport/testinfra"
 )
@@ -24,7 +25,7 @@ func TestLastFindsTheKindsLastBatch(t *testing.T) {
 	testinfra.VerifyNoLeaks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := New(ctx, Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 3, ProduceTimeout: 10 * time.Second}, infra.Logger, prometheus.NewRegistry())
+	p, err := New(ctx, Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 3, Producer: kafka.Producer{MaxBuffered: 10000, DeliveryTimeout: 10 * time.Second}}, infra.Logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestLastFindsTheKindsLastBatch(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(ctx, Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 5, ProduceTimeout: 10 * time.Second}, infra.Logger, prometheus.NewRegistry()); err == nil {
+	if _, err := New(ctx, Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 5, Producer: kafka.Producer{MaxBuffered: 10000, DeliveryTimeout: 10 * time.Second}}, infra.Logger, prometheus.NewRegistry()); err == nil {
 		t.Error("a counted topic with fewer partitions than the source: got no error; want one")
 	}
 }

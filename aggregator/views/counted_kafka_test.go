@@ -11,6 +11,7 @@ import (
 
 	"tally/aggregator/counted"
 	"tally/aggregator/counted/countedtest"
+	"tally/platform/kafka"
 	"tally/schemas"
 )
 
@@ -24,7 +25,7 @@ func TestCountedTopicFollowsClickHouse(t *testing.T) {
 	defer cancel()
 	conn := openMigrated(t, ctx, "views_counted_test")
 	start := infra.CountedEnds(t, ctx) // what an earlier run in this process published stays out
-	pub, err := counted.New(ctx, counted.Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 2, ProduceTimeout: 10 * time.Second}, infra.Logger, prometheus.NewRegistry())
+	pub, err := counted.New(ctx, counted.Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 2, Producer: kafka.Producer{MaxBuffered: 10000, DeliveryTimeout: 10 * time.Second}}, infra.Logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func BenchmarkServeEvents(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer k.Close()
-	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{k.Addr()}, "bench", quiet, nil), kafka.ProducerOptions(100_000, 10*time.Second)...)...)
+	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{k.Addr()}, "bench", quiet, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: 100_000, DeliveryTimeout: 10 * time.Second})...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,7 +24,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func newHandler(t *testing.T, brokers []string, maxBuffered int, timeout time.Duration) (*Handler, *kgo.Client) {
 	t.Helper()
-	cl, err := kgo.NewClient(append(kafka.ClientOptions(brokers, "test", quiet, nil), kafka.ProducerOptions(maxBuffered, timeout)...)...)
+	cl, err := kgo.NewClient(append(kafka.ClientOptions(brokers, "test", quiet, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: maxBuffered, DeliveryTimeout: timeout})...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

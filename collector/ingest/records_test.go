@@ -61,7 +61,7 @@ func TestReusedBuildersKeepAcceptedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Close()
-	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{k.Addr()}, "test", quiet, nil), kafka.ProducerOptions(100_000, 10*time.Second)...)...)
+	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{k.Addr()}, "test", quiet, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: 100_000, DeliveryTimeout: 10 * time.Second})...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestEmbeddedRestartKeepsEverything(t *testing.T) {
 	}
 	addr := k.Addr()
 
-	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{addr}, "test", logger, nil), kafka.ProducerOptions(1000, 10*time.Second)...)...)
+	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{addr}, "test", logger, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: 1000, DeliveryTimeout: 10 * time.Second})...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,6 +92,12 @@ func (k Kafka) Durability() kafka.Durability {
 }
 
 // Security is how Kafka clients authenticate and protect their link (kafka.Security.Options).
+// Producer is how the components' producers produce: bounds and codec (validated at load).
+func (k Kafka) Producer(maxBuffered int) kafka.Producer {
+	codec, _ := kafka.ParseCompression(k.Compression)
+	return kafka.Producer{MaxBuffered: maxBuffered, DeliveryTimeout: k.ProduceTimeout, Codec: codec}
+}
+
 func (k Kafka) Security() kafka.Security {
 	return kafka.Security{SASLMechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password, TokenFile: k.SASL.TokenFile, TLS: k.TLS}
 }
@@ -197,7 +203,7 @@ func (c Config) validate(sections []Section) error {
 	if c.Kafka.MaxBuffered < 1 {
 		bad("kafka.max_buffered_records", "got %d; want at least 1", c.Kafka.MaxBuffered)
 	}
-	if _, err := kafka.Compression(c.Kafka.Compression); err != nil {
+	if _, err := kafka.ParseCompression(c.Kafka.Compression); err != nil {
 		bad("kafka.compression", "%v", err)
 	}
 	if c.ClickHouse.Addr != "" {

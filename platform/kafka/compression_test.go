@@ -25,7 +25,7 @@ func TestCompression(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, codec := range []string{"", "none", "lz4", "zstd", "snappy", "gzip", "brotli"} {
 		t.Run(codec, func(t *testing.T) {
-			opt, err := kafka.Compression(codec)
+			codecOpt, err := kafka.ParseCompression(codec)
 			if codec == "brotli" {
 				if err == nil || !strings.Contains(err.Error(), "want none, lz4, zstd, snappy or gzip") {
 					t.Errorf("got %v; want an error naming the codecs", err)
@@ -35,7 +35,7 @@ func TestCompression(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prod, err := kgo.NewClient(append(append(kafka.ClientOptions(c.ListenAddrs(), "prod", quiet, nil), kafka.ProducerOptions(100, 5*time.Second)...), opt)...)
+			prod, err := kgo.NewClient(append(kafka.ClientOptions(c.ListenAddrs(), "prod", quiet, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: 100, DeliveryTimeout: 5 * time.Second, Codec: codecOpt})...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,25 +31,34 @@ func ClientOptions(brokers []string, clientID string, logger *slog.Logger, reg p
 	return opts
 }
 
+// Producer is how a client produces.
+type Producer struct {
+	MaxBuffered     int           // records held at most: past it TryProduce fails at once
+	DeliveryTimeout time.Duration // how long a record may wait for its ack
+	// Codec compresses the record batches; the zero value is none. ParseCompression turns
+	// kafka.compression into one.
+	Codec kgo.CompressionCodec
+}
+
 // ProducerOptions make a producer that acknowledges a record only once every in-sync replica
 // has it (acks=all) and never writes one twice on retry (idempotent; franz-go's default with
-// acks=all). maxBuffered bounds memory: past it TryProduce fails at once instead of queueing.
+// acks=all), within p's bounds.
 //
-// Batches are not compressed unless Compression adds a codec (kafka.compression): lz4 measured
-// no CPU cost on the all-in-one, but the first test run with it on by default lost one click from
-// a top-K list through kills of the whole process and slowed the race-instrumented tests past
+// Batches are not compressed unless p.Codec says so (kafka.compression): lz4 measured no CPU
+// cost on the all-in-one, but the first test run with it on by default lost one click from a
+// top-K list through kills of the whole process and slowed the race-instrumented tests past
 // their bars (docs/BENCHMARKS.md); it stays off by default until that is understood.
 //
 // No linger: every caller waits for its records' acks (a 202, a like's answer), so lingering
 // adds its whole length to each request, while records produced while a request is in flight
 // are batched into the next one anyway.
-func ProducerOptions(maxBuffered int, deliveryTimeout time.Duration) []kgo.Opt {
+func ProducerOptions(p Producer) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.MaxBufferedRecords(maxBuffered),
-		kgo.RecordDeliveryTimeout(deliveryTimeout),
+		kgo.MaxBufferedRecords(p.MaxBuffered),
+		kgo.RecordDeliveryTimeout(p.DeliveryTimeout),
 		kgo.ProducerLinger(0),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchCompression(p.Codec),
 	}
 }
 
@@ -127,24 +136,20 @@ func GroupOffsets(ctx context.Context, cl *kgo.Client, group, topic string) (map
 	return out, nil
 }
 
-// Compression is the producer option that compresses record batches with codec (none, lz4,
-// zstd, snappy or gzip; "" is none), appended after ProducerOptions. Consumers need nothing:
-// Kafka clients decompress what they fetch.
-func Compression(codec string) (kgo.Opt, error) {
-	var c kgo.CompressionCodec
-	switch codec {
+// ParseCompression is the codec kafka.compression names: none, lz4, zstd, snappy or gzip ("" is
+// none). Consumers need nothing: Kafka clients decompress what they fetch.
+func ParseCompression(name string) (kgo.CompressionCodec, error) {
+	switch name {
 	case "", "none":
-		c = kgo.NoCompression()
+		return kgo.NoCompression(), nil
 	case "lz4":
-		c = kgo.Lz4Compression()
+		return kgo.Lz4Compression(), nil
 	case "zstd":
-		c = kgo.ZstdCompression()
+		return kgo.ZstdCompression(), nil
 	case "snappy":
-		c = kgo.SnappyCompression()
+		return kgo.SnappyCompression(), nil
 	case "gzip":
-		c = kgo.GzipCompression()
-	default:
-		return nil, fmt.Errorf("compression %q; want none, lz4, zstd, snappy or gzip", codec)
+		return kgo.GzipCompression(), nil
 	}
-	return kgo.ProducerBatchCompression(c), nil
+	return kgo.CompressionCodec{}, fmt.Errorf("compression %q; want none, lz4, zstd, snappy or gzip", name)
 }

@@ -104,7 +104,7 @@ func TestSecurityAgainstBroker(t *testing.T) {
 				t.Fatal(err)
 			}
 			cl, err := kgo.NewClient(append(append(kafka.ClientOptions(c.ListenAddrs(), "test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil),
-				kafka.ProducerOptions(10, 2*time.Second)...), sec...)...)
+				kafka.ProducerOptions(kafka.Producer{MaxBuffered: 10, DeliveryTimeout: 2 * time.Second})...), sec...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@ import (
 func (in *Infra) Producer(t testing.TB, topic string, partitions int32) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{in.Kafka.Addr()}, "test-producer", in.Logger, nil),
-		kafka.ProducerOptions(100000, 10*time.Second)...)...)
+		kafka.ProducerOptions(kafka.Producer{MaxBuffered: 100000, DeliveryTimeout: 10 * time.Second})...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
