@@ -40,77 +40,100 @@ import (
 // infrastructure started earlier can fill in its addresses. addr reports the bound listen
 // address once started.
 func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr func() string) {
-	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
-	var cl *kgo.Client
-	var likeStore *likestate.Store
-	var conn driver.Conn
-	var rdb *redis.Client
 	mux := http.NewServeMux()
-	routes := api.NewRouter(mux, reg)
+	w := &wiring{e: e, s: s, routes: api.NewRouter(mux, e.Registry)}
 	web.Register(mux)
 	openapi.Register(mux)
-	stores := lifecycle.Part{
+	handler, adminParts := access(e.Config, s, mux, e.Runner, e.Logger, e.Registry, e.Now)
+	server, addrFn := lifecycle.HTTPServerWithLimits("collector http", s.Addr, handler, lifecycle.HTTPLimits{
+		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
+		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout,
+	})
+	return append(append([]lifecycle.Part{w.stores(), w.producer(), w.likes()}, adminParts...), server), addrFn
+}
+
+// wiring holds what the collector's parts share: each is made by a method, and sets what
+// the parts after it use once it starts.
+type wiring struct {
+	e         cli.Env
+	s         *collectorconf.Settings
+	routes    *api.Router
+	cl        *kgo.Client
+	likeStore *likestate.Store
+	conn      driver.Conn
+	rdb       *redis.Client
+}
+
+// stores opens ClickHouse and Redis and registers the reads.
+func (w *wiring) stores() lifecycle.Part {
+	cfg, logger := w.e.Config, w.e.Logger
+	return lifecycle.Part{
 		Name: "collector clickhouse, redis and reads",
 		Start: func(ctx context.Context) error {
 			octx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			var err error
-			conn, err = chclient.Open(octx, cfg.ClickHouse.Options())
+			w.conn, err = chclient.Open(octx, cfg.ClickHouse.Options())
 			if err != nil {
 				return err
 			}
-			if _, err := migrate.ApplyTo(octx, conn, logger, migrate.Target{Cluster: cfg.ClickHouse.Cluster}); err != nil {
-				conn.Close()
+			if _, err := migrate.ApplyTo(octx, w.conn, logger, migrate.Target{Cluster: cfg.ClickHouse.Cluster}); err != nil {
+				w.conn.Close()
 				return err
 			}
 			// One client for view totals and likes, so that a feed page's counts and like
 			// totals share one round trip.
-			if rdb, err = redisclient.New(cfg.Redis.Options()); err != nil {
-				conn.Close()
+			if w.rdb, err = redisclient.New(cfg.Redis.Options()); err != nil {
+				w.conn.Close()
 				return err
 			}
 			// Ingest needs only Kafka: a ClickHouse or Redis outage degrades reads, which answer
 			// 503 on their own, and keeps the collector in its Service.
-			runner.AddDegradingCheck("collector clickhouse", conn.Ping)
-			runner.AddDegradingCheck("collector redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
-			likeStore = likestate.NewStore(rdb)
-			read.New(read.Options{ClickHouse: conn, Redis: rdb, Likes: likestate.QueueTotals, Now: now, Logger: logger, Registry: reg,
-				FallbackTimeout: s.FallbackTimeout}).Register(routes)
-			reports.New(reports.Options{ClickHouse: conn, Logger: logger}).Register(routes)
+			w.e.Runner.AddDegradingCheck("collector clickhouse", w.conn.Ping)
+			w.e.Runner.AddDegradingCheck("collector redis", func(ctx context.Context) error { return w.rdb.Ping(ctx).Err() })
+			w.likeStore = likestate.NewStore(w.rdb)
+			read.New(read.Options{ClickHouse: w.conn, Redis: w.rdb, Likes: likestate.QueueTotals, Now: w.e.Now, Logger: logger, Registry: w.e.Registry,
+				FallbackTimeout: w.s.FallbackTimeout}).Register(w.routes)
+			reports.New(reports.Options{ClickHouse: w.conn, Logger: logger}).Register(w.routes)
 			return nil
 		},
 		Stop: func(context.Context) error {
-			return errors.Join(rdb.Close(), conn.Close())
+			return errors.Join(w.rdb.Close(), w.conn.Close())
 		},
 	}
-	producer := lifecycle.Part{
+}
+
+// producer starts the Kafka producer, creates the topics and registers ingest.
+func (w *wiring) producer() lifecycle.Part {
+	cfg, s := w.e.Config, w.s
+	return lifecycle.Part{
 		Name: "collector kafka producer",
 		Start: func(ctx context.Context) error {
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {
 				return err
 			}
-			opts := append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", logger, reg), dial...),
+			opts := append(append(kafka.ClientOptions(cfg.Kafka.Brokers, "tally-collector", w.e.Logger, w.e.Registry), dial...),
 				kafka.ProducerOptions(cfg.Kafka.Producer(cfg.Kafka.MaxBuffered))...)
-			if cl, err = kgo.NewClient(opts...); err != nil {
+			if w.cl, err = kgo.NewClient(opts...); err != nil {
 				return fmt.Errorf("create producer: %w", err)
 			}
 			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			if err := kafka.CreateTopics(tctx, cl, cfg.Kafka.Durability(),
+			if err := kafka.CreateTopics(tctx, w.cl, cfg.Kafka.Durability(),
 				kafka.TopicSpec{Name: schemas.TopicViews, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention},
 				kafka.TopicSpec{Name: schemas.TopicLikes, Partitions: int32(cfg.Kafka.Partitions), Retention: kafka.Forever},
 				kafka.TopicSpec{Name: schemas.TopicClicks, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention},
 				kafka.TopicSpec{Name: schemas.TopicFraudVerdicts, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention}); err != nil {
-				cl.Close()
+				w.cl.Close()
 				return err
 			}
-			runner.AddCheck("collector kafka", cl.Ping)
+			w.e.Runner.AddCheck("collector kafka", w.cl.Ping)
 			keys, err := clickKeys(&s.ClickIDs)
 			if err != nil {
 				return err
 			}
-			ing := ingest.New(ingest.Config{
+			ingest.New(ingest.Config{
 				MaxBodyBytes: int64(s.MaxBodyBytes),
 				MaxLines:     s.MaxLines,
 				Bounds:       schemas.TimeBounds{Future: s.FutureBound, Late: s.LateBound},
@@ -118,33 +141,38 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 				MaxConcurrentBodies: s.MaxConcurrentBodies,
 				ClickKeys:           keys,
 				MaxRenderAge:        s.ClickIDs.MaxRenderAge,
-			}, cl, now, logger, reg)
-			ing.Register(routes)
+			}, w.cl, w.e.Now, w.e.Logger, w.e.Registry).Register(w.routes)
 			return nil
 		},
 		Stop: func(ctx context.Context) error {
-			err := cl.Flush(ctx)
-			cl.Close()
+			err := w.cl.Flush(ctx)
+			w.cl.Close()
 			if err != nil {
 				return fmt.Errorf("flush producer: %w", err)
 			}
 			return nil
 		},
 	}
-	// Likes: changes go to the log through the producer above, then to Redis; the applier
-	// repairs a change that reached only the log and rebuilds Redis when it comes back empty.
+}
+
+// likes registers the likes handler and starts the applier. Changes go to the log through the
+// producer, then to Redis; the applier repairs a change that reached only the log and rebuilds
+// Redis when it comes back empty.
+func (w *wiring) likes() lifecycle.Part {
+	cfg := w.e.Config
 	var applier *likes.Applier
-	likesPart := lifecycle.Part{
+	return lifecycle.Part{
 		Name: "likes handler and applier",
 		Start: func(context.Context) error {
-			likes.NewHandler(likes.HandlerOptions{Store: likeStore, Producer: cl, Topic: schemas.TopicLikes, ProduceTimeout: cfg.Kafka.ProduceTimeout, Now: now, Logger: logger}).Register(routes)
+			likes.NewHandler(likes.HandlerOptions{Store: w.likeStore, Producer: w.cl, Topic: schemas.TopicLikes, ProduceTimeout: cfg.Kafka.ProduceTimeout,
+				Now: w.e.Now, Logger: w.e.Logger}).Register(w.routes)
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {
 				return err
 			}
 			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes,
-				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(s.Addr), CheckEvery: time.Second},
-				likeStore, logger, reg)
+				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(w.s.Addr), CheckEvery: time.Second},
+				w.likeStore, w.e.Logger, w.e.Registry)
 			if err != nil {
 				return err
 			}
@@ -153,12 +181,6 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 		},
 		Stop: func(ctx context.Context) error { return applier.Stop(ctx) },
 	}
-	handler, adminParts := access(cfg, s, mux, runner, logger, reg, now)
-	server, addrFn := lifecycle.HTTPServerWithLimits("collector http", s.Addr, handler, lifecycle.HTTPLimits{
-		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
-		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout,
-	})
-	return append(append([]lifecycle.Part{stores, producer, likesPart}, adminParts...), server), addrFn
 }
 
 // clickKeys builds the click-id keys from clicks.*; nil when no signing key is configured.

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/aggregator/member"
 	"tally/schemas"
 	"tally/schemas/migrate"
 	"tally/testsupport/testinfra"
@@ -313,7 +314,7 @@ func TestMinuteCountsFollowTheStreamingRule(t *testing.T) {
 			}
 			f := newFeeder(log)
 			// Clicks first, then verdicts: the verdicts come late, after the click batches.
-			f.play(t, ctx, a, 0, at[0], len(f.clicks), 0, rand.New(rand.NewPCG(1, uint64(i))), tt.flushEvery)
+			f.play(t, ctx, a, 0, resumeAt(at, 0), len(f.clicks), 0, rand.New(rand.NewPCG(1, uint64(i))), tt.flushEvery)
 			f.play(t, ctx, a, 0, offsets{int64(len(f.clicks)), 0}, len(f.clicks), len(f.verdicts), rand.New(rand.NewPCG(2, uint64(i))), tt.flushEvery)
 			if _, err := a.FlushAll(ctx); err != nil {
 				t.Fatal(err)
@@ -382,7 +383,7 @@ func TestCrashesAndReplaysMatchTheOracle(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				at := res[0]
+				at := resumeAt(res, 0)
 				if round == 4 {
 					f.play(t, ctx, a, 0, at, len(f.clicks), len(f.verdicts), rng, 1+rng.IntN(40))
 					if _, err := a.FlushAll(ctx); err != nil {
@@ -397,7 +398,7 @@ func TestCrashesAndReplaysMatchTheOracle(t *testing.T) {
 				if round%2 == 0 {
 					// Crash between the batch's facts and its deltas: the replay must not take
 					// its clicks for their own duplicates.
-					if err := a.store.writeFacts(ctx, []*partition{a.parts[0]}); err != nil {
+					if err := a.store.writeFacts(ctx, []*partition{held(a, 0)}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -441,10 +442,10 @@ func TestZombieBatchIsUndone(t *testing.T) {
 	}
 	// The zombie goes on with records 5..7 and its INSERT lands after the claim.
 	old.Process(schemas.TopicClicks, 0, records(schemas.TopicClicks, 0, 5, f.clicks[5:8]))
-	if err := old.store.writeDeltas(ctx, []*partition{old.parts[0]}, now()); err != nil {
+	if err := old.store.writeDeltas(ctx, []*partition{held(old, 0)}, now()); err != nil {
 		t.Fatal(err)
 	}
-	f.play(t, ctx, owner, 0, at[0], len(f.clicks), 0, rand.New(rand.NewPCG(3, 3)), 100)
+	f.play(t, ctx, owner, 0, resumeAt(at, 0), len(f.clicks), 0, rand.New(rand.NewPCG(3, 3)), 100)
 	if _, err := owner.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -455,4 +456,17 @@ func TestZombieBatchIsUndone(t *testing.T) {
 	if d := diff(hours(t, ctx, conn), hoursOf(want)); d != "[]" {
 		t.Errorf("hours: %s", d)
 	}
+}
+
+// resumeAt is where partition id resumes in both topics, as Assign said.
+func resumeAt(r member.Resume, id int32) offsets {
+	return offsets{clicks: r.At[schemas.TopicClicks][id], verdicts: r.At[schemas.TopicFraudVerdicts][id]}
+}
+
+// held is a's partition id, nil when a does not hold it.
+func held(a *Aggregator, id int32) *partition {
+	for _, p := range a.Held(map[int32]bool{id: true}) {
+		return p
+	}
+	return nil
 }

@@ -100,7 +100,7 @@ func TestCountedTopicHoldsTheDeduplicatedClicks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return a, res[part]
+		return a, resumeAt(res, part)
 	}
 	v1 := 0
 	for _, e := range log[:len(log)-300] {
@@ -114,9 +114,9 @@ func TestCountedTopicHoldsTheDeduplicatedClicks(t *testing.T) {
 	if _, err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	check("plain flushes", offsets{a.parts[part].flushed.clicks, 0})
+	check("plain flushes", offsets{held(a, part).flushed.clicks, 0})
 	a.cfg.Counted = nil // the process dies after the durable writes, before the publishes
-	f.play(t, ctx, a, part, a.parts[part].flushed, n1, v1, rng, 1+rng.IntN(30))
+	f.play(t, ctx, a, part, held(a, part).flushed, n1, v1, rng, 1+rng.IntN(30))
 	if _, err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestCountedTopicHoldsTheDeduplicatedClicks(t *testing.T) {
 	check("publish cut short", at)
 	f.play(t, ctx, a, part, at, big+(len(f.clicks)-big)/2, len(f.verdicts), rng, 1+rng.IntN(30))
 	// Crash between a batch's facts and its deltas: its clicks are replayed, and published once.
-	if err := a.store.writeFacts(ctx, []*partition{a.parts[part]}); err != nil {
+	if err := a.store.writeFacts(ctx, []*partition{held(a, part)}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -162,7 +162,7 @@ func TestRefusedRecordsSetAsideOnce(t *testing.T) {
 	}
 	var pending []*partition
 	for _, id := range ids {
-		p := a.parts[id]
+		p := held(a, id)
 		if err := a.dead.Write(ctx, conn, p.dead); err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,10 @@
 // assignment the checkpoint, the dedupe window and the verdict cache are loaded back, and hours
 // the last owner may not have rolled up are recomputed.
 //
-// Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
-// callbacks are the only callers. The Aggregator owns no goroutines; Source runs the loop.
+// The Aggregator is the stream's rule set (Claim, Apply, Write) on the partition engine it embeds
+// (package engine), which owns the lifecycle. Concurrency: the engine calls the rule set under
+// its lock, from the consume loop and the group-rebalance callbacks. The Aggregator owns no
+// goroutines.
 package clicks
 
 import (
@@ -255,6 +257,11 @@ func (p *partition) verdictIDs() []string {
 }
 
 func (p *partition) pending() bool { return p.next != p.flushed }
+
+// ID, Epoch and Batched are the partition as the engine reads it.
+func (p *partition) ID() int32     { return p.id }
+func (p *partition) Epoch() uint64 { return p.epoch }
+func (p *partition) Batched() int  { return p.records }
 
 // markFlushed resets the batch after it was written up to p.next, noting the hours it touched
 // and forgetting verdicts held longer than the hold.

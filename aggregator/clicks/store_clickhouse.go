@@ -8,7 +8,6 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/aggregator/fence"
 	"tally/platform/chclient"
 	"tally/schemas"
 	"tally/schemas/dedupe"
@@ -23,60 +22,6 @@ type store struct {
 // a batch of epoch e is invalid when a claim of a later epoch started before its end in either
 // topic.
 var clickColumns = []string{"clicks_end", "verdicts_end"}
-
-// loadClaims reads partition p's claims: each starts at its checkpoint in both topics.
-func (s store) loadClaims(ctx context.Context, p int32) (fence.Fence, error) {
-	rows, err := s.conn.Query(ctx, `SELECT epoch, start_clicks, start_verdicts FROM click_partition_claims WHERE partition = ? ORDER BY epoch`, uint16(p))
-	if err != nil {
-		return fence.Fence{}, fmt.Errorf("load claims of click partition %d: %w", p, err)
-	}
-	defer rows.Close()
-	var out []fence.Claim
-	for rows.Next() {
-		var c fence.Claim
-		var start offsets
-		if err := rows.Scan(&c.Epoch, &start.clicks, &start.verdicts); err != nil {
-			return fence.Fence{}, fmt.Errorf("scan claim of click partition %d: %w", p, err)
-		}
-		c.Start = []int64{start.clicks, start.verdicts}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return fence.Fence{}, fmt.Errorf("read claims of click partition %d: %w", p, err)
-	}
-	return fence.New(clickColumns, out), nil
-}
-
-func (s store) insertClaim(ctx context.Context, p int32, c fence.Claim, owner string, now time.Time) error {
-	if err := s.conn.Exec(ctx, `INSERT INTO click_partition_claims (partition, epoch, start_clicks, start_verdicts, owner, claimed_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		uint16(p), c.Epoch, c.Start[0], c.Start[1], owner, now); err != nil {
-		return fmt.Errorf("claim click partition %d epoch %d: %w", p, c.Epoch, err)
-	}
-	return nil
-}
-
-// maxEpochs returns the newest claim epoch of each of ids.
-func (s store) maxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, error) {
-	ps := make([]uint16, len(ids))
-	for i, id := range ids {
-		ps[i] = uint16(id)
-	}
-	rows, err := s.conn.Query(ctx, `SELECT partition, max(epoch) FROM click_partition_claims WHERE partition IN (?) GROUP BY partition`, ps)
-	if err != nil {
-		return nil, fmt.Errorf("read click claim epochs: %w", err)
-	}
-	defer rows.Close()
-	out := map[int32]uint64{}
-	for rows.Next() {
-		var p uint16
-		var e uint64
-		if err := rows.Scan(&p, &e); err != nil {
-			return nil, fmt.Errorf("scan click claim epoch: %w", err)
-		}
-		out[int32(p)] = e
-	}
-	return out, rows.Err()
-}
 
 // checkpoint is where a partition resumes and what its state was there.
 type checkpoint struct {

@@ -9,18 +9,19 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/axiomhq/hyperloglog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/aggregator/counted"
 	"tally/aggregator/deadletter"
+	"tally/aggregator/engine"
 	"tally/aggregator/fence"
 	"tally/aggregator/flushpace"
-	"tally/aggregator/writes"
 	"tally/platform/totals"
 	"tally/schemas"
 )
@@ -56,24 +57,21 @@ type Config struct {
 	Counted counted.Topic
 }
 
-// Aggregator holds the state of the assigned partitions and writes their batches.
+// Aggregator is the view stream's rule set on its partition engine (package engine), which it
+// embeds: Assign, Process, Flush and the rest of the lifecycle are the engine's.
 type Aggregator struct {
+	*engine.Engine[*partition]
 	cfg    Config
 	store  store
+	claims fence.Table
 	now    func() time.Time
 	logger *slog.Logger
 
-	tot        *totals.Store
-	partitions int             // of the views topic, to map items to partitions when rebuilding Redis
-	writes     *writes.Tracker // the ClickHouse steps, retried, and their health for readiness
+	tot *totals.Store
+	// partitions is the views topic's partition count, to map items to partitions when
+	// rebuilding Redis; set by the member before the first assignment.
+	partitions atomic.Int32
 
-	mu    sync.Mutex
-	parts map[int32]*partition
-	// fenced holds the partitions this aggregator dropped because a newer owner claimed them,
-	// until the group says what became of them (assigned again, revoked or lost); reclaim, those
-	// of them whose records the group still delivers here (see Reclaims).
-	fenced, reclaim map[int32]bool
-	pace            *flushpace.Pace
 	// The periodic work a flush carries besides its batch, each in its own slot: the sketch
 	// deltas at whole sketch intervals, the rollups and the checks (zombies, folds, Redis
 	// totals) half an interval later, so that no one flush, and no batch consumed while it
@@ -86,37 +84,28 @@ type Aggregator struct {
 }
 
 type metrics struct {
-	records, counted, poison prometheus.Counter
-	flushSeconds             prometheus.Histogram
-	flushSteps               *prometheus.HistogramVec
-	readableSeconds          prometheus.Histogram
-	sketchSeconds            prometheus.Histogram
-	foldSeconds              prometheus.Histogram
-	folds                    prometheus.Counter
-	flushErrors              prometheus.Counter
-	repairs, zombies, fenced prometheus.Counter
-	totalsErrors             prometheus.Counter
-	epochDisagreements       prometheus.Counter
-	repairsRefused           prometheus.Counter
-	countedErrors            prometheus.Counter
-	pairs                    prometheus.GaugeFunc
-	lagSeconds               prometheus.Gauge
+	flushSteps         *prometheus.HistogramVec
+	readableSeconds    prometheus.Histogram
+	sketchSeconds      prometheus.Histogram
+	foldSeconds        prometheus.Histogram
+	folds              prometheus.Counter
+	repairs, zombies   prometheus.Counter
+	totalsErrors       prometheus.Counter
+	epochDisagreements prometheus.Counter
+	repairsRefused     prometheus.Counter
+	countedErrors      prometheus.Counter
+	pairs              prometheus.GaugeFunc
 }
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn, deadletter.New(now, logger, reg, schemas.TopicViews, sourceUniqueViewers, sourceUniqueViewerDeltas)}, tot: cfg.Totals, now: now, logger: logger, parts: map[int32]*partition{},
-		fenced: map[int32]bool{}, reclaim: map[int32]bool{}, pace: flushpace.New(cfg.FlushInterval, now())}
+	a := &Aggregator{cfg: cfg, store: store{conn, deadletter.New(now, logger, reg, schemas.TopicViews, sourceUniqueViewers, sourceUniqueViewerDeltas)}, tot: cfg.Totals, now: now, logger: logger,
+		claims: fence.Table{Conn: conn, Name: "partition_claims", Starts: []string{"start_offset"}, Ends: viewColumns}}
 	t0 := now()
 	a.sketchSlot = flushpace.NewSlot(cfg.SketchInterval, t0.Add(cfg.SketchInterval))
 	a.rollupSlot = flushpace.NewSlot(cfg.RollupInterval, t0.Add(cfg.RollupInterval/2))
 	a.checkSlot = flushpace.NewSlot(cfg.SketchInterval, t0.Add(cfg.SketchInterval/2))
 	a.m = metrics{
-		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_records_total", Help: "View records consumed."}),
-		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_total", Help: "Views counted after dedupe (first in their window); a counted edge view count adds its count."}),
-		poison:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_undecodable_total", Help: "Records set aside because they did not decode or validate."}),
-		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_flush_seconds", Help: "Time to write one flush to ClickHouse.",
-			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		flushSteps: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tally_views_flush_step_seconds",
 			Help:    "Time of each step of a flush that ran it, in the consume loop (its rate by step is the share of the loop's time each takes): the batch's statements, its Redis and counted-topic updates, the periodic work.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"step"}),
@@ -127,9 +116,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
 		foldSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_views_sketch_fold_seconds", Help: "Time to fold one sketch interval's share of whole sketches into unique_viewers.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
-		folds:       prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_sketch_folds_total", Help: "Whole unique-viewer sketches rewritten from their deltas."}),
-		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_flush_errors_total", Help: "ClickHouse write attempts that failed and were retried."}),
-		lagSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_views_flush_lag_seconds", Help: "Age of the oldest unflushed batch at the last flush."}),
+		folds: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_sketch_folds_total", Help: "Whole unique-viewer sketches rewritten from their deltas."}),
 		repairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_rollup_repairs_total",
 			Help: "Rollup repairs run: batches whose rollup writes could not be vouched for (crash, unknown outcome), compared with the deltas and corrected."}),
 		zombies: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_zombie_batches_total",
@@ -138,115 +125,112 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Help: "Failed attempts to bring the Redis item totals up to the ClickHouse checkpoint (retried at the next flush)."}),
 		countedErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_counted_errors_total",
 			Help: "Failed attempts to bring the counted topic (topk's input) up to the ClickHouse checkpoint (retried at the next flush)."}),
-		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_fenced_partitions_total",
-			Help: "Partitions this aggregator dropped before writing because a newer owner had claimed them."}),
 		epochDisagreements: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_epoch_disagreements_total",
 			Help: "Partition claims, or Redis totals catch-ups, that found a newer epoch in another store (view_deltas, batch_items, the Redis guard, the counted topic) than in partition_claims, which lost rows: the claim took an epoch above all, and the partition's Redis totals were rebuilt from ClickHouse."}),
 		repairsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_views_rollup_repairs_refused_total",
 			Help: "Rollup buckets a repair left as they were although they differ from the deltas, because view_deltas lost batches of their items (dropped or truncated): the deltas no longer hold those buckets whole. Counted at every repair run that leaves them."}),
 	}
-	a.writes = writes.New(writes.Config{Conn: conn, Now: now, Logger: logger, Errors: a.m.flushErrors})
 	a.m.pairs = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_views_dedupe_pairs", Help: "Live (viewer, item) pairs held by the dedupe windows."}, func() float64 {
-		a.mu.Lock()
-		defer a.mu.Unlock()
 		n := 0
-		for _, p := range a.parts {
-			n += p.win.Len()
-		}
+		a.Each(func(p *partition) { n += p.win.Len() })
 		return float64(n)
 	})
-	reg.MustRegister(a.m.records, a.m.counted, a.m.poison, a.m.flushSeconds, a.m.flushSteps, a.m.readableSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.flushErrors, a.m.pairs, a.m.lagSeconds,
-		a.m.repairs, a.m.zombies, a.m.fenced, a.m.totalsErrors, a.m.countedErrors, a.m.epochDisagreements, a.m.repairsRefused)
+	reg.MustRegister(a.m.flushSteps, a.m.readableSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.pairs,
+		a.m.repairs, a.m.zombies, a.m.totalsErrors, a.m.countedErrors, a.m.epochDisagreements, a.m.repairsRefused)
+	a.Engine = engine.New(engine.Config{Stream: "views", Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch,
+		Conn: conn, Now: now, Logger: logger, Registry: reg}, engine.Rules[*partition](a))
 	return a
 }
 
 // SetPartitions records the views topic's partition count (needed to rebuild Redis totals).
-func (a *Aggregator) SetPartitions(n int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.partitions = n
-}
+func (a *Aggregator) SetPartitions(n int) { a.partitions.Store(int32(n)) }
 
-// Assign claims newly assigned partitions, loads their state, repairs what the previous owner
-// may have left half written, and returns, for each partition that has a checkpoint in
-// ClickHouse, the offset to resume at: the lower of its deltas and sketch checkpoints.
-// Partitions without one resume where Kafka's committed offset says.
+// Claim claims partition id, loads its state, repairs what the previous owner may have left
+// half written, and, when it has a checkpoint in ClickHouse, says where it resumes: the lower of
+// its deltas and sketch checkpoints, and how far it has counted (the higher). A partition
+// without one resumes where Kafka's committed offset says.
 //
 // The claim comes first: from then on a zombie's batches are invalid (fence), and the
 // checkpoint is read from the valid batches only.
-func (a *Aggregator) Assign(ctx context.Context, ids []int32) (map[int32]int64, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	resume := map[int32]int64{}
-	var assigned []*partition
-	for _, id := range ids {
-		delete(a.fenced, id)
-		delete(a.reclaim, id)
-		t0 := time.Now()
-		f, err := a.store.loadFence(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		cp, err := a.store.loadCheckpoint(ctx, id, f)
-		if err != nil {
-			return nil, err
-		}
-		prev := int64(-1) // where the previous owner started: zombies of older epochs wrote after it
-		if last, ok := f.Last(); ok {
-			prev = last.Start[0]
-		}
-		ep, err := a.newEpoch(ctx, id, f, cp)
-		if err != nil {
-			return nil, err
-		}
-		start, err := a.claimStart(ctx, id, f, cp)
-		if err != nil {
-			return nil, err
-		}
-		c := fence.Claim{Epoch: ep.epoch, Start: []int64{start}, At: a.now()}
-		if err := a.store.insertClaim(ctx, id, c, a.cfg.Owner, c.At); err != nil {
-			return nil, err
-		}
-		p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
-		p.epoch, p.rolled = c.Epoch, cp.rolled
-		p.redisStale, p.countedLast = ep.disagree, ep.counted
-		// The first fold cycle folds what earlier owners left unfolded: the deltas up to the
-		// sketch checkpoint (none of theirs lies above it that this owner does not replay).
-		unfolded, err := a.store.loadUnfolded(ctx, id, cp.folded)
-		if err != nil {
-			return nil, err
-		}
-		p.folded = cp.folded
-		p.startFold(cp.sketched, unfolded, a.foldRounds())
-		p.fence = f.With(c)
-		p.start = start
-		if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.Lookback(c.At.Add(-zombieLookback), prev)}); err != nil {
-			return nil, err
-		}
-		pairs := 0
-		if cp.found {
-			p.win.Restore(cp.watermark)
-			if pairs, err = a.store.loadDedupe(ctx, id, cp.end, p.win); err != nil {
-				return nil, err
-			}
-			resume[id] = p.next
-		}
-		p.lastEvict = a.now()
-		a.parts[id] = p
-		assigned = append(assigned, p)
-		a.logger.Info("partition assigned", "partition", id, "epoch", c.Epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
-			"fold_checkpoint", cp.folded, "unfolded_sketches", len(p.foldQueue),
-			"found", cp.found, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
+func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.Start, error) {
+	t0 := time.Now()
+	f, err := a.claims.Load(ctx, id)
+	if err != nil {
+		return nil, engine.Start{}, err
 	}
-	if a.tot != nil && len(assigned) > 0 {
-		// Redis being down must not hold the assignment: the flushes catch up later.
-		if err := a.catchUpTotals(ctx, assigned); err != nil {
+	cp, err := a.store.loadCheckpoint(ctx, id, f)
+	if err != nil {
+		return nil, engine.Start{}, err
+	}
+	prev := int64(-1) // where the previous owner started: zombies of older epochs wrote after it
+	if last, ok := f.Last(); ok {
+		prev = last.Start[0]
+	}
+	ep, err := a.newEpoch(ctx, id, f, cp)
+	if err != nil {
+		return nil, engine.Start{}, err
+	}
+	start, err := a.claimStart(ctx, id, f, cp)
+	if err != nil {
+		return nil, engine.Start{}, err
+	}
+	c := fence.Claim{Epoch: ep.epoch, Start: []int64{start}, At: a.now()}
+	if err := a.claims.Insert(ctx, id, c, a.cfg.Owner); err != nil {
+		return nil, engine.Start{}, err
+	}
+	p, err := a.load(ctx, id, c, f, cp, ep)
+	if err != nil {
+		return nil, engine.Start{}, err
+	}
+	p.start = start
+	if err := a.reconcile(ctx, map[*partition]int64{p: p.fence.Lookback(c.At.Add(-zombieLookback), prev)}); err != nil {
+		return nil, engine.Start{}, err
+	}
+	pairs := 0
+	var at engine.Start
+	if cp.found {
+		p.win.Restore(cp.watermark)
+		if pairs, err = a.store.loadDedupe(ctx, id, cp.end, p.win); err != nil {
+			return nil, engine.Start{}, err
+		}
+		at.At = map[string]int64{schemas.TopicViews: p.next}
+		at.Counted = map[string]int64{schemas.TopicViews: max(p.flushed, p.sketched)}
+	}
+	p.lastEvict = a.now()
+	a.logger.Info("partition assigned", "partition", id, "epoch", c.Epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
+		"fold_checkpoint", cp.folded, "unfolded_sketches", len(p.foldQueue),
+		"found", cp.found, "dedupe_pairs", pairs, "took", time.Since(t0).Round(time.Millisecond))
+	return p, at, nil
+}
+
+// load builds the state of partition id claimed by c, from its checkpoint cp. The first fold
+// cycle folds what earlier owners left unfolded: the deltas up to the sketch checkpoint (none of
+// theirs lies above it that this owner does not replay).
+func (a *Aggregator) load(ctx context.Context, id int32, c fence.Claim, f fence.Fence, cp checkpoint, ep newClaimEpoch) (*partition, error) {
+	p := newPartition(id, a.cfg.Window, a.cfg.Grace, cp.end, cp.sketched)
+	p.epoch, p.rolled = c.Epoch, cp.rolled
+	p.redisStale, p.countedLast = ep.disagree, ep.counted
+	unfolded, err := a.store.loadUnfolded(ctx, id, cp.folded)
+	if err != nil {
+		return nil, err
+	}
+	p.folded = cp.folded
+	p.startFold(cp.sketched, unfolded, a.foldRounds())
+	p.fence = f.With(c)
+	return p, nil
+}
+
+// Claimed brings the Redis totals and the counted topic of the partitions of one assignment up
+// to their checkpoints. Redis being down must not hold the assignment: the flushes catch up
+// later.
+func (a *Aggregator) Claimed(ctx context.Context, ps []*partition) {
+	if a.tot != nil && len(ps) > 0 {
+		if err := a.catchUpTotals(ctx, ps); err != nil {
 			a.m.totalsErrors.Inc()
 			a.logger.Warn("bring redis totals up to the checkpoint; retrying at the next flush", "err", err)
 		}
 	}
-	a.catchUpCountedAll(ctx, assigned)
-	return resume, nil
+	a.catchUpCountedAll(ctx, ps)
 }
 
 // newClaimEpoch is the epoch a new claim takes, whether the stores disagreed about the newest
@@ -484,96 +468,19 @@ func joinShown[T fmt.Stringer](vs []T, n int) string {
 	return strings.Join(out, "; ")
 }
 
-// Process applies records of partition id. Records below the partition's position (a fetch
-// raced with a seek) are ignored, so each offset is applied once.
-func (a *Aggregator) Process(id int32, offsets []int64, values [][]byte) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p := a.parts[id]
-	if p == nil {
-		if a.fenced[id] {
-			a.reclaim[id] = true
-		}
-		return
-	}
+// Apply applies records of the views topic to partition p, in offset order.
+func (a *Aggregator) Apply(p *partition, _ string, recs []*kgo.Record) engine.Applied {
 	now := a.now()
-	counted0, edge0 := len(p.counted), p.edgeViews
-	poison0 := p.poison
+	counted0, edge0, poison0 := len(p.counted), p.edgeViews, p.poison
 	n := 0
-	for i, off := range offsets {
-		if off < p.next {
+	for _, r := range recs {
+		if r.Offset < p.next {
 			continue
 		}
-		p.process(off, values[i], now)
+		p.process(r.Offset, r.Value, now)
 		n++
 	}
-	a.m.records.Add(float64(n))
-	a.m.counted.Add(float64(len(p.counted)-counted0) + float64(p.edgeViews-edge0))
-	a.m.poison.Add(float64(p.poison - poison0))
-}
-
-// Reclaims returns, and forgets, the partitions this aggregator dropped because a newer owner
-// claimed them but whose records the group still delivers here. The group can give them back
-// without telling (a static member that rejoins keeps its assignment, with no revocation or
-// loss): the caller claims them again with Assign and seeks to the offsets it returns, or they
-// would never be counted again.
-func (a *Aggregator) Reclaims() []int32 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ids := make([]int32, 0, len(a.reclaim))
-	for id := range a.reclaim {
-		ids = append(ids, id)
-	}
-	clear(a.reclaim)
-	slices.Sort(ids)
-	return ids
-}
-
-// FlushDue reports whether the flush schedule (flushpace) says a flush is due or a partition's
-// batch is full.
-func (a *Aggregator) FlushDue() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.pace.Due(a.now()) {
-		return true
-	}
-	for _, p := range a.parts {
-		if p.records >= a.cfg.MaxBatch {
-			return true
-		}
-	}
-	return false
-}
-
-// Revoke writes the pending batches of ids and forgets them: the next owner resumes from the
-// checkpoint just written.
-func (a *Aggregator) Revoke(ctx context.Context, ids []int32) (map[int32]int64, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	only := map[int32]bool{}
-	for _, id := range ids {
-		only[id] = true
-	}
-	done, err := a.flushLocked(ctx, only, sketchesAll)
-	for _, id := range ids {
-		delete(a.parts, id)
-		delete(a.fenced, id)
-		delete(a.reclaim, id)
-	}
-	a.logger.Info("partitions revoked", "partitions", ids)
-	return done, err
-}
-
-// Lost forgets ids without writing: another consumer may already own them.
-func (a *Aggregator) Lost(ids []int32) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, id := range ids {
-		delete(a.parts, id)
-		delete(a.fenced, id)
-		delete(a.reclaim, id)
-	}
-	a.logger.Warn("partitions lost; pending batches dropped, the new owner replays them", "partitions", ids)
+	return engine.Applied{Records: n, Counted: len(p.counted) - counted0 + int(p.edgeViews-edge0), SetAside: p.poison - poison0}
 }
 
 // writeRollups adds the batches written since each held partition's rollups were last written
@@ -583,8 +490,8 @@ func (a *Aggregator) Lost(ids []int32) {
 // dropped at its next claims check.
 func (a *Aggregator) writeRollups(ctx context.Context, only map[int32]bool) error {
 	var roll, repair []*partition
-	for id, p := range a.parts {
-		if only != nil && !only[id] || p.rolled >= p.flushed {
+	for _, p := range a.Held(only) {
+		if p.rolled >= p.flushed {
 			continue
 		}
 		if p.rollupsLost {
@@ -593,7 +500,6 @@ func (a *Aggregator) writeRollups(ctx context.Context, only map[int32]bool) erro
 			roll = append(roll, p)
 		}
 	}
-	sort.Slice(roll, func(i, j int) bool { return roll[i].id < roll[j].id })
 	if len(roll) > 0 {
 		if err := a.store.writeRollups(ctx, roll); err != nil {
 			// Part of the statement may have landed (its materialized views write table by
@@ -617,45 +523,7 @@ func (a *Aggregator) writeRollups(ctx context.Context, only map[int32]bool) erro
 	for _, p := range repair {
 		after[p] = p.zombiesFrom(a.now())
 	}
-	return a.retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, after) })
-}
-
-// fenceCheck drops from each of lists, and from this aggregator, every partition that a newer
-// owner has claimed since this one did: its batch and its sketches must not be written. One
-// statement checks every list.
-func (a *Aggregator) fenceCheck(ctx context.Context, lists ...*[]*partition) error {
-	var ids []int32
-	for _, l := range lists {
-		for _, p := range *l {
-			if !slices.Contains(ids, p.id) {
-				ids = append(ids, p.id)
-			}
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	epochs, err := a.store.maxEpochs(ctx, ids)
-	if err != nil {
-		return err
-	}
-	for _, l := range lists {
-		kept := (*l)[:0]
-		for _, p := range *l {
-			if e := epochs[p.id]; e > p.epoch {
-				if a.parts[p.id] == p { // not already dropped by an earlier check of this flush
-					a.m.fenced.Inc()
-					a.logger.Warn("partition claimed by a newer owner; its pending batch is dropped", "partition", p.id, "epoch", p.epoch, "newest_epoch", e)
-					delete(a.parts, p.id)
-					a.fenced[p.id] = true
-				}
-				continue
-			}
-			kept = append(kept, p)
-		}
-		*l = kept
-	}
-	return nil
+	return a.Retry(ctx, "repair rollups", func() error { return a.reconcile(ctx, after) })
 }
 
 // sketchWrite is a write of sketch deltas and their checkpoints under way beside the consume
@@ -681,12 +549,12 @@ type sketchWrite struct {
 func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
 	// A displaced owner's deltas are dropped by ClickHouse (migration 012); the flush's claims
 	// checks also keep their estimates out of Redis in all but a stall between check and write.
-	parts = slices.DeleteFunc(parts, func(p *partition) bool { return a.parts[p.id] != p })
+	parts = slices.DeleteFunc(parts, func(p *partition) bool { return !a.Holds(p) })
 	if len(parts) == 0 {
 		return nil
 	}
 	t0 := time.Now()
-	if err := a.retry(ctx, "load sketches", func() error { return a.store.loadSketches(ctx, parts) }); err != nil {
+	if err := a.Retry(ctx, "load sketches", func() error { return a.store.loadSketches(ctx, parts) }); err != nil {
 		return err
 	}
 	rows, est, err := sketchDeltaRows(parts, now)
@@ -706,10 +574,10 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 		defer close(w.done)
 		// Two retries, so that a failed checkpoint insert (one row per partition) does not
 		// write every delta again.
-		if w.err = a.retryAt(ctx, "write sketch deltas", at, func() error { return a.store.insertSketchDeltas(ctx, rows, now) }); w.err != nil {
+		if w.err = a.RetryAt(ctx, "write sketch deltas", at, func() error { return a.store.insertSketchDeltas(ctx, rows, now) }); w.err != nil {
 			return
 		}
-		if w.err = a.retryAt(ctx, "write sketch checkpoints", at, func() error { return a.store.writeSketchCheckpoints(ctx, w.ends, now) }); w.err != nil {
+		if w.err = a.RetryAt(ctx, "write sketch checkpoints", at, func() error { return a.store.writeSketchCheckpoints(ctx, w.ends, now) }); w.err != nil {
 			return
 		}
 		a.setUnique(ctx, est)
@@ -747,7 +615,7 @@ func (a *Aggregator) settleSketches(wait bool) error {
 			}
 			continue
 		}
-		if a.parts[p.id] == p {
+		if a.Holds(p) {
 			p.sketched = w.ends[i].end
 		}
 	}
@@ -786,7 +654,7 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 	folds := map[*partition][]sketchKey{}
 	var done []*partition
 	n := 0
-	for _, p := range a.parts {
+	for _, p := range a.Held(nil) {
 		keys := p.foldTake(a.foldRounds())
 		for _, k := range keys {
 			p.sketch(k) // an earlier owner's key: loaded from its stored version below
@@ -803,7 +671,7 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	t0 := time.Now()
-	if err := a.retry(ctx, "fold sketches", func() error {
+	if err := a.Retry(ctx, "fold sketches", func() error {
 		if err := a.store.loadSketches(ctx, slices.Collect(maps.Keys(folds))); err != nil {
 			return err
 		}
@@ -827,7 +695,7 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 	a.setUnique(ctx, est)
 	if len(done) > 0 {
 		sort.Slice(done, func(i, j int) bool { return done[i].id < done[j].id })
-		if err := a.retry(ctx, "write fold checkpoints", func() error {
+		if err := a.Retry(ctx, "write fold checkpoints", func() error {
 			return a.store.writeFoldCheckpoints(ctx, done, now)
 		}); err != nil {
 			return err
@@ -838,14 +706,4 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 	}
 	a.m.foldSeconds.Observe(time.Since(t0).Seconds())
 	return nil
-}
-
-// retry runs a flush step until it succeeds or ctx ends (package writes).
-func (a *Aggregator) retry(ctx context.Context, what string, fn func() error) error {
-	return a.writes.Do(ctx, what, fn)
-}
-
-// retryAt is retry recording its health at the times at gives.
-func (a *Aggregator) retryAt(ctx context.Context, what string, at func() time.Time, fn func() error) error {
-	return a.writes.DoAt(ctx, what, at, fn)
 }

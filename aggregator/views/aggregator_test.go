@@ -84,20 +84,20 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 				return query("SELECT toUInt64(max(end_offset)) FROM sketch_checkpoints WHERE partition = ?", uint16(tt.partition))
 			}
 			first := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-			if resume, err := first.Assign(ctx, []int32{tt.partition}); err != nil || len(resume) != 0 {
+			if resume, err := assignViews(first, ctx, []int32{tt.partition}); err != nil || len(resume) != 0 {
 				t.Fatalf("got resume %v, %v; want none (no checkpoint yet)", resume, err)
 			}
 			if tt.sketchedAt > 0 {
-				first.Process(tt.partition, offsets[:tt.sketchedAt], values[:tt.sketchedAt])
+				processAt(first, tt.partition, offsets[:tt.sketchedAt], values[:tt.sketchedAt])
 				clock = clock.Add(cfg.SketchInterval) // deltas and sketches
-				if _, err := first.Flush(ctx); err != nil {
+				if _, err := flushViews(first, ctx); err != nil {
 					t.Fatal(err)
 				}
 				settle(t, first)
 			}
-			first.Process(tt.partition, offsets[tt.sketchedAt:], values[tt.sketchedAt:])
+			processAt(first, tt.partition, offsets[tt.sketchedAt:], values[tt.sketchedAt:])
 			clock = clock.Add(cfg.FlushInterval) // deltas alone
-			if _, err := first.Flush(ctx); err != nil {
+			if _, err := flushViews(first, ctx); err != nil {
 				t.Fatal(err)
 			}
 			// first crashes here: the viewers from sketchedAt on are counted but in no stored sketch.
@@ -109,12 +109,12 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 			}
 
 			second := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-			resume, err := second.Assign(ctx, []int32{tt.partition})
+			resume, err := assignViews(second, ctx, []int32{tt.partition})
 			if err != nil || resume[tt.partition] != tt.sketchedAt {
 				t.Fatalf("got resume %v, %v; want partition %d at %d (the sketch checkpoint)", resume, err, tt.partition, tt.sketchedAt)
 			}
-			second.Process(tt.partition, offsets[tt.sketchedAt:], values[tt.sketchedAt:])
-			done, err := second.FlushAll(ctx)
+			processAt(second, tt.partition, offsets[tt.sketchedAt:], values[tt.sketchedAt:])
+			done, err := flushAllViews(second, ctx)
 			if err != nil || len(done) != 0 {
 				t.Fatalf("got deltas written %v, %v; want none (the replay was counted before)", done, err)
 			}
@@ -168,7 +168,7 @@ func TestMigrationSeedsSketchCheckpointsFromDeltas(t *testing.T) {
 	}
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,
 		MaxBatch: 1000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
-	resume, err := a.Assign(ctx, []int32{4, 5, 6})
+	resume, err := assignViews(a, ctx, []int32{4, 5, 6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestFirstSketchWriteOfManyLongItems(t *testing.T) {
 	conn := openMigrated(t, ctx, "views_long_items_test")
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,
 		MaxBatch: 100000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
-	if _, err := a.Assign(ctx, []int32{9}); err != nil {
+	if _, err := assignViews(a, ctx, []int32{9}); err != nil {
 		t.Fatal(err)
 	}
 	n := chclient.MaxListItems + 2000
@@ -197,11 +197,11 @@ func TestFirstSketchWriteOfManyLongItems(t *testing.T) {
 		offsets[i] = int64(i)
 		values[i] = view(id+strings.Repeat("x", schemas.MaxIDLen-len(id)), "viewer", ts)
 	}
-	a.Process(9, offsets, values)
+	processAt(a, 9, offsets, values)
 	// ClickHouse errors are retried until ctx ends, so a write that cannot succeed fails here.
 	wctx, wcancel := context.WithTimeout(ctx, 45*time.Second)
 	defer wcancel()
-	if _, err := a.FlushAll(wctx); err != nil {
+	if _, err := flushAllViews(a, wctx); err != nil {
 		t.Fatal(err)
 	}
 	var rows uint64
@@ -256,12 +256,8 @@ func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
 				}
 			}
 			testinfra.WaitFor(t, 30*time.Second, "records processed", func() (bool, string) {
-				firstAgg.mu.Lock()
-				defer firstAgg.mu.Unlock()
 				n := 0
-				for _, p := range firstAgg.parts {
-					n += p.records
-				}
+				firstAgg.Each(func(p *partition) { n += p.records })
 				return n > 0, fmt.Sprintf("%d processed", n)
 			})
 			if err := conn.Exec(ctx, "DROP DATABASE "+db); err != nil {
@@ -331,27 +327,27 @@ func TestRepeatOfAnOlderCountedViewCountsOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			item := fmt.Sprintf("held-%d", tt.partition)
 			a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-			if _, err := a.Assign(ctx, []int32{tt.partition}); err != nil {
+			if _, err := assignViews(a, ctx, []int32{tt.partition}); err != nil {
 				t.Fatal(err)
 			}
 			want := uint64(0)
 			for i, r := range records {
 				if i == tt.restartAt && i > 0 {
-					if _, err := a.FlushAll(ctx); err != nil {
+					if _, err := flushAllViews(a, ctx); err != nil {
 						t.Fatal(err)
 					}
 					a = New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-					resume, err := a.Assign(ctx, []int32{tt.partition})
+					resume, err := assignViews(a, ctx, []int32{tt.partition})
 					if err != nil || resume[tt.partition] != int64(i) {
 						t.Fatalf("got resume %v, %v; want partition %d at %d", resume, err, tt.partition, i)
 					}
 				}
-				a.Process(tt.partition, []int64{int64(i)}, [][]byte{view(item, "v", r.ts)})
+				processAt(a, tt.partition, []int64{int64(i)}, [][]byte{view(item, "v", r.ts)})
 				if r.counts {
 					want++
 				}
 			}
-			if _, err := a.FlushAll(ctx); err != nil {
+			if _, err := flushAllViews(a, ctx); err != nil {
 				t.Fatal(err)
 			}
 			var got uint64
@@ -382,7 +378,7 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	query := func(q string, args ...any) uint64 { t.Helper(); return queryUint(t, ctx, conn, q, args...) }
 	assign := func() *Aggregator {
 		a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-		if _, err := a.Assign(ctx, []int32{part}); err != nil {
+		if _, err := assignViews(a, ctx, []int32{part}); err != nil {
 			t.Fatal(err)
 		}
 		return a
@@ -397,7 +393,7 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	processViews(first, part, item, 0, 100, clock)
 	revoke(first)
 	second := assign()
-	second.Process(part, []int64{100, 101}, [][]byte{view(item, "v99", clock.UnixMilli()), view(item, "v100", clock.UnixMilli())})
+	processAt(second, part, []int64{100, 101}, [][]byte{view(item, "v99", clock.UnixMilli()), view(item, "v100", clock.UnixMilli())})
 	revoke(second)
 	deltas := func(q string) uint64 {
 		return query(q+" FROM unique_viewer_deltas WHERE item_id = ? AND day = toDate(0)", item)
@@ -421,7 +417,7 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	}
 	third := assign() // never sees the item
 	clock = clock.Add(cfg.SketchInterval)
-	if _, err := third.Flush(ctx); err != nil {
+	if _, err := flushViews(third, ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := query("SELECT toUInt64(max(end_offset)) FROM sketch_folds WHERE partition = ?", uint16(part)); got != 102 {
@@ -435,7 +431,7 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	fourth := assign()
 	processViews(fourth, part, item, 102, 1, clock) // v102
 	clock = clock.Add(cfg.SketchInterval)
-	if _, err := fourth.Flush(ctx); err != nil {
+	if _, err := flushViews(fourth, ctx); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, fourth)
@@ -456,10 +452,10 @@ func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
 	const item = "burst-item"
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,
 		MaxBatch: 10000, SketchIdle: time.Hour}, conn, func() time.Time { return clock }, infra.Logger, prometheus.NewRegistry())
-	if _, err := a.Assign(ctx, []int32{part}); err != nil {
+	if _, err := assignViews(a, ctx, []int32{part}); err != nil {
 		t.Fatal(err)
 	}
-	p := a.parts[part]
+	p := heldPart(a, part)
 	write := func(after time.Duration) {
 		t.Helper()
 		clock = clock.Add(after)
@@ -504,16 +500,16 @@ func TestPeriodicWorkInSeparateFlushes(t *testing.T) {
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: 500 * time.Millisecond,
 		SketchInterval: 2 * time.Second, RollupInterval: 2 * time.Second, FoldInterval: 2 * time.Second,
 		MaxBatch: 1000, SketchIdle: time.Minute}, conn, func() time.Time { return clock }, infra.Logger, reg)
-	if _, err := a.Assign(ctx, []int32{0}); err != nil {
+	if _, err := assignViews(a, ctx, []int32{0}); err != nil {
 		t.Fatal(err)
 	}
 	var sketched, rolled, checked []string
 	for i := range 16 {
 		processViews(a, 0, "slots", i*10, 10, clock)
 		clock = clock.Add(500 * time.Millisecond)
-		p := a.parts[0]
+		p := heldPart(a, 0)
 		sk, ro, folds := p.sketched, p.rolled, testutil.ToFloat64(a.m.folds)
-		if _, err := a.Flush(ctx); err != nil {
+		if _, err := flushViews(a, ctx); err != nil {
 			t.Fatal(err)
 		}
 		settle(t, a)
@@ -572,8 +568,6 @@ func stepCounts(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
 // flush does once it is done.
 func settle(t *testing.T, a *Aggregator) {
 	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if err := a.settleSketches(true); err != nil {
 		t.Fatal(err)
 	}
@@ -591,24 +585,21 @@ func TestSketchWriteCutShortIsWrittenAtStop(t *testing.T) {
 	const item = "cut-short"
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
 		MaxBatch: 10000, SketchIdle: time.Hour}, conn, func() time.Time { return clock }, infra.Logger, prometheus.NewRegistry())
-	if _, err := a.Assign(ctx, []int32{part}); err != nil {
+	if _, err := assignViews(a, ctx, []int32{part}); err != nil {
 		t.Fatal(err)
 	}
 	processViews(a, part, item, 0, 10, clock)
-	if _, err := a.FlushAll(ctx); err != nil { // the sketches loaded: the next write queries nothing first
+	if _, err := flushAllViews(a, ctx); err != nil { // the sketches loaded: the next write queries nothing first
 		t.Fatal(err)
 	}
 	processViews(a, part, item, 10, 50, clock)
-	p := a.parts[part]
+	p := heldPart(a, part)
 	ended, end := context.WithCancel(ctx)
 	end()
-	a.mu.Lock()
-	err := a.writeSketches(ended, []*partition{p}, clock)
-	a.mu.Unlock()
-	if err != nil {
+	if err := a.writeSketches(ended, []*partition{p}, clock); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.FlushAll(ctx); err != nil {
+	if _, err := flushAllViews(a, ctx); err != nil {
 		t.Fatal(err)
 	}
 	if p.sketched != 60 {

@@ -14,63 +14,6 @@ import (
 // viewColumns are the end-offset columns of a views batch, for its fence.
 var viewColumns = []string{"end_offset"}
 
-// loadFence reads partition p's claims.
-func (s *store) loadFence(ctx context.Context, p int32) (fence.Fence, error) {
-	rows, err := s.conn.Query(ctx, `SELECT epoch, start_offset, claimed_at FROM partition_claims WHERE partition = ?`, uint16(p))
-	if err != nil {
-		return fence.Fence{}, fmt.Errorf("load claims of partition %d: %w", p, err)
-	}
-	defer rows.Close()
-	var cs []fence.Claim
-	for rows.Next() {
-		var c fence.Claim
-		var start int64
-		if err := rows.Scan(&c.Epoch, &start, &c.At); err != nil {
-			return fence.Fence{}, fmt.Errorf("scan claim of partition %d: %w", p, err)
-		}
-		c.Start = []int64{start}
-		cs = append(cs, c)
-	}
-	if err := rows.Err(); err != nil {
-		return fence.Fence{}, fmt.Errorf("read claims of partition %d: %w", p, err)
-	}
-	return fence.New(viewColumns, cs), nil
-}
-
-func (s *store) insertClaim(ctx context.Context, p int32, c fence.Claim, owner string, now time.Time) error {
-	if err := s.conn.Exec(ctx, `INSERT INTO partition_claims (partition, epoch, start_offset, owner, claimed_at) VALUES (?, ?, ?, ?, ?)`,
-		uint16(p), c.Epoch, c.Start[0], owner, now); err != nil {
-		return fmt.Errorf("claim partition %d epoch %d: %w", p, c.Epoch, err)
-	}
-	return nil
-}
-
-// maxEpochs returns the newest claim epoch of each of ids.
-func (s *store) maxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, error) {
-	ps := make([]uint16, len(ids))
-	for i, id := range ids {
-		ps[i] = uint16(id)
-	}
-	rows, err := s.conn.Query(ctx, `SELECT partition, max(epoch) FROM partition_claims WHERE partition IN (?) GROUP BY partition`, ps)
-	if err != nil {
-		return nil, fmt.Errorf("read claim epochs: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[int32]uint64, len(ids))
-	for rows.Next() {
-		var p uint16
-		var e uint64
-		if err := rows.Scan(&p, &e); err != nil {
-			return nil, fmt.Errorf("scan claim epoch: %w", err)
-		}
-		out[int32(p)] = e
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read claim epochs: %w", err)
-	}
-	return out, nil
-}
-
 // writeBatchItems records the items of every pending batch of parts under the batch's end offset
 // and epoch. Written before the deltas; rewriting the same rows is harmless.
 func (s *store) writeBatchItems(ctx context.Context, parts []*partition, now time.Time) error {

@@ -36,7 +36,7 @@ func TestCountedTopicFollowsClickHouse(t *testing.T) {
 		a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
 			MaxBatch: 100000, SketchIdle: time.Minute, Counted: pub}, conn, now, infra.Logger, prometheus.NewRegistry())
 		a.SetPartitions(2)
-		if _, err := a.Assign(ctx, []int32{0, 1}); err != nil {
+		if _, err := assignViews(a, ctx, []int32{0, 1}); err != nil {
 			t.Fatal(err)
 		}
 		return a
@@ -50,9 +50,9 @@ func TestCountedTopicFollowsClickHouse(t *testing.T) {
 			vals[j] = view(fmt.Sprintf("c-%d", j), fmt.Sprintf("v%d", next), clock.UnixMilli()-int64(j%3)*1000)
 			next++
 		}
-		a.Process(0, offs, vals)
+		processAt(a, 0, offs, vals)
 		clock = clock.Add(time.Second)
-		if _, err := a.Flush(ctx); err != nil {
+		if _, err := flushViews(a, ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -30,24 +30,24 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 	process := func(a *Aggregator, from, n int) { processViews(a, part, item, from, n, clock) }
 
 	zombie := New(withOwner("zombie"), conn, now, infra.Logger, prometheus.NewRegistry())
-	if _, err := zombie.Assign(ctx, []int32{part}); err != nil {
+	if _, err := assignViews(zombie, ctx, []int32{part}); err != nil {
 		t.Fatal(err)
 	}
 	process(zombie, 0, 40)
 	clock = clock.Add(cfg.SketchInterval)
-	if _, err := zombie.Flush(ctx); err != nil {
+	if _, err := flushViews(zombie, ctx); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, zombie)
 	process(zombie, 40, 60) // its statement for 40-100 is under way when the next owner claims
 
 	first := New(withOwner("first"), conn, now, infra.Logger, prometheus.NewRegistry())
-	if resume, err := first.Assign(ctx, []int32{part}); err != nil || resume[part] != 40 {
+	if resume, err := assignViews(first, ctx, []int32{part}); err != nil || resume[part] != 40 {
 		t.Fatalf("got resume %v, %v; want partition %d at 40", resume, err, part)
 	}
 	process(first, 40, 60)
 	clock = clock.Add(cfg.SketchInterval)
-	if _, err := first.Flush(ctx); err != nil { // deltas and sketches to 100; then it dies
+	if _, err := flushViews(first, ctx); err != nil { // deltas and sketches to 100; then it dies
 		t.Fatal(err)
 	}
 	settle(t, first)
@@ -56,12 +56,12 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 	// The second owner also holds a partition without zombies: one statement looks in both,
 	// and that partition's batches stay.
 	const other, otherItem = int32(31), "lookback-other"
-	if resume, err := second.Assign(ctx, []int32{part, other}); err != nil || resume[part] != 100 {
+	if resume, err := assignViews(second, ctx, []int32{part, other}); err != nil || resume[part] != 100 {
 		t.Fatalf("got resume %v, %v; want partition %d at 100", resume, err, part)
 	}
 	processViews(second, other, otherItem, 0, 25, clock)
 	// The zombie's rows commit now, after both claims.
-	zp := []*partition{zombie.parts[part]}
+	zp := []*partition{heldPart(zombie, part)}
 	if err := zombie.store.writeBatchItems(ctx, zp, clock); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 		t.Fatalf("got %d views in the deltas after the zombie's commit; want 160", got)
 	}
 	clock = clock.Add(cfg.SketchInterval) // the second owner looks for zombies' batches
-	if _, err := second.Flush(ctx); err != nil {
+	if _, err := flushViews(second, ctx); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, second)
@@ -129,7 +129,7 @@ func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
 			part := int32(i)
 			item := fmt.Sprintf("repair-%d", i)
 			first := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-			if _, err := first.Assign(ctx, []int32{part}); err != nil {
+			if _, err := assignViews(first, ctx, []int32{part}); err != nil {
 				t.Fatal(err)
 			}
 			batch := func(a *Aggregator, from, n int) {
@@ -139,9 +139,9 @@ func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
 					offs[j] = int64(from + j)
 					vals[j] = view(item, fmt.Sprintf("v%d", from+j), clock.Add(-time.Duration(j)*time.Minute).UnixMilli())
 				}
-				a.Process(part, offs, vals)
+				processAt(a, part, offs, vals)
 				clock = clock.Add(cfg.FlushInterval)
-				if _, err := a.Flush(ctx); err != nil {
+				if _, err := flushViews(a, ctx); err != nil {
 					t.Fatal(err)
 				}
 				settle(t, a)
@@ -161,13 +161,13 @@ func TestRollupsOfAnUnvouchedBatchAreRepaired(t *testing.T) {
 				}
 			}
 			second := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-			if _, err := second.Assign(ctx, []int32{part}); err != nil {
+			if _, err := assignViews(second, ctx, []int32{part}); err != nil {
 				t.Fatal(err)
 			}
 			checkRollups(t, ctx, conn, item, 100)
 			// Assigning again repairs nothing more: the repair is idempotent.
 			third := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-			if _, err := third.Assign(ctx, []int32{part}); err != nil {
+			if _, err := assignViews(third, ctx, []int32{part}); err != nil {
 				t.Fatal(err)
 			}
 			checkRollups(t, ctx, conn, item, 100)
@@ -211,13 +211,13 @@ func TestIdenticalRollupRowsOfTwoBatchesBothCount(t *testing.T) {
 		processViews(a, part, item, viewer, 1, at)
 		viewer++
 		clock = clock.Add(cfg.FlushInterval)
-		if _, err := a.Flush(dedupCtx); err != nil {
+		if _, err := flushViews(a, dedupCtx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	assign := func(part int32) *Aggregator {
 		a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-		if _, err := a.Assign(dedupCtx, []int32{part}); err != nil {
+		if _, err := assignViews(a, dedupCtx, []int32{part}); err != nil {
 			t.Fatal(err)
 		}
 		return a
@@ -260,7 +260,7 @@ func processViews(a *Aggregator, part int32, item string, from, n int, ts time.T
 		offs[j] = int64(from + j)
 		vals[j] = view(item, fmt.Sprintf("v%d", from+j), ts.UnixMilli())
 	}
-	a.Process(part, offs, vals)
+	processAt(a, part, offs, vals)
 }
 
 // An aggregator that lost its partition (stalled past the session timeout) must not add its
@@ -296,12 +296,12 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 			process := func(a *Aggregator, from, n int) { processViews(a, part, item, from, n, clock) }
 			zombie := New(Config{Owner: "zombie", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
-			if _, err := zombie.Assign(ctx, []int32{part}); err != nil {
+			if _, err := assignViews(zombie, ctx, []int32{part}); err != nil {
 				t.Fatal(err)
 			}
 			process(zombie, 0, 40)
 			clock = clock.Add(cfg.SketchInterval) // deltas and sketches: the checkpoint is 40
-			if _, err := zombie.Flush(ctx); err != nil {
+			if _, err := flushViews(zombie, ctx); err != nil {
 				t.Fatal(err)
 			}
 			settle(t, zombie)
@@ -309,20 +309,20 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 
 			owner := New(Config{Owner: "owner", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
-			resume, err := owner.Assign(ctx, []int32{part})
+			resume, err := assignViews(owner, ctx, []int32{part})
 			if err != nil || resume[part] != 40 {
 				t.Fatalf("got resume %v, %v; want partition %d at 40", resume, err, part)
 			}
 			process(owner, 40, 60)
 			clock = clock.Add(cfg.FlushInterval)
-			if _, err := owner.Flush(ctx); err != nil {
+			if _, err := flushViews(owner, ctx); err != nil {
 				t.Fatal(err)
 			}
 			settle(t, owner)
 
 			if tt.slip != "" {
 				// The zombie's fence check passed before the claim; its INSERTs arrive now.
-				zp := zombie.parts[part]
+				zp := heldPart(zombie, part)
 				parts := []*partition{zp}
 				deltas := func() error { return zombie.store.writeDeltas(ctx, parts, clock) }
 				want := 100 // the statement drops the batch: nothing of it lands
@@ -345,20 +345,20 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 					t.Fatalf("got %d views in the deltas and %d in views_total after the zombie's write; want %d and 100", got["view_deltas"], got["views_total"], want)
 				}
 				clock = clock.Add(cfg.SketchInterval) // the owner looks for zombies' batches
-				if _, err := owner.Flush(ctx); err != nil {
+				if _, err := flushViews(owner, ctx); err != nil {
 					t.Fatal(err)
 				}
 				settle(t, owner)
 			} else {
 				clock = clock.Add(cfg.FlushInterval)
-				done, err := zombie.Flush(ctx)
+				done, err := flushViews(zombie, ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if len(done) != 0 {
 					t.Errorf("got zombie batches written %v; want none", done)
 				}
-				if zombie.parts[part] != nil {
+				if heldPart(zombie, part) != nil {
 					t.Error("got the partition still held by the zombie; want it dropped")
 				}
 			}
@@ -366,13 +366,13 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 			// The owner's successor resumes from the owner's checkpoints (deltas and sketches,
 			// once the owner wrote its sketches), not the zombie's.
 			clock = clock.Add(cfg.SketchInterval)
-			if _, err := owner.Flush(ctx); err != nil {
+			if _, err := flushViews(owner, ctx); err != nil {
 				t.Fatal(err)
 			}
 			settle(t, owner)
 			next := New(Config{Owner: "next", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
-			resume, err = next.Assign(ctx, []int32{part})
+			resume, err = assignViews(next, ctx, []int32{part})
 			if err != nil || resume[part] != 100 {
 				t.Fatalf("got resume %v, %v; want partition %d at 100", resume, err, part)
 			}
@@ -403,7 +403,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 			// The old owner's deltas of 40-100 landed before the new owner read the checkpoint,
 			// so the new owner resumed at 100 and repaired their rollups; the old owner's
 			// rollup INSERT lands now.
-			op := old.parts[part]
+			op := heldPart(old, part)
 			op.addRollups()
 			if err := old.store.writeRollups(ctx, []*partition{op}); err != nil {
 				t.Fatal(err)
@@ -413,7 +413,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 			// The old owner still rechecks a batch it undid (a zombie's) at every sketch
 			// interval; its repair compares the rollups with deltas that already hold the new
 			// owner's batch, whose rollups are not written yet.
-			op := owner.parts[part]
+			op := heldPart(owner, part)
 			parts := []*partition{op}
 			for _, write := range []func() error{
 				func() error { return owner.store.writeDedupe(ctx, parts) },
@@ -425,7 +425,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 				}
 			}
 			clock = clock.Add(cfg.SketchInterval)
-			if _, err := old.Flush(ctx); err != nil {
+			if _, err := flushViews(old, ctx); err != nil {
 				t.Fatal(err)
 			}
 			settle(t, old)
@@ -449,12 +449,12 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 				t.Fatal(err)
 			}
 			old := New(withOwner("old"), conn, now, infra.Logger, prometheus.NewRegistry())
-			if _, err := old.Assign(ctx, []int32{part}); err != nil {
+			if _, err := assignViews(old, ctx, []int32{part}); err != nil {
 				t.Fatal(err)
 			}
 			process(old, 0, 40)
 			clock = clock.Add(cfg.SketchInterval)
-			if _, err := old.Flush(ctx); err != nil {
+			if _, err := flushViews(old, ctx); err != nil {
 				t.Fatal(err)
 			}
 			settle(t, old)
@@ -462,7 +462,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 				// The old owner's deltas of 40-100 land; it checked the claims just before and
 				// will write the rollups next.
 				process(old, 40, 60)
-				parts := []*partition{old.parts[part]}
+				parts := []*partition{heldPart(old, part)}
 				if err := old.store.writeBatchItems(ctx, parts, clock); err != nil {
 					t.Fatal(err)
 				}
@@ -471,7 +471,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 				}
 			}
 			owner := New(withOwner("owner"), conn, now, infra.Logger, prometheus.NewRegistry())
-			resume, err := owner.Assign(ctx, []int32{part})
+			resume, err := assignViews(owner, ctx, []int32{part})
 			// At the sketch checkpoint, 40: in the first case 40-100 go into the sketches only.
 			if err != nil || resume[part] != 40 {
 				t.Fatalf("got resume %v, %v; want partition %d at 40", resume, err, part)
@@ -483,7 +483,7 @@ func TestDisplacedOwnerCannotChangeRollups(t *testing.T) {
 			// for certain.
 			checkRollups(t, ctx, conn, item, 100)
 			clock = clock.Add(cfg.SketchInterval)
-			if _, err := owner.Flush(ctx); err != nil {
+			if _, err := flushViews(owner, ctx); err != nil {
 				t.Fatal(err)
 			}
 			settle(t, owner)
@@ -510,13 +510,13 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 		write func(t *testing.T, old *Aggregator, part int32) // the displaced owner's sketch write
 	}{
 		{"flush after it woke", func(t *testing.T, old *Aggregator, part int32) {
-			if _, err := old.Flush(ctx); err != nil {
+			if _, err := flushViews(old, ctx); err != nil {
 				t.Fatal(err)
 			}
 			settle(t, old)
 		}},
 		{"writes that slipped past its check", func(t *testing.T, old *Aggregator, part int32) {
-			p := old.parts[part]
+			p := heldPart(old, part)
 			parts := []*partition{p}
 			rows, _, err := sketchDeltaRows(parts, clock)
 			if err != nil {
@@ -544,7 +544,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 			withOwner := func(owner string) Config { c := cfg; c.Owner = owner; return c }
 			assign := func(owner string) (*Aggregator, int64) {
 				a := New(withOwner(owner), conn, now, infra.Logger, prometheus.NewRegistry())
-				resume, err := a.Assign(ctx, []int32{part})
+				resume, err := assignViews(a, ctx, []int32{part})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -552,7 +552,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 			}
 			flush := func(a *Aggregator) {
 				clock = clock.Add(cfg.SketchInterval)
-				if _, err := a.Flush(ctx); err != nil {
+				if _, err := flushViews(a, ctx); err != nil {
 					t.Fatal(err)
 				}
 				settle(t, a)
@@ -613,7 +613,7 @@ func TestFencedPartitionStillAssignedIsReclaimed(t *testing.T) {
 			part := int32(40 + i)
 			item := fmt.Sprintf("reclaim-%d", i)
 			old := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
-			if _, err := old.Assign(ctx, []int32{part}); err != nil {
+			if _, err := assignViews(old, ctx, []int32{part}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry()).Assign(ctx, []int32{part}); err != nil {
@@ -621,7 +621,7 @@ func TestFencedPartitionStillAssignedIsReclaimed(t *testing.T) {
 			}
 			processViews(old, part, item, 0, 10, clock)
 			clock = clock.Add(cfg.FlushInterval)
-			if _, err := old.Flush(ctx); err != nil { // dropped: a newer owner claimed it
+			if _, err := flushViews(old, ctx); err != nil { // dropped: a newer owner claimed it
 				t.Fatal(err)
 			}
 			settle(t, old)

@@ -3,12 +3,13 @@ package views
 import (
 	"context"
 	"errors"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tally/aggregator/engine"
+	"tally/aggregator/member"
 	"tally/schemas"
 )
 
@@ -16,40 +17,9 @@ import (
 // beside it, as named steps in the order the guarantees need (docs/EXACTLY_ONCE.md). Every step
 // runs under the aggregator's lock, from the consume loop.
 
-// sketches says when a flush writes the dirty sketches and the rollups owed.
-type sketches uint8
-
-const (
-	// sketchesDue writes each once its interval has passed since its last write.
-	sketchesDue sketches = iota
-	// sketchesAll writes both now (a clean stop, a revoke).
-	sketchesAll
-)
-
-// Flush writes every pending batch, and the sketches when the sketch interval has passed, and
-// returns the new checkpoint of each partition whose deltas were written. It retries ClickHouse
-// errors with backoff until it succeeds or ctx ends; consumption waits meanwhile, so an outage
-// turns into lag, not loss.
-func (a *Aggregator) Flush(ctx context.Context) (map[int32]int64, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.flushLocked(ctx, nil, sketchesDue)
-}
-
-// FlushAll is Flush with the sketches written whatever the interval, for a clean stop: the next
-// start then replays nothing into them.
-func (a *Aggregator) FlushAll(ctx context.Context) (map[int32]int64, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.flushLocked(ctx, nil, sketchesAll)
-}
-
 // flush is one flush: what it writes, decided at its start, and the batch it takes.
 type flush struct {
-	now   time.Time
-	since time.Duration // since the previous flush ended
-	only  map[int32]bool
-	which sketches
+	engine.Flush
 
 	parts, sketchParts        []*partition // pending batches and dirty sketches, by id
 	withRollups, housekeeping bool
@@ -79,21 +49,17 @@ func (f *flush) step(name string, ran bool) {
 // batch reports whether the flush writes a batch.
 func (f *flush) batch() bool { return len(f.parts) > 0 }
 
-// flushLocked is Flush, FlushAll and Revoke's write: the batches of the partitions of only
-// (all when nil), with the sketches as which says. Its steps, in order: plan, write the batch
-// (dedupe state and batch items, then the deltas with the checkpoint), take it, check the
-// claims, publish (Redis totals, counted topic), then the periodic writes.
-func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which sketches) (map[int32]int64, error) {
-	now := a.now()
-	since := a.pace.Start(now)
-	a.m.lagSeconds.Set(since.Seconds())
-	defer func() { a.pace.End(a.now()) }()
+// Write is the flush: the batches of the partitions f names, with the periodic work whose slots
+// are due (all of it for engine.All). Its steps, in order: plan, write the batch (dedupe state
+// and batch items, then the deltas with the checkpoint), take it, check the claims, publish
+// (Redis totals, counted topic), then the periodic writes.
+func (a *Aggregator) Write(ctx context.Context, ef engine.Flush) (member.Offsets, error) {
 	// A sketch write still under way holds the next one back (the checkpoints must move in
 	// order); a clean stop or a revoke waits for it, and writes what is left after it.
-	if err := a.settleSketches(which == sketchesAll); err != nil {
+	if err := a.settleSketches(ef.Mode == engine.All); err != nil {
 		return nil, err
 	}
-	f := a.planFlush(now, since, only, which)
+	f := a.planFlush(ef)
 	if err := a.writeBatch(ctx, f); err != nil {
 		return nil, err
 	}
@@ -102,7 +68,7 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	// statement then dropped) stops here, its batch undone whole by the owner, and applies and
 	// publishes nothing. The same statement checks the partitions whose sketches are written
 	// after.
-	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &f.parts, &f.sketchParts) }); err != nil {
+	if err := a.Retry(ctx, "check partition claims", func() error { return a.CheckClaims(ctx, &f.parts, &f.sketchParts) }); err != nil {
 		return nil, err
 	}
 	f.step("claims_check", f.batch() || len(f.sketchParts) > 0)
@@ -110,23 +76,24 @@ func (a *Aggregator) flushLocked(ctx context.Context, only map[int32]bool, which
 	if err := a.writePeriodic(ctx, f); err != nil {
 		return nil, err
 	}
-	if f.batch() {
-		a.m.flushSeconds.Observe(time.Since(f.t0).Seconds())
+	if len(done) == 0 {
+		return nil, nil
 	}
-	return done, nil
+	return member.Offsets{schemas.TopicViews: done}, nil
 }
 
-// planFlush decides what the flush at now writes: the pending batches (of only, when set), and
-// the sketches, rollups and housekeeping whose slots are due (all of them for sketchesAll).
-func (a *Aggregator) planFlush(now time.Time, since time.Duration, only map[int32]bool, which sketches) *flush {
-	f := &flush{now: now, since: since, only: only, which: which, t0: time.Now(), steps: a.m.flushSteps}
+// planFlush decides what flush ef writes: the pending batches (of ef.Only, when set), and the
+// sketches, rollups and housekeeping whose slots are due (all of them for engine.All).
+func (a *Aggregator) planFlush(ef engine.Flush) *flush {
+	f := &flush{Flush: ef, t0: time.Now(), steps: a.m.flushSteps}
 	f.mark = f.t0
-	withSketches := which == sketchesAll || a.sketching == nil && a.sketchSlot.Due(now)
-	f.withRollups = which == sketchesAll || a.rollupSlot.Due(now)
+	now, only, all := ef.Now, ef.Only, ef.Mode == engine.All
+	withSketches := all || a.sketching == nil && a.sketchSlot.Due(now)
+	f.withRollups = all || a.rollupSlot.Due(now)
 	// The zombie checks, the fold and the Redis totals check run in the check slot; a revoke
 	// (only) writes its own partitions' sketches and rollups and leaves the rest, and the slots,
 	// to the next flushes.
-	f.housekeeping = only == nil && (which == sketchesAll || a.checkSlot.Due(now))
+	f.housekeeping = only == nil && (all || a.checkSlot.Due(now))
 	if only == nil && withSketches {
 		a.sketchSlot.Done(now)
 	}
@@ -136,10 +103,7 @@ func (a *Aggregator) planFlush(now time.Time, since time.Duration, only map[int3
 	if f.housekeeping {
 		a.checkSlot.Done(now)
 	}
-	for id, p := range a.parts {
-		if only != nil && !only[id] {
-			continue
-		}
+	for _, p := range a.Held(only) {
 		if p.pending() {
 			f.parts = append(f.parts, p)
 		}
@@ -147,8 +111,6 @@ func (a *Aggregator) planFlush(now time.Time, since time.Duration, only map[int3
 			f.sketchParts = append(f.sketchParts, p)
 		}
 	}
-	sort.Slice(f.parts, func(i, j int) bool { return f.parts[i].id < f.parts[j].id })
-	sort.Slice(f.sketchParts, func(i, j int) bool { return f.sketchParts[i].id < f.sketchParts[j].id })
 	return f
 }
 
@@ -162,20 +124,20 @@ func (a *Aggregator) planFlush(now time.Time, since time.Duration, only map[int3
 func (a *Aggregator) writeBatch(ctx context.Context, f *flush) error {
 	if f.batch() {
 		// The goroutine records its progress at the flush's time, as the sketch write does.
-		at := func() time.Time { return f.now }
+		at := func() time.Time { return f.Now }
 		var dedupeErr error
 		var dedupe sync.WaitGroup
 		dedupe.Go(func() {
-			dedupeErr = a.retryAt(ctx, "write dedupe state", at, func() error { return a.store.writeDedupe(ctx, f.parts) })
+			dedupeErr = a.RetryAt(ctx, "write dedupe state", at, func() error { return a.store.writeDedupe(ctx, f.parts) })
 		})
-		itemsErr := a.retry(ctx, "write batch items", func() error { return a.store.writeBatchItems(ctx, f.parts, f.now) })
+		itemsErr := a.Retry(ctx, "write batch items", func() error { return a.store.writeBatchItems(ctx, f.parts, f.Now) })
 		dedupe.Wait()
 		if err := errors.Join(dedupeErr, itemsErr); err != nil {
 			return err
 		}
 	}
 	f.step("dedupe_state_and_batch_items", f.batch())
-	if err := a.retry(ctx, "write deltas", func() error {
+	if err := a.Retry(ctx, "write deltas", func() error {
 		// A newer owner's claim makes this write a zombie's: the statement drops its rows
 		// (migration 011), and the check after it drops the partition here.
 		if !f.batch() {
@@ -188,7 +150,7 @@ func (a *Aggregator) writeBatch(ctx context.Context, f *flush) error {
 			}
 		}
 		f.attempts++
-		return a.store.writeDeltas(ctx, f.parts, f.now)
+		return a.store.writeDeltas(ctx, f.parts, f.Now)
 	}); err != nil {
 		return err
 	}
@@ -214,7 +176,7 @@ func (a *Aggregator) takeBatch(f *flush) {
 			t.secs = p.secondCounts()
 		}
 		f.taken[p.id] = t
-		p.markFlushed(p.next, f.now)
+		p.markFlushed(p.next, f.Now)
 	}
 }
 
@@ -236,7 +198,7 @@ func (a *Aggregator) publishBatch(ctx context.Context, f *flush) map[int32]int64
 	applied.Wait()
 	readable := f.batch() && a.tot != nil
 	if readable {
-		a.m.readableSeconds.Observe(f.since.Seconds() + time.Since(f.t0).Seconds())
+		a.m.readableSeconds.Observe(f.Since.Seconds() + time.Since(f.t0).Seconds())
 	}
 	f.step("redis_totals", readable)
 	published.Wait()
@@ -248,7 +210,7 @@ func (a *Aggregator) publishBatch(ctx context.Context, f *flush) map[int32]int64
 // check, the sketch deltas, the fold and the Redis totals check.
 func (a *Aggregator) writePeriodic(ctx context.Context, f *flush) error {
 	if f.withRollups {
-		if err := a.writeRollups(ctx, f.only); err != nil {
+		if err := a.writeRollups(ctx, f.Only); err != nil {
 			return err
 		}
 	}
@@ -260,10 +222,10 @@ func (a *Aggregator) writePeriodic(ctx context.Context, f *flush) error {
 	}
 	f.step("zombie_check", f.housekeeping)
 	if len(f.sketchParts) > 0 {
-		if err := a.writeSketches(ctx, f.sketchParts, f.now); err != nil {
+		if err := a.writeSketches(ctx, f.sketchParts, f.Now); err != nil {
 			return err
 		}
-		if f.which == sketchesAll {
+		if f.Mode == engine.All {
 			if err := a.settleSketches(true); err != nil {
 				return err
 			}
@@ -271,7 +233,7 @@ func (a *Aggregator) writePeriodic(ctx context.Context, f *flush) error {
 	}
 	f.step("sketch_deltas", len(f.sketchParts) > 0)
 	if f.housekeeping {
-		if err := a.foldSketches(ctx, f.now); err != nil {
+		if err := a.foldSketches(ctx, f.Now); err != nil {
 			return err
 		}
 	}
@@ -287,16 +249,13 @@ func (a *Aggregator) writePeriodic(ctx context.Context, f *flush) error {
 // owner has claimed: this aggregator may itself be the zombie, and then the partitions it holds
 // with nothing pending are dropped here.
 func (a *Aggregator) undoZombies(ctx context.Context) error {
-	held := make([]*partition, 0, len(a.parts))
-	for _, p := range a.parts {
-		held = append(held, p)
-	}
-	if err := a.retry(ctx, "check partition claims", func() error { return a.fenceCheck(ctx, &held) }); err != nil {
+	held := a.Held(nil)
+	if err := a.Retry(ctx, "check partition claims", func() error { return a.CheckClaims(ctx, &held) }); err != nil {
 		return err
 	}
 	after := make(map[*partition]int64, len(held))
 	for _, p := range held {
 		after[p] = p.zombiesFrom(a.now())
 	}
-	return a.retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, after) })
+	return a.Retry(ctx, "undo zombie batches", func() error { return a.reconcile(ctx, after) })
 }

@@ -21,7 +21,7 @@ func TestProgressCheckAndRepairWhileWritesFail(t *testing.T) {
 	conn := openMigrated(t, ctx, db)
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Hour,
 		MaxBatch: 1000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, prometheus.NewRegistry())
-	if _, err := a.Assign(ctx, []int32{2}); err != nil {
+	if _, err := assignViews(a, ctx, []int32{2}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Check(ctx); err != nil {
@@ -30,10 +30,10 @@ func TestProgressCheckAndRepairWhileWritesFail(t *testing.T) {
 	if err := conn.Exec(ctx, "DROP DATABASE "+db); err != nil {
 		t.Fatal(err)
 	}
-	a.Process(2, []int64{0, 1}, [][]byte{view("prog", "a", time.Now().UnixMilli()), view("prog", "b", time.Now().UnixMilli())})
+	processAt(a, 2, []int64{0, 1}, [][]byte{view("prog", "a", time.Now().UnixMilli()), view("prog", "b", time.Now().UnixMilli())})
 	flushed := make(chan error, 1)
 	go func() {
-		_, err := a.Flush(ctx)
+		_, err := flushViews(a, ctx)
 		flushed <- err
 	}()
 	testinfra.WaitFor(t, 20*time.Second, "progress check down", func() (bool, string) {

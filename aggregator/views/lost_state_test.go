@@ -59,7 +59,7 @@ func flushRefusingRollups(t *testing.T, ctx context.Context, conn driver.Conn, a
 		t.Fatal(err)
 	}
 	stuck, stop := context.WithTimeout(ctx, 3*time.Second)
-	_, err := a.Flush(stuck)
+	_, err := flushViews(a, stuck)
 	stop()
 	if err == nil {
 		t.Fatal("got a flush without error while views_total_by_day refuses writes; want its rollups failing")
@@ -173,7 +173,7 @@ func TestRedisTotalsRebuiltWhenClaimsAreLost(t *testing.T) {
 				a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
 					MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(rdb, "views")}, conn, now, infra.Logger, reg)
 				a.SetPartitions(parts)
-				if _, err := a.Assign(ctx, []int32{0, 1}); err != nil {
+				if _, err := assignViews(a, ctx, []int32{0, 1}); err != nil {
 					t.Fatal(err)
 				}
 				return a
@@ -182,9 +182,9 @@ func TestRedisTotalsRebuiltWhenClaimsAreLost(t *testing.T) {
 			post := func(a *Aggregator, n int) {
 				t.Helper()
 				offs, vals := roundRobin(items, &next, n, clock.UnixMilli())
-				a.Process(0, offs, vals)
+				processAt(a, 0, offs, vals)
 				clock = clock.Add(time.Second)
-				if _, err := a.Flush(ctx); err != nil {
+				if _, err := flushViews(a, ctx); err != nil {
 					t.Fatal(err)
 				}
 				settle(t, a)
@@ -223,7 +223,7 @@ func TestRedisTotalsRebuiltWhenClaimsAreLost(t *testing.T) {
 			}
 			mark := ready.len()
 			b := newAgg()
-			if got := b.parts[0].epoch; got <= g.Epoch {
+			if got := heldPart(b, 0).epoch; got <= g.Epoch {
 				t.Errorf("got epoch %d after the loss; want above %d, redis's guard", got, g.Epoch)
 			}
 			if got := metricValue(t, reg, "tally_views_epoch_disagreements_total"); got != 2 {
@@ -327,7 +327,7 @@ func TestRollupRepairKeepsBucketsWhoseDeltasWereLost(t *testing.T) {
 			newAgg := func() *Aggregator {
 				reg = prometheus.NewRegistry()
 				a := New(cfg, conn, now, infra.Logger, reg)
-				if _, err := a.Assign(ctx, []int32{part}); err != nil {
+				if _, err := assignViews(a, ctx, []int32{part}); err != nil {
 					t.Fatal(err)
 				}
 				return a
@@ -341,12 +341,12 @@ func TestRollupRepairKeepsBucketsWhoseDeltasWereLost(t *testing.T) {
 					offs[j] = int64(from + j)
 					vals[j] = view(items[j%len(items)], fmt.Sprintf("v%d", from+j), clock.Add(-time.Duration(j)*3*time.Minute).UnixMilli())
 				}
-				a.Process(part, offs, vals)
+				processAt(a, part, offs, vals)
 			}
 			flush := func(a *Aggregator) {
 				t.Helper()
 				clock = clock.Add(cfg.FlushInterval)
-				if _, err := a.Flush(ctx); err != nil {
+				if _, err := flushViews(a, ctx); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -13,8 +13,9 @@
 // dedupe state and the watermark are loaded back from ClickHouse; consumption resumes at the
 // lower checkpoint, and records below the deltas checkpoint only go into the sketches again.
 //
-// Concurrency: Aggregator methods lock one mutex; the consume loop and the group-rebalance
-// callbacks are the only callers. Source runs the loop. The Aggregator owns at most one goroutine
+// The Aggregator is the stream's rule set (Claim, Apply, Write) on the partition engine it embeds
+// (package engine), which owns the lifecycle. Concurrency: the engine calls the rule set under
+// its lock, from the consume loop and the group-rebalance callbacks. The Aggregator owns at most one goroutine
 // at a time, the sketch write beside the loop: it reads only rows prepared under the lock, ends
 // when its statements succeed or the flush's context ends, and every clean stop and revoke waits
 // for it.
@@ -132,6 +133,11 @@ type partition struct {
 	// claimed, for the first catch-up (nil: read it then).
 	countedLast *countedLast
 }
+
+// ID, Epoch and Batched are the partition as the engine reads it.
+func (p *partition) ID() int32     { return p.id }
+func (p *partition) Epoch() uint64 { return p.epoch }
+func (p *partition) Batched() int  { return p.records }
 
 // newPartition starts a partition whose deltas are written up to flushed and whose sketches
 // are stored up to sketched; it resumes at the lower of the two.

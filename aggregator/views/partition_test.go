@@ -10,6 +10,7 @@ import (
 
 	"github.com/axiomhq/hyperloglog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/schemas"
 )
@@ -135,83 +136,23 @@ func TestReplayBelowDeltasCheckpointOnlyFillsSketches(t *testing.T) {
 	}
 }
 
-func TestFlushDue(t *testing.T) {
-	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	now := func() time.Time { return clock }
-	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 3, SketchIdle: time.Minute},
-		nil, now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
-	tests := []struct {
-		name    string
-		advance time.Duration
-		records int
-		want    bool
-	}{
-		{"fresh", 0, 0, false},
-		{"before the interval", 999 * time.Millisecond, 0, false},
-		{"batch full", 0, 3, true},
-		{"interval passed", 2 * time.Second, 0, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clock = clock.Add(tt.advance)
-			for i := range tt.records {
-				a.Process(0, []int64{a.parts[0].next}, [][]byte{view("i", string(rune('a'+i)), clock.UnixMilli())})
-			}
-			if got := a.FlushDue(); got != tt.want {
-				t.Errorf("got FlushDue %v; want %v", got, tt.want)
-			}
-		})
-	}
-}
-
-// The aggregator follows its flush schedule (flushpace): a flush slower than the interval is
-// followed by at least half its time of consuming, unless a batch is full.
-func TestFlushDueAfterASlowFlush(t *testing.T) {
-	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	now := func() time.Time { return clock }
-	tests := []struct {
-		name       string
-		took       time.Duration // the last flush's duration
-		endedSince time.Duration // how long ago it ended
-		records    int
-		want       bool
-	}{
-		{"quick flush, interval passed", 200 * time.Millisecond, 800 * time.Millisecond, 0, true},
-		{"quick flush, interval not passed", 200 * time.Millisecond, 700 * time.Millisecond, 0, false},
-		{"slow flush, just ended", 3 * time.Second, 10 * time.Millisecond, 0, false},
-		{"slow flush, consumed a third of it", 3 * time.Second, time.Second, 0, false},
-		{"slow flush, consumed half of it", 3 * time.Second, 1500 * time.Millisecond, 0, true},
-		{"slow flush, batch full", 3 * time.Second, 10 * time.Millisecond, 3, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 3, SketchIdle: time.Minute},
-				nil, now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-			a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
-			a.pace.Start(clock.Add(-tt.endedSince - tt.took))
-			a.pace.End(clock.Add(-tt.endedSince))
-			for i := range tt.records {
-				a.Process(0, []int64{a.parts[0].next}, [][]byte{view("i", string(rune('a'+i)), clock.UnixMilli())})
-			}
-			if got := a.FlushDue(); got != tt.want {
-				t.Errorf("got FlushDue %v; want %v", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestProcessIgnoresOffsetsAlreadyApplied(t *testing.T) {
+func TestApplyIgnoresOffsetsAlreadyApplied(t *testing.T) {
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, MaxBatch: 100, SketchIdle: time.Minute},
 		nil, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	a.parts[0] = newPartition(0, 30*time.Minute, 10*time.Minute, 10, 10)
+	p := newPartition(0, 30*time.Minute, 10*time.Minute, 10, 10)
 	ts := time.Now().UnixMilli()
-	a.Process(0, []int64{8, 9, 10, 11}, [][]byte{view("i", "a", ts), view("i", "b", ts), view("i", "c", ts), view("i", "d", ts)})
-	if got := a.parts[0].deltas[deltaKey{"i", ts / 1000}]; got != 2 {
+	var recs []*kgo.Record
+	for i, v := range []string{"a", "b", "c", "d"} {
+		recs = append(recs, &kgo.Record{Offset: int64(8 + i), Value: view("i", v, ts)})
+	}
+	if got := a.Apply(p, schemas.TopicViews, recs); got.Records != 2 || got.Counted != 2 {
+		t.Errorf("got %+v applied; want 2 records, 2 counted", got)
+	}
+	if got := p.deltas[deltaKey{"i", ts / 1000}]; got != 2 {
 		t.Errorf("got %d views counted; want 2 (offsets below the checkpoint ignored)", got)
 	}
-	if a.parts[0].next != 12 {
-		t.Errorf("got next offset %d; want 12", a.parts[0].next)
+	if p.next != 12 {
+		t.Errorf("got next offset %d; want 12", p.next)
 	}
 }
 

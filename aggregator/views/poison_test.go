@@ -128,20 +128,20 @@ func TestPoisonReplaySetsAsideTheSame(t *testing.T) {
 	offsets := []int64{0, 1, 2, 3}
 	values := [][]byte{view("replay", "a", now.UnixMilli()), []byte("junk"), view("replay", "b", -1), view("replay", "c", now.UnixMilli())}
 	crashed := New(cfg, conn, time.Now, infra.Logger, prometheus.NewRegistry())
-	if _, err := crashed.Assign(ctx, []int32{4}); err != nil {
+	if _, err := assignViews(crashed, ctx, []int32{4}); err != nil {
 		t.Fatal(err)
 	}
-	crashed.Process(4, offsets, values)
-	if err := writePending(ctx, crashed.store.dead, conn, []*partition{crashed.parts[4]}); err != nil {
+	processAt(crashed, 4, offsets, values)
+	if err := writePending(ctx, crashed.store.dead, conn, []*partition{heldPart(crashed, 4)}); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	second := New(cfg, conn, time.Now, infra.Logger, reg)
-	if _, err := second.Assign(ctx, []int32{4}); err != nil {
+	if _, err := assignViews(second, ctx, []int32{4}); err != nil {
 		t.Fatal(err)
 	}
-	second.Process(4, offsets, values)
-	if _, err := second.FlushAll(ctx); err != nil {
+	processAt(second, 4, offsets, values)
+	if _, err := flushAllViews(second, ctx); err != nil {
 		t.Fatal(err)
 	}
 	var counted, dead uint64
@@ -179,7 +179,7 @@ func TestGarbageStoredSketchSetAsideAndReplaced(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
 		FoldInterval: time.Second, MaxBatch: 1000, SketchIdle: time.Minute}, conn, time.Now, infra.Logger, reg)
-	if _, err := a.Assign(ctx, []int32{6}); err != nil {
+	if _, err := assignViews(a, ctx, []int32{6}); err != nil {
 		t.Fatal(err)
 	}
 	var offsets []int64
@@ -190,11 +190,11 @@ func TestGarbageStoredSketchSetAsideAndReplaced(t *testing.T) {
 			values = append(values, view(item, fmt.Sprintf("viewer-%d", i), now.UnixMilli()))
 		}
 	}
-	a.Process(6, offsets, values)
+	processAt(a, 6, offsets, values)
 	// ClickHouse errors are retried until ctx ends: a sketch write that cannot succeed fails here.
 	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
 	defer wcancel()
-	if _, err := a.FlushAll(wctx); err != nil {
+	if _, err := flushAllViews(a, wctx); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
 	for _, item := range []string{"bad-garbage", "bad-precision", "good-sketch"} {

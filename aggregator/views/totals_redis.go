@@ -54,7 +54,7 @@ func (a *Aggregator) checkTotals(ctx context.Context) {
 		return
 	}
 	var behind []*partition
-	for _, p := range a.parts {
+	for _, p := range a.Held(nil) {
 		if !ready || p.redisEnd != p.flushed || !p.redisClaimed {
 			behind = append(behind, p)
 		}
@@ -88,7 +88,7 @@ func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) erro
 			// A newer owner's guard, unless ClickHouse knows no claim newer than ours: then the
 			// guard outlived the claims that made it (partition_claims lost rows while Redis was
 			// unreachable at the claim).
-			newest, err := a.store.maxEpochs(ctx, []int32{p.id})
+			newest, err := a.claims.MaxEpochs(ctx, []int32{p.id})
 			if err != nil {
 				return err
 			}
@@ -125,7 +125,7 @@ func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) erro
 			return err
 		}
 	}
-	if _, err := a.tot.MarkReadyIfComplete(ctx, a.partitions); err != nil {
+	if _, err := a.tot.MarkReadyIfComplete(ctx, int(a.partitions.Load())); err != nil {
 		return fmt.Errorf("mark redis totals ready: %w", err)
 	}
 	return nil
@@ -178,7 +178,7 @@ func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string
 // then the batches written after them), with each partition's guard at its checkpoint. Items
 // map to partitions as the producer's partitioner maps their keys.
 func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) error {
-	if a.partitions <= 0 {
+	if int(a.partitions.Load()) <= 0 {
 		return errors.New("rebuild redis totals: the views topic's partition count is unknown")
 	}
 	mine := map[int32]*partition{}
@@ -189,7 +189,7 @@ func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) erro
 	unique := map[string]uint64{}
 	part := kgo.StickyKeyPartitioner(nil).ForTopic(schemas.TopicViews)
 	owner := func(item string) *partition {
-		return mine[int32(part.Partition(&kgo.Record{Key: []byte(item)}, a.partitions))]
+		return mine[int32(part.Partition(&kgo.Record{Key: []byte(item)}, int(a.partitions.Load())))]
 	}
 	// What Redis holds of these partitions' items is overwritten, down to items ClickHouse no
 	// longer has (set to 0, which deletes them): a rebuild after a loss in ClickHouse (a

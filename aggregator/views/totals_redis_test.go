@@ -32,7 +32,7 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 		a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
 			MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(r, "views")}, conn, now, infra.Logger, prometheus.NewRegistry())
 		a.SetPartitions(parts)
-		if _, err := a.Assign(ctx, []int32{0, 1}); err != nil {
+		if _, err := assignViews(a, ctx, []int32{0, 1}); err != nil {
 			t.Fatal(err)
 		}
 		return a
@@ -40,9 +40,9 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	next := int64(0)
 	post := func(a *Aggregator, n int) {
 		offs, vals := roundRobin(items, &next, n, clock.UnixMilli())
-		a.Process(0, offs, vals)
+		processAt(a, 0, offs, vals)
 		clock = clock.Add(time.Second)
-		if _, err := a.Flush(ctx); err != nil {
+		if _, err := flushViews(a, ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -115,7 +115,7 @@ func TestBatchReadableBeforeItsRollups(t *testing.T) {
 	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 5 * time.Second,
 		MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(rdb, "views")}, conn, now, infra.Logger, prometheus.NewRegistry())
 	a.SetPartitions(1)
-	if _, err := a.Assign(ctx, []int32{0}); err != nil {
+	if _, err := assignViews(a, ctx, []int32{0}); err != nil {
 		t.Fatal(err)
 	}
 	items := []string{"readable-a", "readable-b", "readable-c"}
@@ -127,7 +127,7 @@ func TestBatchReadableBeforeItsRollups(t *testing.T) {
 		vals[i] = view(items[i%len(items)], fmt.Sprintf("v%d", i), clock.UnixMilli())
 		want[items[i%len(items)]]++
 	}
-	a.Process(0, offs, vals)
+	processAt(a, 0, offs, vals)
 	clock = clock.Add(time.Second)
 	flushRefusingRollups(t, ctx, conn, a)
 	for i, n := range redisViews(t, ctx, rdb, "views", items) {
@@ -137,7 +137,7 @@ func TestBatchReadableBeforeItsRollups(t *testing.T) {
 	}
 
 	clock = clock.Add(5 * time.Second) // the sketch interval: the rollups behind are repaired
-	if _, err := a.Flush(ctx); err != nil {
+	if _, err := flushViews(a, ctx); err != nil {
 		t.Fatal(err)
 	}
 	ch, err := (&store{conn: conn}).itemTotals(ctx, items)
@@ -194,7 +194,7 @@ func TestRollupsFollowAtTheirInterval(t *testing.T) {
 			RollupInterval: 5 * time.Second, MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(rdb, "views")},
 			conn, now, infra.Logger, prometheus.NewRegistry())
 		a.SetPartitions(1)
-		if _, err := a.Assign(ctx, []int32{0}); err != nil {
+		if _, err := assignViews(a, ctx, []int32{0}); err != nil {
 			t.Fatal(err)
 		}
 		return a
@@ -206,7 +206,7 @@ func TestRollupsFollowAtTheirInterval(t *testing.T) {
 		processViews(a, 0, item, next, 10, clock)
 		next += 10
 		clock = clock.Add(time.Second)
-		if _, err := a.Flush(ctx); err != nil {
+		if _, err := flushViews(a, ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,12 +274,12 @@ func TestReadableSecondsFromThePreviousFlushStart(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Minute,
 				MaxBatch: 1000, SketchIdle: time.Minute, Totals: tt.totals}, conn, now, infra.Logger, reg)
-			if _, err := a.Assign(ctx, []int32{tt.partition}); err != nil {
+			if _, err := assignViews(a, ctx, []int32{tt.partition}); err != nil {
 				t.Fatal(err)
 			}
-			a.Process(tt.partition, []int64{0}, [][]byte{view("readable", "v", clock.UnixMilli())})
+			processAt(a, tt.partition, []int64{0}, [][]byte{view("readable", "v", clock.UnixMilli())})
 			clock = clock.Add(3 * time.Second)
-			if _, err := a.Flush(ctx); err != nil {
+			if _, err := flushViews(a, ctx); err != nil {
 				t.Fatal(err)
 			}
 			mfs, err := reg.Gather()

@@ -55,11 +55,11 @@ func TestEdgeViewCountsCountOncePerSourceAndSeq(t *testing.T) {
 			offs[i] = next
 			next++
 		}
-		agg.Process(0, offs, values)
+		processAt(agg, 0, offs, values)
 	}
 	flush := func(agg *Aggregator) {
 		clock = clock.Add(time.Second)
-		if _, err := agg.Flush(ctx); err != nil {
+		if _, err := flushViews(agg, ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -77,7 +77,7 @@ func TestEdgeViewCountsCountOncePerSourceAndSeq(t *testing.T) {
 	}
 
 	first := newAgg()
-	if _, err := first.Assign(ctx, []int32{0, 1}); err != nil {
+	if _, err := assignViews(first, ctx, []int32{0, 1}); err != nil {
 		t.Fatal(err)
 	}
 	bad := viewCount(a, sec, 1, "e1", 99)
@@ -104,7 +104,7 @@ func TestEdgeViewCountsCountOncePerSourceAndSeq(t *testing.T) {
 
 	// A restart resumes at the checkpoint with the dedupe state restored from ClickHouse.
 	second := newAgg()
-	resume, err := second.Assign(ctx, []int32{0, 1})
+	resume, err := assignViews(second, ctx, []int32{0, 1})
 	if err != nil || resume[0] != next {
 		t.Fatalf("got resume %v, %v; want partition 0 at %d", resume, err, next)
 	}
@@ -117,7 +117,7 @@ func TestEdgeViewCountsCountOncePerSourceAndSeq(t *testing.T) {
 	process(second, batch3...)
 	// second dies before its flush; the next owner replays the batch from the checkpoint.
 	third := newAgg()
-	if resume, err := third.Assign(ctx, []int32{0, 1}); err != nil || resume[0] != replayFrom {
+	if resume, err := assignViews(third, ctx, []int32{0, 1}); err != nil || resume[0] != replayFrom {
 		t.Fatalf("got resume %v, %v; want partition 0 at %d", resume, err, replayFrom)
 	}
 	next = replayFrom

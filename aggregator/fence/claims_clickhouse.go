@@ -1,0 +1,87 @@
+package fence
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Table is a stream's claims table in ClickHouse: one row per claim, keyed (partition, epoch),
+// with the claim's start in one column per end-offset column of the stream's batches.
+type Table struct {
+	Conn driver.Conn
+	// Name is the table (partition_claims, click_partition_claims).
+	Name string
+	// Starts are the columns of a claim's start, in the order of Ends.
+	Starts []string
+	// Ends are the end-offset columns of the stream's batches, which the fence's SQL names.
+	Ends []string
+}
+
+// Load reads partition p's claims into its fence.
+func (t Table) Load(ctx context.Context, p int32) (Fence, error) {
+	rows, err := t.Conn.Query(ctx, fmt.Sprintf(`SELECT epoch, claimed_at, %s FROM %s WHERE partition = ?`,
+		strings.Join(t.Starts, ", "), t.Name), uint16(p))
+	if err != nil {
+		return Fence{}, fmt.Errorf("load claims of partition %d from %s: %w", p, t.Name, err)
+	}
+	defer rows.Close()
+	var cs []Claim
+	for rows.Next() {
+		c := Claim{Start: make([]int64, len(t.Starts))}
+		dest := []any{&c.Epoch, &c.At}
+		for i := range c.Start {
+			dest = append(dest, &c.Start[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return Fence{}, fmt.Errorf("scan claim of partition %d from %s: %w", p, t.Name, err)
+		}
+		cs = append(cs, c)
+	}
+	if err := rows.Err(); err != nil {
+		return Fence{}, fmt.Errorf("read claims of partition %d from %s: %w", p, t.Name, err)
+	}
+	return New(t.Ends, cs), nil
+}
+
+// Insert records claim c of partition p, made by owner at c.At.
+func (t Table) Insert(ctx context.Context, p int32, c Claim, owner string) error {
+	args := []any{uint16(p), c.Epoch, owner, c.At}
+	for _, s := range c.Start {
+		args = append(args, s)
+	}
+	q := fmt.Sprintf(`INSERT INTO %s (partition, epoch, owner, claimed_at, %s) VALUES (?, ?, ?, ?%s)`,
+		t.Name, strings.Join(t.Starts, ", "), strings.Repeat(", ?", len(t.Starts)))
+	if err := t.Conn.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("claim partition %d epoch %d in %s: %w", p, c.Epoch, t.Name, err)
+	}
+	return nil
+}
+
+// MaxEpochs returns the newest claim epoch of each of ids that has a claim.
+func (t Table) MaxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, error) {
+	ps := make([]uint16, len(ids))
+	for i, id := range ids {
+		ps[i] = uint16(id)
+	}
+	rows, err := t.Conn.Query(ctx, fmt.Sprintf(`SELECT partition, max(epoch) FROM %s WHERE partition IN (?) GROUP BY partition`, t.Name), ps)
+	if err != nil {
+		return nil, fmt.Errorf("read claim epochs from %s: %w", t.Name, err)
+	}
+	defer rows.Close()
+	out := make(map[int32]uint64, len(ids))
+	for rows.Next() {
+		var p uint16
+		var e uint64
+		if err := rows.Scan(&p, &e); err != nil {
+			return nil, fmt.Errorf("scan claim epoch from %s: %w", t.Name, err)
+		}
+		out[int32(p)] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read claim epochs from %s: %w", t.Name, err)
+	}
+	return out, nil
+}
