@@ -107,6 +107,7 @@ type request struct {
 	contentType  string
 	header       http.Header
 	want         int // the success status
+	alsoWant     int // another success status, if any (201 beside 200)
 	out          any // decoded from a success (and, for events, from a 400)
 	decode400    bool
 }
@@ -189,7 +190,7 @@ func (c *Client) once(ctx context.Context, r request) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", r.method, r.path, err)
 	}
-	if resp.StatusCode == r.want {
+	if resp.StatusCode == r.want || r.alsoWant != 0 && resp.StatusCode == r.alsoWant {
 		if r.out == nil {
 			return nil
 		}

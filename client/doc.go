@@ -1,6 +1,8 @@
 // Package client is the Go client of tally's HTTP API, for producers (views, edge servers' view
 // counts, events, clicks and their ids, fraud verdicts, likes) and readers (counts, series, click
-// series, top-K lists, daily click reports). It is the one client of the project: the
+// series, top-K lists, daily click reports), and of the generic counters (namespaces; add,
+// add-and-get, clear and reads, each add's idempotency token fixed before the first attempt).
+// It is the one client of the project: the
 // all-in-one's demo workload and the load generator use it too.
 //
 // A Client is safe for concurrent use and owns no goroutines; every call is bounded by its

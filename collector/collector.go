@@ -19,6 +19,7 @@ import (
 
 	"tally/collector/api"
 	"tally/collector/collectorconf"
+	"tally/collector/counters"
 	"tally/collector/ingest"
 	"tally/collector/likes"
 	"tally/collector/openapi"
@@ -28,6 +29,7 @@ import (
 	"tally/likestate"
 	"tally/platform/chclient"
 	"tally/platform/cli"
+	counterstate "tally/platform/counters"
 	"tally/platform/kafka"
 	"tally/platform/lifecycle"
 	"tally/platform/redisclient"
@@ -62,6 +64,8 @@ type wiring struct {
 	likeStore *likestate.Store
 	conn      driver.Conn
 	rdb       *redis.Client
+	// stopCounters ends the namespaces' refresh (startCounters).
+	stopCounters func()
 }
 
 // stores opens ClickHouse and Redis and registers the reads.
@@ -95,12 +99,34 @@ func (w *wiring) stores() lifecycle.Part {
 			read.New(read.Options{ClickHouse: w.conn, Redis: w.rdb, Likes: likestate.QueueTotals, Now: w.e.Now, Logger: logger, Registry: w.e.Registry,
 				FallbackTimeout: w.s.FallbackTimeout}).Register(w.routes)
 			reports.New(reports.Options{ClickHouse: w.conn, Logger: logger}).Register(w.routes)
-			return nil
+			return w.startCounters(octx)
 		},
 		Stop: func(context.Context) error {
+			w.stopCounters()
 			return errors.Join(w.rdb.Close(), w.conn.Close())
 		},
 	}
+}
+
+// startCounters loads the counter namespaces, registers the counter routes and keeps the
+// namespaces fresh until stopCounters.
+func (w *wiring) startCounters(ctx context.Context) error {
+	reg := counterstate.NewRegistry(counterstate.Store{Conn: w.conn}, w.e.Now, w.e.Logger)
+	if err := reg.Refresh(ctx); err != nil {
+		return err
+	}
+	counters.New(counters.Options{Namespaces: reg, BestEffort: counterstate.NewBestEffort(w.rdb), Now: w.e.Now, Logger: w.e.Logger}).Register(w.routes)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reg.Run(rctx)
+	}()
+	w.stopCounters = func() {
+		cancel()
+		<-done
+	}
+	return nil
 }
 
 // producer starts the Kafka producer, creates the topics and registers ingest.

@@ -55,6 +55,7 @@ func TestOpenAPIContract(t *testing.T) {
 		tight    = "tally_tight-secret-for-the-contract-test-00"
 		fraud    = "tally_fraud-secret-for-the-contract-test-00"
 		billing  = "tally_billing-secret-for-the-contract-test"
+		admin    = "tally_admin-secret-for-the-contract-test-000"
 		tokenKey = "contract-test-user-token-key-0123456789ab"
 	)
 	keys := strings.Join([]string{
@@ -63,6 +64,7 @@ func TestOpenAPIContract(t *testing.T) {
 		"tight:" + auth.HashSecret(tight) + ":read:0.01:1",
 		"fraud:" + auth.HashSecret(fraud) + ":fraud:1000:1000",
 		"billing:" + auth.HashSecret(billing) + ":billing:1000:1000",
+		"admin:" + auth.HashSecret(admin) + ":admin:1000:1000",
 	}, ",")
 	// Click ids are signed with a key of 32 zero bytes, which the test mints with too.
 	clickKeys, err := schemas.NewClickIDKeys("t1", []schemas.ClickIDKey{{ID: "t1", Secret: make([]byte, 32)}})
@@ -120,6 +122,9 @@ func TestOpenAPIContract(t *testing.T) {
 	AU := map[string]string{"X-API-Key": app, "Authorization": "Bearer " + u42}
 	F := map[string]string{"X-API-Key": fraud}
 	B := map[string]string{"X-API-Key": billing}
+	AD := map[string]string{"X-API-Key": admin}
+	const ns, ctr = "/v1/namespaces/contract", "/v1/namespaces/contract/counters/c1"
+	huge := `{"delta":9223372036854775000}`
 	view := `{"item_id":"contract-item","viewer_id":"v1"}`
 	click := `{"click_id":"` + clickID + `","ad_id":"contract-ad","campaign_id":"c1","user_hash":"u1","ip_hash":"h1","device":"web","fraud_score":0.1}`
 	verdict := `{"click_id":"` + clickID + `","verdict":"fraud","reason":"test","decided_at":` + fmt.Sprint(time.Now().UnixMilli()) + `}`
@@ -195,6 +200,39 @@ func TestOpenAPIContract(t *testing.T) {
 		{"top", "GET", "/v1/top?kind=ads&window=24h&k=2", "", A, 200, false, false},
 		{"top of a bad window", "GET", "/v1/top?kind=ads&window=2m", "", A, 400, true, false},
 		{"top not published yet", "GET", "/v1/top?kind=items&window=1m", "", A, 503, false, false},
+		{"namespace created", "PUT", ns, `{"mode":"best_effort","idempotency_window":"1h"}`, AD, 201, false, false},
+		{"namespace changed", "PUT", ns, `{"mode":"best_effort","readers":["app"]}`, AD, 200, false, false},
+		{"namespace in a mode not built", "PUT", ns, `{"mode":"eventual"}`, AD, 400, false, false},
+		{"namespace as text", "PUT", ns, `{"mode":"best_effort"}`, map[string]string{"X-API-Key": admin, "Content-Type": "text/plain"}, 415, true, false},
+		{"namespace with a producer key", "PUT", ns, `{"mode":"best_effort"}`, P, 403, false, false},
+		{"namespace read", "GET", ns, "", AD, 200, false, false},
+		{"namespace of a bad name", "GET", "/v1/namespaces/Bad", "", AD, 400, true, false},
+		{"namespace unknown", "GET", "/v1/namespaces/nope", "", AD, 404, false, false},
+		{"add", "POST", ctr + "/add", `{"delta":2,"idempotency_token":"k1"}`, P, 200, false, false},
+		{"add again", "POST", ctr + "/add", `{"delta":2,"idempotency_token":"k1"}`, P, 200, false, false},
+		{"add without a delta", "POST", ctr + "/add", `{"idempotency_token":"k2"}`, P, 400, true, false},
+		{"add to an unknown namespace", "POST", "/v1/namespaces/nope/counters/c1/add", `{"delta":1}`, P, 404, false, false},
+		{"add past the range", "POST", "/v1/namespaces/contract/counters/big/add", huge, P, 200, false, false},
+		{"add past the range again", "POST", "/v1/namespaces/contract/counters/big/add", huge, P, 409, false, false},
+		{"add as text", "POST", ctr + "/add", `{"delta":1}`, map[string]string{"X-API-Key": producer, "Content-Type": "text/plain"}, 415, true, false},
+		{"add and get", "POST", ctr + "/add-and-get", `{"delta":1,"event_time":"2026-12-04T10:00:00Z"}`, P, 200, false, false},
+		{"add and get without a delta", "POST", ctr + "/add-and-get", `{}`, P, 400, true, false},
+		{"add and get to an unknown namespace", "POST", "/v1/namespaces/nope/counters/c1/add-and-get", `{"delta":1}`, P, 404, false, false},
+		{"add and get past the range", "POST", "/v1/namespaces/contract/counters/big/add-and-get", huge, P, 409, false, false},
+		{"add and get as text", "POST", ctr + "/add-and-get", `{"delta":1}`, map[string]string{"X-API-Key": producer, "Content-Type": "text/plain"}, 415, true, false},
+		{"count", "GET", ctr, "", A, 200, false, false},
+		{"count with a time range", "GET", ctr + "?from=2026-12-01T00:00:00Z", "", A, 400, false, false},
+		{"count of an unknown namespace", "GET", "/v1/namespaces/nope/counters/c1", "", A, 404, false, false},
+		{"counts", "GET", "/v1/namespaces/contract/counters?names=c1,c2", "", A, 200, false, false},
+		{"counts without names", "GET", "/v1/namespaces/contract/counters", "", A, 400, true, false},
+		{"counts of an unknown namespace", "GET", "/v1/namespaces/nope/counters?names=c1", "", A, 404, false, false},
+		{"clear", "POST", ctr + "/clear", `{"idempotency_token":"c1"}`, P, 200, false, false},
+		{"clear with a bad token", "POST", ctr + "/clear", `{"idempotency_token":"a b"}`, P, 400, true, false},
+		{"clear in an unknown namespace", "POST", "/v1/namespaces/nope/counters/c1/clear", `{}`, P, 404, false, false},
+		{"clear as text", "POST", ctr + "/clear", `{}`, map[string]string{"X-API-Key": producer, "Content-Type": "text/plain"}, 415, true, false},
+		{"namespace deleted", "DELETE", ns, "", AD, 204, false, false},
+		{"namespace deleted again", "DELETE", ns, "", AD, 404, false, false},
+		{"namespace of a bad name deleted", "DELETE", "/v1/namespaces/Bad", "", AD, 400, true, false},
 	}
 	publishTop(t, schemas.CountAds, "24h")
 	answered := map[string]map[string]bool{} // "METHOD path-template" -> statuses answered

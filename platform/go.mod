@@ -35,6 +35,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/term v0.47.0
 	tally/devstack v0.0.0-00010101000000-000000000000
+	tally/schemas v0.0.0-00010101000000-000000000000
 	tally/testsupport v0.0.0-00010101000000-000000000000
 )
 
@@ -72,5 +73,4 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	tally/schemas v0.0.0-00010101000000-000000000000 // indirect
 )

@@ -166,6 +166,15 @@ func CollectorRoutes() []Route {
 		{Pattern: "GET /v1/top", Scope: ScopeRead},
 		{Pattern: "PUT /v1/items/{item_id}/likes/{user_id}", Scope: ScopeLike, User: "user_id"},
 		{Pattern: "DELETE /v1/items/{item_id}/likes/{user_id}", Scope: ScopeLike, User: "user_id"},
+		// Generic counters: each namespace also lists the keys that may write and read it.
+		{Pattern: "PUT /v1/namespaces/{ns}", Scope: ScopeAdmin},
+		{Pattern: "GET /v1/namespaces/{ns}", Scope: ScopeAdmin},
+		{Pattern: "DELETE /v1/namespaces/{ns}", Scope: ScopeAdmin},
+		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/add", Scope: ScopeIngest},
+		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/add-and-get", Scope: ScopeIngest},
+		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/clear", Scope: ScopeIngest},
+		{Pattern: "GET /v1/namespaces/{ns}/counters/{name}", Scope: ScopeRead},
+		{Pattern: "GET /v1/namespaces/{ns}/counters", Scope: ScopeRead},
 	}
 }
 

@@ -1,0 +1,163 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// CounterMode is a namespace's consistency mode (docs/API.md, "Generic counters").
+type CounterMode string
+
+// The modes. Only ModeBestEffort is available yet; the collector refuses the others with 400.
+const (
+	ModeBestEffort CounterMode = "best_effort"
+	ModeEventual   CounterMode = "eventual"
+	ModeAccurate   CounterMode = "accurate"
+)
+
+// NamespaceSpec is what PutNamespace sets. Durations are Go's (24h) or whole days (90d); empty
+// means the default (retention 90d, idempotency window 24h).
+type NamespaceSpec struct {
+	Mode              CounterMode `json:"mode"`
+	Retention         string      `json:"retention,omitempty"`
+	IdempotencyWindow string      `json:"idempotency_window,omitempty"`
+	Writers           []string    `json:"writers,omitempty"` // API key ids; empty: every ingest key
+	Readers           []string    `json:"readers,omitempty"` // API key ids; empty: every read key
+}
+
+// Namespace is a namespace's settings as the collector holds them.
+type Namespace struct {
+	Name              string      `json:"name"`
+	Mode              CounterMode `json:"mode"`
+	Retention         string      `json:"retention"`
+	IdempotencyWindow string      `json:"idempotency_window"`
+	Writers           []string    `json:"writers"`
+	Readers           []string    `json:"readers"`
+	ChangedAt         time.Time   `json:"changed_at"`
+}
+
+func namespacePath(ns string) string { return "/v1/namespaces/" + url.PathEscape(ns) }
+
+func counterPath(ns, name string) string {
+	return namespacePath(ns) + "/counters/" + url.PathEscape(name)
+}
+
+// PutNamespace creates or changes namespace ns (PUT /v1/namespaces/{ns}, admin scope); an
+// existing namespace keeps its counts. Setting the same spec again changes nothing, so the call
+// is retried like any other.
+func (c *Client) PutNamespace(ctx context.Context, ns string, spec NamespaceSpec) (Namespace, error) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return Namespace{}, fmt.Errorf("encode namespace %s: %w", ns, err)
+	}
+	var out Namespace
+	err = c.call(ctx, request{method: http.MethodPut, path: namespacePath(ns), body: body, contentType: "application/json",
+		want: http.StatusOK, alsoWant: http.StatusCreated, out: &out})
+	return out, err
+}
+
+// GetNamespace reads namespace ns's settings (admin scope).
+func (c *Client) GetNamespace(ctx context.Context, ns string) (Namespace, error) {
+	var out Namespace
+	err := c.call(ctx, request{method: http.MethodGet, path: namespacePath(ns), want: http.StatusOK, out: &out})
+	return out, err
+}
+
+// DeleteNamespace deletes namespace ns (admin scope): writes stop, and its counters' data is
+// removed by its retention. A retry that finds it already gone answers an *APIError with status
+// 404.
+func (c *Client) DeleteNamespace(ctx context.Context, ns string) error {
+	return c.call(ctx, request{method: http.MethodDelete, path: namespacePath(ns), want: http.StatusNoContent})
+}
+
+// CounterAdd is one add. Token makes it count once within the namespace's idempotency window;
+// when empty the client mints one before the first attempt, so its own retries count once too.
+// EventTime, when set, is when it happened.
+type CounterAdd struct {
+	Delta     int64
+	Token     string
+	EventTime time.Time
+}
+
+// CounterResult is what an add or a clear did: Duplicate when the token had been seen (nothing
+// changed); Count, for AddAndGetCount, the counter after the add (for a duplicate: now).
+type CounterResult struct {
+	Count     int64 `json:"count"`
+	Duplicate bool  `json:"duplicate"`
+}
+
+// AddCount adds a.Delta (possibly negative) to counter name of namespace ns (POST
+// …/counters/{name}/add).
+func (c *Client) AddCount(ctx context.Context, ns, name string, a CounterAdd) (CounterResult, error) {
+	return c.addCount(ctx, counterPath(ns, name)+"/add", a)
+}
+
+// AddAndGetCount is AddCount answering the count that includes this add (…/add-and-get).
+func (c *Client) AddAndGetCount(ctx context.Context, ns, name string, a CounterAdd) (CounterResult, error) {
+	return c.addCount(ctx, counterPath(ns, name)+"/add-and-get", a)
+}
+
+func (c *Client) addCount(ctx context.Context, path string, a CounterAdd) (CounterResult, error) {
+	body := struct {
+		Delta     int64  `json:"delta"`
+		Token     string `json:"idempotency_token"`
+		EventTime string `json:"event_time,omitempty"`
+	}{Delta: a.Delta, Token: a.Token}
+	if body.Token == "" {
+		body.Token = newID()
+	}
+	if !a.EventTime.IsZero() {
+		body.EventTime = a.EventTime.UTC().Format(time.RFC3339Nano)
+	}
+	return c.counterWrite(ctx, path, body)
+}
+
+// ClearCount sets counter name of namespace ns to zero (…/clear), once per token (minted when
+// empty, as AddCount does).
+func (c *Client) ClearCount(ctx context.Context, ns, name, token string) (CounterResult, error) {
+	if token == "" {
+		token = newID()
+	}
+	return c.counterWrite(ctx, counterPath(ns, name)+"/clear", struct {
+		Token string `json:"idempotency_token"`
+	}{token})
+}
+
+func (c *Client) counterWrite(ctx context.Context, path string, body any) (CounterResult, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return CounterResult{}, fmt.Errorf("encode %s: %w", path, err)
+	}
+	var out CounterResult
+	err = c.call(ctx, request{method: http.MethodPost, path: path, body: b, contentType: "application/json", want: http.StatusOK, out: &out})
+	return out, err
+}
+
+// CounterCount is one counter's value.
+type CounterCount struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Count     int64  `json:"count"`
+}
+
+// GetCount reads counter name of namespace ns (read scope); a counter never written reads 0.
+func (c *Client) GetCount(ctx context.Context, ns, name string) (int64, error) {
+	var out CounterCount
+	err := c.call(ctx, request{method: http.MethodGet, path: counterPath(ns, name), want: http.StatusOK, out: &out})
+	return out.Count, err
+}
+
+// GetCounts reads counters names (1..100) of namespace ns in one call, in the order asked.
+func (c *Client) GetCounts(ctx context.Context, ns string, names ...string) ([]CounterCount, error) {
+	var out struct {
+		Counts []CounterCount `json:"counts"`
+	}
+	err := c.call(ctx, request{method: http.MethodGet, path: namespacePath(ns) + "/counters",
+		query: url.Values{"names": {strings.Join(names, ",")}}, want: http.StatusOK, out: &out})
+	return out.Counts, err
+}

@@ -1,0 +1,329 @@
+package counters
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"tally/collector/api"
+	"tally/collector/auth"
+	"tally/collector/collectorconf"
+	"tally/platform/counters"
+	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
+)
+
+var infra *testinfra.Infra
+
+func TestMain(m *testing.M) {
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
+}
+
+// Every test's API keys: admin, a writer and a reader (both with both scopes, so that the
+// namespaces' own lists decide).
+var keys = map[string][]string{"admin": {"admin"}, "svc-w": {"ingest", "read"}, "svc-r": {"ingest", "read"}}
+
+// server is one collector's counter routes behind the API keys' guard, over a migrated database
+// and the test Redis.
+type server struct {
+	*httptest.Server
+	reg *counters.Registry
+	rdb *redis.Client
+}
+
+func openDB(t *testing.T, ctx context.Context, db string) driver.Conn {
+	t.Helper()
+	conn := infra.DB(t, ctx, db)
+	if _, err := migrate.ApplyTo(ctx, conn, infra.Logger, migrate.Target{}); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+func serve(t *testing.T, conn driver.Conn) *server {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	reg := counters.NewRegistry(counters.Store{Conn: conn}, time.Now, infra.Logger)
+	if err := reg.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	New(Options{Namespaces: reg, BestEffort: counters.NewBestEffort(rdb), Now: time.Now, Logger: infra.Logger}).Register(api.NewRouter(mux, prometheus.NewRegistry()))
+	var ks []collectorconf.APIKey
+	for id, scopes := range keys {
+		sum := sha256.Sum256([]byte("secret-" + id))
+		ks = append(ks, collectorconf.APIKey{ID: id, SHA256: hex.EncodeToString(sum[:]), Scopes: scopes, Rate: 1e6, Burst: 1e6})
+	}
+	g, err := auth.New(auth.Options{Keys: ks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Wrap(mux, auth.CollectorRoutes()))
+	t.Cleanup(func() { srv.Client().CloseIdleConnections(); srv.Close() })
+	return &server{Server: srv, reg: reg, rdb: rdb}
+}
+
+// call sends a request as key and returns the status and the body.
+func (s *server) call(t *testing.T, key, method, path, body string) (int, string) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.URL+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(auth.KeyHeader, "secret-"+key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// must is call that fails t unless the status is want, decoding the answer into out when set.
+func (s *server) must(t *testing.T, want int, key, method, path, body string, out any) {
+	t.Helper()
+	code, b := s.call(t, key, method, path, body)
+	if code != want {
+		t.Fatalf("%s %s: got %d %s; want %d", method, path, code, b, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal([]byte(b), out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, path, b, err)
+		}
+	}
+}
+
+func (s *server) count(t *testing.T, ns, name string) int64 {
+	t.Helper()
+	var c Count
+	s.must(t, http.StatusOK, "svc-r", "GET", "/v1/namespaces/"+ns+"/counters/"+name, "", &c)
+	return c.Count
+}
+
+// A namespace is created, changed (its counts kept), read and deleted; a namespace created again
+// under the name starts from zero.
+func TestNamespaceLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := serve(t, openDB(t, ctx, "counters_lifecycle_test"))
+	var v counters.View
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/shares", `{"mode":"best_effort","idempotency_window":"1h"}`, &v)
+	if v.Mode != counters.ModeBestEffort || v.IdempotencyWindow != "1h0m0s" || v.Retention != "90d" {
+		t.Errorf("got %+v; want best_effort, window 1h, retention 90d", v)
+	}
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/shares/counters/post-1/add", `{"delta":3}`, nil)
+	s.must(t, http.StatusOK, "admin", "PUT", "/v1/namespaces/shares", `{"mode":"best_effort","retention":"30d"}`, &v)
+	if got := s.count(t, "shares", "post-1"); got != 3 {
+		t.Errorf("got count %d after a settings change; want 3", got)
+	}
+	s.must(t, http.StatusOK, "admin", "GET", "/v1/namespaces/shares", "", &v)
+	if v.Retention != "30d" || v.IdempotencyWindow != "1d" {
+		t.Errorf("got %+v; want retention 30d and the default window 1d", v)
+	}
+	s.must(t, http.StatusNoContent, "admin", "DELETE", "/v1/namespaces/shares", "", nil)
+	for _, c := range []struct{ key, method, path, body string }{
+		{"admin", "GET", "/v1/namespaces/shares", ""},
+		{"admin", "DELETE", "/v1/namespaces/shares", ""},
+		{"svc-w", "POST", "/v1/namespaces/shares/counters/post-1/add", `{"delta":1}`},
+		{"svc-r", "GET", "/v1/namespaces/shares/counters/post-1", ""},
+	} {
+		if code, b := s.call(t, c.key, c.method, c.path, c.body); code != http.StatusNotFound {
+			t.Errorf("%s %s after the delete: got %d %s; want 404", c.method, c.path, code, b)
+		}
+	}
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/shares", `{"mode":"best_effort"}`, nil)
+	if got := s.count(t, "shares", "post-1"); got != 0 {
+		t.Errorf("got count %d in the namespace created again; want 0", got)
+	}
+}
+
+// Adds, reads and clears: a token repeated within the window counts once, every add of many
+// concurrent writers counts, and a token past the window is forgotten.
+func TestAddsAreCountedOncePerToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := serve(t, openDB(t, ctx, "counters_adds_test"))
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/reactions", `{"mode":"best_effort"}`, nil)
+	var r Result
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/reactions/counters/heart/add-and-get", `{"delta":5,"idempotency_token":"t1"}`, &r)
+	if r.Count == nil || *r.Count != 5 || r.Duplicate {
+		t.Errorf("got %+v; want count 5, not a duplicate", r)
+	}
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/reactions/counters/heart/add-and-get", `{"delta":5,"idempotency_token":"t1"}`, &r)
+	if r.Count == nil || *r.Count != 5 || !r.Duplicate {
+		t.Errorf("got %+v for the retried token; want count 5, a duplicate", r)
+	}
+	r = Result{}
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/reactions/counters/heart/add", `{"delta":-2,"event_time":"2026-12-04T10:00:00Z"}`, &r)
+	if r.Count != nil || r.Duplicate {
+		t.Errorf("got %+v from add; want no count, not a duplicate", r)
+	}
+	// 8 writers, 250 adds each, every one sent twice with its token.
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 250 {
+				body := fmt.Sprintf(`{"delta":1,"idempotency_token":"w%d-%d"}`, w, i)
+				for range 2 {
+					if code, b := s.call(t, "svc-w", "POST", "/v1/namespaces/reactions/counters/laugh/add", body); code != http.StatusOK {
+						t.Errorf("add: got %d %s; want 200", code, b)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var cs Counts
+	s.must(t, http.StatusOK, "svc-r", "GET", "/v1/namespaces/reactions/counters?names=heart,laugh,never", "", &cs)
+	want := []Count{{"reactions", "heart", 3}, {"reactions", "laugh", 2000}, {"reactions", "never", 0}}
+	if fmt.Sprint(cs.Counts) != fmt.Sprint(want) {
+		t.Errorf("got %v; want %v", cs.Counts, want)
+	}
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/reactions/counters/laugh/clear", `{"idempotency_token":"c1"}`, &r)
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/reactions/counters/laugh/add", `{"delta":1}`, nil)
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/reactions/counters/laugh/clear", `{"idempotency_token":"c1"}`, &r)
+	if got := s.count(t, "reactions", "laugh"); got != 1 || !r.Duplicate {
+		t.Errorf("got count %d, repeated clear duplicate=%v; want 1 (the add after the clear), true", got, r.Duplicate)
+	}
+
+	// The API allows windows of a minute and more; the store takes any, so a short one shows
+	// that a token is forgotten once its window has passed.
+	ns, _, err := s.reg.Lookup(ctx, "reactions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.IdempotencyWindow = 300 * time.Millisecond
+	if _, _, err := s.reg.Put(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/reactions/counters/wave/add", `{"delta":1,"idempotency_token":"late"}`, nil)
+	time.Sleep(400 * time.Millisecond)
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/reactions/counters/wave/add", `{"delta":1,"idempotency_token":"late"}`, nil)
+	if got := s.count(t, "reactions", "wave"); got != 2 {
+		t.Errorf("got count %d; want 2 (the token forgotten past its window)", got)
+	}
+}
+
+// A live token costs one Redis key; its size is what docs/API.md states.
+func TestTokenMemory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := serve(t, openDB(t, ctx, "counters_token_memory_test"))
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/meter", `{"mode":"best_effort"}`, nil)
+	before, err := s.rdb.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := "0123456789abcdef0123456789abcdef" // a 32-character token, as the Go client makes
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/meter/counters/api-calls/add", `{"delta":1,"idempotency_token":"`+token+`"}`, nil)
+	after, err := s.rdb.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before != 2 {
+		t.Fatalf("got %d new keys for a first add with a token; want 2 (the count and the token)", after-before)
+	}
+	ns, _, _ := s.reg.Lookup(ctx, "meter")
+	used, err := s.rdb.MemoryUsage(ctx, tokenKeyOf(ns, "api-calls", token)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a live 32-character token costs %d bytes of Redis memory", used)
+	if used <= 0 || used > 160 {
+		t.Errorf("got %d bytes for a live token; want at most 160 (docs/API.md)", used)
+	}
+}
+
+// tokenKeyOf finds the token key the add wrote.
+func tokenKeyOf(ns counters.Namespace, name, token string) string {
+	return fmt.Sprintf("tally:ctr:{%s@%s/%s}:t:%s", ns.Name, strconv.FormatUint(ns.Generation, 36), name, token)
+}
+
+// Namespaces list the keys that may write and read them; a collector that did not make a change
+// sees it as soon as it is asked for the namespace, or within a refresh.
+func TestAccessAndOtherCollectors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openDB(t, ctx, "counters_access_test")
+	a, b := serve(t, conn), serve(t, conn)
+	a.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/billing", `{"mode":"best_effort","writers":["svc-w"],"readers":["svc-r"]}`, nil)
+	// b read the namespaces just before: it reads them again for an unknown one at most every
+	// 200 ms.
+	testinfra.WaitFor(t, time.Second, "the other collector to find the new namespace", func() (bool, string) {
+		code, body := b.call(t, "admin", "GET", "/v1/namespaces/billing", "")
+		return code == http.StatusOK, fmt.Sprintf("got %d %s", code, body)
+	})
+	for _, c := range []struct {
+		key, method, path, body string
+		want                    int
+	}{
+		{"svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":1}`, http.StatusOK},
+		{"svc-r", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":1}`, http.StatusForbidden},
+		{"svc-r", "GET", "/v1/namespaces/billing/counters/calls", "", http.StatusOK},
+		{"svc-w", "GET", "/v1/namespaces/billing/counters/calls", "", http.StatusForbidden},
+		{"svc-w", "PUT", "/v1/namespaces/billing", `{"mode":"best_effort"}`, http.StatusForbidden},
+		{"svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":1,"idempotency_token":"a b"}`, http.StatusBadRequest},
+		{"svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"idempotency_token":"x"}`, http.StatusBadRequest},
+		{"svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":1.5}`, http.StatusBadRequest},
+		{"svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":1,"event_time":"yesterday"}`, http.StatusBadRequest},
+		{"svc-w", "POST", "/v1/namespaces/billing/counters/a%20b/add", `{"delta":1}`, http.StatusBadRequest},
+		{"svc-r", "GET", "/v1/namespaces/billing/counters/calls?from=2026-12-01", "", http.StatusBadRequest},
+		{"svc-r", "GET", "/v1/namespaces/billing/counters?names=" + strings.Repeat("n,", 100) + "n", "", http.StatusBadRequest},
+		{"admin", "PUT", "/v1/namespaces/Billing", `{"mode":"best_effort"}`, http.StatusBadRequest},
+	} {
+		if code, body := b.call(t, c.key, c.method, c.path, c.body); code != c.want {
+			t.Errorf("%s %s %s as %s on the other collector: got %d %s; want %d", c.method, c.path, c.body, c.key, code, body, c.want)
+		}
+	}
+	a.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":9223372036854775000}`, nil)
+	if code, body := a.call(t, "svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":9223372036854775000}`); code != http.StatusConflict {
+		t.Errorf("an add past the 64-bit range: got %d %s; want 409", code, body)
+	}
+	req, _ := http.NewRequest("POST", a.URL+"/v1/namespaces/billing/counters/calls/add", bytes.NewReader([]byte(`{"delta":1}`)))
+	req.Header.Set(auth.KeyHeader, "secret-svc-w")
+	resp, err := a.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("an add without a JSON content type: got %d; want 415", resp.StatusCode)
+	}
+	a.must(t, http.StatusNoContent, "admin", "DELETE", "/v1/namespaces/billing", "", nil)
+	rctx, stop := context.WithCancel(ctx)
+	go b.reg.Run(rctx)
+	defer stop()
+	testinfra.WaitFor(t, 3*counters.RefreshEvery, "the other collector to stop writes to the deleted namespace", func() (bool, string) {
+		code, body := b.call(t, "svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":1}`)
+		return code == http.StatusNotFound, fmt.Sprintf("got %d %s", code, body)
+	})
+}

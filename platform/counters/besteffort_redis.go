@@ -1,0 +1,117 @@
+package counters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// BestEffort keeps best_effort counters in Redis: one integer key per counter, which expires the
+// namespace's retention after its last write, and one key per idempotency token, which expires
+// the namespace's idempotency window after the write it carried. A counter's keys share a hash
+// tag, so a script touches one Redis Cluster slot.
+type BestEffort struct {
+	rdb redis.UniversalClient
+}
+
+// NewBestEffort returns the best_effort counters over rdb.
+func NewBestEffort(rdb redis.UniversalClient) BestEffort { return BestEffort{rdb: rdb} }
+
+// ErrOverflow is an add that would take a counter past the int64 range.
+var ErrOverflow = errors.New("the add would take the counter past the 64-bit range")
+
+// countKey is the counter's key; a namespace created again under its name (a new generation)
+// names new keys.
+func countKey(ns Namespace, name string) string {
+	return "tally:ctr:{" + ns.Name + "@" + strconv.FormatUint(ns.Generation, 36) + "/" + name + "}"
+}
+
+func tokenKey(ns Namespace, name, token string) string { return countKey(ns, name) + ":t:" + token }
+
+// addScript applies one add (ARGV[1] = delta) or clear (ARGV[1] = "clear") to KEYS[1] unless the
+// token key KEYS[2], when given, already exists: then it changes nothing. It answers the count
+// and 1 when it applied, 0 for a repeated token. ARGV[2] and ARGV[3] are the retention and the
+// idempotency window, in milliseconds.
+var addScript = redis.NewScript(`
+if #KEYS == 2 and not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then
+  return {tonumber(redis.call('GET', KEYS[1]) or '0'), 0}
+end
+local n = 0
+if ARGV[1] == 'clear' then
+  redis.call('SET', KEYS[1], '0', 'PX', ARGV[2])
+else
+  n = redis.call('INCRBY', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return {n, 1}
+`)
+
+// Outcome is what an add or a clear did.
+type Outcome struct {
+	Count     int64 // the counter after it (for a repeated token: now)
+	Duplicate bool  // the token was seen within the window: nothing changed
+}
+
+// Add adds delta to counter name of ns; a non-empty token makes it count once within the
+// namespace's idempotency window.
+func (b BestEffort) Add(ctx context.Context, ns Namespace, name string, delta int64, token string) (Outcome, error) {
+	return b.run(ctx, ns, name, strconv.FormatInt(delta, 10), token)
+}
+
+// Clear sets counter name of ns to zero, once per token as Add does.
+func (b BestEffort) Clear(ctx context.Context, ns Namespace, name, token string) (Outcome, error) {
+	return b.run(ctx, ns, name, "clear", token)
+}
+
+func (b BestEffort) run(ctx context.Context, ns Namespace, name, op, token string) (Outcome, error) {
+	keys := []string{countKey(ns, name)}
+	if token != "" {
+		keys = append(keys, tokenKey(ns, name, token))
+	}
+	res, err := addScript.Run(ctx, b.rdb, keys, op, ns.Retention.Milliseconds(), ns.IdempotencyWindow.Milliseconds()).Int64Slice()
+	if err != nil {
+		if strings.Contains(err.Error(), "overflow") {
+			return Outcome{}, ErrOverflow
+		}
+		return Outcome{}, fmt.Errorf("update counter %s/%s: %w", ns.Name, name, err)
+	}
+	if len(res) != 2 {
+		return Outcome{}, fmt.Errorf("update counter %s/%s: got %d values from the script; want 2", ns.Name, name, len(res))
+	}
+	return Outcome{Count: res[0], Duplicate: res[1] == 0}, nil
+}
+
+// Get returns the counts of names in ns, in order; a counter never written (or expired) is 0.
+func (b BestEffort) Get(ctx context.Context, ns Namespace, names []string) ([]int64, error) {
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = countKey(ns, n)
+	}
+	// One GET per key keeps every command in one Cluster slot; a pipeline sends them at once.
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read counters of %s: %w", ns.Name, err)
+	}
+	out := make([]int64, len(keys))
+	for i, c := range cmds {
+		v, err := c.Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("read counter %s/%s: %w", ns.Name, names[i], err)
+		default:
+			out[i] = v
+		}
+	}
+	return out, nil
+}
