@@ -74,3 +74,59 @@ func TestDocumentedCommandsExist(t *testing.T) {
 		t.Errorf("got %d documented commands; want the documents' commands found (the pattern is broken)", len(checked))
 	}
 }
+
+// Every relative link of the documents resolves, and so does every repository path they give in
+// backticks (`aggregator/views/flush.go`, `docs/API.md`, `scripts/bench-ab`) and every
+// document they name (`SECURITY.md`, "DESIGN.md's"): a newcomer following them finds what they
+// name.
+func TestDocumentedPathsExist(t *testing.T) {
+	linkRe := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	pathRe := regexp.MustCompile("`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+/?)`")
+	docRe := regexp.MustCompile(`\b([A-Z][A-Z_]+\.md)\b`)
+	symbolRe := regexp.MustCompile(`^[a-z0-9_]+\.[A-Z]\w*$`)
+	top, err := os.ReadDir("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topLevel := map[string]bool{}
+	for _, e := range top {
+		topLevel[e.Name()] = true
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	n := 0
+	for doc, text := range docFiles(t) {
+		dir := filepath.Dir(filepath.Join("..", doc))
+		for _, m := range linkRe.FindAllStringSubmatch(text, -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			n++
+			if !exists(filepath.Join(dir, target)) {
+				t.Errorf("%s links %s, which does not exist", doc, m[1])
+			}
+		}
+		for _, m := range pathRe.FindAllStringSubmatch(text, -1) {
+			p := m[1]
+			if i := strings.LastIndex(p, "/"); symbolRe.MatchString(p[i+1:]) {
+				p = p[:i+1] + strings.SplitN(p[i+1:], ".", 2)[0] // a package's symbol: the package
+			}
+			if !topLevel[strings.SplitN(p, "/", 2)[0]] {
+				continue // a path inside a package, a URL path, a topic: not the tree's
+			}
+			n++
+			if !exists(filepath.Join("..", p)) {
+				t.Errorf("%s names `%s`, which is not in the tree", doc, p)
+			}
+		}
+		for _, m := range docRe.FindAllStringSubmatch(text, -1) {
+			n++
+			if !exists(filepath.Join("..", "docs", m[1])) && !exists(filepath.Join("..", m[1])) && !exists(filepath.Join(dir, m[1])) {
+				t.Errorf("%s names %s, which is neither in docs/ nor at the root", doc, m[1])
+			}
+		}
+	}
+	if n < 50 {
+		t.Errorf("got %d links and paths checked; want the documents' (the patterns are broken)", n)
+	}
+}
