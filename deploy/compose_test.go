@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	"sigs.k8s.io/yaml"
 )
 
 // root is the repository's top directory, where docker-compose.yml and the Dockerfile are.
@@ -291,5 +293,50 @@ func TestComposeClickHouseIsTheTestedRelease(t *testing.T) {
 	tested := strings.SplitN(version, ".", 4)
 	if len(shipped) < 3 || len(tested) < 3 || !slices.Equal(shipped[:3], tested[:3]) {
 		t.Errorf("compose runs %s; the tests run ClickHouse %s; want the same release (x.y.z)", image, version)
+	}
+}
+
+// `docker compose up --scale aggregator=N` runs N group members: the shared config names no
+// static member id, and each container's entrypoint passes its own host name as one (a real
+// shell runs the entrypoint here, with a stand-in binary that prints its arguments).
+func TestComposeScalesAggregators(t *testing.T) {
+	p, err := loadCompose(t, secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := p.Services["aggregator"]
+	if !ok {
+		t.Fatal("got no aggregator service")
+	}
+	ep := []string(s.Entrypoint)
+	if len(ep) != 4 || ep[0] != "/bin/sh" || ep[1] != "-c" {
+		t.Fatalf("entrypoint %q; want /bin/sh -c SCRIPT aggregator", ep)
+	}
+	dir := t.TempDir()
+	stub := filepath.Join(dir, "aggregator")
+	if err := os.WriteFile(stub, []byte("#!/bin/sh\nprintf '%s|' \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Replace(ep[2], "/usr/local/bin/aggregator", stub, 1)
+	for _, host := range []string{"3f2a9c1d0b7e", "5e81aa04c2d9"} {
+		cmd := exec.Command("/bin/sh", "-c", script, ep[3], "--aggregator.addr", "0.0.0.0:8081")
+		cmd.Env = []string{"HOSTNAME=" + host}
+		out, err := cmd.Output()
+		if want := "--aggregator.instance_id|" + host + "|--aggregator.addr|0.0.0.0:8081|"; err != nil || string(out) != want {
+			t.Errorf("container %s runs the aggregator with %q (%v); want %q", host, out, err, want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "compose", "tally.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Aggregator map[string]any `json:"aggregator"`
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if id, set := cfg.Aggregator["instance_id"]; set {
+		t.Errorf("deploy/compose/tally.yaml sets aggregator.instance_id %v; want none (every replica reads the file)", id)
 	}
 }
