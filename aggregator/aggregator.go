@@ -20,6 +20,7 @@ import (
 	"tally/aggregator/aggregatorconf"
 	"tally/aggregator/clicks"
 	"tally/aggregator/counted"
+	"tally/aggregator/counters"
 	"tally/aggregator/halt"
 	"tally/aggregator/likes"
 	"tally/aggregator/member"
@@ -38,7 +39,7 @@ import (
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
 func Parts(e cli.Env, s *aggregatorconf.Settings, admin lifecycle.Admin) []lifecycle.Part {
 	w := &wiring{e: e, s: s}
-	parts := []lifecycle.Part{w.clickhouse(), w.redis(), w.publisher(), w.views(), w.clicks(), w.likes()}
+	parts := []lifecycle.Part{w.clickhouse(), w.redis(), w.publisher(), w.views(), w.clicks(), w.counters(), w.likes()}
 	if admin == lifecycle.OwnAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, e.Runner, e.Registry, lifecycle.AdminOptions{Pprof: e.Config.Debug.Pprof})
@@ -163,6 +164,22 @@ func (w *wiring) clicks() lifecycle.Part {
 			g.InstanceID = s.InstanceID + "-clicks" // a static member id is per group member
 		}
 		return clicks.NewSource(w.member(g), agg)
+	})
+}
+
+// counters is the generic counters' eventual stream: its group and static member id are the
+// views' with a suffix.
+func (w *wiring) counters() lifecycle.Part {
+	s := w.s
+	return w.consumer("counters consumer", "aggregator counters kafka", func(g member.Group) (*member.Source, error) {
+		agg := counters.New(counters.Config{FlushInterval: s.FlushInterval, MaxBatch: s.MaxBatch, CheckInterval: s.SketchInterval, Owner: owner(s.InstanceID)},
+			w.conn, w.e.Now, w.e.Logger, w.e.Registry)
+		w.e.Runner.AddCheck("aggregator counters progress", agg.Check)
+		g.Name = s.Group + "-counters"
+		if s.InstanceID != "" {
+			g.InstanceID = s.InstanceID + "-counters"
+		}
+		return counters.NewSource(w.member(g), agg)
 	})
 }
 

@@ -13,7 +13,7 @@ import (
 // CounterMode is a namespace's consistency mode (docs/API.md, "Generic counters").
 type CounterMode string
 
-// The modes. Only ModeBestEffort is available yet; the collector refuses the others with 400.
+// The modes. ModeAccurate is not available yet; the collector refuses it with 400.
 const (
 	ModeBestEffort CounterMode = "best_effort"
 	ModeEventual   CounterMode = "eventual"
@@ -85,7 +85,9 @@ type CounterAdd struct {
 }
 
 // CounterResult is what an add or a clear did: Duplicate when the token had been seen (nothing
-// changed); Count, for AddAndGetCount, the counter after the add (for a duplicate: now).
+// changed; best_effort only: in mode eventual the aggregators drop a repeated token, and the
+// answer is always false); Count, for AddAndGetCount, the counter after the add (for a
+// duplicate: now; in mode eventual, what was counted so far plus this add).
 type CounterResult struct {
 	Count     int64 `json:"count"`
 	Duplicate bool  `json:"duplicate"`
@@ -109,7 +111,7 @@ func (c *Client) addCount(ctx context.Context, path string, a CounterAdd) (Count
 		EventTime string `json:"event_time,omitempty"`
 	}{Delta: a.Delta, Token: a.Token}
 	if body.Token == "" {
-		body.Token = newID()
+		body.Token = c.idGen()
 	}
 	if !a.EventTime.IsZero() {
 		body.EventTime = a.EventTime.UTC().Format(time.RFC3339Nano)
@@ -121,7 +123,7 @@ func (c *Client) addCount(ctx context.Context, path string, a CounterAdd) (Count
 // empty, as AddCount does).
 func (c *Client) ClearCount(ctx context.Context, ns, name, token string) (CounterResult, error) {
 	if token == "" {
-		token = newID()
+		token = c.idGen()
 	}
 	return c.counterWrite(ctx, counterPath(ns, name)+"/clear", struct {
 		Token string `json:"idempotency_token"`
@@ -134,7 +136,8 @@ func (c *Client) counterWrite(ctx context.Context, path string, body any) (Count
 		return CounterResult{}, fmt.Errorf("encode %s: %w", path, err)
 	}
 	var out CounterResult
-	err = c.call(ctx, request{method: http.MethodPost, path: path, body: b, contentType: "application/json", want: http.StatusOK, out: &out})
+	// 200: applied (best_effort); 202: in the log, counted by the aggregators (eventual).
+	err = c.call(ctx, request{method: http.MethodPost, path: path, body: b, contentType: "application/json", want: http.StatusOK, alsoWant: http.StatusAccepted, out: &out})
 	return out, err
 }
 

@@ -51,7 +51,7 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
 		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout,
 	})
-	return append(append([]lifecycle.Part{w.stores(), w.producer(), w.likes()}, adminParts...), server), addrFn
+	return append(append([]lifecycle.Part{w.stores(), w.producer(), w.counters(), w.likes()}, adminParts...), server), addrFn
 }
 
 // wiring holds what the collector's parts share: each is made by a method, and sets what
@@ -64,8 +64,6 @@ type wiring struct {
 	likeStore *likestate.Store
 	conn      driver.Conn
 	rdb       *redis.Client
-	// stopCounters ends the namespaces' refresh (startCounters).
-	stopCounters func()
 }
 
 // stores opens ClickHouse and Redis and registers the reads.
@@ -99,34 +97,42 @@ func (w *wiring) stores() lifecycle.Part {
 			read.New(read.Options{ClickHouse: w.conn, Redis: w.rdb, Likes: likestate.QueueTotals, Now: w.e.Now, Logger: logger, Registry: w.e.Registry,
 				FallbackTimeout: w.s.FallbackTimeout}).Register(w.routes)
 			reports.New(reports.Options{ClickHouse: w.conn, Logger: logger}).Register(w.routes)
-			return w.startCounters(octx)
+			return nil
 		},
 		Stop: func(context.Context) error {
-			w.stopCounters()
 			return errors.Join(w.rdb.Close(), w.conn.Close())
 		},
 	}
 }
 
-// startCounters loads the counter namespaces, registers the counter routes and keeps the
-// namespaces fresh until stopCounters.
-func (w *wiring) startCounters(ctx context.Context) error {
-	reg := counterstate.NewRegistry(counterstate.Store{Conn: w.conn}, w.e.Now, w.e.Logger)
-	if err := reg.Refresh(ctx); err != nil {
-		return err
-	}
-	counters.New(counters.Options{Namespaces: reg, BestEffort: counterstate.NewBestEffort(w.rdb), Now: w.e.Now, Logger: w.e.Logger}).Register(w.routes)
-	rctx, cancel := context.WithCancel(context.Background())
+// counters loads the counter namespaces, registers the counter routes and keeps the namespaces
+// fresh until it stops. Its eventual namespaces' adds go through the producer.
+func (w *wiring) counters() lifecycle.Part {
+	var cancel context.CancelFunc
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		reg.Run(rctx)
-	}()
-	w.stopCounters = func() {
-		cancel()
-		<-done
+	return lifecycle.Part{
+		Name: "counter namespaces",
+		Start: func(ctx context.Context) error {
+			reg := counterstate.NewRegistry(counterstate.Store{Conn: w.conn}, w.e.Now, w.e.Logger)
+			if err := reg.Refresh(ctx); err != nil {
+				return err
+			}
+			counters.New(counters.Options{Namespaces: reg, BestEffort: counterstate.NewBestEffort(w.rdb), Producer: w.cl,
+				ProduceTimeout: w.e.Config.Kafka.ProduceTimeout, ClickHouse: w.conn, Now: w.e.Now, Logger: w.e.Logger}).Register(w.routes)
+			var rctx context.Context
+			rctx, cancel = context.WithCancel(context.Background())
+			go func() {
+				defer close(done)
+				reg.Run(rctx)
+			}()
+			return nil
+		},
+		Stop: func(context.Context) error {
+			cancel()
+			<-done
+			return nil
+		},
 	}
-	return nil
 }
 
 // producer starts the Kafka producer, creates the topics and registers ingest.
@@ -150,7 +156,8 @@ func (w *wiring) producer() lifecycle.Part {
 				kafka.TopicSpec{Name: schemas.TopicViews, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention},
 				kafka.TopicSpec{Name: schemas.TopicLikes, Partitions: int32(cfg.Kafka.Partitions), Retention: kafka.Forever},
 				kafka.TopicSpec{Name: schemas.TopicClicks, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention},
-				kafka.TopicSpec{Name: schemas.TopicFraudVerdicts, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention}); err != nil {
+				kafka.TopicSpec{Name: schemas.TopicFraudVerdicts, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention},
+				kafka.TopicSpec{Name: schemas.TopicCounterEvents, Partitions: int32(cfg.Kafka.Partitions), Retention: cfg.Kafka.ViewsRetention}); err != nil {
 				w.cl.Close()
 				return err
 			}

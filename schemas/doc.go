@@ -24,3 +24,8 @@ const (
 	TopicClicks        = "clicks"
 	TopicFraudVerdicts = "fraud_verdicts"
 )
+
+// TopicCounterEvents carries the adds to generic counters of namespaces in mode eventual
+// (counter_event.go), keyed by namespace and counter, so one counter's adds are in one
+// partition, in order.
+const TopicCounterEvents = "counter_events"

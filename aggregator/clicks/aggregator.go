@@ -41,6 +41,7 @@ type Aggregator struct {
 	cfg    Config
 	store  store
 	claims fence.Table
+	deltas fence.Batches
 	dead   *deadletter.Writer
 	now    func() time.Time
 	logger *slog.Logger
@@ -56,6 +57,7 @@ type Aggregator struct {
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, lastRollup: now(),
 		claims:   fence.Table{Conn: conn, Name: "click_partition_claims", Starts: []string{"start_clicks", "start_verdicts"}, Ends: clickColumns},
+		deltas:   fence.Batches{Conn: conn, Table: "click_deltas", Marker: "ad_id = ''"},
 		dead:     deadletter.New(now, logger, reg, schemas.TopicClicks, schemas.TopicFraudVerdicts),
 		verdicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_verdicts_total", Help: "Fraud verdicts resolved against counted clicks."}),
 		zombies:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_zombie_batches_total", Help: "Click batches written by an aggregator after it had lost the partition, found and undone."}),
@@ -94,7 +96,7 @@ func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.St
 	if err != nil {
 		return nil, engine.Start{}, err
 	}
-	if err := a.store.deleteInvalid(ctx, id, invalid); err != nil {
+	if err := a.deltas.Delete(ctx, id, invalid); err != nil {
 		return nil, engine.Start{}, err
 	}
 	p := newPartition(id, a.cfg.Window.Milliseconds(), a.cfg.Grace.Milliseconds(), a.cfg.VerdictHold.Milliseconds(), a.cfg.FraudThreshold)
@@ -171,7 +173,7 @@ func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets,
 			parts = append(parts, p)
 		}
 	}
-	if err := a.setAside(ctx, parts); err != nil {
+	if err := deadletter.SetAside(ctx, a.dead, a.store.conn, a.Retry, parts, func(p *partition) *[]deadletter.Letter { return &p.dead }); err != nil {
 		return nil, err
 	}
 	if err := a.resolveVerdicts(ctx, parts); err != nil {
@@ -188,29 +190,6 @@ func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets,
 		}
 	}
 	return done, nil
-}
-
-// setAside writes the refused records of parts to dead_letters, before the checkpoint that
-// moves past them: a crash before it replays the batch, which refuses the same records and
-// writes the same rows again. So are the letters of a partition the fence drops later: the new
-// owner writes the same rows.
-func (a *Aggregator) setAside(ctx context.Context, parts []*partition) error {
-	var dead []deadletter.Letter
-	for _, p := range parts {
-		dead = append(dead, p.dead...)
-	}
-	if len(dead) == 0 {
-		return nil
-	}
-	if err := a.Retry(ctx, "set aside refused records", func() error { return a.dead.Write(ctx, a.store.conn, dead) }); err != nil {
-		return err
-	}
-	// Written: a flush of the same batch retried after a later step failed need not write them
-	// again.
-	for _, p := range parts {
-		p.dead = nil
-	}
-	return nil
 }
 
 // resolveVerdicts looks up what the new verdicts of parts change, before the deltas: their
@@ -241,7 +220,7 @@ func (a *Aggregator) resolveVerdicts(ctx context.Context, parts []*partition) er
 
 // writeBatch stores the batches of parts: the counted clicks and verdicts (idempotent), then
 // the deltas with their checkpoint, from the partitions that no newer owner has claimed, which
-// it returns. A retry after an outcome it cannot know first asks whether the batch went in.
+// it returns (engine.WriteFenced).
 func (a *Aggregator) writeBatch(ctx context.Context, parts []*partition, now time.Time) ([]*partition, error) {
 	if len(parts) == 0 {
 		return nil, nil
@@ -249,20 +228,9 @@ func (a *Aggregator) writeBatch(ctx context.Context, parts []*partition, now tim
 	if err := a.Retry(ctx, "write counted clicks and verdicts", func() error { return a.store.writeFacts(ctx, parts) }); err != nil {
 		return nil, err
 	}
-	attempts := 0
-	err := a.Retry(ctx, "write click deltas", func() error {
-		if err := a.CheckClaims(ctx, &parts); err != nil || len(parts) == 0 {
-			return err
-		}
-		if attempts > 0 {
-			done, err := a.store.batchWritten(ctx, parts[0].id, parts[0].epoch, parts[0].next)
-			if err != nil || done {
-				return err
-			}
-		}
-		attempts++
-		return a.store.writeDeltas(ctx, parts, now)
-	})
+	err := a.WriteFenced(ctx, "write click deltas", &parts,
+		func(p *partition) (bool, error) { return a.store.batchWritten(ctx, p.id, p.epoch, p.next) },
+		func(ps []*partition) error { return a.store.writeDeltas(ctx, ps, now) })
 	return parts, err
 }
 
@@ -327,18 +295,8 @@ func (a *Aggregator) writeRollups(ctx context.Context, all []*partition, only ma
 // owner's claim in parts, and recomputes their hours. Finding them is cheap: a batch's marker is
 // in the same INSERT as its deltas, and markers (ad_id = ”) lead the table's sort order.
 func (a *Aggregator) undoZombies(ctx context.Context, parts []*partition) error {
-	found, err := a.store.invalidMarkers(ctx, parts)
-	if err != nil {
-		return err
-	}
-	for _, p := range parts {
-		if n := found[p.id]; n > 0 {
-			if err := a.undoZombiesOf(ctx, p, n); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return a.UndoZombies(ctx, a.deltas, parts, func(p *partition) string { return p.invalid },
+		func(p *partition, n uint64) error { return a.undoZombiesOf(ctx, p, n) })
 }
 
 // undoZombiesOf undoes the n zombie batches found in partition p.
@@ -352,7 +310,7 @@ func (a *Aggregator) undoZombiesOf(ctx context.Context, p *partition, n uint64) 
 	for _, h := range hours {
 		p.dirty[h] = struct{}{}
 	}
-	if err := a.store.deleteInvalid(ctx, p.id, p.invalid); err != nil {
+	if err := a.deltas.Delete(ctx, p.id, p.invalid); err != nil {
 		return err
 	}
 	vs := make([]uint64, len(hours))

@@ -3,7 +3,6 @@ package clicks
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -65,47 +64,6 @@ func (s store) hoursAfter(ctx context.Context, p int32, rolled offsets, extra st
 		out = append(out, k)
 	}
 	return out, rows.Err()
-}
-
-// invalidMarkers counts, for each partition of parts that has any, the markers of its batches
-// that its fence (partition.invalid) makes invalid. One statement for them all: the check runs
-// at every rollup interval, nearly always finds nothing, and the embedded engine runs one
-// statement at a time, each with a fixed cost.
-func (s store) invalidMarkers(ctx context.Context, parts []*partition) (map[int32]uint64, error) {
-	if len(parts) == 0 {
-		return nil, nil
-	}
-	conds := make([]string, len(parts))
-	for i, p := range parts {
-		conds[i] = fmt.Sprintf("(partition = %d AND (%s))", p.id, p.invalid)
-	}
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT partition, count() FROM click_deltas WHERE ad_id = '' AND (%s) GROUP BY partition`,
-		strings.Join(conds, " OR ")))
-	if err != nil {
-		return nil, fmt.Errorf("look for zombie batches of %d click partitions: %w", len(parts), err)
-	}
-	defer rows.Close()
-	found := map[int32]uint64{}
-	for rows.Next() {
-		var p uint16
-		var n uint64
-		if err := rows.Scan(&p, &n); err != nil {
-			return nil, fmt.Errorf("scan zombie batches of click partitions: %w", err)
-		}
-		found[int32(p)] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read zombie batches of click partitions: %w", err)
-	}
-	return found, nil
-}
-
-// deleteInvalid removes the deltas of partition p's zombie batches.
-func (s store) deleteInvalid(ctx context.Context, p int32, invalid string) error {
-	if err := s.conn.Exec(ctx, fmt.Sprintf(`DELETE FROM click_deltas WHERE partition = %d AND (%s)`, p, invalid)); err != nil {
-		return fmt.Errorf("delete zombie batches of click partition %d: %w", p, err)
-	}
-	return nil
 }
 
 // loadDedupe restores into win the clicks counted in batches up to the checkpoint that are still

@@ -168,3 +168,26 @@ func (w *Writer) seen(ctx context.Context, conn driver.Conn, letters []Letter) (
 	}
 	return out, nil
 }
+
+// SetAside writes the letters the batches hold (letters gives each batch's pending letters)
+// through w in one INSERT, run by retry, before the checkpoint that moves past their records: a
+// crash before it replays the batches, which refuse the same records and write the same rows
+// again. Once written the batches hold none, so a flush retried after a later step failed does
+// not write them twice.
+func SetAside[B any](ctx context.Context, w *Writer, conn driver.Conn, retry func(ctx context.Context, what string, fn func() error) error,
+	batches []B, letters func(B) *[]Letter) error {
+	var all []Letter
+	for _, b := range batches {
+		all = append(all, *letters(b)...)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	if err := retry(ctx, "set aside refused records", func() error { return w.Write(ctx, conn, all) }); err != nil {
+		return err
+	}
+	for _, b := range batches {
+		*letters(b) = nil
+	}
+	return nil
+}

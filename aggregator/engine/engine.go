@@ -357,3 +357,51 @@ func (e *Engine[P]) Retry(ctx context.Context, what string, fn func() error) err
 func (e *Engine[P]) RetryAt(ctx context.Context, what string, at func() time.Time, fn func() error) error {
 	return e.writes.DoAt(ctx, what, at, fn)
 }
+
+// WriteFenced writes the batches of *parts in one statement (write), retried until it succeeds
+// or ctx ends. Each attempt first drops from *parts the partitions a newer owner claimed
+// (CheckClaims), and an attempt after one whose outcome is unknown first asks whether the batch
+// went in (landed, for the first partition: the statement writes every batch or none). For the
+// rule set.
+func (e *Engine[P]) WriteFenced(ctx context.Context, what string, parts *[]P, landed func(P) (bool, error), write func([]P) error) error {
+	if len(*parts) == 0 {
+		return nil
+	}
+	attempts := 0
+	return e.Retry(ctx, what, func() error {
+		if err := e.CheckClaims(ctx, parts); err != nil || len(*parts) == 0 {
+			return err
+		}
+		if attempts > 0 {
+			done, err := landed((*parts)[0])
+			if err != nil || done {
+				return err
+			}
+		}
+		attempts++
+		return write(*parts)
+	})
+}
+
+// UndoZombies looks in batches, in one statement, for the batches of parts that their fence
+// (invalid gives each partition's AnyInvalidSQL) makes invalid, and calls undo for each
+// partition that has any, with how many: batches of owners that lost the partition that landed
+// after this owner's claim. For the rule set.
+func (e *Engine[P]) UndoZombies(ctx context.Context, batches fence.Batches, parts []P, invalid func(P) string, undo func(P, uint64) error) error {
+	conds := make(map[int32]string, len(parts))
+	for _, p := range parts {
+		conds[p.ID()] = invalid(p)
+	}
+	found, err := batches.Invalid(ctx, conds)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if n := found[p.ID()]; n > 0 {
+			if err := undo(p, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -85,3 +85,52 @@ func (t Table) MaxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, er
 	}
 	return out, nil
 }
+
+// Batches is a stream's batch table as the fence's cleanup sees it: its rows carry the
+// partition, the epoch and the end-offset columns a Fence's SQL names, and Marker selects the one
+// marker row of each batch.
+type Batches struct {
+	Conn   driver.Conn
+	Table  string
+	Marker string // e.g. ad_id = ''
+}
+
+// Invalid counts, per partition of invalid (partition -> its AnyInvalidSQL) that has any, the
+// batches the fence makes invalid. One statement for them all: the check runs often and nearly
+// always finds nothing.
+func (b Batches) Invalid(ctx context.Context, invalid map[int32]string) (map[int32]uint64, error) {
+	if len(invalid) == 0 {
+		return nil, nil
+	}
+	conds := make([]string, 0, len(invalid))
+	for p, sql := range invalid {
+		conds = append(conds, fmt.Sprintf("(partition = %d AND (%s))", p, sql))
+	}
+	rows, err := b.Conn.Query(ctx, fmt.Sprintf(`SELECT partition, count() FROM %s WHERE %s AND (%s) GROUP BY partition`,
+		b.Table, b.Marker, strings.Join(conds, " OR ")))
+	if err != nil {
+		return nil, fmt.Errorf("look for zombie batches of %d partitions in %s: %w", len(invalid), b.Table, err)
+	}
+	defer rows.Close()
+	found := map[int32]uint64{}
+	for rows.Next() {
+		var p uint16
+		var n uint64
+		if err := rows.Scan(&p, &n); err != nil {
+			return nil, fmt.Errorf("scan zombie batches in %s: %w", b.Table, err)
+		}
+		found[int32(p)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read zombie batches in %s: %w", b.Table, err)
+	}
+	return found, nil
+}
+
+// Delete deletes the rows of partition p's batches that invalid (its AnyInvalidSQL) selects.
+func (b Batches) Delete(ctx context.Context, p int32, invalid string) error {
+	if err := b.Conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE partition = %d AND (%s)`, b.Table, p, invalid)); err != nil {
+		return fmt.Errorf("delete zombie batches of partition %d in %s: %w", p, b.Table, err)
+	}
+	return nil
+}

@@ -2,13 +2,16 @@
 // namespaces (PUT, GET and DELETE /v1/namespaces/{ns}, admin scope) and their counters (add,
 // add-and-get and clear with the ingest scope, reads with the read scope), each namespace also
 // naming the API keys that may write and read it. The state is package platform/counters':
-// namespaces in ClickHouse, held by a Registry; best_effort counters in Redis.
+// namespaces in ClickHouse, held by a Registry; best_effort counters in Redis. An eventual
+// namespace's adds go to the counter_events topic (eventual.go), which the aggregators count
+// into ClickHouse, where its reads sum them.
 //
 // A Handler is safe for concurrent requests and owns no goroutines; the Registry it reads is
 // refreshed by its owner (collector.go).
 package counters
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +20,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
 	"tally/collector/auth"
@@ -31,17 +37,30 @@ const maxBody = 64 << 10
 type Options struct {
 	Namespaces *counters.Registry
 	BestEffort counters.BestEffort
-	Now        func() time.Time
-	Logger     *slog.Logger
+	// Producer writes the adds of eventual namespaces to the counter_events topic, waiting at most
+	// ProduceTimeout for Kafka's acknowledgement; ClickHouse serves their reads, at most
+	// MaxReads at once (0: 4).
+	Producer       *kgo.Client
+	ProduceTimeout time.Duration
+	ClickHouse     driver.Conn
+	MaxReads       int
+	Now            func() time.Time
+	Logger         *slog.Logger
 }
 
 // Handler serves the counter routes.
 type Handler struct {
-	o Options
+	o        Options
+	eventual *eventual
 }
 
 // New returns a Handler as o says.
-func New(o Options) *Handler { return &Handler{o: o} }
+func New(o Options) *Handler {
+	if o.MaxReads <= 0 {
+		o.MaxReads = 4
+	}
+	return &Handler{o: o, eventual: newEventual(o.Producer, o.ProduceTimeout, o.ClickHouse, o.MaxReads)}
+}
 
 // Register adds the routes to r.
 func (h *Handler) Register(r *api.Router) {
@@ -139,8 +158,11 @@ func (h *Handler) add(andGet bool) func(http.ResponseWriter, *http.Request) int 
 		if err := decode(w, r, &a); err != nil {
 			return api.BadRequest(w, err)
 		}
-		if err := checkAdd(a); err != nil {
+		if err := checkAdd(a, ns.Mode); err != nil {
 			return api.BadRequest(w, err)
+		}
+		if ns.Mode == counters.ModeEventual {
+			return h.addEventual(w, r, ns, name, a, andGet)
 		}
 		out, err := h.o.BestEffort.Add(r.Context(), ns, name, *a.Delta, a.IdempotencyToken)
 		if errors.Is(err, counters.ErrOverflow) {
@@ -157,13 +179,38 @@ func (h *Handler) add(andGet bool) func(http.ResponseWriter, *http.Request) int 
 	}
 }
 
-// checkAdd validates an add's fields.
-func checkAdd(a Add) error {
+// addEventual writes the add to the log and answers 202 once Kafka acknowledged it; add-and-get
+// answers the count counted so far plus this add.
+func (h *Handler) addEventual(w http.ResponseWriter, r *http.Request, ns counters.Namespace, name string, a Add, andGet bool) int {
+	at := h.o.Now()
+	if a.EventTime != "" {
+		at, _ = time.Parse(time.RFC3339Nano, a.EventTime) // checked by checkAdd
+	}
+	if err := h.eventual.add(r.Context(), ns, name, *a.Delta, a.IdempotencyToken, at); err != nil {
+		return h.failed(w, "add", err)
+	}
+	res := Result{}
+	if andGet {
+		n, err := h.eventual.get(r.Context(), ns, []string{name})
+		if err != nil {
+			return h.failed(w, "read the count (the add is logged: a retry with its token counts it once)", err)
+		}
+		c := n[0] + *a.Delta
+		res.Count = &c
+	}
+	return api.JSON(w, http.StatusAccepted, res)
+}
+
+// checkAdd validates an add's fields: an eventual namespace's adds need a token.
+func checkAdd(a Add, mode counters.Mode) error {
 	if a.Delta == nil {
 		return &schemas.FieldError{Field: "delta", Reason: "is required"}
 	}
 	if err := checkToken(a.IdempotencyToken); err != nil {
 		return err
+	}
+	if mode == counters.ModeEventual && a.IdempotencyToken == "" {
+		return &schemas.FieldError{Field: "idempotency_token", Reason: "is required in mode eventual"}
 	}
 	if a.EventTime != "" {
 		if _, err := time.Parse(time.RFC3339Nano, a.EventTime); err != nil {
@@ -189,6 +236,9 @@ func (h *Handler) clear(w http.ResponseWriter, r *http.Request) int {
 	}
 	if err := checkToken(c.IdempotencyToken); err != nil {
 		return api.BadRequest(w, err)
+	}
+	if ns.Mode != counters.ModeBestEffort {
+		return api.Error(w, http.StatusBadRequest, "mode", fmt.Sprintf("clear is not available in mode %s yet", ns.Mode))
 	}
 	out, err := h.o.BestEffort.Clear(r.Context(), ns, name, c.IdempotencyToken)
 	if err != nil {
@@ -228,10 +278,10 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) int {
 	}
 	for _, p := range []string{"from", "to", "granularity"} {
 		if r.URL.Query().Has(p) {
-			return api.Error(w, http.StatusBadRequest, p, "time ranges need a namespace in mode eventual or accurate, which are not available yet")
+			return api.Error(w, http.StatusBadRequest, p, "time ranges are not available yet")
 		}
 	}
-	n, err := h.o.BestEffort.Get(r.Context(), ns, []string{name})
+	n, err := h.read(r.Context(), ns, []string{name})
 	if err != nil {
 		return h.failed(w, "read counter", err)
 	}
@@ -252,7 +302,7 @@ func (h *Handler) getMany(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return api.BadRequest(w, err)
 	}
-	n, err := h.o.BestEffort.Get(r.Context(), ns, names)
+	n, err := h.read(r.Context(), ns, names)
 	if err != nil {
 		return h.failed(w, "read counters", err)
 	}
@@ -278,6 +328,14 @@ func names(values []string) ([]string, error) {
 		return nil, &schemas.FieldError{Field: "names", Reason: fmt.Sprintf("got %d names; want 1 to %d", len(out), api.MaxIDs)}
 	}
 	return out, nil
+}
+
+// read reads counters of ns from where its mode keeps them.
+func (h *Handler) read(ctx context.Context, ns counters.Namespace, names []string) ([]int64, error) {
+	if ns.Mode == counters.ModeEventual {
+		return h.eventual.get(ctx, ns, names)
+	}
+	return h.o.BestEffort.Get(ctx, ns, names)
 }
 
 // decode reads a JSON body into v, refusing unknown fields and more than maxBody bytes.

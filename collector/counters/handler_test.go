@@ -20,11 +20,13 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"tally/collector/api"
 	"tally/collector/auth"
 	"tally/collector/collectorconf"
 	"tally/platform/counters"
+	"tally/schemas"
 	"tally/schemas/migrate"
 	"tally/testsupport/testinfra"
 )
@@ -65,7 +67,8 @@ func serve(t *testing.T, conn driver.Conn) *server {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	New(Options{Namespaces: reg, BestEffort: counters.NewBestEffort(rdb), Now: time.Now, Logger: infra.Logger}).Register(api.NewRouter(mux, prometheus.NewRegistry()))
+	New(Options{Namespaces: reg, BestEffort: counters.NewBestEffort(rdb), Producer: infra.Producer(t, schemas.TopicCounterEvents, 2), ProduceTimeout: 10 * time.Second,
+		ClickHouse: conn, Now: time.Now, Logger: infra.Logger}).Register(api.NewRouter(mux, prometheus.NewRegistry()))
 	var ks []collectorconf.APIKey
 	for id, scopes := range keys {
 		sum := sha256.Sum256([]byte("secret-" + id))
@@ -326,4 +329,76 @@ func TestAccessAndOtherCollectors(t *testing.T) {
 		code, body := b.call(t, "svc-w", "POST", "/v1/namespaces/billing/counters/calls/add", `{"delta":1}`)
 		return code == http.StatusNotFound, fmt.Sprintf("got %d %s", code, body)
 	})
+}
+
+// An eventual namespace's add is a record of the counter_events topic, answered 202 once Kafka
+// has it: with the namespace's generation, window and retention, keyed by counter. Its reads sum
+// the aggregators' rows of counter_deltas (markers aside); add-and-get adds this add to them.
+func TestEventualAddsGoToTheLog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openDB(t, ctx, "counters_eventual_test")
+	s := serve(t, conn)
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/plays", `{"mode":"eventual","idempotency_window":"2h","retention":"30d"}`, nil)
+	ns, _, err := s.reg.Lookup(ctx, "plays")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path, body string
+		want       int
+	}{
+		{"/v1/namespaces/plays/counters/eu/add", `{"delta":1}`, http.StatusBadRequest}, // no token
+		{"/v1/namespaces/plays/counters/eu/clear", `{"idempotency_token":"c"}`, http.StatusBadRequest},
+		{"/v1/namespaces/plays/counters/eu/add", `{"delta":4,"idempotency_token":"a1","event_time":"2026-12-04T10:00:00Z"}`, http.StatusAccepted},
+	} {
+		if code, body := s.call(t, "svc-w", "POST", c.path, c.body); code != c.want {
+			t.Errorf("POST %s %s: got %d %s; want %d", c.path, c.body, code, body, c.want)
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(infra.Kafka.Addr()), kgo.ConsumeTopics(schemas.TopicCounterEvents), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []schemas.CounterEvent
+	for len(got) == 0 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			e, err := schemas.DecodeCounterEvent(r.Value)
+			if err != nil {
+				t.Errorf("record %q: %v", r.Value, err)
+			}
+			if e.Namespace == "plays" {
+				if string(r.Key) != "plays/eu" {
+					t.Errorf("got key %q; want plays/eu", r.Key)
+				}
+				got = append(got, e)
+			}
+		})
+	}
+	want := schemas.CounterEvent{Namespace: "plays", Generation: ns.Generation, Name: "eu", Delta: 4, Token: "a1",
+		TS: time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC).UnixMilli(), Window: 2 * 3600 * 1000, Retention: 30 * 86400}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("got %+v in the log; want %+v", got, want)
+	}
+	// Rows as the aggregators write them: two batches of eu, a marker, another generation.
+	for _, q := range []string{
+		fmt.Sprintf(`INSERT INTO counter_deltas (partition, epoch, end_offset, ns, generation, name, minute, delta, expires) VALUES
+			(0, 1, 5, 'plays', %d, 'eu', now(), 4, now() + 3600), (0, 1, 9, 'plays', %d, 'eu', now(), -1, now() + 3600),
+			(0, 1, 9, '', 0, '', now(), 0, now() + 3600), (0, 1, 9, 'plays', %d, 'eu', now(), 100, now() + 3600)`, ns.Generation, ns.Generation, ns.Generation+1),
+	} {
+		if err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cs Counts
+	s.must(t, http.StatusOK, "svc-r", "GET", "/v1/namespaces/plays/counters?names=eu,us", "", &cs)
+	if fmt.Sprint(cs.Counts) != fmt.Sprint([]Count{{"plays", "eu", 3}, {"plays", "us", 0}}) {
+		t.Errorf("got %v; want eu 3, us 0", cs.Counts)
+	}
+	var r Result
+	s.must(t, http.StatusAccepted, "svc-w", "POST", "/v1/namespaces/plays/counters/eu/add-and-get", `{"delta":2,"idempotency_token":"a2"}`, &r)
+	if r.Count == nil || *r.Count != 5 {
+		t.Errorf("got %+v from add-and-get; want count 5 (3 counted, plus this add)", r)
+	}
 }

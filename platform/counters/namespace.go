@@ -1,6 +1,7 @@
 // Package counters is the generic counter service's state (docs/API.md, "Generic counters"): the
 // namespaces, kept in ClickHouse and held in memory by every collector (Registry), and the
-// counters of the best_effort mode, which live in Redis alone (BestEffort). A counter is named
+// counters of the best_effort mode, which live in Redis alone (BestEffort); the eventual mode's
+// go through the counter_events topic (the collector writes, the aggregators count). A counter is named
 // by its namespace and its name; the namespace says its consistency mode, how long its data is
 // kept, how long an idempotency token is remembered, and which API keys may write and read it.
 //
@@ -27,7 +28,7 @@ const (
 	// them (docs/API.md says how much).
 	ModeBestEffort Mode = "best_effort"
 	// ModeEventual counters go through the Kafka log and the counting engine into ClickHouse,
-	// exactly once; reads lag by about the flush interval. Not built yet.
+	// exactly once; reads lag by about the flush interval.
 	ModeEventual Mode = "eventual"
 	// ModeAccurate counters add the events since the last checkpoint on read. Not built yet.
 	ModeAccurate Mode = "accurate"
@@ -101,9 +102,9 @@ func ParseSpec(name string, body []byte) (Namespace, error) {
 	}
 	ns := Namespace{Name: name, Mode: s.Mode, Writers: s.Writers, Readers: s.Readers}
 	switch s.Mode {
-	case ModeBestEffort:
-	case ModeEventual, ModeAccurate:
-		return Namespace{}, &schemas.FieldError{Field: "mode", Reason: fmt.Sprintf("%s is not available yet; best_effort is", s.Mode)}
+	case ModeBestEffort, ModeEventual:
+	case ModeAccurate:
+		return Namespace{}, &schemas.FieldError{Field: "mode", Reason: "accurate is not available yet; best_effort and eventual are"}
 	default:
 		return Namespace{}, &schemas.FieldError{Field: "mode", Reason: fmt.Sprintf("got %q; want best_effort, eventual or accurate", s.Mode)}
 	}

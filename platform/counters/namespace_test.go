@@ -26,7 +26,8 @@ func TestParseSpec(t *testing.T) {
 		{"name with a slash", "a/b", `{"mode":"best_effort"}`, Namespace{}, "ns"},
 		{"no mode", "shares", `{}`, Namespace{}, "mode"},
 		{"unknown mode", "shares", `{"mode":"exact"}`, Namespace{}, "mode"},
-		{"eventual not built", "shares", `{"mode":"eventual"}`, Namespace{}, "mode"},
+		{"eventual", "shares", `{"mode":"eventual"}`,
+			Namespace{Name: "shares", Mode: ModeEventual, Retention: DefaultRetention, IdempotencyWindow: DefaultIdempotency}, ""},
 		{"accurate not built", "shares", `{"mode":"accurate"}`, Namespace{}, "mode"},
 		{"retention too short", "shares", `{"mode":"best_effort","retention":"59m"}`, Namespace{}, "retention"},
 		{"retention not a duration", "shares", `{"mode":"best_effort","retention":"a week"}`, Namespace{}, "retention"},
@@ -108,7 +109,7 @@ func FuzzParseSpec(f *testing.F) {
 		if ns.Retention < MinRetention || ns.Retention > MaxRetention || ns.IdempotencyWindow < MinIdempotency || ns.IdempotencyWindow > MaxIdempotency {
 			t.Fatalf("got %+v; want settings within their limits", ns)
 		}
-		if CheckName(ns.Name) != nil || ns.Mode != ModeBestEffort {
+		if CheckName(ns.Name) != nil || ns.Mode != ModeBestEffort && ns.Mode != ModeEventual {
 			t.Fatalf("got %+v; want a valid name and mode", ns)
 		}
 	})

@@ -1,0 +1,208 @@
+package counters
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"tally/schemas"
+	"tally/schemas/migrate"
+	"tally/testsupport/testinfra"
+)
+
+var infra *testinfra.Infra
+
+func TestMain(m *testing.M) {
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error { infra = in; return nil }))
+}
+
+func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
+	t.Helper()
+	conn := infra.DB(t, ctx, db)
+	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+var base = testinfra.RecentNoon()
+
+var testCfg = Config{FlushInterval: time.Second, MaxBatch: 1000, CheckInterval: 0, Owner: "test"}
+
+func newAgg(conn driver.Conn) *Aggregator {
+	return New(testCfg, conn, func() time.Time { return base.Add(time.Hour) }, infra.Logger, prometheus.NewRegistry())
+}
+
+// logOf builds a partition's log of adds to a few counters of two namespaces with different
+// windows: every add is sent one to three times with its token (a client's retries, at later
+// times within the window), and one token is sent again past its window (it counts again). It
+// returns the records and, per counter, the exact sum the rule gives.
+func logOf(rng *rand.Rand, n int) ([][]byte, map[string]int64) {
+	var log [][]byte
+	want := map[string]int64{}
+	add := func(ns string, window int64, name string, delta int64, token string, ts int64) {
+		log = append(log, schemas.AppendCounterEvent(nil, schemas.CounterEvent{Namespace: ns, Generation: 1, Name: name, Delta: delta,
+			Token: token, TS: ts, Window: window, Retention: 90 * 86400}))
+	}
+	t0 := base.UnixMilli()
+	for i := range n {
+		ns, window := "shares", int64(time.Hour/time.Millisecond)
+		if i%3 == 0 {
+			ns, window = "plays", int64(time.Minute/time.Millisecond)
+		}
+		name := fmt.Sprintf("c%d", rng.IntN(4))
+		delta := int64(rng.IntN(21) - 5)
+		ts := t0 + int64(i)*100
+		want[ns+"/"+name] += delta
+		for r := range 1 + rng.IntN(3) {
+			add(ns, window, name, delta, fmt.Sprintf("t%d", i), ts+int64(r)*50)
+		}
+	}
+	// Past its window (a minute) the same token counts again.
+	add("plays", 60_000, "late", 7, "once", t0+int64(n)*100)
+	add("plays", 60_000, "late", 7, "once", t0+int64(n)*100+2*60_000)
+	want["plays/late"] += 14
+	log = append(log, []byte("not json")) // set aside
+	return log, want
+}
+
+func records(from int, values [][]byte) []*kgo.Record {
+	out := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		out[i] = &kgo.Record{Offset: int64(from + i), Value: v}
+	}
+	return out
+}
+
+// sums reads every counter's total, as the collector does.
+func sums(t *testing.T, ctx context.Context, conn driver.Conn) map[string]int64 {
+	t.Helper()
+	rows, err := conn.Query(ctx, `SELECT ns, name, sum(delta) FROM counter_deltas WHERE ns != '' GROUP BY ns, name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var ns, name string
+		var s int64
+		if err := rows.Scan(&ns, &name, &s); err != nil {
+			t.Fatal(err)
+		}
+		if s != 0 {
+			out[ns+"/"+name] = s
+		}
+	}
+	return out
+}
+
+// An aggregator that dies at random moments (between flushes, its pending batch lost) and is
+// replaced by one that claims the partition and replays from the checkpoint ends with every
+// counter exactly the rule's sum: no retried token counted twice, none lost.
+func TestCountsExactThroughCrashes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			conn := openMigrated(t, ctx, fmt.Sprintf("counters_crash_test_%d", seed))
+			rng := rand.New(rand.NewPCG(seed, 7))
+			log, want := logOf(rng, 400)
+			for round := 0; ; round++ {
+				a := newAgg(conn)
+				r, err := a.Assign(ctx, []int32{0})
+				if err != nil {
+					t.Fatal(err)
+				}
+				at := int(r.At[schemas.TopicCounterEvents][0])
+				last := round == 4
+				end := len(log)
+				if !last {
+					end = at + rng.IntN(len(log)-at+1)
+				}
+				for i := at; i < end; {
+					j := min(end, i+1+rng.IntN(30))
+					a.Process(schemas.TopicCounterEvents, 0, records(i, log[i:j]))
+					i = j
+					if rng.IntN(3) == 0 {
+						if _, err := a.Flush(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if last {
+					if _, err := a.FlushAll(ctx); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+				// Crash: a is dropped with whatever it had not flushed.
+			}
+			if got := sums(t, ctx, conn); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("got %v; want %v", got, want)
+			}
+			var letters uint64
+			if err := conn.QueryRow(ctx, `SELECT count() FROM dead_letters FINAL WHERE source = 'counter_events'`).Scan(&letters); err != nil {
+				t.Fatal(err)
+			}
+			if letters != 1 {
+				t.Errorf("got %d dead letters; want 1 (the record that is not JSON)", letters)
+			}
+		})
+	}
+}
+
+// A displaced owner (a zombie that stalled past the session timeout) cannot add its batch: the
+// new owner's claim fences it, and its rows never reach counter_deltas; the new owner counts the
+// same records once.
+func TestZombieBatchIsFenced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "counters_zombie_test")
+	log, want := logOf(rand.New(rand.NewPCG(9, 9)), 200)
+	old := newAgg(conn)
+	if _, err := old.Assign(ctx, []int32{3}); err != nil {
+		t.Fatal(err)
+	}
+	old.Process(schemas.TopicCounterEvents, 3, records(0, log[:100]))
+	if _, err := old.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old.Process(schemas.TopicCounterEvents, 3, records(100, log[100:150]))
+	owner := newAgg(conn)
+	r, err := owner.Assign(ctx, []int32{3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := r.At[schemas.TopicCounterEvents][3]; at != 100 {
+		t.Fatalf("got the new owner resuming at %d; want 100, the old owner's checkpoint", at)
+	}
+	// The zombie writes past its fence check: straight into the fenced insert.
+	p := old.Held(nil)[0]
+	p.next = 150
+	if err := old.store.writeDeltas(ctx, []*partition{p}, base); err != nil {
+		t.Fatal(err)
+	}
+	if landed, err := old.store.batchWritten(ctx, 3, p.epoch, 150); err != nil || landed {
+		t.Errorf("got the zombie's batch stored (%v, %v); want it dropped by the claims fence", landed, err)
+	}
+	if _, err := old.Flush(ctx); err != nil { // its own flush finds the newer claim and drops the partition
+		t.Fatal(err)
+	}
+	if len(old.Held(nil)) != 0 {
+		t.Error("got the zombie still holding the partition after its flush; want it dropped")
+	}
+	owner.Process(schemas.TopicCounterEvents, 3, records(100, log[100:]))
+	if _, err := owner.FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sums(t, ctx, conn); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v; want %v", got, want)
+	}
+}

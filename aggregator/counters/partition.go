@@ -1,0 +1,134 @@
+// Package counters is the rule set of the generic counters in mode eventual (docs/API.md,
+// "Generic counters"; docs/EXACTLY_ONCE.md, "Generic counters") on the partition engine: it
+// turns the counter_events topic into exactly-once per-counter, per-minute sums in ClickHouse's
+// counter_deltas. An add counts once per idempotency token within its namespace's window (the
+// dedupe rule of package dedupe, one window per window length); a record that does not decode
+// is set aside in dead_letters.
+//
+// Each partition's state is its dedupe windows and the batch since the last flush. A flush
+// writes the batch's dead letters and its counted tokens with the windows' watermarks (rows a
+// replay writes again identically), then the deltas with the partition's checkpoint in one
+// INSERT, through the claims fence. On assignment the checkpoint, the windows and the tokens are
+// loaded back.
+//
+// The Aggregator is the stream's rule set (Claim, Apply, Write) on the engine it embeds. The
+// engine calls it under its lock, from the consume loop and the group-rebalance callbacks; it
+// owns no goroutines.
+package counters
+
+import (
+	"strconv"
+
+	"tally/aggregator/deadletter"
+	"tally/schemas"
+	"tally/schemas/dedupe"
+)
+
+// grace is how far behind a window's newest add a late add is still deduplicated against its
+// whole state (package dedupe).
+const grace = 10 * 60 * 1000
+
+// deltaKey is one counter's minute.
+type deltaKey struct {
+	ns     string
+	gen    uint64
+	name   string
+	minute int64 // Unix seconds, a multiple of 60
+}
+
+// delta is a minute's sum in the batch, and when its row expires (Unix seconds).
+type delta struct {
+	sum     int64
+	expires int64
+}
+
+// token is a counted add's token, for the dedupe state.
+type token struct {
+	window int64
+	key    uint64
+	ts     int64
+}
+
+// partition is the state of one assigned partition.
+type partition struct {
+	id      int32
+	epoch   uint64
+	invalid string // the fence over the partition's claims up to this owner's (fence.AnyInvalidSQL)
+
+	next    int64 // after the last processed record: the end of the pending batch
+	flushed int64 // the checkpoint: the end of the last batch written
+	records int
+
+	windows map[int64]*dedupe.Window // by window length, ms
+	deltas  map[deltaKey]*delta
+	tokens  []token
+	counted int
+	poison  int
+	dead    []deadletter.Letter
+}
+
+func newPartition(id int32) *partition {
+	return &partition{id: id, windows: map[int64]*dedupe.Window{}, deltas: map[deltaKey]*delta{}}
+}
+
+// ID, Epoch and Batched are the partition as the engine reads it.
+func (p *partition) ID() int32     { return p.id }
+func (p *partition) Epoch() uint64 { return p.epoch }
+func (p *partition) Batched() int  { return p.records }
+
+func (p *partition) pending() bool { return p.next != p.flushed }
+
+// window is the dedupe window of length ms, made at its first use.
+func (p *partition) window(ms int64) *dedupe.Window {
+	w := p.windows[ms]
+	if w == nil {
+		w = dedupe.New(ms, grace)
+		p.windows[ms] = w
+	}
+	return w
+}
+
+// apply applies the record at offset: one that does not decode is set aside; an add whose token
+// was counted within its window changes nothing.
+func (p *partition) apply(offset int64, key, value []byte) {
+	p.next = offset + 1
+	p.records++
+	e, err := schemas.DecodeCounterEvent(value)
+	if err != nil {
+		p.poison++
+		p.dead = append(p.dead, deadletter.OfRecord(schemas.TopicCounterEvents, p.id, offset, key, value, err))
+		return
+	}
+	k := dedupe.Key(e.Token, e.Namespace+"@"+strconv.FormatUint(e.Generation, 36)+"/"+e.Name)
+	if !p.window(e.Window).Observe(k, e.TS) {
+		return
+	}
+	p.counted++
+	p.tokens = append(p.tokens, token{window: e.Window, key: k, ts: e.TS})
+	minute := floorDiv(e.TS, 60_000) * 60
+	dk := deltaKey{e.Namespace, e.Generation, e.Name, minute}
+	d := p.deltas[dk]
+	if d == nil {
+		d = &delta{}
+		p.deltas[dk] = d
+	}
+	d.sum += e.Delta
+	d.expires = max(d.expires, minute+e.Retention)
+}
+
+// markFlushed resets the batch after it was written up to p.next.
+func (p *partition) markFlushed() {
+	p.flushed = p.next
+	clear(p.deltas)
+	p.tokens = p.tokens[:0]
+	p.records, p.counted, p.poison = 0, 0, 0
+	p.dead = nil
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}

@@ -1,0 +1,155 @@
+package counters
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"tally/schemas/dedupe"
+)
+
+// markerTTL is how long a batch's marker (its checkpoint row) is kept.
+const markerTTL = 30 * 24 * time.Hour
+
+// store reads and writes the counter tables (schemas/migrations/015_counter_events.sql).
+type store struct {
+	conn driver.Conn
+}
+
+// checkpoint is where a partition resumes: the end of its last valid batch and that batch's
+// epoch.
+type checkpoint struct {
+	end   int64
+	epoch uint64
+	found bool
+}
+
+// loadCheckpoint reads partition p's checkpoint from the marker of its last valid batch.
+func (s store) loadCheckpoint(ctx context.Context, p int32, invalid string) (checkpoint, error) {
+	var cp checkpoint
+	var n uint64
+	if err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(end_offset), argMax(epoch, end_offset) FROM counter_deltas
+		WHERE ns = '' AND partition = ? AND NOT (%s)`, invalid), uint16(p)).Scan(&n, &cp.end, &cp.epoch); err != nil {
+		return cp, fmt.Errorf("load checkpoint of counter partition %d: %w", p, err)
+	}
+	cp.found = n > 0
+	return cp, nil
+}
+
+// loadDedupe restores partition p's windows as they were at checkpoint cp: each window's
+// watermark from the checkpoint batch's rows, then the tokens counted in valid batches up to cp
+// that the windows still hold.
+func (s store) loadDedupe(ctx context.Context, p *partition, cp checkpoint) error {
+	rows, err := s.conn.Query(ctx, `SELECT window_ms, max(toUnixTimestamp64Milli(ts)) FROM counter_tokens
+		WHERE partition = ? AND key = 0 AND epoch = ? AND end_offset = ? GROUP BY window_ms`, uint16(p.id), cp.epoch, cp.end)
+	if err != nil {
+		return fmt.Errorf("load dedupe windows of counter partition %d: %w", p.id, err)
+	}
+	for rows.Next() {
+		var w, wm int64
+		if err := rows.Scan(&w, &wm); err != nil {
+			rows.Close()
+			return fmt.Errorf("scan dedupe window: %w", err)
+		}
+		p.window(w).Restore(wm)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load dedupe windows of counter partition %d: %w", p.id, err)
+	}
+	for w, win := range p.windows {
+		if err := s.loadTokens(ctx, p, cp, w, win); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s store) loadTokens(ctx context.Context, p *partition, cp checkpoint, window int64, win *dedupe.Window) error {
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_tokens
+		WHERE partition = ? AND window_ms = ? AND key != 0 AND end_offset <= ? AND toUnixTimestamp64Milli(ts) >= ? AND NOT (%s)`, p.invalid),
+		uint16(p.id), window, cp.end, win.LiveSince())
+	if err != nil {
+		return fmt.Errorf("load tokens of counter partition %d: %w", p.id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k uint64
+		var ts int64
+		if err := rows.Scan(&k, &ts); err != nil {
+			return fmt.Errorf("scan token: %w", err)
+		}
+		win.RestorePair(k, ts)
+	}
+	return rows.Err()
+}
+
+// writeTokens stores the counted tokens of parts' batches and each window's watermark at the
+// batch's end. Written before the deltas; writing the same rows again is harmless.
+func (s store) writeTokens(ctx context.Context, parts []*partition) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO counter_tokens (partition, epoch, end_offset, window_ms, key, ts)")
+	if err != nil {
+		return fmt.Errorf("prepare counter tokens insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		for _, t := range p.tokens {
+			if err := b.Append(uint16(p.id), p.epoch, p.next, t.window, t.key, time.UnixMilli(t.ts)); err != nil {
+				return fmt.Errorf("append token of counter partition %d: %w", p.id, err)
+			}
+		}
+		for w, win := range p.windows {
+			if wm := win.Watermark(); wm > 0 {
+				if err := b.Append(uint16(p.id), p.epoch, p.next, w, uint64(0), time.UnixMilli(wm)); err != nil {
+					return fmt.Errorf("append window of counter partition %d: %w", p.id, err)
+				}
+			}
+		}
+	}
+	if b.Rows() == 0 {
+		return nil
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert counter tokens: %w", err)
+	}
+	return nil
+}
+
+// writeDeltas stores the batches of parts, each partition's deltas and its marker (the
+// checkpoint), in one INSERT through the claims fence (migration 015).
+func (s store) writeDeltas(ctx context.Context, parts []*partition, now time.Time) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO counter_deltas_claimed (partition, epoch, end_offset, ns, generation, name, minute, delta, expires)")
+	if err != nil {
+		return fmt.Errorf("prepare counter deltas insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		if err := b.Append(uint16(p.id), p.epoch, p.next, "", uint64(0), "", now.Truncate(time.Minute), int64(0), now.Add(markerTTL)); err != nil {
+			return fmt.Errorf("append marker of counter partition %d: %w", p.id, err)
+		}
+		for k, d := range p.deltas {
+			if d.sum == 0 {
+				continue
+			}
+			if err := b.Append(uint16(p.id), p.epoch, p.next, k.ns, k.gen, k.name, time.Unix(k.minute, 0), d.sum, time.Unix(d.expires, 0)); err != nil {
+				return fmt.Errorf("append delta of counter partition %d: %w", p.id, err)
+			}
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert counter deltas: %w", err)
+	}
+	return nil
+}
+
+// batchWritten reports whether partition p's batch of epoch ending at end is stored.
+func (s store) batchWritten(ctx context.Context, p int32, epoch uint64, end int64) (bool, error) {
+	var n uint64
+	if err := s.conn.QueryRow(ctx, `SELECT count() FROM counter_deltas WHERE ns = '' AND partition = ? AND epoch = ? AND end_offset = ?`,
+		uint16(p), epoch, end).Scan(&n); err != nil {
+		return false, fmt.Errorf("look for the marker of counter partition %d at %d: %w", p, end, err)
+	}
+	return n > 0, nil
+}

@@ -1,0 +1,98 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"tally/client"
+	"tally/testsupport/testinfra"
+)
+
+// TestCountersEventualExactThroughKills is the eventual mode's promise as a client outside the
+// project sees it: adds sent with the Go client (each retried with its token until acknowledged,
+// every tenth sent twice more by the caller, as a retrying producer does) while the all-in-one
+// is SIGKILLed three times and started again end with every counter exactly the sum of the adds,
+// each counted once.
+func TestCountersEventualExactThroughKills(t *testing.T) {
+	bins, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	kafkaAddr, chAddr, apiAddr, aggAddr := testinfra.MustFreeAddr(t), testinfra.MustFreeAddr(t), testinfra.MustFreeAddr(t), testinfra.MustFreeAddr(t)
+	_, redisPort, _ := strings.Cut(testinfra.MustFreeAddr(t), ":")
+	all := startProc(t, "all-in-one", bins.pipeline, dir, "run", "--data_dir", dir, "--demo.enabled=false", "--kafka.partitions", "4",
+		"--embedded.kafka_addr", kafkaAddr, "--embedded.clickhouse_addr", chAddr, "--embedded.redis_port", redisPort,
+		"--collector.addr", apiAddr, "--aggregator.addr", aggAddr, "--aggregator.flush_interval", "200ms")
+	api := "http://" + apiAddr
+	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
+	c, err := client.New(client.Options{BaseURL: api, MaxAttempts: 200, RetryBase: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutNamespace(ctx, "meters", client.NamespaceSpec{Mode: client.ModeEventual, IdempotencyWindow: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	const adds, counters = 3000, 5
+	want := map[string]int64{}
+	var sent atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		for i := range adds {
+			name, delta := fmt.Sprintf("c%d", i%counters), int64(i%7-2)
+			a := client.CounterAdd{Delta: delta, Token: fmt.Sprintf("add-%d", i)}
+			for range 1 + 2*btoi(i%10 == 0) {
+				if _, err := c.AddCount(ctx, "meters", name, a); err != nil {
+					done <- fmt.Errorf("add %d: %w", i, err)
+					return
+				}
+			}
+			want[name] += delta
+			sent.Add(1)
+		}
+		done <- nil
+	}()
+	rng := rand.New(rand.NewPCG(5, 5))
+	for kills := 0; kills < 3; kills++ {
+		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+		_ = all.stop(syscall.SIGKILL, 10*time.Second)
+		t.Logf("all-in-one killed after %d adds", sent.Load())
+		if err := all.start(); err != nil {
+			t.Fatalf("restart the all-in-one: %v", err)
+		}
+		testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, counters)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", i)
+	}
+	testinfra.WaitFor(t, time.Minute, "every add counted once", func() (bool, string) {
+		got, err := c.GetCounts(ctx, "meters", names...)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok := len(got) == counters
+		for _, g := range got {
+			ok = ok && g.Count == want[g.Name]
+		}
+		return ok, fmt.Sprintf("got %v; want %v", got, want)
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
