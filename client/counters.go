@@ -164,3 +164,31 @@ func (c *Client) GetCounts(ctx context.Context, ns string, names ...string) ([]C
 		query: url.Values{"names": {strings.Join(names, ",")}}, want: http.StatusOK, out: &out})
 	return out.Counts, err
 }
+
+// CounterSeries is a counter's adds per bucket, zero-filled (an eventual namespace's).
+type CounterSeries struct {
+	Namespace   string         `json:"namespace"`
+	Name        string         `json:"name"`
+	Granularity Granularity    `json:"granularity"`
+	From        time.Time      `json:"from"`
+	To          time.Time      `json:"to"`
+	Points      []CounterPoint `json:"points"`
+}
+
+// CounterPoint is one bucket of a CounterSeries.
+type CounterPoint struct {
+	T     time.Time `json:"t"`
+	Count int64     `json:"count"`
+}
+
+// GetCountSeries reads counter name of eventual namespace ns per bucket (minute, hour or day;
+// zero fields of q take the server's defaults, the last 60 minutes).
+func (c *Client) GetCountSeries(ctx context.Context, ns, name string, q SeriesQuery) (CounterSeries, error) {
+	var out CounterSeries
+	v := q.values()
+	if len(v) == 0 {
+		v.Set("granularity", string(Minute)) // a bare read answers the total, not a series
+	}
+	err := c.call(ctx, request{method: http.MethodGet, path: counterPath(ns, name), query: v, want: http.StatusOK, out: &out})
+	return out, err
+}

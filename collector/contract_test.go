@@ -221,6 +221,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{"eventual add and get", "POST", "/v1/namespaces/contract-ev/counters/c1/add-and-get", `{"delta":3,"idempotency_token":"e2"}`, P, 202, false, false},
 		{"eventual clear", "POST", "/v1/namespaces/contract-ev/counters/c1/clear", `{"idempotency_token":"e3"}`, P, 400, false, false},
 		{"eventual count", "GET", "/v1/namespaces/contract-ev/counters/c1", "", A, 200, false, false},
+		{"eventual series", "GET", "/v1/namespaces/contract-ev/counters/c1?granularity=hour", "", A, 200, false, false},
 		{"add and get without a delta", "POST", ctr + "/add-and-get", `{}`, P, 400, true, false},
 		{"add and get to an unknown namespace", "POST", "/v1/namespaces/nope/counters/c1/add-and-get", `{"delta":1}`, P, 404, false, false},
 		{"add and get past the range", "POST", "/v1/namespaces/contract/counters/big/add-and-get", huge, P, 409, false, false},

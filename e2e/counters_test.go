@@ -88,6 +88,19 @@ func TestCountersEventualExactThroughKills(t *testing.T) {
 		}
 		return ok, fmt.Sprintf("got %v; want %v", got, want)
 	})
+	// The same adds by the hour of their event time (the collector's clock): the buckets sum to
+	// the total.
+	series, err := c.GetCountSeries(ctx, "meters", "c1", client.SeriesQuery{Granularity: client.Hour, From: time.Now().Add(-2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, p := range series.Points {
+		sum += p.Count
+	}
+	if sum != want["c1"] || len(series.Points) != 3 {
+		t.Errorf("got %d hourly points summing to %d; want 3 summing to %d", len(series.Points), sum, want["c1"])
+	}
 }
 
 func btoi(b bool) int {

@@ -163,7 +163,7 @@ func TestDroppedTableRecovers(t *testing.T) {
 	for _, c := range ready.Checks {
 		names = append(names, c.Name+" "+c.Status)
 	}
-	want := "aggregator clickhouse up,aggregator progress up,aggregator kafka up,aggregator clicks progress up,aggregator clicks kafka up,topk published up,sink kafka up,collector clickhouse up,collector redis up,collector kafka up"
+	want := "aggregator clickhouse up,aggregator progress up,aggregator kafka up,aggregator clicks progress up,aggregator clicks kafka up,aggregator counters progress up,aggregator counters kafka up,topk published up,sink kafka up,collector clickhouse up,collector redis up,collector kafka up"
 	if got := strings.Join(names, ","); got != want {
 		t.Errorf("got readiness checks %s; want %s", got, want)
 	}

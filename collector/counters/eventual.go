@@ -8,6 +8,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"tally/collector/read"
 	"tally/platform/counters"
 	"tally/schemas"
 )
@@ -50,16 +51,10 @@ func (e *eventual) add(ctx context.Context, ns counters.Namespace, name string, 
 
 // get sums the counted adds of names in ns, in order.
 func (e *eventual) get(ctx context.Context, ns counters.Namespace, names []string) ([]int64, error) {
-	t := time.NewTimer(readWait)
-	defer t.Stop()
-	select {
-	case e.reads <- struct{}{}:
-		defer func() { <-e.reads }()
-	case <-t.C:
-		return nil, errBusy
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := e.slot(ctx); err != nil {
+		return nil, err
 	}
+	defer func() { <-e.reads }()
 	rows, err := e.conn.Query(ctx, `SELECT name, sum(delta) FROM counter_deltas WHERE ns = ? AND generation = ? AND name IN (?) GROUP BY name`,
 		ns.Name, ns.Generation, names)
 	if err != nil {
@@ -83,4 +78,43 @@ func (e *eventual) get(ctx context.Context, ns counters.Namespace, names []strin
 		out[i] = sums[n]
 	}
 	return out, nil
+}
+
+// series sums counter name of ns per bucket of g in [from, to), keyed by the bucket's start in
+// Unix seconds. counter_deltas holds minutes; hours and days are summed from them.
+func (e *eventual) series(ctx context.Context, ns counters.Namespace, name string, g read.Granularity, from, to time.Time) (map[int64]int64, error) {
+	if err := e.slot(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { <-e.reads }()
+	bucket := map[read.Granularity]string{read.Minute: "minute", read.Hour: "toStartOfHour(minute)", read.Day: "toDateTime(toStartOfDay(minute), 'UTC')"}[g]
+	rows, err := e.conn.Query(ctx, fmt.Sprintf(`SELECT toInt64(toUnixTimestamp(%s)) AS t, sum(delta) FROM counter_deltas
+		WHERE ns = ? AND generation = ? AND name = ? AND minute >= ? AND minute < ? GROUP BY t`, bucket), ns.Name, ns.Generation, name, from.UTC(), to.UTC())
+	if err != nil {
+		return nil, fmt.Errorf("read series of %s/%s: %w", ns.Name, name, err)
+	}
+	defer rows.Close()
+	out := map[int64]int64{}
+	for rows.Next() {
+		var t, s int64
+		if err := rows.Scan(&t, &s); err != nil {
+			return nil, fmt.Errorf("scan series of %s/%s: %w", ns.Name, name, err)
+		}
+		out[t] = s
+	}
+	return out, rows.Err()
+}
+
+// slot takes one of the read slots, waiting at most readWait.
+func (e *eventual) slot(ctx context.Context) error {
+	t := time.NewTimer(readWait)
+	defer t.Stop()
+	select {
+	case e.reads <- struct{}{}:
+		return nil
+	case <-t.C:
+		return errBusy
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

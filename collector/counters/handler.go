@@ -26,6 +26,7 @@ import (
 
 	"tally/collector/api"
 	"tally/collector/auth"
+	"tally/collector/read"
 	"tally/platform/counters"
 	"tally/schemas"
 )
@@ -276,16 +277,54 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) int {
 	if err := counters.CheckCounter(name); err != nil {
 		return api.BadRequest(w, err)
 	}
-	for _, p := range []string{"from", "to", "granularity"} {
-		if r.URL.Query().Has(p) {
-			return api.Error(w, http.StatusBadRequest, p, "time ranges are not available yet")
-		}
+	if v := r.URL.Query(); v.Has("from") || v.Has("to") || v.Has("granularity") {
+		return h.series(w, r, ns, name)
 	}
 	n, err := h.read(r.Context(), ns, []string{name})
 	if err != nil {
 		return h.failed(w, "read counter", err)
 	}
 	return api.JSON(w, http.StatusOK, Count{Namespace: ns.Name, Name: name, Count: n[0]})
+}
+
+// Point is one bucket of a counter's series.
+type Point struct {
+	T     time.Time `json:"t"`
+	Count int64     `json:"count"`
+}
+
+// Series is a counter's adds per bucket, zero-filled.
+type Series struct {
+	Namespace   string           `json:"namespace"`
+	Name        string           `json:"name"`
+	Granularity read.Granularity `json:"granularity"`
+	From        time.Time        `json:"from"`
+	To          time.Time        `json:"to"`
+	Points      []Point          `json:"points"`
+}
+
+// series answers a read with from, to or granularity (the views series' parameters, minute,
+// hour or day): the counted adds per bucket, an eventual namespace's only.
+func (h *Handler) series(w http.ResponseWriter, r *http.Request, ns counters.Namespace, name string) int {
+	q, err := read.ParseSeriesQuery(r.URL.Query(), h.o.Now())
+	if err == nil && q.Granularity == read.Second {
+		err = &schemas.FieldError{Field: "granularity", Reason: `got "second"; want minute, hour or day`}
+	}
+	if err != nil {
+		return api.BadRequest(w, err)
+	}
+	if ns.Mode != counters.ModeEventual {
+		return api.Error(w, http.StatusBadRequest, "mode", fmt.Sprintf("time ranges need mode eventual; %q is %s", ns.Name, ns.Mode))
+	}
+	got, err := h.eventual.series(r.Context(), ns, name, q.Granularity, q.From, q.To)
+	if err != nil {
+		return h.failed(w, "read series", err)
+	}
+	out := Series{Namespace: ns.Name, Name: name, Granularity: q.Granularity, From: q.From, To: q.To, Points: make([]Point, 0, q.Points())}
+	for t := q.From; t.Before(q.To); t = t.Add(q.Granularity.Step()) {
+		out.Points = append(out.Points, Point{T: t, Count: got[t.Unix()]})
+	}
+	return api.JSON(w, http.StatusOK, out)
 }
 
 // Counts is the answer of a read of several counters.

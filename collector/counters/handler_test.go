@@ -402,3 +402,49 @@ func TestEventualAddsGoToTheLog(t *testing.T) {
 		t.Errorf("got %+v from add-and-get; want count 5 (3 counted, plus this add)", r)
 	}
 }
+
+// An eventual counter's series sums its minutes per bucket, zero-filled; best_effort namespaces
+// keep no buckets.
+func TestEventualSeries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openDB(t, ctx, "counters_series_test")
+	s := serve(t, conn)
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/plays", `{"mode":"eventual"}`, nil)
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/quick", `{"mode":"best_effort"}`, nil)
+	ns, _, err := s.reg.Lookup(ctx, "plays")
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := testinfra.RecentNoon().Truncate(24 * time.Hour)
+	at := func(h, m int) string {
+		return day.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute).Format("2006-01-02 15:04:05")
+	}
+	if err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO counter_deltas (partition, epoch, end_offset, ns, generation, name, minute, delta, expires) VALUES
+		(0, 1, 5, 'plays', %[1]d, 'eu', '%[2]s', 4, now() + 3600), (0, 1, 9, 'plays', %[1]d, 'eu', '%[2]s', -1, now() + 3600),
+		(0, 1, 9, 'plays', %[1]d, 'eu', '%[3]s', 10, now() + 3600), (0, 1, 9, 'plays', %[1]d, 'eu', '%[4]s', 5, now() + 3600)`,
+		ns.Generation, at(10, 5), at(10, 59), at(12, 0))); err != nil {
+		t.Fatal(err)
+	}
+	from, to := day.Add(10*time.Hour).Format(time.RFC3339), day.Add(12*time.Hour+30*time.Minute).Format(time.RFC3339)
+	var got Series
+	s.must(t, http.StatusOK, "svc-r", "GET", "/v1/namespaces/plays/counters/eu?granularity=hour&from="+from+"&to="+to, "", &got)
+	want := []int64{13, 0, 5}
+	if len(got.Points) != len(want) {
+		t.Fatalf("got %+v; want 3 hourly points", got)
+	}
+	for i, p := range got.Points {
+		if p.Count != want[i] || !p.T.Equal(day.Add(time.Duration(10+i)*time.Hour)) {
+			t.Errorf("point %d: got %+v; want %d at %s", i, p, want[i], day.Add(time.Duration(10+i)*time.Hour))
+		}
+	}
+	for _, c := range []string{
+		"/v1/namespaces/plays/counters/eu?granularity=second",
+		"/v1/namespaces/quick/counters/eu?granularity=hour",
+		"/v1/namespaces/plays/counters/eu?from=yesterday",
+	} {
+		if code, body := s.call(t, "svc-r", "GET", c, ""); code != http.StatusBadRequest {
+			t.Errorf("GET %s: got %d %s; want 400", c, code, body)
+		}
+	}
+}

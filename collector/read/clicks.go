@@ -47,8 +47,8 @@ func (h *Handler) clickSeries(w http.ResponseWriter, r *http.Request) int {
 		h.logger.Warn("read click series", "ad_id", ad, "granularity", q.Granularity, "from", q.From, "to", q.To, "err", err)
 		return api.Unavailable(w, "click series are unavailable right now; retry later")
 	}
-	points := make([]ClickPoint, 0, q.points())
-	step := q.Granularity.step()
+	points := make([]ClickPoint, 0, q.Points())
+	step := q.Granularity.Step()
 	for t := q.From; t.Before(q.To); t = t.Add(step) {
 		c, final := got[t.Unix()], false
 		if rep, ok := reports[t.Unix()]; ok {

@@ -323,8 +323,8 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 		h.logger.Warn("read series", "item_id", id, "granularity", q.Granularity, "from", q.From, "to", q.To, "err", err)
 		return api.Unavailable(w, "series are unavailable right now; retry later")
 	}
-	points := make([]Point, 0, q.points())
-	step := q.Granularity.step()
+	points := make([]Point, 0, q.Points())
+	step := q.Granularity.Step()
 	for t := q.From; t.Before(q.To); t = t.Add(step) {
 		points = append(points, Point{T: t, Views: got[t.Unix()]})
 	}
@@ -343,7 +343,8 @@ type SeriesQuery struct {
 	From, To    time.Time
 }
 
-func (q SeriesQuery) points() int { return int(q.To.Sub(q.From) / q.Granularity.step()) }
+// Points is how many buckets the range holds.
+func (q SeriesQuery) Points() int { return int(q.To.Sub(q.From) / q.Granularity.Step()) }
 
 // ParseSeriesQuery reads granularity (default minute), to (default now) and from (default 60
 // buckets before to), each time as RFC 3339 or Unix milliseconds. Both ends are aligned down to
@@ -358,7 +359,7 @@ func ParseSeriesQuery(v url.Values, now time.Time) (SeriesQuery, error) {
 	default:
 		return q, &schemas.FieldError{Field: "granularity", Reason: fmt.Sprintf("got %q; want second, minute, hour or day", q.Granularity)}
 	}
-	step := q.Granularity.step()
+	step := q.Granularity.Step()
 	q.To = now
 	if s := v.Get("to"); s != "" {
 		ms, err := schemas.ParseTS(s)

@@ -568,7 +568,7 @@ func FuzzParseSeriesQuery(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if n := q.points(); n < 1 || n > maxPoints {
+		if n := q.Points(); n < 1 || n > maxPoints {
 			t.Fatalf("got %d points accepted; want 1..%d", n, maxPoints)
 		}
 		if q.From.Unix() < 0 || q.To.Unix() > seriesEndUnix {

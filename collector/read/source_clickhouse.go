@@ -79,7 +79,8 @@ const (
 )
 
 // step is the bucket width; table and column say where the buckets are stored.
-func (g Granularity) step() time.Duration {
+// Step is the length of one bucket.
+func (g Granularity) Step() time.Duration {
 	switch g {
 	case Second:
 		return time.Second
