@@ -18,7 +18,7 @@ import (
 // project sees it: adds sent with the Go client (each retried with its token until acknowledged,
 // every tenth sent twice more by the caller, as a retrying producer does) while the all-in-one
 // is SIGKILLed three times and started again end with every counter exactly the sum of the adds,
-// each counted once.
+// each counted once, and a clear sent half-way applied at its place in the log.
 func TestCountersEventualExactThroughKills(t *testing.T) {
 	bins, err := buildOnce()
 	if err != nil {
@@ -47,6 +47,13 @@ func TestCountersEventualExactThroughKills(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		for i := range adds {
+			if i == adds/2 { // c4 cleared half-way: it ends with the adds sent after
+				if _, err := c.ClearCount(ctx, "meters", "c4", "clear-1"); err != nil {
+					done <- fmt.Errorf("clear: %w", err)
+					return
+				}
+				want["c4"] = 0
+			}
 			name, delta := fmt.Sprintf("c%d", i%counters), int64(i%7-2)
 			a := client.CounterAdd{Delta: delta, Token: fmt.Sprintf("add-%d", i)}
 			for range 1 + 2*btoi(i%10 == 0) {

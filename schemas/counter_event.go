@@ -10,6 +10,9 @@ import (
 // namespace said when it was accepted (generation, idempotency window, retention), so a replay
 // decides as the first run did whatever the namespace's settings became since.
 type CounterEvent struct {
+	// Op is CounterAdd (also when empty) or CounterClear: a clear sets the counter to zero at its
+	// place in the log; Delta is then ignored.
+	Op         string `json:"op,omitempty"`
 	Namespace  string `json:"ns"`
 	Generation uint64 `json:"gen"`
 	Name       string `json:"name"`
@@ -20,6 +23,12 @@ type CounterEvent struct {
 	Window    int64  `json:"window_ms"` // the namespace's idempotency window
 	Retention int64  `json:"retention_s"`
 }
+
+// The ops of a CounterEvent.
+const (
+	CounterAdd   = "add"
+	CounterClear = "clear"
+)
 
 // MaxCounterWindow and MaxCounterRetention bound what a record may carry (the namespaces' own
 // bounds, platform/counters).
@@ -44,6 +53,8 @@ func DecodeCounterEvent(b []byte) (CounterEvent, error) {
 		return CounterEvent{}, fmt.Errorf("counter event: %w", err)
 	}
 	switch {
+	case e.Op != "" && e.Op != CounterAdd && e.Op != CounterClear:
+		return CounterEvent{}, &FieldError{"op", fmt.Sprintf("got %q; want add or clear", e.Op)}
 	case e.Namespace == "" || len(e.Namespace) > 63:
 		return CounterEvent{}, &FieldError{"ns", "must be 1..63 bytes"}
 	case e.Window <= 0 || e.Window > MaxCounterWindow:

@@ -6,7 +6,7 @@ import (
 )
 
 func TestCounterEventRoundTrip(t *testing.T) {
-	e := CounterEvent{Namespace: "shares", Generation: 7, Name: "post-1", Delta: -3, Token: "t-1", TS: 1764800000000, Window: 3_600_000, Retention: 86400}
+	e := CounterEvent{Op: CounterClear, Namespace: "shares", Generation: 7, Name: "post-1", Delta: -3, Token: "t-1", TS: 1764800000000, Window: 3_600_000, Retention: 86400}
 	got, err := DecodeCounterEvent(AppendCounterEvent(nil, e))
 	if err != nil || got != e {
 		t.Fatalf("got %+v, %v; want %+v", got, err, e)
@@ -19,6 +19,7 @@ func TestCounterEventRoundTrip(t *testing.T) {
 		{"no token", `{"ns":"n","name":"a","ts":1,"window_ms":1,"retention_s":1}`, "token"},
 		{"bad name", `{"ns":"n","name":"a/b","token":"t","ts":1,"window_ms":1,"retention_s":1}`, "name"},
 		{"no time", `{"ns":"n","name":"a","token":"t","window_ms":1,"retention_s":1}`, "ts"},
+		{"unknown op", `{"op":"reset","ns":"n","name":"a","token":"t","ts":1,"window_ms":1,"retention_s":1}`, "op"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var fe *FieldError

@@ -49,7 +49,9 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 			Help: "Counter batches written by an aggregator after it had lost the partition, found and undone."}),
 	}
 	reg.MustRegister(a.zombies)
-	a.Engine = engine.New(engine.Config{Stream: "counters", Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch,
+	a.Engine = engine.New(engine.Config{Stream: "counters", Metrics: engine.Names{Records: "tally_counters_records_total", Counted: "tally_counters_counted_total", SetAside: "tally_counters_undecodable_total",
+		FlushSeconds: "tally_counters_flush_seconds", FlushErrors: "tally_counters_flush_errors_total", Fenced: "tally_counters_fenced_partitions_total", Lag: "tally_counters_flush_lag_seconds"},
+		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch,
 		Conn: conn, Now: now, Logger: logger, Registry: reg}, engine.Rules[*partition](a))
 	return a
 }
@@ -110,8 +112,9 @@ func (a *Aggregator) Apply(p *partition, _ string, recs []*kgo.Record) engine.Ap
 }
 
 // Write writes the batches of the partitions f names: the refused records' dead letters and the
-// counted tokens first (a replay writes them again identically), then the deltas with the
-// checkpoint behind the fence; every CheckInterval, a flush of every partition also undoes
+// counted tokens first (a replay writes them again identically), then, for the counters a batch
+// clears, reads their totals up to the checkpoint, then writes the deltas (a clear's as the
+// negated total in its minute) with the checkpoint behind the fence; every CheckInterval, a flush of every partition also undoes
 // zombies' batches that landed after this owner's claim.
 func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets, error) {
 	var parts []*partition
@@ -125,6 +128,9 @@ func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets,
 	}
 	if len(parts) > 0 {
 		if err := a.Retry(ctx, "write counter tokens", func() error { return a.store.writeTokens(ctx, parts) }); err != nil {
+			return nil, err
+		}
+		if err := a.Retry(ctx, "read cleared counters' totals", func() error { return a.readDurable(ctx, parts) }); err != nil {
 			return nil, err
 		}
 	}
@@ -148,6 +154,16 @@ func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets,
 		return nil, nil
 	}
 	return member.Offsets{schemas.TopicCounterEvents: done}, nil
+}
+
+// readDurable reads the totals of the counters the batches of parts clear (store.readDurable).
+func (a *Aggregator) readDurable(ctx context.Context, parts []*partition) error {
+	for _, p := range parts {
+		if err := a.store.readDurable(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // undoZombies deletes the batches the fence makes invalid that landed after their owner's claim

@@ -3,6 +3,7 @@ package counters
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -41,15 +42,19 @@ func newAgg(conn driver.Conn) *Aggregator {
 }
 
 // logOf builds a partition's log of adds to a few counters of two namespaces with different
-// windows: every add is sent one to three times with its token (a client's retries, at later
-// times within the window), and one token is sent again past its window (it counts again). It
-// returns the records and, per counter, the exact sum the rule gives.
+// windows, and now and then a clear: every op is sent one to three times with its token (a
+// client's retries, at later times within the window), and one token is sent again past its
+// window (it counts again). It returns the records and, per counter, the exact value the rule
+// gives: the sum of the adds after its last clear.
 func logOf(rng *rand.Rand, n int) ([][]byte, map[string]int64) {
 	var log [][]byte
 	want := map[string]int64{}
-	add := func(ns string, window int64, name string, delta int64, token string, ts int64) {
-		log = append(log, schemas.AppendCounterEvent(nil, schemas.CounterEvent{Namespace: ns, Generation: 1, Name: name, Delta: delta,
+	op := func(kind, ns string, window int64, name string, delta int64, token string, ts int64) {
+		log = append(log, schemas.AppendCounterEvent(nil, schemas.CounterEvent{Op: kind, Namespace: ns, Generation: 1, Name: name, Delta: delta,
 			Token: token, TS: ts, Window: window, Retention: 90 * 86400}))
+	}
+	add := func(ns string, window int64, name string, delta int64, token string, ts int64) {
+		op(schemas.CounterAdd, ns, window, name, delta, token, ts)
 	}
 	t0 := base.UnixMilli()
 	for i := range n {
@@ -60,16 +65,22 @@ func logOf(rng *rand.Rand, n int) ([][]byte, map[string]int64) {
 		name := fmt.Sprintf("c%d", rng.IntN(4))
 		delta := int64(rng.IntN(21) - 5)
 		ts := t0 + int64(i)*100
-		want[ns+"/"+name] += delta
+		kind := schemas.CounterAdd
+		if rng.IntN(25) == 0 {
+			kind, want[ns+"/"+name] = schemas.CounterClear, 0
+		} else {
+			want[ns+"/"+name] += delta
+		}
 		for r := range 1 + rng.IntN(3) {
-			add(ns, window, name, delta, fmt.Sprintf("t%d", i), ts+int64(r)*50)
+			op(kind, ns, window, name, delta, fmt.Sprintf("t%d", i), ts+int64(r)*50)
 		}
 	}
 	// Past its window (a minute) the same token counts again.
 	add("plays", 60_000, "late", 7, "once", t0+int64(n)*100)
 	add("plays", 60_000, "late", 7, "once", t0+int64(n)*100+2*60_000)
 	want["plays/late"] += 14
-	log = append(log, []byte("not json")) // set aside
+	log = append(log, []byte("not json"))                                 // set aside
+	maps.DeleteFunc(want, func(_ string, v int64) bool { return v == 0 }) // as sums reads them
 	return log, want
 }
 

@@ -17,6 +17,7 @@
 package counters
 
 import (
+	"maps"
 	"strconv"
 
 	"tally/aggregator/deadletter"
@@ -28,12 +29,23 @@ import (
 // whole state (package dedupe).
 const grace = 10 * 60 * 1000
 
+// counterKey is one counter.
+type counterKey struct {
+	ns   string
+	gen  uint64
+	name string
+}
+
 // deltaKey is one counter's minute.
 type deltaKey struct {
-	ns     string
-	gen    uint64
-	name   string
+	counterKey
 	minute int64 // Unix seconds, a multiple of 60
+}
+
+// cleared is a counter's last clear in the batch: its minute and its row's expiry. At the write
+// the counter's durable total (durable) is taken back in that minute.
+type cleared struct {
+	minute, expires int64
 }
 
 // delta is a minute's sum in the batch, and when its row expires (Unix seconds).
@@ -61,6 +73,10 @@ type partition struct {
 
 	windows map[int64]*dedupe.Window // by window length, ms
 	deltas  map[deltaKey]*delta
+	clears  map[counterKey]cleared
+	// durable holds the totals up to the checkpoint of the counters the batch clears, read once
+	// per batch (readDurable), so that a retried write takes back the same amounts.
+	durable map[counterKey]int64
 	tokens  []token
 	counted int
 	poison  int
@@ -68,7 +84,7 @@ type partition struct {
 }
 
 func newPartition(id int32) *partition {
-	return &partition{id: id, windows: map[int64]*dedupe.Window{}, deltas: map[deltaKey]*delta{}}
+	return &partition{id: id, windows: map[int64]*dedupe.Window{}, deltas: map[deltaKey]*delta{}, clears: map[counterKey]cleared{}}
 }
 
 // ID, Epoch and Batched are the partition as the engine reads it.
@@ -106,7 +122,15 @@ func (p *partition) apply(offset int64, key, value []byte) {
 	p.counted++
 	p.tokens = append(p.tokens, token{window: e.Window, key: k, ts: e.TS})
 	minute := floorDiv(e.TS, 60_000) * 60
-	dk := deltaKey{e.Namespace, e.Generation, e.Name, minute}
+	ck := counterKey{e.Namespace, e.Generation, e.Name}
+	if e.Op == schemas.CounterClear {
+		// The batch's adds before it no longer count; the durable total is taken back at the
+		// write, in the clear's minute.
+		maps.DeleteFunc(p.deltas, func(k deltaKey, _ *delta) bool { return k.counterKey == ck })
+		p.clears[ck] = cleared{minute: minute, expires: minute + e.Retention}
+		return
+	}
+	dk := deltaKey{ck, minute}
 	d := p.deltas[dk]
 	if d == nil {
 		d = &delta{}
@@ -120,6 +144,8 @@ func (p *partition) apply(offset int64, key, value []byte) {
 func (p *partition) markFlushed() {
 	p.flushed = p.next
 	clear(p.deltas)
+	clear(p.clears)
+	p.durable = nil
 	p.tokens = p.tokens[:0]
 	p.records, p.counted, p.poison = 0, 0, 0
 	p.dead = nil

@@ -3,6 +3,7 @@ package counters
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -137,6 +138,11 @@ func (s store) writeDeltas(ctx context.Context, parts []*partition, now time.Tim
 				return fmt.Errorf("append delta of counter partition %d: %w", p.id, err)
 			}
 		}
+		for k, c := range p.clears {
+			if err := b.Append(uint16(p.id), p.epoch, p.next, k.ns, k.gen, k.name, time.Unix(c.minute, 0), -p.durable[k], time.Unix(c.expires, 0)); err != nil {
+				return fmt.Errorf("append clear of counter partition %d: %w", p.id, err)
+			}
+		}
 	}
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("insert counter deltas: %w", err)
@@ -152,4 +158,38 @@ func (s store) batchWritten(ctx context.Context, p int32, epoch uint64, end int6
 		return false, fmt.Errorf("look for the marker of counter partition %d at %d: %w", p, end, err)
 	}
 	return n > 0, nil
+}
+
+// readDurable reads, once per batch, the totals up to the checkpoint of the counters p's batch
+// clears: the sums of partition p's valid batches (a counter's adds are all in its partition).
+func (s store) readDurable(ctx context.Context, p *partition) error {
+	if len(p.clears) == 0 || p.durable != nil {
+		return nil
+	}
+	var conds []string
+	var args []any
+	for k := range p.clears {
+		conds = append(conds, "(ns = ? AND generation = ? AND name = ?)")
+		args = append(args, k.ns, k.gen, k.name)
+	}
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT ns, generation, name, sum(delta) FROM counter_deltas
+		WHERE partition = %d AND NOT (%s) AND (%s) GROUP BY ns, generation, name`, p.id, p.invalid, strings.Join(conds, " OR ")), args...)
+	if err != nil {
+		return fmt.Errorf("read the totals of cleared counters of partition %d: %w", p.id, err)
+	}
+	defer rows.Close()
+	durable := make(map[counterKey]int64, len(p.clears))
+	for rows.Next() {
+		var k counterKey
+		var sum int64
+		if err := rows.Scan(&k.ns, &k.gen, &k.name, &sum); err != nil {
+			return fmt.Errorf("scan the total of a cleared counter: %w", err)
+		}
+		durable[k] = sum
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the totals of cleared counters of partition %d: %w", p.id, err)
+	}
+	p.durable = durable
+	return nil
 }

@@ -94,8 +94,9 @@ type Rules[P Partition] interface {
 
 // Config is a stream's engine.
 type Config struct {
-	// Stream names the stream in logs, errors and metric names (tally_<stream>_…).
-	Stream string
+	// Stream names the stream in logs and errors; Metrics its metrics.
+	Stream  string
+	Metrics Names
 	// Claims is the stream's claims table, read by the fence check.
 	Claims        fence.Table
 	FlushInterval time.Duration
@@ -127,7 +128,7 @@ type Engine[P Partition] struct {
 // New returns the engine of rules, its metrics registered.
 func New[P Partition](c Config, rules Rules[P]) *Engine[P] {
 	e := &Engine[P]{c: c, rules: rules, parts: map[int32]P{}, fenced: map[int32]bool{}, reclaim: map[int32]bool{},
-		pace: flushpace.New(c.FlushInterval, c.Now()), m: newMetrics(c.Stream, c.Registry)}
+		pace: flushpace.New(c.FlushInterval, c.Now()), m: newMetrics(c.Metrics, c.Registry)}
 	e.writes = writes.New(writes.Config{Conn: c.Conn, Now: c.Now, Logger: c.Logger, Errors: e.m.flushErrors, Steps: c.StepSeconds})
 	return e
 }

@@ -82,7 +82,7 @@ func (r *rules) Write(_ context.Context, f Flush) (member.Offsets, error) {
 
 func newTestEngine(t *testing.T, r *rules, maxBatch int) *Engine[*part] {
 	t.Helper()
-	return New(Config{Stream: "test", FlushInterval: time.Second, MaxBatch: maxBatch, Now: func() time.Time { return *r.clock },
+	return New(Config{Stream: "test", Metrics: Names{Records: "tally_test_records_total", Counted: "tally_test_counted_total", SetAside: "tally_test_undecodable_total", FlushSeconds: "tally_test_flush_seconds", FlushErrors: "tally_test_flush_errors_total", Fenced: "tally_test_fenced_partitions_total", Lag: "tally_test_flush_lag_seconds"}, FlushInterval: time.Second, MaxBatch: maxBatch, Now: func() time.Time { return *r.clock },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()}, Rules[*part](r))
 }
 

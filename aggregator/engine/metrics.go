@@ -1,12 +1,23 @@
 package engine
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are what every stream counts, named tally_<stream>_….
+// Names are a stream's metric names, each tally_<stream>_…. The rule set writes them out in full,
+// so that a search of the tree for a metric (the dashboards' and alerts' tests) finds where it is
+// registered.
+type Names struct {
+	Records      string // tally_<stream>_records_total
+	Counted      string // tally_<stream>_counted_total
+	SetAside     string // tally_<stream>_undecodable_total
+	FlushSeconds string // tally_<stream>_flush_seconds
+	FlushErrors  string // tally_<stream>_flush_errors_total
+	Fenced       string // tally_<stream>_fenced_partitions_total
+	Lag          string // tally_<stream>_flush_lag_seconds
+}
+
+// metrics are what every stream counts.
 type metrics struct {
 	records, counted, setAside prometheus.Counter
 	flushSeconds               prometheus.Histogram
@@ -14,22 +25,21 @@ type metrics struct {
 	lag                        prometheus.Gauge
 }
 
-func newMetrics(stream string, reg prometheus.Registerer) metrics {
-	name := func(s string) string { return fmt.Sprintf("tally_%s_%s", stream, s) }
+func newMetrics(n Names, reg prometheus.Registerer) metrics {
 	m := metrics{
-		records: prometheus.NewCounter(prometheus.CounterOpts{Name: name("records_total"),
+		records: prometheus.NewCounter(prometheus.CounterOpts{Name: n.Records,
 			Help: "Records consumed from the stream's topics (a replay counts them again)."}),
-		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: name("counted_total"),
+		counted: prometheus.NewCounter(prometheus.CounterOpts{Name: n.Counted,
 			Help: "Events counted after dedupe (first in their window); a counted edge view count adds its count."}),
-		setAside: prometheus.NewCounter(prometheus.CounterOpts{Name: name("undecodable_total"),
+		setAside: prometheus.NewCounter(prometheus.CounterOpts{Name: n.SetAside,
 			Help: "Records set aside in dead_letters because they did not decode or validate, as processed (a replay counts them again)."}),
-		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("flush_seconds"),
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: n.FlushSeconds,
 			Help: "Time to write one flush that wrote a batch.", Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}),
-		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: name("flush_errors_total"),
+		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: n.FlushErrors,
 			Help: "ClickHouse steps that failed and were retried."}),
-		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: name("fenced_partitions_total"),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: n.Fenced,
 			Help: "Partitions dropped before writing because a newer owner had claimed them."}),
-		lag: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("flush_lag_seconds"),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{Name: n.Lag,
 			Help: "Age of the oldest unflushed batch at the last flush."}),
 	}
 	reg.MustRegister(m.records, m.counted, m.setAside, m.flushSeconds, m.flushErrors, m.fenced, m.lag)

@@ -36,15 +36,15 @@ func newEventual(producer *kgo.Client, produceTimeout time.Duration, conn driver
 // errBusy is a read that found no slot in time.
 var errBusy = fmt.Errorf("counter reads are over capacity")
 
-// add writes one add to the log.
-func (e *eventual) add(ctx context.Context, ns counters.Namespace, name string, delta int64, token string, at time.Time) error {
-	ev := schemas.CounterEvent{Namespace: ns.Name, Generation: ns.Generation, Name: name, Delta: delta, Token: token, TS: at.UnixMilli(),
+// write writes one add or clear (op) to the log.
+func (e *eventual) write(ctx context.Context, ns counters.Namespace, name, op string, delta int64, token string, at time.Time) error {
+	ev := schemas.CounterEvent{Op: op, Namespace: ns.Name, Generation: ns.Generation, Name: name, Delta: delta, Token: token, TS: at.UnixMilli(),
 		Window: ns.IdempotencyWindow.Milliseconds(), Retention: int64(ns.Retention / time.Second)}
 	pctx, cancel := context.WithTimeout(ctx, e.produceTimeout)
 	defer cancel()
 	rec := &kgo.Record{Topic: schemas.TopicCounterEvents, Key: schemas.CounterKey(ns.Name, name), Value: schemas.AppendCounterEvent(nil, ev)}
 	if err := e.producer.ProduceSync(pctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("write add of %s/%s to the log: %w", ns.Name, name, err)
+		return fmt.Errorf("write %s of %s/%s to the log: %w", op, ns.Name, name, err)
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func (h *Handler) addEventual(w http.ResponseWriter, r *http.Request, ns counter
 	if a.EventTime != "" {
 		at, _ = time.Parse(time.RFC3339Nano, a.EventTime) // checked by checkAdd
 	}
-	if err := h.eventual.add(r.Context(), ns, name, *a.Delta, a.IdempotencyToken, at); err != nil {
+	if err := h.eventual.write(r.Context(), ns, name, schemas.CounterAdd, *a.Delta, a.IdempotencyToken, at); err != nil {
 		return h.failed(w, "add", err)
 	}
 	res := Result{}
@@ -238,8 +238,14 @@ func (h *Handler) clear(w http.ResponseWriter, r *http.Request) int {
 	if err := checkToken(c.IdempotencyToken); err != nil {
 		return api.BadRequest(w, err)
 	}
-	if ns.Mode != counters.ModeBestEffort {
-		return api.Error(w, http.StatusBadRequest, "mode", fmt.Sprintf("clear is not available in mode %s yet", ns.Mode))
+	if ns.Mode == counters.ModeEventual {
+		if c.IdempotencyToken == "" {
+			return api.BadRequest(w, &schemas.FieldError{Field: "idempotency_token", Reason: "is required in mode eventual"})
+		}
+		if err := h.eventual.write(r.Context(), ns, name, schemas.CounterClear, 0, c.IdempotencyToken, h.o.Now()); err != nil {
+			return h.failed(w, "clear", err)
+		}
+		return api.JSON(w, http.StatusAccepted, Result{})
 	}
 	out, err := h.o.BestEffort.Clear(r.Context(), ns, name, c.IdempotencyToken)
 	if err != nil {

@@ -331,8 +331,8 @@ func TestAccessAndOtherCollectors(t *testing.T) {
 	})
 }
 
-// An eventual namespace's add is a record of the counter_events topic, answered 202 once Kafka
-// has it: with the namespace's generation, window and retention, keyed by counter. Its reads sum
+// An eventual namespace's add or clear is a record of the counter_events topic, answered 202
+// once Kafka has it: with the namespace's generation, window and retention, keyed by counter. Its reads sum
 // the aggregators' rows of counter_deltas (markers aside); add-and-get adds this add to them.
 func TestEventualAddsGoToTheLog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -349,8 +349,9 @@ func TestEventualAddsGoToTheLog(t *testing.T) {
 		want       int
 	}{
 		{"/v1/namespaces/plays/counters/eu/add", `{"delta":1}`, http.StatusBadRequest}, // no token
-		{"/v1/namespaces/plays/counters/eu/clear", `{"idempotency_token":"c"}`, http.StatusBadRequest},
+		{"/v1/namespaces/plays/counters/eu/clear", `{}`, http.StatusBadRequest},        // no token
 		{"/v1/namespaces/plays/counters/eu/add", `{"delta":4,"idempotency_token":"a1","event_time":"2026-12-04T10:00:00Z"}`, http.StatusAccepted},
+		{"/v1/namespaces/plays/counters/eu/clear", `{"idempotency_token":"c1"}`, http.StatusAccepted},
 	} {
 		if code, body := s.call(t, "svc-w", "POST", c.path, c.body); code != c.want {
 			t.Errorf("POST %s %s: got %d %s; want %d", c.path, c.body, code, body, c.want)
@@ -362,7 +363,7 @@ func TestEventualAddsGoToTheLog(t *testing.T) {
 	}
 	defer cl.Close()
 	var got []schemas.CounterEvent
-	for len(got) == 0 && ctx.Err() == nil {
+	for len(got) < 2 && ctx.Err() == nil {
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 			e, err := schemas.DecodeCounterEvent(r.Value)
 			if err != nil {
@@ -376,10 +377,10 @@ func TestEventualAddsGoToTheLog(t *testing.T) {
 			}
 		})
 	}
-	want := schemas.CounterEvent{Namespace: "plays", Generation: ns.Generation, Name: "eu", Delta: 4, Token: "a1",
+	want := schemas.CounterEvent{Op: schemas.CounterAdd, Namespace: "plays", Generation: ns.Generation, Name: "eu", Delta: 4, Token: "a1",
 		TS: time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC).UnixMilli(), Window: 2 * 3600 * 1000, Retention: 30 * 86400}
-	if len(got) != 1 || got[0] != want {
-		t.Errorf("got %+v in the log; want %+v", got, want)
+	if len(got) != 2 || got[0] != want || got[1].Op != schemas.CounterClear || got[1].Token != "c1" || got[1].Name != "eu" {
+		t.Errorf("got %+v in the log; want %+v, then a clear with token c1", got, want)
 	}
 	// Rows as the aggregators write them: two batches of eu, a marker, another generation.
 	for _, q := range []string{
