@@ -192,3 +192,38 @@ func (c *Client) GetCountSeries(ctx context.Context, ns, name string, q SeriesQu
 	err := c.call(ctx, request{method: http.MethodGet, path: counterPath(ns, name), query: v, want: http.StatusOK, out: &out})
 	return out, err
 }
+
+// AddDistinct adds member to counter name's distinct members of the hour of at (now when zero)
+// (POST …/add-distinct). Adding a member twice is adding it once, so the call is retried like any
+// other.
+func (c *Client) AddDistinct(ctx context.Context, ns, name, member string, at time.Time) error {
+	body := struct {
+		Member    string `json:"member"`
+		EventTime string `json:"event_time,omitempty"`
+	}{Member: member}
+	if !at.IsZero() {
+		body.EventTime = at.UTC().Format(time.RFC3339Nano)
+	}
+	_, err := c.counterWrite(ctx, counterPath(ns, name)+"/add-distinct", body)
+	return err
+}
+
+// DistinctCount is an estimate of a counter's distinct members over whole hours, with its
+// relative standard error.
+type DistinctCount struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	From      time.Time `json:"from"`
+	To        time.Time `json:"to"`
+	Distinct  int64     `json:"distinct"`
+	StdError  float64   `json:"std_error"`
+}
+
+// GetDistinct estimates counter name's distinct members in the hours from from to to (zero
+// times: the server's defaults, the last 24 hours).
+func (c *Client) GetDistinct(ctx context.Context, ns, name string, from, to time.Time) (DistinctCount, error) {
+	var out DistinctCount
+	err := c.call(ctx, request{method: http.MethodGet, path: counterPath(ns, name) + "/distinct",
+		query: SeriesQuery{From: from, To: to}.values(), want: http.StatusOK, out: &out})
+	return out, err
+}

@@ -95,6 +95,21 @@ func TestCountersEventualExactThroughKills(t *testing.T) {
 		}
 		return ok, fmt.Sprintf("got %v; want %v", got, want)
 	})
+	// Distinct members through the log, each sent twice: counted once each.
+	for i := range 30 {
+		for range 2 {
+			if err := c.AddDistinct(ctx, "meters", "c1", fmt.Sprintf("viewer-%d", i), time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	testinfra.WaitFor(t, 30*time.Second, "30 distinct members counted", func() (bool, string) {
+		d, err := c.GetDistinct(ctx, "meters", "c1", time.Time{}, time.Time{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.Distinct == 30, fmt.Sprintf("got %+v", d)
+	})
 	// The same adds by the hour of their event time (the collector's clock): the buckets sum to
 	// the total.
 	series, err := c.GetCountSeries(ctx, "meters", "c1", client.SeriesQuery{Granularity: client.Hour, From: time.Now().Add(-2 * time.Hour)})

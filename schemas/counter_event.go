@@ -10,8 +10,9 @@ import (
 // namespace said when it was accepted (generation, idempotency window, retention), so a replay
 // decides as the first run did whatever the namespace's settings became since.
 type CounterEvent struct {
-	// Op is CounterAdd (also when empty) or CounterClear: a clear sets the counter to zero at its
-	// place in the log; Delta is then ignored.
+	// Op is CounterAdd (also when empty), CounterClear (the counter set to zero at its place in
+	// the log; Delta ignored) or CounterDistinct (Member added to the counter's distinct members
+	// of its hour; Delta and Token ignored: adding a member twice is adding it once).
 	Op         string `json:"op,omitempty"`
 	Namespace  string `json:"ns"`
 	Generation uint64 `json:"gen"`
@@ -22,12 +23,14 @@ type CounterEvent struct {
 	TS        int64  `json:"ts"`        // event time, Unix milliseconds
 	Window    int64  `json:"window_ms"` // the namespace's idempotency window
 	Retention int64  `json:"retention_s"`
+	Member    string `json:"member,omitempty"`
 }
 
 // The ops of a CounterEvent.
 const (
-	CounterAdd   = "add"
-	CounterClear = "clear"
+	CounterAdd      = "add"
+	CounterClear    = "clear"
+	CounterDistinct = "distinct"
 )
 
 // MaxCounterWindow and MaxCounterRetention bound what a record may carry (the namespaces' own
@@ -53,8 +56,8 @@ func DecodeCounterEvent(b []byte) (CounterEvent, error) {
 		return CounterEvent{}, fmt.Errorf("counter event: %w", err)
 	}
 	switch {
-	case e.Op != "" && e.Op != CounterAdd && e.Op != CounterClear:
-		return CounterEvent{}, &FieldError{"op", fmt.Sprintf("got %q; want add or clear", e.Op)}
+	case e.Op != "" && e.Op != CounterAdd && e.Op != CounterClear && e.Op != CounterDistinct:
+		return CounterEvent{}, &FieldError{"op", fmt.Sprintf("got %q; want add, clear or distinct", e.Op)}
 	case e.Namespace == "" || len(e.Namespace) > 63:
 		return CounterEvent{}, &FieldError{"ns", "must be 1..63 bytes"}
 	case e.Window <= 0 || e.Window > MaxCounterWindow:
@@ -66,6 +69,12 @@ func DecodeCounterEvent(b []byte) (CounterEvent, error) {
 	}
 	if err := CheckID("name", e.Name, true); err != nil {
 		return CounterEvent{}, err
+	}
+	if e.Op == CounterDistinct {
+		if err := CheckID("member", e.Member, true); err != nil {
+			return CounterEvent{}, err
+		}
+		return e, nil
 	}
 	if err := CheckID("token", e.Token, true); err != nil {
 		return CounterEvent{}, err

@@ -19,6 +19,7 @@ func TestCounterEventRoundTrip(t *testing.T) {
 		{"no token", `{"ns":"n","name":"a","ts":1,"window_ms":1,"retention_s":1}`, "token"},
 		{"bad name", `{"ns":"n","name":"a/b","token":"t","ts":1,"window_ms":1,"retention_s":1}`, "name"},
 		{"no time", `{"ns":"n","name":"a","token":"t","window_ms":1,"retention_s":1}`, "ts"},
+		{"distinct without a member", `{"op":"distinct","ns":"n","name":"a","ts":1,"window_ms":1,"retention_s":1}`, "member"},
 		{"unknown op", `{"op":"reset","ns":"n","name":"a","token":"t","ts":1,"window_ms":1,"retention_s":1}`, "op"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -35,6 +36,7 @@ func TestCounterEventRoundTrip(t *testing.T) {
 func FuzzDecodeCounterEvent(f *testing.F) {
 	f.Add([]byte(`{"ns":"shares","gen":1,"name":"p","delta":1,"token":"t","ts":5,"window_ms":60000,"retention_s":3600}`))
 	f.Add([]byte(`{"ns":"x","delta":-9223372036854775808}`))
+	f.Add([]byte(`{"op":"distinct","ns":"s","name":"p","member":"u@x","ts":5,"window_ms":60000,"retention_s":3600}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := DecodeCounterEvent(b)
 		if err != nil {

@@ -112,7 +112,8 @@ func (a *Aggregator) Apply(p *partition, _ string, recs []*kgo.Record) engine.Ap
 }
 
 // Write writes the batches of the partitions f names: the refused records' dead letters and the
-// counted tokens first (a replay writes them again identically), then, for the counters a batch
+// counted tokens and the distinct members first (a replay writes them again to no effect), then,
+// for the counters a batch
 // clears, reads their totals up to the checkpoint, then writes the deltas (a clear's as the
 // negated total in its minute) with the checkpoint behind the fence; every CheckInterval, a flush of every partition also undoes
 // zombies' batches that landed after this owner's claim.
@@ -128,6 +129,9 @@ func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets,
 	}
 	if len(parts) > 0 {
 		if err := a.Retry(ctx, "write counter tokens", func() error { return a.store.writeTokens(ctx, parts) }); err != nil {
+			return nil, err
+		}
+		if err := a.Retry(ctx, "write distinct members", func() error { return a.store.writeMembers(ctx, parts) }); err != nil {
 			return nil, err
 		}
 		if err := a.Retry(ctx, "read cleared counters' totals", func() error { return a.readDurable(ctx, parts) }); err != nil {

@@ -35,6 +35,10 @@ func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
 
 var base = testinfra.RecentNoon()
 
+// distinctMembers is how many distinct members logOf adds: few enough that uniqCombined64 counts
+// them exactly.
+const distinctMembers = 40
+
 var testCfg = Config{FlushInterval: time.Second, MaxBatch: 1000, CheckInterval: 0, Owner: "test"}
 
 func newAgg(conn driver.Conn) *Aggregator {
@@ -73,6 +77,13 @@ func logOf(rng *rand.Rand, n int) ([][]byte, map[string]int64) {
 		}
 		for r := range 1 + rng.IntN(3) {
 			op(kind, ns, window, name, delta, fmt.Sprintf("t%d", i), ts+int64(r)*50)
+		}
+	}
+	// Distinct members of one counter, each sent twice: the sketch holds each once.
+	for i := range distinctMembers {
+		for range 2 {
+			log = append(log, schemas.AppendCounterEvent(nil, schemas.CounterEvent{Op: schemas.CounterDistinct, Namespace: "shares", Generation: 1,
+				Name: "c0", Member: fmt.Sprintf("m%d", i), TS: t0 + int64(i), Window: 3_600_000, Retention: 90 * 86400}))
 		}
 	}
 	// Past its window (a minute) the same token counts again.
@@ -164,6 +175,13 @@ func TestCountsExactThroughCrashes(t *testing.T) {
 			}
 			if letters != 1 {
 				t.Errorf("got %d dead letters; want 1 (the record that is not JSON)", letters)
+			}
+			var members uint64
+			if err := conn.QueryRow(ctx, `SELECT uniqCombined64Merge(members) FROM counter_distinct WHERE ns = 'shares' AND name = 'c0'`).Scan(&members); err != nil {
+				t.Fatal(err)
+			}
+			if members != distinctMembers {
+				t.Errorf("got %d distinct members; want %d", members, distinctMembers)
 			}
 		})
 	}

@@ -2,8 +2,9 @@
 // "Generic counters"; docs/EXACTLY_ONCE.md, "Generic counters") on the partition engine: it
 // turns the counter_events topic into exactly-once per-counter, per-minute sums in ClickHouse's
 // counter_deltas. An add counts once per idempotency token within its namespace's window (the
-// dedupe rule of package dedupe, one window per window length); a record that does not decode
-// is set aside in dead_letters.
+// dedupe rule of package dedupe, one window per window length); a clear sets a counter to zero
+// at its place in the log; a distinct member goes into the counter's hourly sketch (adding it
+// again changes nothing); a record that does not decode is set aside in dead_letters.
 //
 // Each partition's state is its dedupe windows and the batch since the last flush. A flush
 // writes the batch's dead letters and its counted tokens with the windows' watermarks (rows a
@@ -54,6 +55,13 @@ type delta struct {
 	expires int64
 }
 
+// distinctMember is a member added to a counter's distinct members of an hour.
+type distinctMember struct {
+	counterKey
+	hour, expires int64 // Unix seconds
+	value         string
+}
+
 // token is a counted add's token, for the dedupe state.
 type token struct {
 	window int64
@@ -78,6 +86,7 @@ type partition struct {
 	// per batch (readDurable), so that a retried write takes back the same amounts.
 	durable map[counterKey]int64
 	tokens  []token
+	members []distinctMember
 	counted int
 	poison  int
 	dead    []deadletter.Letter
@@ -115,6 +124,14 @@ func (p *partition) apply(offset int64, key, value []byte) {
 		p.dead = append(p.dead, deadletter.OfRecord(schemas.TopicCounterEvents, p.id, offset, key, value, err))
 		return
 	}
+	ck := counterKey{e.Namespace, e.Generation, e.Name}
+	if e.Op == schemas.CounterDistinct {
+		// A member added twice is added once: no token, no dedupe state.
+		hour := floorDiv(e.TS, 3_600_000) * 3600
+		p.counted++
+		p.members = append(p.members, distinctMember{ck, hour, hour + e.Retention, e.Member})
+		return
+	}
 	k := dedupe.Key(e.Token, e.Namespace+"@"+strconv.FormatUint(e.Generation, 36)+"/"+e.Name)
 	if !p.window(e.Window).Observe(k, e.TS) {
 		return
@@ -122,7 +139,6 @@ func (p *partition) apply(offset int64, key, value []byte) {
 	p.counted++
 	p.tokens = append(p.tokens, token{window: e.Window, key: k, ts: e.TS})
 	minute := floorDiv(e.TS, 60_000) * 60
-	ck := counterKey{e.Namespace, e.Generation, e.Name}
 	if e.Op == schemas.CounterClear {
 		// The batch's adds before it no longer count; the durable total is taken back at the
 		// write, in the clear's minute.
@@ -147,6 +163,7 @@ func (p *partition) markFlushed() {
 	clear(p.clears)
 	p.durable = nil
 	p.tokens = p.tokens[:0]
+	p.members = p.members[:0]
 	p.records, p.counted, p.poison = 0, 0, 0
 	p.dead = nil
 }

@@ -193,3 +193,27 @@ func (s store) readDurable(ctx context.Context, p *partition) error {
 	p.durable = durable
 	return nil
 }
+
+// writeMembers adds the distinct members of parts' batches to their counters' hours. Adding a
+// member again changes nothing, so a replay needs no care.
+func (s store) writeMembers(ctx context.Context, parts []*partition) error {
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO counter_distinct_input (ns, generation, name, hour, member, expires)")
+	if err != nil {
+		return fmt.Errorf("prepare distinct members insert: %w", err)
+	}
+	defer b.Abort()
+	for _, p := range parts {
+		for _, m := range p.members {
+			if err := b.Append(m.ns, m.gen, m.name, time.Unix(m.hour, 0), m.value, time.Unix(m.expires, 0)); err != nil {
+				return fmt.Errorf("append distinct member of counter partition %d: %w", p.id, err)
+			}
+		}
+	}
+	if b.Rows() == 0 {
+		return nil
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("insert distinct members: %w", err)
+	}
+	return nil
+}

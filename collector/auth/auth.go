@@ -173,6 +173,8 @@ func CollectorRoutes() []Route {
 		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/add", Scope: ScopeIngest},
 		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/add-and-get", Scope: ScopeIngest},
 		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/clear", Scope: ScopeIngest},
+		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/add-distinct", Scope: ScopeIngest},
+		{Pattern: "GET /v1/namespaces/{ns}/counters/{name}/distinct", Scope: ScopeRead},
 		{Pattern: "GET /v1/namespaces/{ns}/counters/{name}", Scope: ScopeRead},
 		{Pattern: "GET /v1/namespaces/{ns}/counters", Scope: ScopeRead},
 	}

@@ -38,13 +38,17 @@ var errBusy = fmt.Errorf("counter reads are over capacity")
 
 // write writes one add or clear (op) to the log.
 func (e *eventual) write(ctx context.Context, ns counters.Namespace, name, op string, delta int64, token string, at time.Time) error {
-	ev := schemas.CounterEvent{Op: op, Namespace: ns.Name, Generation: ns.Generation, Name: name, Delta: delta, Token: token, TS: at.UnixMilli(),
-		Window: ns.IdempotencyWindow.Milliseconds(), Retention: int64(ns.Retention / time.Second)}
+	return e.produce(ctx, ns, name, schemas.CounterEvent{Op: op, Namespace: ns.Name, Generation: ns.Generation, Name: name, Delta: delta,
+		Token: token, TS: at.UnixMilli(), Window: ns.IdempotencyWindow.Milliseconds(), Retention: int64(ns.Retention / time.Second)})
+}
+
+// produce writes ev to the log under the counter's key, waiting for Kafka's acknowledgement.
+func (e *eventual) produce(ctx context.Context, ns counters.Namespace, name string, ev schemas.CounterEvent) error {
 	pctx, cancel := context.WithTimeout(ctx, e.produceTimeout)
 	defer cancel()
 	rec := &kgo.Record{Topic: schemas.TopicCounterEvents, Key: schemas.CounterKey(ns.Name, name), Value: schemas.AppendCounterEvent(nil, ev)}
 	if err := e.producer.ProduceSync(pctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("write %s of %s/%s to the log: %w", op, ns.Name, name, err)
+		return fmt.Errorf("write %s of %s/%s to the log: %w", ev.Op, ns.Name, name, err)
 	}
 	return nil
 }

@@ -71,6 +71,8 @@ func (h *Handler) Register(r *api.Router) {
 	r.Handle("POST /v1/namespaces/{ns}/counters/{name}/add", "counter_add", api.RequireJSON(h.add(false)))
 	r.Handle("POST /v1/namespaces/{ns}/counters/{name}/add-and-get", "counter_add_and_get", api.RequireJSON(h.add(true)))
 	r.Handle("POST /v1/namespaces/{ns}/counters/{name}/clear", "counter_clear", api.RequireJSON(h.clear))
+	r.Handle("POST /v1/namespaces/{ns}/counters/{name}/add-distinct", "counter_add_distinct", api.RequireJSON(h.addDistinct))
+	r.Handle("GET /v1/namespaces/{ns}/counters/{name}/distinct", "counter_distinct", h.distinct)
 	r.Handle("GET /v1/namespaces/{ns}/counters/{name}", "counter_get", h.get)
 	r.Handle("GET /v1/namespaces/{ns}/counters", "counters_get", h.getMany)
 }

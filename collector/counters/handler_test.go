@@ -449,3 +449,83 @@ func TestEventualSeries(t *testing.T) {
 		}
 	}
 }
+
+// Distinct counts: best_effort in Redis's HyperLogLogs, eventual over the aggregators' hourly
+// sketches (rows as the counters stream writes them). Over an hour and over a day, each estimate
+// is within its stated error of the true number of members, and a member added twice counts
+// once.
+func TestDistinctCounts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openDB(t, ctx, "counters_distinct_test")
+	s := serve(t, conn)
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/quick", `{"mode":"best_effort"}`, nil)
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/plays", `{"mode":"eventual"}`, nil)
+	quick, _, _ := s.reg.Lookup(ctx, "quick")
+	plays, _, _ := s.reg.Lookup(ctx, "plays")
+	day := testinfra.RecentNoon().Truncate(24 * time.Hour)
+	// 12,000 members in hour 10, 8,000 in hour 11 of which 3,000 were also in hour 10: 17,000 in
+	// all; every member of hour 10 is also sent again.
+	member := func(i int) string { return fmt.Sprintf("user-%d@example", i) }
+	be := counters.NewBestEffort(s.rdb)
+	rows, err := conn.PrepareBatch(ctx, "INSERT INTO counter_distinct_input (ns, generation, name, hour, member, expires)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(hour, i int) {
+		at := day.Add(time.Duration(hour)*time.Hour + time.Duration(i%3600)*time.Second)
+		if err := be.AddDistinct(ctx, quick, "eu", member(i), at); err != nil {
+			t.Fatal(err)
+		}
+		if err := rows.Append("plays", plays.Generation, "eu", day.Add(time.Duration(hour)*time.Hour), member(i), time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 12_000 {
+		add(10, i)
+		add(10, i)
+	}
+	for i := 9_000; i < 17_000; i++ {
+		add(11, i)
+	}
+	if err := rows.Send(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ns, from, to string
+		want         float64
+	}{
+		{"quick", "T10:00:00Z", "T10:59:59Z", 12_000}, {"quick", "T00:00:00Z", "T23:59:59Z", 17_000},
+		{"plays", "T10:00:00Z", "T10:59:59Z", 12_000}, {"plays", "T00:00:00Z", "T23:59:59Z", 17_000},
+	} {
+		var got DistinctCount
+		d := day.Format("2006-01-02")
+		s.must(t, http.StatusOK, "svc-r", "GET", "/v1/namespaces/"+c.ns+"/counters/eu/distinct?from="+d+c.from+"&to="+d+c.to, "", &got)
+		rel := (float64(got.Distinct) - c.want) / c.want
+		t.Logf("%s %s..%s: %d distinct of %.0f: relative error %+.4f (stated standard error %.4f)", c.ns, c.from, c.to, got.Distinct, c.want, rel, got.StdError)
+		if rel > 2*got.StdError || rel < -2*got.StdError || got.StdError == 0 {
+			t.Errorf("%s %s..%s: got %d distinct (std error %v); want %.0f within twice the stated error", c.ns, c.from, c.to, got.Distinct, got.StdError, c.want)
+		}
+	}
+	for _, c := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/v1/namespaces/quick/counters/eu/add-distinct", `{"member":"u-1"}`, http.StatusOK},
+		{"POST", "/v1/namespaces/plays/counters/eu/add-distinct", `{"member":"u-1","event_time":"2026-12-04T10:00:00Z"}`, http.StatusAccepted},
+		{"POST", "/v1/namespaces/plays/counters/eu/add-distinct", `{}`, http.StatusBadRequest},
+		{"POST", "/v1/namespaces/plays/counters/eu/add-distinct", `{"member":"a b"}`, http.StatusBadRequest},
+		{"GET", "/v1/namespaces/quick/counters/eu/distinct?from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z", "", http.StatusBadRequest},
+		{"GET", "/v1/namespaces/plays/counters/eu/distinct?granularity=hour", "", http.StatusBadRequest},
+		{"GET", "/v1/namespaces/plays/counters/eu/distinct", "", http.StatusOK},
+		{"GET", "/v1/namespaces/nope/counters/eu/distinct", "", http.StatusNotFound},
+	} {
+		key := "svc-w"
+		if c.method == "GET" {
+			key = "svc-r"
+		}
+		if code, body := s.call(t, key, c.method, c.path, c.body); code != c.want {
+			t.Errorf("%s %s %s: got %d %s; want %d", c.method, c.path, c.body, code, body, c.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -114,4 +115,46 @@ func (b BestEffort) Get(ctx context.Context, ns Namespace, names []string) ([]in
 		}
 	}
 	return out, nil
+}
+
+// StdErrorBestEffortDistinct is the standard error Redis states for its HyperLogLog (PFCOUNT).
+const StdErrorBestEffortDistinct = 0.0081
+
+// distinctKey is the HyperLogLog of counter name's distinct members added in the hour starting
+// at hour (Unix seconds).
+func distinctKey(ns Namespace, name string, hour int64) string {
+	return countKey(ns, name) + ":d:" + strconv.FormatInt(hour, 10)
+}
+
+// AddDistinct adds member to counter name's distinct members of the hour of at; the hour's key
+// expires the namespace's retention after the hour. Adding a member twice is adding it once.
+func (b BestEffort) AddDistinct(ctx context.Context, ns Namespace, name, member string, at time.Time) error {
+	hour := at.Unix() - at.Unix()%3600
+	k := distinctKey(ns, name, hour)
+	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.PFAdd(ctx, k, member)
+		p.ExpireAt(ctx, k, time.Unix(hour, 0).Add(time.Hour+ns.Retention))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("add a distinct member of %s/%s: %w", ns.Name, name, err)
+	}
+	return nil
+}
+
+// Distinct estimates how many distinct members counter name had in the hours from from to to
+// (hour-aligned, to excluded), merging the hours' HyperLogLogs in one PFCOUNT.
+func (b BestEffort) Distinct(ctx context.Context, ns Namespace, name string, from, to time.Time) (int64, error) {
+	var keys []string
+	for h := from.Unix(); h < to.Unix(); h += 3600 {
+		keys = append(keys, distinctKey(ns, name, h))
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	n, err := b.rdb.PFCount(ctx, keys...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("count distinct members of %s/%s: %w", ns.Name, name, err)
+	}
+	return n, nil
 }
