@@ -221,6 +221,8 @@ func TestOpenAPIContract(t *testing.T) {
 		{"eventual add and get", "POST", "/v1/namespaces/contract-ev/counters/c1/add-and-get", `{"delta":3,"idempotency_token":"e2"}`, P, 202, false, false},
 		{"eventual clear", "POST", "/v1/namespaces/contract-ev/counters/c1/clear", `{"idempotency_token":"e3"}`, P, 202, false, false},
 		{"eventual count", "GET", "/v1/namespaces/contract-ev/counters/c1", "", A, 200, false, false},
+		{"add from another site's page", "POST", ctr + "/add", `{"delta":1}`,
+			map[string]string{"X-API-Key": producer, "Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, 403, false, false},
 		{"distinct member", "POST", ctr + "/add-distinct", `{"member":"u1"}`, P, 200, false, false},
 		{"distinct member without one", "POST", ctr + "/add-distinct", `{}`, P, 400, true, false},
 		{"distinct member in an unknown namespace", "POST", "/v1/namespaces/nope/counters/c1/add-distinct", `{"member":"u1"}`, P, 404, false, false},

@@ -385,12 +385,16 @@ func (h *Handler) read(ctx context.Context, ns counters.Namespace, names []strin
 	return h.o.BestEffort.Get(ctx, ns, names)
 }
 
-// decode reads a JSON body into v, refusing unknown fields and more than maxBody bytes.
+// decode reads a JSON body into v, refusing unknown fields, a second value and more than
+// maxBody bytes.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return &schemas.FieldError{Field: "body", Reason: "not valid: " + err.Error()}
+	}
+	if dec.More() {
+		return &schemas.FieldError{Field: "body", Reason: "holds more than one JSON value"}
 	}
 	return nil
 }

@@ -529,3 +529,40 @@ func TestDistinctCounts(t *testing.T) {
 		}
 	}
 }
+
+// Inputs an attacker would try on the counter routes: names with encoded slashes, dots, Unicode
+// spaces or look-alike letters, a body smuggling a second field or a huge number, the wrong
+// method. Each is refused without touching a counter, and the counter reads what it did.
+func TestCounterRoutesRefuseCraftedInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := serve(t, openDB(t, ctx, "counters_crafted_test"))
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/guard", `{"mode":"best_effort"}`, nil)
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/guard/counters/c/add", `{"delta":1}`, nil)
+	for _, c := range []struct {
+		key, method, path, body string
+		want                    int
+	}{
+		{"svc-w", "POST", "/v1/namespaces/guard/counters/a%2Fc/add", `{"delta":1}`, http.StatusBadRequest},
+		{"svc-w", "POST", "/v1/namespaces/guard/counters/c%E2%80%80/add", `{"delta":1}`, http.StatusBadRequest}, // en quad
+		{"svc-w", "POST", "/v1/namespaces/guard/counters/%D1%81/add", `{"delta":1}`, http.StatusBadRequest},     // Cyrillic es
+		{"svc-w", "POST", "/v1/namespaces/guard/counters/c}x/add", `{"delta":1}`, http.StatusBadRequest},        // a Redis hash tag
+		{"svc-w", "POST", "/v1/namespaces/guard/counters/c/add", `{"delta":1,"delta":"9"}`, http.StatusBadRequest},
+		{"svc-w", "POST", "/v1/namespaces/guard/counters/c/add", `{"delta":1e30}`, http.StatusBadRequest},
+		{"svc-w", "POST", "/v1/namespaces/guard/counters/c/add", `{"delta":1,"idempotency_token":"t\u0000x"}`, http.StatusBadRequest},
+		{"svc-w", "POST", "/v1/namespaces/guard/counters/c/add", `{"delta":1} {"delta":1000}`, http.StatusBadRequest},
+		{"svc-w", "GET", "/v1/namespaces/guard/counters/c/add", "", http.StatusForbidden}, // no GET route: admin only
+		{"admin", "GET", "/v1/namespaces/guard/counters/c/add", "", http.StatusMethodNotAllowed},
+		{"admin", "PUT", "/v1/namespaces/guard%2Fx", `{"mode":"best_effort"}`, http.StatusBadRequest},
+		{"admin", "PUT", "/v1/namespaces/GUARD", `{"mode":"best_effort"}`, http.StatusBadRequest},
+		{"admin", "PUT", "/v1/namespaces/g%C3%BCard", `{"mode":"best_effort"}`, http.StatusBadRequest},
+		{"svc-r", "GET", "/v1/namespaces/guard/counters?names=c,%20c", "", http.StatusBadRequest},
+	} {
+		if code, body := s.call(t, c.key, c.method, c.path, c.body); code != c.want {
+			t.Errorf("%s %s %s: got %d %s; want %d", c.method, c.path, c.body, code, body, c.want)
+		}
+	}
+	if got := s.count(t, "guard", "c"); got != 1 {
+		t.Errorf("got count %d; want 1 (only the first add)", got)
+	}
+}

@@ -10,6 +10,7 @@
 package counters
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -95,10 +96,13 @@ func ParseSpec(name string, body []byte) (Namespace, error) {
 		return Namespace{}, err
 	}
 	var s Spec
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
 		return Namespace{}, &schemas.FieldError{Field: "body", Reason: "not a namespace: " + err.Error()}
+	}
+	if dec.More() {
+		return Namespace{}, &schemas.FieldError{Field: "body", Reason: "holds more than one JSON value"}
 	}
 	ns := Namespace{Name: name, Mode: s.Mode, Writers: s.Writers, Readers: s.Readers}
 	switch s.Mode {

@@ -36,6 +36,7 @@ func TestParseSpec(t *testing.T) {
 		{"bad writer id", "shares", `{"mode":"best_effort","writers":["a b"]}`, Namespace{}, "writers"},
 		{"unknown field", "shares", `{"mode":"best_effort","ttl":"1d"}`, Namespace{}, "body"},
 		{"not json", "shares", `mode=best_effort`, Namespace{}, "body"},
+		{"two values", "shares", `{"mode":"best_effort"} {"mode":"eventual"}`, Namespace{}, "body"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
