@@ -13,7 +13,7 @@ import (
 // CounterMode is a namespace's consistency mode (docs/API.md, "Generic counters").
 type CounterMode string
 
-// The modes. ModeAccurate is not available yet; the collector refuses it with 400.
+// The modes (docs/API.md, "Generic counters", says what each promises).
 const (
 	ModeBestEffort CounterMode = "best_effort"
 	ModeEventual   CounterMode = "eventual"
@@ -85,9 +85,10 @@ type CounterAdd struct {
 }
 
 // CounterResult is what an add or a clear did: Duplicate when the token had been seen (nothing
-// changed; best_effort only: in mode eventual the aggregators drop a repeated token, and the
-// answer is always false); Count, for AddAndGetCount, the counter after the add (for a
-// duplicate: now; in mode eventual, what was counted so far plus this add).
+// changed; best_effort only: in modes eventual and accurate the aggregators drop a repeated
+// token, and the answer is always false); Count, for AddAndGetCount, the counter after the add
+// (for a duplicate: now; in mode eventual, what was counted so far plus this add; in mode
+// accurate, exactly the count with this add, once however often it was sent).
 type CounterResult struct {
 	Count     int64 `json:"count"`
 	Duplicate bool  `json:"duplicate"`
@@ -136,7 +137,7 @@ func (c *Client) counterWrite(ctx context.Context, path string, body any) (Count
 		return CounterResult{}, fmt.Errorf("encode %s: %w", path, err)
 	}
 	var out CounterResult
-	// 200: applied (best_effort); 202: in the log, counted by the aggregators (eventual).
+	// 200: applied (best_effort); 202: in the log, counted by the aggregators (eventual, accurate).
 	err = c.call(ctx, request{method: http.MethodPost, path: path, body: b, contentType: "application/json", want: http.StatusOK, alsoWant: http.StatusAccepted, out: &out})
 	return out, err
 }

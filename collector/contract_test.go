@@ -202,7 +202,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{"top not published yet", "GET", "/v1/top?kind=items&window=1m", "", A, 503, false, false},
 		{"namespace created", "PUT", ns, `{"mode":"best_effort","idempotency_window":"1h"}`, AD, 201, false, false},
 		{"namespace changed", "PUT", ns, `{"mode":"best_effort","readers":["app"]}`, AD, 200, false, false},
-		{"namespace in a mode not built", "PUT", ns, `{"mode":"accurate"}`, AD, 400, false, false},
+		{"namespace in an unknown mode", "PUT", ns, `{"mode":"exact"}`, AD, 400, true, false},
 		{"namespace as text", "PUT", ns, `{"mode":"best_effort"}`, map[string]string{"X-API-Key": admin, "Content-Type": "text/plain"}, 415, true, false},
 		{"namespace with a producer key", "PUT", ns, `{"mode":"best_effort"}`, P, 403, false, false},
 		{"namespace read", "GET", ns, "", AD, 200, false, false},

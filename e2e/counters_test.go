@@ -14,12 +14,13 @@ import (
 	"tally/testsupport/testinfra"
 )
 
-// TestCountersEventualExactThroughKills is the eventual mode's promise as a client outside the
+// TestCountersLoggedExactThroughKills is the promise of the logged modes as a client outside the
 // project sees it: adds sent with the Go client (each retried with its token until acknowledged,
 // every tenth sent twice more by the caller, as a retrying producer does) while the all-in-one
-// is SIGKILLed three times and started again end with every counter exactly the sum of the adds,
-// each counted once, and a clear sent half-way applied at its place in the log.
-func TestCountersEventualExactThroughKills(t *testing.T) {
+// is SIGKILLed three times and started again end with every eventual counter exactly the sum of
+// the adds, each counted once, and a clear sent half-way applied at its place in the log; every
+// add to an accurate counter answers, at once, exactly the sum of its adds so far.
+func TestCountersLoggedExactThroughKills(t *testing.T) {
 	bins, err := buildOnce()
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +42,11 @@ func TestCountersEventualExactThroughKills(t *testing.T) {
 	if _, err := c.PutNamespace(ctx, "meters", client.NamespaceSpec{Mode: client.ModeEventual, IdempotencyWindow: "1h"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.PutNamespace(ctx, "exact", client.NamespaceSpec{Mode: client.ModeAccurate, IdempotencyWindow: "1h"}); err != nil {
+		t.Fatal(err)
+	}
 	const adds, counters = 3000, 5
-	want := map[string]int64{}
+	want, wantExact := map[string]int64{}, map[string]int64{}
 	var sent atomic.Int64
 	done := make(chan error, 1)
 	go func() {
@@ -63,6 +67,12 @@ func TestCountersEventualExactThroughKills(t *testing.T) {
 				}
 			}
 			want[name] += delta
+			if i%3 == 0 {
+				if err := addExact(ctx, c, i, wantExact); err != nil {
+					done <- err
+					return
+				}
+			}
 			sent.Add(1)
 		}
 		done <- nil
@@ -123,6 +133,23 @@ func TestCountersEventualExactThroughKills(t *testing.T) {
 	if sum != want["c1"] || len(series.Points) != 3 {
 		t.Errorf("got %d hourly points summing to %d; want 3 summing to %d", len(series.Points), sum, want["c1"])
 	}
+}
+
+// addExact sends add i to an accurate counter, every tenth three times, and checks that each
+// answer is exactly the sum of the counter's adds so far, kept in want.
+func addExact(ctx context.Context, c *client.Client, i int, want map[string]int64) error {
+	name, delta := fmt.Sprintf("e%d", i%2), int64(i%5+1)
+	want[name] += delta
+	for range 1 + 2*btoi(i%10 == 0) {
+		got, err := c.AddAndGetCount(ctx, "exact", name, client.CounterAdd{Delta: delta, Token: fmt.Sprintf("exact-%d", i)})
+		if err != nil {
+			return fmt.Errorf("accurate add %d: %w", i, err)
+		}
+		if got.Count != want[name] {
+			return fmt.Errorf("accurate add %d to %s: got count %d; want %d", i, name, got.Count, want[name])
+		}
+	}
+	return nil
 }
 
 func btoi(b bool) int {

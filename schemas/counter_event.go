@@ -3,6 +3,9 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+
+	"tally/schemas/dedupe"
 )
 
 // CounterEvent is one add to a generic counter of a namespace in mode eventual, as the collector
@@ -42,6 +45,17 @@ const (
 
 // CounterKey is the record key of counter name of namespace ns.
 func CounterKey(ns, name string) []byte { return []byte(ns + "/" + name) }
+
+// CounterGrace is how far behind a window's newest add a late add is still deduplicated against
+// the window's whole state (package dedupe): the aggregators' rule, which accurate reads repeat.
+const CounterGrace = 10 * 60 * 1000
+
+// DedupeKey is the identity under which an add's or a clear's token is deduplicated: the token
+// within its counter (and the namespace's generation). The aggregators persist it, and accurate
+// reads look it up, so it must never change.
+func (e CounterEvent) DedupeKey() uint64 {
+	return dedupe.Key(e.Token, e.Namespace+"@"+strconv.FormatUint(e.Generation, 36)+"/"+e.Name)
+}
 
 // AppendCounterEvent appends e's encoding to b.
 func AppendCounterEvent(b []byte, e CounterEvent) []byte {

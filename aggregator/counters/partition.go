@@ -1,10 +1,11 @@
-// Package counters is the rule set of the generic counters in mode eventual (docs/API.md,
-// "Generic counters"; docs/EXACTLY_ONCE.md, "Generic counters") on the partition engine: it
-// turns the counter_events topic into exactly-once per-counter, per-minute sums in ClickHouse's
-// counter_deltas. An add counts once per idempotency token within its namespace's window (the
-// dedupe rule of package dedupe, one window per window length); a clear sets a counter to zero
-// at its place in the log; a distinct member goes into the counter's hourly sketch (adding it
-// again changes nothing); a record that does not decode is set aside in dead_letters.
+// Package counters is the rule set of the generic counters in modes eventual and accurate
+// (docs/API.md, "Generic counters"; docs/EXACTLY_ONCE.md, "Generic counters") on the partition
+// engine: it turns the counter_events topic into exactly-once per-counter, per-minute sums in
+// ClickHouse's counter_deltas. An add counts once per idempotency token within its namespace's
+// window (the dedupe rule of package dedupe, one window per window length); a clear sets a
+// counter to zero at its place in the log; a distinct member goes into the counter's hourly
+// sketch (adding it again changes nothing); a record that does not decode is set aside in
+// dead_letters.
 //
 // Each partition's state is its dedupe windows and the batch since the last flush. A flush
 // writes the batch's dead letters and its counted tokens with the windows' watermarks (rows a
@@ -19,16 +20,11 @@ package counters
 
 import (
 	"maps"
-	"strconv"
 
 	"tally/aggregator/deadletter"
 	"tally/schemas"
 	"tally/schemas/dedupe"
 )
-
-// grace is how far behind a window's newest add a late add is still deduplicated against its
-// whole state (package dedupe).
-const grace = 10 * 60 * 1000
 
 // counterKey is one counter.
 type counterKey struct {
@@ -107,7 +103,7 @@ func (p *partition) pending() bool { return p.next != p.flushed }
 func (p *partition) window(ms int64) *dedupe.Window {
 	w := p.windows[ms]
 	if w == nil {
-		w = dedupe.New(ms, grace)
+		w = dedupe.New(ms, schemas.CounterGrace)
 		p.windows[ms] = w
 	}
 	return w
@@ -132,7 +128,7 @@ func (p *partition) apply(offset int64, key, value []byte) {
 		p.members = append(p.members, distinctMember{ck, hour, hour + e.Retention, e.Member})
 		return
 	}
-	k := dedupe.Key(e.Token, e.Namespace+"@"+strconv.FormatUint(e.Generation, 36)+"/"+e.Name)
+	k := e.DedupeKey()
 	if !p.window(e.Window).Observe(k, e.TS) {
 		return
 	}

@@ -61,7 +61,7 @@ func (h *Handler) addDistinct(w http.ResponseWriter, r *http.Request) int {
 		}
 		at = t
 	}
-	if ns.Mode == counters.ModeEventual {
+	if ns.Mode.Logged() {
 		if err := h.eventual.writeMember(r.Context(), ns, name, d.Member, at); err != nil {
 			return h.failed(w, "add distinct member", err)
 		}
@@ -106,7 +106,7 @@ func (h *Handler) distinct(w http.ResponseWriter, r *http.Request) int {
 		return api.BadRequest(w, err)
 	}
 	out := DistinctCount{Namespace: ns.Name, Name: name, From: q.From, To: q.To}
-	if ns.Mode == counters.ModeEventual {
+	if ns.Mode.Logged() {
 		out.StdError = StdErrorEventualDistinct
 		out.Distinct, err = h.eventual.distinct(r.Context(), ns, name, q.From, q.To)
 	} else {

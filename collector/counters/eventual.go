@@ -20,6 +20,7 @@ type eventual struct {
 	producer       *kgo.Client
 	produceTimeout time.Duration
 	conn           driver.Conn
+	tail           tail
 	// reads bounds the ClickHouse reads running at once, so that readers cannot crowd the
 	// pipeline's writes out of an embedded engine; a read that waits readWait for a slot is
 	// answered 503.
@@ -30,7 +31,8 @@ type eventual struct {
 const readWait = 2 * time.Second
 
 func newEventual(producer *kgo.Client, produceTimeout time.Duration, conn driver.Conn, maxReads int) *eventual {
-	return &eventual{producer: producer, produceTimeout: produceTimeout, conn: conn, reads: make(chan struct{}, max(1, maxReads))}
+	return &eventual{producer: producer, produceTimeout: produceTimeout, conn: conn, tail: tail{cl: producer, topic: schemas.TopicCounterEvents},
+		reads: make(chan struct{}, max(1, maxReads))}
 }
 
 // errBusy is a read that found no slot in time.
@@ -53,13 +55,39 @@ func (e *eventual) produce(ctx context.Context, ns counters.Namespace, name stri
 	return nil
 }
 
-// get sums the counted adds of names in ns, in order.
+// get reads the counters names of ns, in order: the sum of their counted adds, and for an
+// accurate namespace the adds after the checkpoint as well (accurate.go).
 func (e *eventual) get(ctx context.Context, ns counters.Namespace, names []string) ([]int64, error) {
 	if err := e.slot(ctx); err != nil {
 		return nil, err
 	}
 	defer func() { <-e.reads }()
-	rows, err := e.conn.Query(ctx, `SELECT name, sum(delta) FROM counter_deltas WHERE ns = ? AND generation = ? AND name IN (?) GROUP BY name`,
+	s, err := e.snapshotOf(ctx, ns, names)
+	if err != nil {
+		return nil, err
+	}
+	sums, err := e.sums(ctx, ns, names, s.upTo)
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range names {
+		sums[i], _ = fold(sums[i], s.events[n])
+	}
+	return sums, nil
+}
+
+// snapshotOf is an accurate namespace's snapshot of names, and for an eventual one the rows
+// written so far alone.
+func (e *eventual) snapshotOf(ctx context.Context, ns counters.Namespace, names []string) (snapshot, error) {
+	if ns.Mode == counters.ModeAccurate {
+		return e.snapshot(ctx, ns, names)
+	}
+	return snapshot{upTo: "1"}, nil
+}
+
+// sums sums the rows of names in ns that meet the condition upTo, in order.
+func (e *eventual) sums(ctx context.Context, ns counters.Namespace, names []string, upTo string) ([]int64, error) {
+	rows, err := e.conn.Query(ctx, `SELECT name, sum(delta) FROM counter_deltas WHERE ns = ? AND generation = ? AND name IN (?) AND `+upTo+` GROUP BY name`,
 		ns.Name, ns.Generation, names)
 	if err != nil {
 		return nil, fmt.Errorf("read counters of %s: %w", ns.Name, err)
@@ -85,15 +113,39 @@ func (e *eventual) get(ctx context.Context, ns counters.Namespace, names []strin
 }
 
 // series sums counter name of ns per bucket of g in [from, to), keyed by the bucket's start in
-// Unix seconds. counter_deltas holds minutes; hours and days are summed from them.
+// Unix seconds. counter_deltas holds minutes; hours and days are summed from them. An accurate
+// namespace's adds after the checkpoint go to their buckets too.
 func (e *eventual) series(ctx context.Context, ns counters.Namespace, name string, g read.Granularity, from, to time.Time) (map[int64]int64, error) {
 	if err := e.slot(ctx); err != nil {
 		return nil, err
 	}
 	defer func() { <-e.reads }()
+	s, err := e.snapshotOf(ctx, ns, []string{name})
+	if err != nil {
+		return nil, err
+	}
+	out, err := e.buckets(ctx, ns, name, g, from, to, s.upTo)
+	if err != nil || len(s.events[name]) == 0 {
+		return out, err
+	}
+	total, err := e.sums(ctx, ns, []string{name}, s.upTo)
+	if err != nil {
+		return nil, err
+	}
+	_, minutes := fold(total[0], s.events[name])
+	for m, d := range minutes {
+		if t := time.Unix(m, 0); !t.Before(from) && t.Before(to) {
+			out[t.Truncate(g.Step()).Unix()] += d
+		}
+	}
+	return out, nil
+}
+
+// buckets sums the rows of counter name of ns that meet upTo per bucket of g in [from, to).
+func (e *eventual) buckets(ctx context.Context, ns counters.Namespace, name string, g read.Granularity, from, to time.Time, upTo string) (map[int64]int64, error) {
 	bucket := map[read.Granularity]string{read.Minute: "minute", read.Hour: "toStartOfHour(minute)", read.Day: "toDateTime(toStartOfDay(minute), 'UTC')"}[g]
 	rows, err := e.conn.Query(ctx, fmt.Sprintf(`SELECT toInt64(toUnixTimestamp(%s)) AS t, sum(delta) FROM counter_deltas
-		WHERE ns = ? AND generation = ? AND name = ? AND minute >= ? AND minute < ? GROUP BY t`, bucket), ns.Name, ns.Generation, name, from.UTC(), to.UTC())
+		WHERE ns = ? AND generation = ? AND name = ? AND minute >= ? AND minute < ? AND %s GROUP BY t`, bucket, upTo), ns.Name, ns.Generation, name, from.UTC(), to.UTC())
 	if err != nil {
 		return nil, fmt.Errorf("read series of %s/%s: %w", ns.Name, name, err)
 	}

@@ -2,9 +2,10 @@
 // namespaces (PUT, GET and DELETE /v1/namespaces/{ns}, admin scope) and their counters (add,
 // add-and-get and clear with the ingest scope, reads with the read scope), each namespace also
 // naming the API keys that may write and read it. The state is package platform/counters':
-// namespaces in ClickHouse, held by a Registry; best_effort counters in Redis. An eventual
-// namespace's adds go to the counter_events topic (eventual.go), which the aggregators count
-// into ClickHouse, where its reads sum them.
+// namespaces in ClickHouse, held by a Registry; best_effort counters in Redis. The adds of an
+// eventual or accurate namespace go to the counter_events topic (eventual.go), which the
+// aggregators count into ClickHouse, where reads sum them; an accurate read adds the log's
+// records after the checkpoint (accurate.go, tail_kafka.go).
 //
 // A Handler is safe for concurrent requests and owns no goroutines; the Registry it reads is
 // refreshed by its owner (collector.go).
@@ -38,9 +39,9 @@ const maxBody = 64 << 10
 type Options struct {
 	Namespaces *counters.Registry
 	BestEffort counters.BestEffort
-	// Producer writes the adds of eventual namespaces to the counter_events topic, waiting at most
-	// ProduceTimeout for Kafka's acknowledgement; ClickHouse serves their reads, at most
-	// MaxReads at once (0: 4).
+	// Producer writes the adds of eventual and accurate namespaces to the counter_events topic,
+	// waiting at most ProduceTimeout for Kafka's acknowledgement, and fetches the log's tail for
+	// accurate reads; ClickHouse serves their reads, at most MaxReads at once (0: 4).
 	Producer       *kgo.Client
 	ProduceTimeout time.Duration
 	ClickHouse     driver.Conn
@@ -164,8 +165,8 @@ func (h *Handler) add(andGet bool) func(http.ResponseWriter, *http.Request) int 
 		if err := checkAdd(a, ns.Mode); err != nil {
 			return api.BadRequest(w, err)
 		}
-		if ns.Mode == counters.ModeEventual {
-			return h.addEventual(w, r, ns, name, a, andGet)
+		if ns.Mode.Logged() {
+			return h.addLogged(w, r, ns, name, a, andGet)
 		}
 		out, err := h.o.BestEffort.Add(r.Context(), ns, name, *a.Delta, a.IdempotencyToken)
 		if errors.Is(err, counters.ErrOverflow) {
@@ -182,9 +183,9 @@ func (h *Handler) add(andGet bool) func(http.ResponseWriter, *http.Request) int 
 	}
 }
 
-// addEventual writes the add to the log and answers 202 once Kafka acknowledged it; add-and-get
-// answers the count counted so far plus this add.
-func (h *Handler) addEventual(w http.ResponseWriter, r *http.Request, ns counters.Namespace, name string, a Add, andGet bool) int {
+// addLogged writes the add to the log and answers 202 once Kafka acknowledged it; add-and-get
+// answers the count counted so far plus this add (an accurate read holds it already).
+func (h *Handler) addLogged(w http.ResponseWriter, r *http.Request, ns counters.Namespace, name string, a Add, andGet bool) int {
 	at := h.o.Now()
 	if a.EventTime != "" {
 		at, _ = time.Parse(time.RFC3339Nano, a.EventTime) // checked by checkAdd
@@ -198,13 +199,16 @@ func (h *Handler) addEventual(w http.ResponseWriter, r *http.Request, ns counter
 		if err != nil {
 			return h.failed(w, "read the count (the add is logged: a retry with its token counts it once)", err)
 		}
-		c := n[0] + *a.Delta
+		c := n[0]
+		if ns.Mode == counters.ModeEventual {
+			c += *a.Delta
+		}
 		res.Count = &c
 	}
 	return api.JSON(w, http.StatusAccepted, res)
 }
 
-// checkAdd validates an add's fields: an eventual namespace's adds need a token.
+// checkAdd validates an add's fields: a logged namespace's adds need a token.
 func checkAdd(a Add, mode counters.Mode) error {
 	if a.Delta == nil {
 		return &schemas.FieldError{Field: "delta", Reason: "is required"}
@@ -212,8 +216,8 @@ func checkAdd(a Add, mode counters.Mode) error {
 	if err := checkToken(a.IdempotencyToken); err != nil {
 		return err
 	}
-	if mode == counters.ModeEventual && a.IdempotencyToken == "" {
-		return &schemas.FieldError{Field: "idempotency_token", Reason: "is required in mode eventual"}
+	if mode.Logged() && a.IdempotencyToken == "" {
+		return &schemas.FieldError{Field: "idempotency_token", Reason: "is required in mode " + string(mode)}
 	}
 	if a.EventTime != "" {
 		if _, err := time.Parse(time.RFC3339Nano, a.EventTime); err != nil {
@@ -240,9 +244,9 @@ func (h *Handler) clear(w http.ResponseWriter, r *http.Request) int {
 	if err := checkToken(c.IdempotencyToken); err != nil {
 		return api.BadRequest(w, err)
 	}
-	if ns.Mode == counters.ModeEventual {
+	if ns.Mode.Logged() {
 		if c.IdempotencyToken == "" {
-			return api.BadRequest(w, &schemas.FieldError{Field: "idempotency_token", Reason: "is required in mode eventual"})
+			return api.BadRequest(w, &schemas.FieldError{Field: "idempotency_token", Reason: "is required in mode " + string(ns.Mode)})
 		}
 		if err := h.eventual.write(r.Context(), ns, name, schemas.CounterClear, 0, c.IdempotencyToken, h.o.Now()); err != nil {
 			return h.failed(w, "clear", err)
@@ -312,7 +316,7 @@ type Series struct {
 }
 
 // series answers a read with from, to or granularity (the views series' parameters, minute,
-// hour or day): the counted adds per bucket, an eventual namespace's only.
+// hour or day): the counted adds per bucket, a logged namespace's only.
 func (h *Handler) series(w http.ResponseWriter, r *http.Request, ns counters.Namespace, name string) int {
 	q, err := read.ParseSeriesQuery(r.URL.Query(), h.o.Now())
 	if err == nil && q.Granularity == read.Second {
@@ -321,8 +325,8 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request, ns counters.Nam
 	if err != nil {
 		return api.BadRequest(w, err)
 	}
-	if ns.Mode != counters.ModeEventual {
-		return api.Error(w, http.StatusBadRequest, "mode", fmt.Sprintf("time ranges need mode eventual; %q is %s", ns.Name, ns.Mode))
+	if !ns.Mode.Logged() {
+		return api.Error(w, http.StatusBadRequest, "mode", fmt.Sprintf("time ranges need mode eventual or accurate; %q is %s", ns.Name, ns.Mode))
 	}
 	got, err := h.eventual.series(r.Context(), ns, name, q.Granularity, q.From, q.To)
 	if err != nil {
@@ -379,7 +383,7 @@ func names(values []string) ([]string, error) {
 
 // read reads counters of ns from where its mode keeps them.
 func (h *Handler) read(ctx context.Context, ns counters.Namespace, names []string) ([]int64, error) {
-	if ns.Mode == counters.ModeEventual {
+	if ns.Mode.Logged() {
 		return h.eventual.get(ctx, ns, names)
 	}
 	return h.o.BestEffort.Get(ctx, ns, names)

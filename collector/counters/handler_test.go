@@ -566,3 +566,96 @@ func TestCounterRoutesRefuseCraftedInput(t *testing.T) {
 		t.Errorf("got count %d; want 1 (only the first add)", got)
 	}
 }
+
+// An accurate counter reads its acknowledged adds at once: before any aggregator counted them,
+// and after a flush of part of them (rows and checkpoint as the counters stream writes them)
+// without counting those twice. A retried token counts once, whether its first copy is after
+// the checkpoint or before it; a clear drops all before it; the series holds the same adds.
+func TestAccurateReadsItsOwnAdds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openDB(t, ctx, "counters_accurate_test")
+	s := serve(t, conn)
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/tallies", `{"mode":"accurate","idempotency_window":"1h"}`, nil)
+	if code, body := s.call(t, "svc-w", "POST", "/v1/namespaces/tallies/counters/x/add", `{"delta":1}`); code != http.StatusBadRequest {
+		t.Errorf("add without a token: got %d %s; want 400", code, body)
+	}
+	add := func(token string, delta int64, want int64) {
+		t.Helper()
+		var r Result
+		s.must(t, http.StatusAccepted, "svc-w", "POST", "/v1/namespaces/tallies/counters/x/add-and-get",
+			fmt.Sprintf(`{"delta":%d,"idempotency_token":%q}`, delta, token), &r)
+		if r.Count == nil || *r.Count != want {
+			t.Fatalf("add %s %d: got %+v; want count %d", token, delta, r, want)
+		}
+	}
+	add("a1", 5, 5)
+	add("a2", 3, 8)
+	add("a1", 5, 8) // a retry after the checkpoint: the tail counts it once
+	// An aggregator counts the first three records: one row of 8, the checkpoint after them.
+	recs := logged(t, ctx, "tallies/x", 3)
+	ns, _, err := s.reg.Lookup(ctx, "tallies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, end := recs[2].Partition, recs[2].Offset+1
+	if err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO counter_deltas (partition, epoch, end_offset, ns, generation, name, minute, delta, expires) VALUES
+		(%[1]d, 1, %[2]d, 'tallies', %[3]d, 'x', toStartOfMinute(now()), 8, now() + 3600), (%[1]d, 1, %[2]d, '', 0, '', toStartOfMinute(now()), 0, now() + 3600)`,
+		p, end, ns.Generation)); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs[:2] {
+		ev, err := schemas.DecodeCounterEvent(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Exec(ctx, `INSERT INTO counter_tokens (partition, epoch, end_offset, window_ms, key, ts) VALUES (?, 1, ?, ?, ?, fromUnixTimestamp64Milli(?))`,
+			uint16(p), end, ev.Window, ev.DedupeKey(), ev.TS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.count(t, "tallies", "x"); got != 8 {
+		t.Errorf("after the flush: got %d; want 8 (counted once, not again from the log)", got)
+	}
+	add("a3", 2, 10)
+	add("a1", 5, 10) // a retry of a token counted before the checkpoint
+	s.must(t, http.StatusAccepted, "svc-w", "POST", "/v1/namespaces/tallies/counters/x/clear", `{"idempotency_token":"c1"}`, nil)
+	add("a4", 7, 7)
+	var cs Counts
+	s.must(t, http.StatusOK, "svc-r", "GET", "/v1/namespaces/tallies/counters?names=x,y", "", &cs)
+	if fmt.Sprint(cs.Counts) != fmt.Sprint([]Count{{"tallies", "x", 7}, {"tallies", "y", 0}}) {
+		t.Errorf("got %v; want x 7, y 0", cs.Counts)
+	}
+	var series Series
+	s.must(t, http.StatusOK, "svc-r", "GET", "/v1/namespaces/tallies/counters/x?granularity=minute&from="+
+		strconv.FormatInt(time.Now().Add(-5*time.Minute).UnixMilli(), 10), "", &series)
+	var sum int64
+	for _, pt := range series.Points {
+		sum += pt.Count
+	}
+	if sum != 7 {
+		t.Errorf("got a series summing to %d (%+v); want 7", sum, series.Points)
+	}
+}
+
+// logged reads the first n records of key from the counter_events topic.
+func logged(t *testing.T, ctx context.Context, key string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(infra.Kafka.Addr()), kgo.ConsumeTopics(schemas.TopicCounterEvents), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for len(out) < n && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == key {
+				out = append(out, r)
+			}
+		})
+	}
+	if len(out) < n {
+		t.Fatalf("got %d records of %s in the log; want %d", len(out), key, n)
+	}
+	return out[:n]
+}

@@ -31,9 +31,14 @@ const (
 	// ModeEventual counters go through the Kafka log and the counting engine into ClickHouse,
 	// exactly once; reads lag by about the flush interval.
 	ModeEventual Mode = "eventual"
-	// ModeAccurate counters add the events since the last checkpoint on read. Not built yet.
+	// ModeAccurate counters are written as eventual ones are; a read adds to the counted total the
+	// log's events after the last checkpoint, so a caller reads its acknowledged adds at once.
 	ModeAccurate Mode = "accurate"
 )
+
+// Logged reports whether m's adds go through the Kafka log (eventual and accurate): they need
+// idempotency tokens, and they keep time buckets.
+func (m Mode) Logged() bool { return m == ModeEventual || m == ModeAccurate }
 
 // Limits of a namespace's settings.
 const (
@@ -106,9 +111,7 @@ func ParseSpec(name string, body []byte) (Namespace, error) {
 	}
 	ns := Namespace{Name: name, Mode: s.Mode, Writers: s.Writers, Readers: s.Readers}
 	switch s.Mode {
-	case ModeBestEffort, ModeEventual:
-	case ModeAccurate:
-		return Namespace{}, &schemas.FieldError{Field: "mode", Reason: "accurate is not available yet; best_effort and eventual are"}
+	case ModeBestEffort, ModeEventual, ModeAccurate:
 	default:
 		return Namespace{}, &schemas.FieldError{Field: "mode", Reason: fmt.Sprintf("got %q; want best_effort, eventual or accurate", s.Mode)}
 	}

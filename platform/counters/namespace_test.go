@@ -28,7 +28,8 @@ func TestParseSpec(t *testing.T) {
 		{"unknown mode", "shares", `{"mode":"exact"}`, Namespace{}, "mode"},
 		{"eventual", "shares", `{"mode":"eventual"}`,
 			Namespace{Name: "shares", Mode: ModeEventual, Retention: DefaultRetention, IdempotencyWindow: DefaultIdempotency}, ""},
-		{"accurate not built", "shares", `{"mode":"accurate"}`, Namespace{}, "mode"},
+		{"accurate", "shares", `{"mode":"accurate","idempotency_window":"2h"}`,
+			Namespace{Name: "shares", Mode: ModeAccurate, Retention: DefaultRetention, IdempotencyWindow: 2 * time.Hour}, ""},
 		{"retention too short", "shares", `{"mode":"best_effort","retention":"59m"}`, Namespace{}, "retention"},
 		{"retention not a duration", "shares", `{"mode":"best_effort","retention":"a week"}`, Namespace{}, "retention"},
 		{"window too long", "shares", `{"mode":"best_effort","idempotency_window":"8d"}`, Namespace{}, "idempotency_window"},
@@ -110,7 +111,7 @@ func FuzzParseSpec(f *testing.F) {
 		if ns.Retention < MinRetention || ns.Retention > MaxRetention || ns.IdempotencyWindow < MinIdempotency || ns.IdempotencyWindow > MaxIdempotency {
 			t.Fatalf("got %+v; want settings within their limits", ns)
 		}
-		if CheckName(ns.Name) != nil || ns.Mode != ModeBestEffort && ns.Mode != ModeEventual {
+		if CheckName(ns.Name) != nil || ns.Mode != ModeBestEffort && !ns.Mode.Logged() {
 			t.Fatalf("got %+v; want a valid name and mode", ns)
 		}
 	})

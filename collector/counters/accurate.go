@@ -1,0 +1,185 @@
+package counters
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"tally/platform/counters"
+	"tally/schemas"
+	"tally/schemas/dedupe"
+)
+
+// An accurate namespace writes as an eventual one does (the log, counted by the aggregators); a
+// read adds to each counter's total up to its partition's checkpoint the partition's records
+// after the checkpoint, read from the log (tail_kafka.go) and folded as the aggregators will
+// fold them. So a caller reads its own acknowledged adds at once, whatever has been killed,
+// while Kafka and ClickHouse answer.
+
+// snapshot is what an accurate read of some counters found: the SQL condition that keeps each
+// counter's rows up to its partition's checkpoint, and each counter's events after it that the
+// aggregators will count, in log order.
+type snapshot struct {
+	upTo   string
+	events map[string][]schemas.CounterEvent
+}
+
+// snapshot reads the checkpoints of names' partitions, then each partition's records after its
+// checkpoint. The rows a checkpoint covers were written with its marker, in one INSERT that
+// reached counter_deltas before counter_checkpoints (a materialized view of it), so reading the
+// checkpoint first and the rows up to it after gives the total at the checkpoint exactly.
+func (e *eventual) snapshot(ctx context.Context, ns counters.Namespace, names []string) (snapshot, error) {
+	l, err := e.tail.layout(ctx)
+	if err != nil {
+		return snapshot{}, err
+	}
+	byPart := map[int32]map[string]bool{} // the record keys of names, by partition
+	for _, n := range names {
+		key := schemas.CounterKey(ns.Name, n)
+		p := e.tail.partitionOf(l, key)
+		if byPart[p] == nil {
+			byPart[p] = map[string]bool{}
+		}
+		byPart[p][string(key)] = true
+	}
+	cps, err := e.checkpoints(ctx, slices.Collect(maps.Keys(byPart)))
+	if err != nil {
+		return snapshot{}, err
+	}
+	s := snapshot{events: map[string][]schemas.CounterEvent{}}
+	conds := []string{"partition NOT IN (" + joinInts(slices.Collect(maps.Keys(cps))) + ")"}
+	for p, cp := range cps {
+		conds = append(conds, fmt.Sprintf("(partition = %d AND end_offset <= %d)", p, cp))
+		recs, err := e.tail.read(ctx, l, p, max(cp, 0))
+		if err != nil {
+			return snapshot{}, err
+		}
+		var evs []schemas.CounterEvent
+		for _, r := range recs {
+			if !byPart[p][string(r.Key)] {
+				continue
+			}
+			// A record that does not decode is set aside by the aggregators: it counts nothing.
+			ev, err := schemas.DecodeCounterEvent(r.Value)
+			if err == nil && ev.Op != schemas.CounterDistinct && ev.Generation == ns.Generation {
+				evs = append(evs, ev)
+			}
+		}
+		before, err := e.tokensBefore(ctx, p, cp, evs)
+		if err != nil {
+			return snapshot{}, err
+		}
+		for _, ev := range counted(evs, before) {
+			s.events[ev.Name] = append(s.events[ev.Name], ev)
+		}
+	}
+	s.upTo = "(" + strings.Join(conds, " OR ") + ")"
+	return s, nil
+}
+
+// checkpoints reads the checkpoint of each of parts, the end offset of its last batch (-1 if it
+// has none), from counter_checkpoints.
+func (e *eventual) checkpoints(ctx context.Context, parts []int32) (map[int32]int64, error) {
+	out := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		out[p] = -1
+	}
+	rows, err := e.conn.Query(ctx, `SELECT partition, max(end_offset) FROM counter_checkpoints WHERE partition IN (`+joinInts(parts)+`) GROUP BY partition`)
+	if err != nil {
+		return nil, fmt.Errorf("read counter checkpoints: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p uint16
+		var cp int64
+		if err := rows.Scan(&p, &cp); err != nil {
+			return nil, fmt.Errorf("scan counter checkpoint: %w", err)
+		}
+		out[int32(p)] = cp
+	}
+	return out, rows.Err()
+}
+
+// tokensBefore reads when the tokens of evs were counted in partition p's batches up to its
+// checkpoint cp: event times by dedupe key.
+func (e *eventual) tokensBefore(ctx context.Context, p int32, cp int64, evs []schemas.CounterEvent) (map[uint64][]int64, error) {
+	out := map[uint64][]int64{}
+	if len(evs) == 0 || cp < 0 {
+		return out, nil
+	}
+	keys := make([]uint64, len(evs))
+	for i, ev := range evs {
+		keys[i] = ev.DedupeKey()
+	}
+	rows, err := e.conn.Query(ctx, `SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_token_index
+		WHERE partition = ? AND key IN (?) AND end_offset <= ?`, uint16(p), keys, cp)
+	if err != nil {
+		return nil, fmt.Errorf("read the tokens counted in counter partition %d: %w", p, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k uint64
+		var ts int64
+		if err := rows.Scan(&k, &ts); err != nil {
+			return nil, fmt.Errorf("scan a token of counter partition %d: %w", p, err)
+		}
+		out[k] = append(out[k], ts)
+	}
+	return out, rows.Err()
+}
+
+// counted keeps, in order, the events the aggregators will count: an add or a clear unless its
+// token was counted within its window, before the checkpoint (before, event times by key) or
+// earlier among evs (package dedupe's rule, as the aggregators apply it).
+func counted(evs []schemas.CounterEvent, before map[uint64][]int64) []schemas.CounterEvent {
+	windows := map[int64]*dedupe.Window{}
+	var out []schemas.CounterEvent
+	for _, ev := range evs {
+		k := ev.DedupeKey()
+		if slices.ContainsFunc(before[k], func(t int64) bool { return t-ev.TS < ev.Window && ev.TS-t < ev.Window }) {
+			continue
+		}
+		w := windows[ev.Window]
+		if w == nil {
+			w = dedupe.New(ev.Window, schemas.CounterGrace)
+			windows[ev.Window] = w
+		}
+		if w.Observe(k, ev.TS) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// fold applies a counter's counted events after the checkpoint to its total at the checkpoint
+// (durable): the total they lead to, and what they add to each minute (Unix seconds), a clear
+// taking back in its own minute the total before it.
+func fold(durable int64, evs []schemas.CounterEvent) (int64, map[int64]int64) {
+	total, minutes := durable, map[int64]int64{}
+	for _, ev := range evs {
+		m := time.UnixMilli(ev.TS).Truncate(time.Minute).Unix()
+		if ev.Op == schemas.CounterClear {
+			minutes[m] -= total
+			total = 0
+			continue
+		}
+		minutes[m] += ev.Delta
+		total += ev.Delta
+	}
+	return total, minutes
+}
+
+// joinInts writes ps as a SQL list.
+func joinInts(ps []int32) string {
+	var b strings.Builder
+	for _, p := range ps {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, p)
+	}
+	return b.String()
+}
