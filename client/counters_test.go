@@ -57,6 +57,36 @@ func TestCounterWritesKeepTheirTokenAcrossRetries(t *testing.T) {
 	}
 }
 
+// A batch of adds retried after a 503 sends the same body: every add's token minted once,
+// before the first attempt, unless the caller gave one.
+func TestCounterBatchKeepsItsTokensAcrossRetries(t *testing.T) {
+	busy := answer{status: 503, retryAfter: "0", body: `{"error":"add failed; retry"}`}
+	c, s := newScripted(t, Options{MaxAttempts: 5}, busy, busy, answer{202, "", `{"added":2,"duplicates":0}`})
+	got, err := c.AddCounts(context.Background(), "shares", []CounterBatchAdd{{Name: "a", CounterAdd: CounterAdd{Delta: 1}}, {Name: "b", CounterAdd: CounterAdd{Delta: 2, Token: "t-1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Added != 2 || len(s.bodies) != 3 {
+		t.Fatalf("got %+v after %d attempts; want 2 added after 3", got, len(s.bodies))
+	}
+	var first struct {
+		Adds []struct {
+			Token string `json:"idempotency_token"`
+		} `json:"adds"`
+	}
+	if err := json.Unmarshal([]byte(s.bodies[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Adds) != 2 || first.Adds[0].Token == "" || first.Adds[1].Token != "t-1" {
+		t.Errorf("got %s; want a minted token, then t-1", s.bodies[0])
+	}
+	for i, b := range s.bodies {
+		if b != s.bodies[0] {
+			t.Errorf("attempt %d sent %q; want the first attempt's %q", i+1, b, s.bodies[0])
+		}
+	}
+}
+
 // PutNamespace succeeds on 201 (created) and 200 (changed).
 func TestPutNamespaceAcceptsCreatedAndChanged(t *testing.T) {
 	ns := `{"name":"shares","mode":"best_effort","retention":"90d","idempotency_window":"1d","writers":[],"readers":[],"changed_at":"2026-12-04T10:00:00Z"}`

@@ -171,6 +171,7 @@ func CollectorRoutes() []Route {
 		{Pattern: "GET /v1/namespaces/{ns}", Scope: ScopeAdmin},
 		{Pattern: "DELETE /v1/namespaces/{ns}", Scope: ScopeAdmin},
 		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/add", Scope: ScopeIngest},
+		{Pattern: "POST /v1/namespaces/{ns}/adds", Scope: ScopeIngest},
 		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/add-and-get", Scope: ScopeIngest},
 		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/clear", Scope: ScopeIngest},
 		{Pattern: "POST /v1/namespaces/{ns}/counters/{name}/add-distinct", Scope: ScopeIngest},

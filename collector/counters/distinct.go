@@ -124,8 +124,9 @@ func (h *Handler) distinct(w http.ResponseWriter, r *http.Request) int {
 
 // writeMember writes one distinct member to the log.
 func (e *eventual) writeMember(ctx context.Context, ns counters.Namespace, name, member string, at time.Time) error {
-	return e.produce(ctx, ns, name, schemas.CounterEvent{Op: schemas.CounterDistinct, Namespace: ns.Name, Generation: ns.Generation, Name: name,
-		Member: member, TS: at.UnixMilli(), Window: ns.IdempotencyWindow.Milliseconds(), Retention: int64(ns.Retention / time.Second)})
+	ev := counterEvent(ns, name, schemas.CounterDistinct, 0, "", at)
+	ev.Member = member
+	return e.produce(ctx, record(ns, name, ev))
 }
 
 // distinct merges the counter's hourly sketches in [from, to).

@@ -40,17 +40,26 @@ var errBusy = fmt.Errorf("counter reads are over capacity")
 
 // write writes one add or clear (op) to the log.
 func (e *eventual) write(ctx context.Context, ns counters.Namespace, name, op string, delta int64, token string, at time.Time) error {
-	return e.produce(ctx, ns, name, schemas.CounterEvent{Op: op, Namespace: ns.Name, Generation: ns.Generation, Name: name, Delta: delta,
-		Token: token, TS: at.UnixMilli(), Window: ns.IdempotencyWindow.Milliseconds(), Retention: int64(ns.Retention / time.Second)})
+	return e.produce(ctx, record(ns, name, counterEvent(ns, name, op, delta, token, at)))
 }
 
-// produce writes ev to the log under the counter's key, waiting for Kafka's acknowledgement.
-func (e *eventual) produce(ctx context.Context, ns counters.Namespace, name string, ev schemas.CounterEvent) error {
+// counterEvent is an add or a clear (op) of counter name of ns as the log carries it.
+func counterEvent(ns counters.Namespace, name, op string, delta int64, token string, at time.Time) schemas.CounterEvent {
+	return schemas.CounterEvent{Op: op, Namespace: ns.Name, Generation: ns.Generation, Name: name, Delta: delta,
+		Token: token, TS: at.UnixMilli(), Window: ns.IdempotencyWindow.Milliseconds(), Retention: int64(ns.Retention / time.Second)}
+}
+
+// record is ev as a record of the log, under its counter's key.
+func record(ns counters.Namespace, name string, ev schemas.CounterEvent) *kgo.Record {
+	return &kgo.Record{Topic: schemas.TopicCounterEvents, Key: schemas.CounterKey(ns.Name, name), Value: schemas.AppendCounterEvent(nil, ev)}
+}
+
+// produce writes recs to the log, waiting for Kafka's acknowledgement of every one.
+func (e *eventual) produce(ctx context.Context, recs ...*kgo.Record) error {
 	pctx, cancel := context.WithTimeout(ctx, e.produceTimeout)
 	defer cancel()
-	rec := &kgo.Record{Topic: schemas.TopicCounterEvents, Key: schemas.CounterKey(ns.Name, name), Value: schemas.AppendCounterEvent(nil, ev)}
-	if err := e.producer.ProduceSync(pctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("write %s of %s/%s to the log: %w", ev.Op, ns.Name, name, err)
+	if err := e.producer.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("write %d records (the first of %s) to the log: %w", len(recs), recs[0].Key, err)
 	}
 	return nil
 }

@@ -70,6 +70,7 @@ func (h *Handler) Register(r *api.Router) {
 	r.Handle("GET /v1/namespaces/{ns}", "namespace_get", h.getNamespace)
 	r.Handle("DELETE /v1/namespaces/{ns}", "namespace_delete", h.deleteNamespace)
 	r.Handle("POST /v1/namespaces/{ns}/counters/{name}/add", "counter_add", api.RequireJSON(h.add(false)))
+	r.Handle("POST /v1/namespaces/{ns}/adds", "counter_adds", api.RequireJSON(h.addMany))
 	r.Handle("POST /v1/namespaces/{ns}/counters/{name}/add-and-get", "counter_add_and_get", api.RequireJSON(h.add(true)))
 	r.Handle("POST /v1/namespaces/{ns}/counters/{name}/clear", "counter_clear", api.RequireJSON(h.clear))
 	r.Handle("POST /v1/namespaces/{ns}/counters/{name}/add-distinct", "counter_add_distinct", api.RequireJSON(h.addDistinct))
@@ -186,11 +187,7 @@ func (h *Handler) add(andGet bool) func(http.ResponseWriter, *http.Request) int 
 // addLogged writes the add to the log and answers 202 once Kafka acknowledged it; add-and-get
 // answers the count counted so far plus this add (an accurate read holds it already).
 func (h *Handler) addLogged(w http.ResponseWriter, r *http.Request, ns counters.Namespace, name string, a Add, andGet bool) int {
-	at := h.o.Now()
-	if a.EventTime != "" {
-		at, _ = time.Parse(time.RFC3339Nano, a.EventTime) // checked by checkAdd
-	}
-	if err := h.eventual.write(r.Context(), ns, name, schemas.CounterAdd, *a.Delta, a.IdempotencyToken, at); err != nil {
+	if err := h.eventual.write(r.Context(), ns, name, schemas.CounterAdd, *a.Delta, a.IdempotencyToken, eventTime(a, h.o.Now)); err != nil {
 		return h.failed(w, "add", err)
 	}
 	res := Result{}
@@ -391,8 +388,11 @@ func (h *Handler) read(ctx context.Context, ns counters.Namespace, names []strin
 
 // decode reads a JSON body into v, refusing unknown fields, a second value and more than
 // maxBody bytes.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+func decode(w http.ResponseWriter, r *http.Request, v any) error { return decodeMax(w, r, v, maxBody) }
+
+// decodeMax is decode with a bound of its own.
+func decodeMax(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return &schemas.FieldError{Field: "body", Reason: "not valid: " + err.Error()}

@@ -659,3 +659,51 @@ func logged(t *testing.T, ctx context.Context, key string, n int) []*kgo.Record 
 	}
 	return out[:n]
 }
+
+// A batch of adds is checked whole, then applied: best_effort in one Redis pipeline (a repeated
+// token counts once, an overflowing add alone is refused), accurate (a logged mode) in the log at
+// once, read back exactly at once.
+func TestBatchOfAdds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openDB(t, ctx, "counters_batch_test")
+	s := serve(t, conn)
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/quick", `{"mode":"best_effort"}`, nil)
+	s.must(t, http.StatusCreated, "admin", "PUT", "/v1/namespaces/sure", `{"mode":"accurate"}`, nil)
+	var got BatchResult
+	s.must(t, http.StatusOK, "svc-w", "POST", "/v1/namespaces/quick/adds",
+		`{"adds":[{"name":"a","delta":2,"idempotency_token":"t1"},{"name":"b","delta":-1},{"name":"a","delta":2,"idempotency_token":"t1"},{"name":"a","delta":5}]}`, &got)
+	if got != (BatchResult{Added: 3, Duplicates: 1}) || s.count(t, "quick", "a") != 7 || s.count(t, "quick", "b") != -1 {
+		t.Errorf("got %+v, a %d, b %d; want 3 added, 1 duplicate, a 7, b -1", got, s.count(t, "quick", "a"), s.count(t, "quick", "b"))
+	}
+	code, body := s.call(t, "svc-w", "POST", "/v1/namespaces/quick/adds",
+		`{"adds":[{"name":"b","delta":1},{"name":"a","delta":9223372036854775807}]}`)
+	if code != http.StatusConflict || !strings.Contains(body, `adds[1].delta`) || s.count(t, "quick", "b") != 0 {
+		t.Errorf("an overflowing add: got %d %s, b %d; want 409 naming adds[1].delta, b 0 (the other add applied)", code, body, s.count(t, "quick", "b"))
+	}
+	var adds []string
+	want := int64(0)
+	for i := range 300 {
+		adds = append(adds, fmt.Sprintf(`{"name":"c%d","delta":%d,"idempotency_token":"k%d"}`, i%3, i, i))
+		if i%3 == 0 {
+			want += int64(i)
+		}
+	}
+	s.must(t, http.StatusAccepted, "svc-w", "POST", "/v1/namespaces/sure/adds", `{"adds":[`+strings.Join(adds, ",")+`]}`, &got)
+	if got.Added != 300 || s.count(t, "sure", "c0") != want {
+		t.Errorf("got %+v, c0 %d; want 300 added, c0 %d", got, s.count(t, "sure", "c0"), want)
+	}
+	for _, c := range []struct{ ns, body, field string }{
+		{"quick", `{"adds":[]}`, "adds"},
+		{"quick", `{"adds":[{"name":"a","delta":1}` + strings.Repeat(`,{"name":"a","delta":1}`, 1000) + `]}`, "adds"},
+		{"quick", `{"adds":[{"name":"a","delta":1},{"name":"a b","delta":1}]}`, "adds[1].name"},
+		{"quick", `{"adds":[{"name":"a"}]}`, "adds[0].delta"},
+		{"sure", `{"adds":[{"name":"a","delta":1}]}`, "adds[0].idempotency_token"},
+		{"quick", `{"adds":[{"name":"a","delta":1}]} {}`, "body"},
+	} {
+		code, body := s.call(t, "svc-w", "POST", "/v1/namespaces/"+c.ns+"/adds", c.body)
+		if code != http.StatusBadRequest || !strings.Contains(body, `"field":"`+c.field+`"`) {
+			t.Errorf("%.60s: got %d %s; want 400 naming %s", c.body, code, body, c.field)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +85,63 @@ func (b BestEffort) run(ctx context.Context, ns Namespace, name, op, token strin
 		return Outcome{}, fmt.Errorf("update counter %s/%s: got %d values from the script; want 2", ns.Name, name, len(res))
 	}
 	return Outcome{Count: res[0], Duplicate: res[1] == 0}, nil
+}
+
+// Change is one add of a batch.
+type Change struct {
+	Name  string
+	Delta int64
+	Token string
+}
+
+// AddMany applies changes to counters of ns in one pipeline, each as Add does. It answers how
+// many were repeated tokens and the indexes of those that would have overflowed (not applied).
+func (b BestEffort) AddMany(ctx context.Context, ns Namespace, changes []Change) (dups int, overflow []int, err error) {
+	todo := make([]int, len(changes))
+	for i := range todo {
+		todo[i] = i
+	}
+	// A pipelined EVALSHA cannot fall back to EVAL: the adds a Redis without the script refused
+	// (NOSCRIPT, so not applied) go again once it is loaded.
+	for attempt := 0; len(todo) > 0; attempt++ {
+		if attempt > 2 {
+			return 0, nil, fmt.Errorf("update counters of %s: Redis keeps answering NOSCRIPT", ns.Name)
+		}
+		if attempt > 0 {
+			if err := addScript.Load(ctx, b.rdb).Err(); err != nil {
+				return 0, nil, fmt.Errorf("load the counters script: %w", err)
+			}
+		}
+		cmds := make([]*redis.Cmd, len(todo))
+		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, i := range todo {
+				c := changes[i]
+				keys := []string{countKey(ns, c.Name)}
+				if c.Token != "" {
+					keys = append(keys, tokenKey(ns, c.Name, c.Token))
+				}
+				cmds[k] = addScript.EvalSha(ctx, p, keys, c.Delta, ns.Retention.Milliseconds(), ns.IdempotencyWindow.Milliseconds())
+			}
+			return nil
+		})
+		var again []int
+		for k, c := range cmds {
+			res, err := c.Int64Slice()
+			switch {
+			case err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT"):
+				again = append(again, todo[k])
+			case err != nil && strings.Contains(err.Error(), "overflow"):
+				overflow = append(overflow, todo[k])
+			case err != nil:
+				return 0, nil, fmt.Errorf("update counters of %s: %w", ns.Name, err)
+			case len(res) == 2 && res[1] == 0:
+				dups++
+			}
+		}
+		todo = again
+	}
+	slices.Sort(overflow)
+	return dups, overflow, nil
 }
 
 // Get returns the counts of names in ns, in order; a counter never written (or expired) is 0.
