@@ -181,8 +181,14 @@ func (c *Client) AddCounts(ctx context.Context, ns string, adds []CounterBatchAd
 	if err != nil {
 		return CounterBatchResult{}, fmt.Errorf("encode adds to %s: %w", ns, err)
 	}
+	return c.PostAdds(ctx, ns, b)
+}
+
+// PostAdds sends a batch of adds already encoded as the route's JSON body ({"adds": [...]}) as
+// is: for a generator that builds its bodies once. Every add should carry its token.
+func (c *Client) PostAdds(ctx context.Context, ns string, body []byte) (CounterBatchResult, error) {
 	var out CounterBatchResult
-	err = c.call(ctx, request{method: http.MethodPost, path: namespacePath(ns) + "/adds", body: b, contentType: "application/json",
+	err := c.call(ctx, request{method: http.MethodPost, path: namespacePath(ns) + "/adds", body: body, contentType: "application/json",
 		want: http.StatusOK, alsoWant: http.StatusAccepted, out: &out})
 	return out, err
 }

@@ -83,6 +83,29 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 			t.Errorf("got %d errors, %d 503s; want none", rep.Errors, c.Status503)
 		}
 	})
+	t.Run("counters", func(t *testing.T) {
+		for _, mode := range []string{"best_effort", "accurate"} {
+			rep := runLoad(t, ctx, "--url", api, "--brokers", brokers, "--scenario", "counters", "--counter-mode", mode,
+				"--duration", "3s", "--counter-rate", "2000", "--counter-batch", "100", "--counter-concurrency", "2", "--counter-names", "50",
+				"--counter-read-rate", "20", "--warmup", "1s", "--probe-every", "300ms", "--probe-poll", "50ms", "--probe-timeout", "20s", "--drain", "20s")
+			c := rep.Counters
+			if c == nil || rep.CounterReads == nil {
+				t.Fatalf("%s: got report %+v; want counters and counter reads sections", mode, rep)
+			}
+			if c.AcceptedEvents <= 0 || c.Latency.Count != int(c.Requests) {
+				t.Errorf("%s: got %d accepted adds, %d latency samples for %d requests; want some, one per request", mode, c.AcceptedEvents, c.Latency.Count, c.Requests)
+			}
+			if c.Visibility.Visible == 0 || c.Visibility.NotVisible != 0 {
+				t.Errorf("%s: got visibility %+v; want every probe add read back", mode, c.Visibility)
+			}
+			if len(c.Lag.Samples) == 0 || !c.Lag.Drained || c.Lag.Group != "tally-aggregator-counters" {
+				t.Errorf("%s: got lag %+v; want samples of the counters group and a drained lag", mode, c.Lag)
+			}
+			if rep.CounterReads.OK == 0 || rep.Errors != 0 || c.Status503 != 0 {
+				t.Errorf("%s: got %d reads, %d errors, %d 503s; want reads and no errors", mode, rep.CounterReads.OK, rep.Errors, c.Status503)
+			}
+		}
+	})
 	t.Run("likes", func(t *testing.T) {
 		rep := runLoad(t, ctx, "--url", api, "--scenario", "likes", "--duration", "2s",
 			"--like-rate", "200", "--users", "50", "--liked-by-rate", "50")

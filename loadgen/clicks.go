@@ -55,6 +55,6 @@ func (b *clickBatch) fill(rng *rand.Rand, hot float64, ads, users int) {
 func (b *clickBatch) body() []byte { return b.buf }
 
 func clicksStream(c Config) eventStream {
-	return eventStream{name: "clicks", rate: c.ClickRate, batch: c.ClickBatch, conc: c.ClickConcurrency, newBatch: newClickBatch,
-		topic: clicksTopic, group: c.ClickGroup, metrics: "tally_clicks_", probe: clickProbe}
+	return eventStream{name: "clicks", rate: c.ClickRate, batch: c.ClickBatch, conc: c.ClickConcurrency, hot: c.HotShare, items: c.Items, ids: c.Viewers, newBatch: newClickBatch,
+		topic: clicksTopic, group: c.ClickGroup, metrics: "tally_clicks_", probe: clickProbe, send: postEvents(c.ClickBatch)}
 }

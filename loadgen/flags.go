@@ -77,12 +77,22 @@ type Config struct {
 	LikedByRate int
 	LikedByIDs  int
 
+	// counters
+	CounterMode        string
+	CounterRate        int
+	CounterBatch       int
+	CounterConcurrency int
+	CounterHotShare    float64
+	CounterNames       int
+	CounterReadRate    int
+	CounterReadNames   int
+
 	MaxInflight int // workers per open-loop stream
 }
 
 // Scenarios says which workloads run at once.
 type Scenarios struct {
-	Views, Clicks, ViewCounts, Reads, Likes bool
+	Views, Clicks, ViewCounts, Reads, Likes, Counters bool
 }
 
 func (s Scenarios) String() string {
@@ -90,7 +100,7 @@ func (s Scenarios) String() string {
 	for _, p := range []struct {
 		on   bool
 		name string
-	}{{s.Views, "views"}, {s.Clicks, "clicks"}, {s.ViewCounts, "view-counts"}, {s.Reads, "reads"}, {s.Likes, "likes"}} {
+	}{{s.Views, "views"}, {s.Clicks, "clicks"}, {s.ViewCounts, "view-counts"}, {s.Reads, "reads"}, {s.Likes, "likes"}, {s.Counters, "counters"}} {
 		if p.on {
 			parts = append(parts, p.name)
 		}
@@ -98,12 +108,12 @@ func (s Scenarios) String() string {
 	return strings.Join(parts, "+")
 }
 
-// ParseScenarios reads a '+'-joined set of views, clicks, view-counts, reads and likes (e.g.
-// "views+reads").
+// ParseScenarios reads a '+'-joined set of views, clicks, view-counts, reads, likes and counters
+// (e.g. "views+reads").
 func ParseScenarios(s string) (Scenarios, error) {
 	var sc Scenarios
 	if s == "" {
-		return sc, errors.New("is empty; want views, clicks, view-counts, reads, likes or a '+'-joined set such as views+clicks")
+		return sc, errors.New("is empty; want views, clicks, view-counts, reads, likes, counters or a '+'-joined set such as views+clicks")
 	}
 	for _, p := range strings.Split(s, "+") {
 		switch p {
@@ -117,8 +127,10 @@ func ParseScenarios(s string) (Scenarios, error) {
 			sc.Reads = true
 		case "likes":
 			sc.Likes = true
+		case "counters":
+			sc.Counters = true
 		default:
-			return sc, fmt.Errorf("has %q; want views, clicks, view-counts, reads, likes or a '+'-joined set such as views+clicks", p)
+			return sc, fmt.Errorf("has %q; want views, clicks, view-counts, reads, likes, counters or a '+'-joined set such as views+clicks", p)
 		}
 	}
 	return sc, nil
@@ -145,7 +157,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	c.APIKey = os.Getenv("TALLY_LOAD_API_KEY")
 	c.KafkaSASL = kafkaFromEnv(os.Getenv)
 	fs.StringVar(&c.Group, "group", "tally-aggregator", "consumer group whose lag on topic views is sampled every second")
-	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, clicks, view-counts, reads, likes, or a '+'-joined set (views+clicks)")
+	fs.StringVar(&scenario, "scenario", "views", "workloads to run at once: views, clicks, view-counts, reads, likes, counters, or a '+'-joined set (views+clicks)")
 	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "how long the load runs (at most 30m)")
 	fs.StringVar(&c.RunID, "run-id", "", "prefix of every item and user id (default: load-<random>), so runs do not mix")
 	fs.DurationVar(&c.Timeout, "timeout", 15*time.Second, "per-request timeout")
@@ -181,6 +193,15 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.IntVar(&c.Users, "users", 100000, "likes: distinct users liking and unliking")
 	fs.IntVar(&c.LikedByRate, "liked-by-rate", 1000, "likes: GET /v1/users/{id}/likes requests per second, open loop (0: none)")
 	fs.IntVar(&c.LikedByIDs, "liked-by-ids", 20, "likes: item ids per GET /v1/users/{id}/likes (1..100)")
+
+	fs.StringVar(&c.CounterMode, "counter-mode", "eventual", "counters: the mode of the run's namespace (named by the run id): best_effort, eventual or accurate")
+	fs.IntVar(&c.CounterRate, "counter-rate", 50000, "counters: target adds per second (batches to POST /v1/namespaces/{ns}/adds, each add with its own token)")
+	fs.IntVar(&c.CounterBatch, "counter-batch", 500, "counters: adds per request (1..1000)")
+	fs.IntVar(&c.CounterConcurrency, "counter-concurrency", 4, "counters: concurrent posters")
+	fs.Float64Var(&c.CounterHotShare, "counter-hot-share", 1, "counters: share of adds to the one hot counter (0..1), the rest over --counter-names counters")
+	fs.IntVar(&c.CounterNames, "counter-names", 100000, "counters: counters besides the hot one")
+	fs.IntVar(&c.CounterReadRate, "counter-read-rate", 0, "counters: GET /v1/namespaces/{ns}/counters requests per second, open loop (0: none)")
+	fs.IntVar(&c.CounterReadNames, "counter-read-names", 100, "counters: names per read (1..100), drawn from the run's counters")
 
 	fs.IntVar(&c.MaxInflight, "max-inflight", 256, "open-loop streams: most requests in flight per stream; beyond it requests start late and the lateness counts as latency")
 	version := fs.Bool("version", false, "print the build (version, VCS revision, Go version) and exit")
@@ -219,6 +240,11 @@ func (c Config) validate() error {
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
+	positive := func(flag string, d time.Duration) {
+		if d <= 0 {
+			bad(flag, "got %s; want a positive duration", d)
+		}
+	}
 	u, err := url.Parse(c.URL)
 	switch {
 	case err != nil:
@@ -228,9 +254,9 @@ func (c Config) validate() error {
 	case !c.Remote && !loopback(u.Hostname()):
 		bad("url", "host %q is not a loopback address; load is only sent to this machine unless --remote", u.Hostname())
 	}
-	if c.Scenarios.Views || c.Scenarios.Clicks || c.Scenarios.ViewCounts {
+	if c.Scenarios.Views || c.Scenarios.Clicks || c.Scenarios.ViewCounts || c.Scenarios.Counters {
 		if len(c.Brokers) == 0 {
-			bad("brokers", "is empty; the views, clicks and view-counts scenarios sample consumer lag")
+			bad("brokers", "is empty; the views, clicks, view-counts and counters scenarios sample consumer lag")
 		}
 		for _, b := range c.Brokers {
 			host, _, err := net.SplitHostPort(b)
@@ -243,17 +269,19 @@ func (c Config) validate() error {
 		if c.Group == "" {
 			bad("group", "is empty")
 		}
+		positive("lag-window", c.LagWindow)
+		if c.Drain < 0 {
+			bad("drain", "got %s; want 0 or more", c.Drain)
+		}
+		positive("probe-every", c.ProbeEvery)
+		positive("probe-poll", c.ProbePoll)
+		positive("probe-timeout", c.ProbeWait)
 	}
 	if c.Duration <= 0 || c.Duration > maxDuration {
 		bad("duration", "got %s; want more than 0 and at most %s", c.Duration, maxDuration)
 	}
 	if c.RunID != "" && !idChars(c.RunID) {
 		bad("run-id", "got %q; want 1..64 letters, digits, '-' or '_'", c.RunID)
-	}
-	positive := func(flag string, d time.Duration) {
-		if d <= 0 {
-			bad(flag, "got %s; want a positive duration", d)
-		}
 	}
 	positive("timeout", c.Timeout)
 	if c.Warmup < 0 {
@@ -283,13 +311,6 @@ func (c Config) validate() error {
 		if c.HotShare < 0 || c.HotShare > 1 {
 			bad("hot-share", "got %g; want 0..1", c.HotShare)
 		}
-		positive("lag-window", c.LagWindow)
-		if c.Drain < 0 {
-			bad("drain", "got %s; want 0 or more", c.Drain)
-		}
-		positive("probe-every", c.ProbeEvery)
-		positive("probe-poll", c.ProbePoll)
-		positive("probe-timeout", c.ProbeWait)
 	}
 	if c.Scenarios.Clicks {
 		inRange("click-rate", c.ClickRate, 1, maxRate)
@@ -303,6 +324,20 @@ func (c Config) validate() error {
 		inRange("read-rate", c.ReadRate, 1, maxRate)
 		inRange("read-ids", c.ReadIDs, 1, 100)
 		inRange("catalog", c.Catalog, 1, 10_000_000)
+	}
+	if c.Scenarios.Counters {
+		if c.CounterMode != "best_effort" && c.CounterMode != "eventual" && c.CounterMode != "accurate" {
+			bad("counter-mode", "got %q; want best_effort, eventual or accurate", c.CounterMode)
+		}
+		inRange("counter-rate", c.CounterRate, 1, maxRate)
+		inRange("counter-batch", c.CounterBatch, 1, 1000)
+		inRange("counter-concurrency", c.CounterConcurrency, 1, maxConcurrency)
+		inRange("counter-names", c.CounterNames, 1, 10_000_000)
+		inRange("counter-read-rate", c.CounterReadRate, 0, maxRate)
+		inRange("counter-read-names", c.CounterReadNames, 1, 100)
+		if c.CounterHotShare < 0 || c.CounterHotShare > 1 {
+			bad("counter-hot-share", "got %g; want 0..1", c.CounterHotShare)
+		}
 	}
 	if c.Scenarios.Likes {
 		inRange("like-rate", c.LikeRate, 1, maxRate)

@@ -12,7 +12,11 @@
 //     views) on the views path, watched like views;
 //   - reads: GET /v1/counts with a feed page, open loop: the hot item and ids drawn uniformly
 //     from a catalog of --catalog items;
-//   - likes: like/unlike on one hot item and GET /v1/users/{id}/likes, open loop.
+//   - likes: like/unlike on one hot item and GET /v1/users/{id}/likes, open loop;
+//   - counters: batches of adds to POST /v1/namespaces/{ns}/adds (a namespace of
+//     --counter-mode named by the run id, one hot counter), the counters stream's lag on
+//     counter_events, probes added and read back, and optionally reads of 100 counters per
+//     GET /v1/namespaces/{ns}/counters, open loop.
 //
 // Open-loop streams fire on a fixed schedule and measure latency from the scheduled time, so a
 // server that stalls cannot hide its stall by slowing the generator (coordinated omission).
@@ -41,6 +45,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"tally/client"
 	"tally/platform/progress"
 )
 
@@ -60,6 +65,8 @@ type Report struct {
 	ViewCounts   *ViewsReport  `json:"view_counts,omitempty"`
 	Reads        *StreamReport `json:"reads,omitempty"`
 	Likes        *LikesReport  `json:"likes,omitempty"`
+	Counters     *ViewsReport  `json:"counters,omitempty"`
+	CounterReads *StreamReport `json:"counter_reads,omitempty"`
 	Errors       int           `json:"errors"` // every unexpected outcome of every stream
 }
 
@@ -145,8 +152,8 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	var views, clicks, counts *viewsRun
-	var reads *openLoop
+	var views, clicks, counts, ctrs *viewsRun
+	var reads, ctrReads *openLoop
 	var likes *likesStreams
 	if c.Scenarios.Views {
 		views = newViewsRun(ctx, c, viewsStream(c), api, web, prefix)
@@ -162,6 +169,16 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	}
 	if c.Scenarios.Likes {
 		likes = newLikesStreams(c, api, prefix, rng)
+	}
+	if c.Scenarios.Counters {
+		ns := counterNamespace(prefix)
+		if _, err := api.PutNamespace(ctx, ns, client.NamespaceSpec{Mode: client.CounterMode(c.CounterMode)}); err != nil {
+			return nil, fmt.Errorf("create the counters namespace %s: %w", ns, err)
+		}
+		ctrs = newViewsRun(ctx, c, countersStream(c, prefix), api, web, prefix)
+		if c.CounterReadRate > 0 {
+			ctrReads = counterReadsStream(c, api, prefix)
+		}
 	}
 
 	rep := &Report{Scenario: c.Scenarios.String(), URL: c.URL, RunID: prefix, DurationS: c.Duration.Seconds()}
@@ -187,6 +204,12 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	if reads != nil {
 		wg.Go(func() { r := reads.run(ctx, start, end, seed+2); rep.Reads = &r })
 	}
+	if ctrs != nil {
+		wg.Go(func() { r := ctrs.run(ctx, start, end, seed+7); rep.Counters = &r })
+	}
+	if ctrReads != nil {
+		wg.Go(func() { r := ctrReads.run(ctx, start, end, seed+8); rep.CounterReads = &r })
+	}
 	if likes != nil {
 		lr := &LikesReport{}
 		rep.Likes = lr
@@ -199,7 +222,7 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	var pw sync.WaitGroup
 	if c.Progress > 0 {
 		pw.Go(func() {
-			printProgress(progress, c.Progress, start, end, done, []*viewsRun{views, clicks, counts}, reads, likes)
+			printProgress(progress, c.Progress, start, end, done, []*viewsRun{views, clicks, counts, ctrs}, reads, likes)
 		})
 	}
 	wg.Wait()
@@ -208,13 +231,15 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 
 	rep.ElapsedS = time.Since(start).Seconds()
 	rep.GeneratorCPU = (cpuTime() - cpu0).Seconds()
-	for _, r := range []*ViewsReport{rep.Views, rep.Clicks, rep.ViewCounts} {
+	for _, r := range []*ViewsReport{rep.Views, rep.Clicks, rep.ViewCounts, rep.Counters} {
 		if r != nil {
 			rep.Errors += r.Errors + r.Lag.Errors + r.Visibility.Errors
 		}
 	}
-	if rep.Reads != nil {
-		rep.Errors += rep.Reads.Errors
+	for _, r := range []*StreamReport{rep.Reads, rep.CounterReads} {
+		if r != nil {
+			rep.Errors += r.Errors
+		}
 	}
 	if rep.Likes != nil {
 		rep.Likes.NegativeLikes = likes.negative.Load()

@@ -72,10 +72,17 @@ const (
 	// clickProbe posts a click on a new ad and reads that ad's minute series
 	// (GET /v1/ads/{ad}/clicks), summing the counts.
 	clickProbe
+	// counterProbe adds 1 to a new counter of the run's namespace and reads it back
+	// (GET /v1/namespaces/{ns}/counters/{name}).
+	counterProbe
 )
 
 // send posts one event for id; read returns the count a client reads back for it.
 func (p *prober) send(ctx context.Context, id string) error {
+	if p.kind == counterProbe {
+		_, err := p.api.AddCount(ctx, counterNamespace(p.prefix), id, client.CounterAdd{Delta: 1, Token: id})
+		return err
+	}
 	if p.kind == clickProbe {
 		return p.api.SendClick(ctx, client.Click{ClickID: id, AdID: id, CampaignID: "probe", UserHash: "probe", IPHash: "probe", Device: "probe"})
 	}
@@ -86,6 +93,9 @@ func (p *prober) read(ctx context.Context, id string, posted time.Time) (int64, 
 	if p.kind == viewProbe {
 		c, err := p.api.ItemCounts(ctx, id)
 		return c.Views, err
+	}
+	if p.kind == counterProbe {
+		return p.api.GetCount(ctx, counterNamespace(p.prefix), id)
 	}
 	s, err := p.api.AdClicks(ctx, id, client.SeriesQuery{From: posted.Add(-time.Minute), To: posted.Add(time.Minute), Granularity: client.Minute})
 	var n int64

@@ -36,7 +36,8 @@ func WriteText(w io.Writer, r *Report) {
 		name, unit, path, metrics string
 		v                         *ViewsReport
 	}{{"views", "events", "GET /v1/items/{probe}/counts", "views", r.Views}, {"clicks", "clicks", "GET /v1/ads/{probe}/clicks (minute series)", "clicks", r.Clicks},
-		{"view-counts", "records", "GET /v1/items/{probe}/counts", "views", r.ViewCounts}} {
+		{"view-counts", "records", "GET /v1/items/{probe}/counts", "views", r.ViewCounts},
+		{"counters", "adds", "GET /v1/namespaces/{ns}/counters/{probe}", "counters", r.Counters}} {
 		v := st.v
 		if v == nil {
 			continue
@@ -76,6 +77,10 @@ func WriteText(w io.Writer, r *Report) {
 	}
 	if s := r.Reads; s != nil {
 		writeStream(p, "reads", s)
+		samples = append(samples, s.ErrorSamples...)
+	}
+	if s := r.CounterReads; s != nil {
+		writeStream(p, "counter reads", s)
 		samples = append(samples, s.ErrorSamples...)
 	}
 	if l := r.Likes; l != nil {

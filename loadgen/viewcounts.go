@@ -71,7 +71,7 @@ func (b *viewCountBatch) body() []byte { return b.buf }
 // viewCountsStream posts edge view counts to the views path: the same topic, group and probes
 // as views.
 func viewCountsStream(c Config) eventStream {
-	return eventStream{name: "view-counts", rate: c.CountRate, batch: c.CountBatch, conc: c.Concurrency,
+	return eventStream{name: "view-counts", rate: c.CountRate, batch: c.CountBatch, conc: c.Concurrency, hot: c.HotShare, items: c.Items, ids: c.Viewers,
 		newBatch: func(prefix string, n int) lineBatch { return newViewCountBatch(prefix, n, c.CountViews) },
-		topic:    viewsTopic, group: c.Group, metrics: "tally_views_", probe: viewProbe}
+		topic:    viewsTopic, group: c.Group, metrics: "tally_views_", probe: viewProbe, send: postEvents(c.CountBatch)}
 }

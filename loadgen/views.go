@@ -40,10 +40,26 @@ type ViewsReport struct {
 type eventStream struct {
 	name              string // "views" or "clicks", in messages
 	rate, batch, conc int
+	hot               float64 // the share of events on the one hot item (ad, counter)
+	items, ids        int     // items besides the hot one; distinct viewer (user) ids
 	newBatch          func(prefix string, n int) lineBatch
 	topic, group      string // whose consumer lag is sampled
 	metrics           string // prefix of the aggregator's metrics of this path
 	probe             probeKind
+	// send posts one batch body and returns how many of its events were accepted.
+	send func(ctx context.Context, api *client.Client, body []byte) (int, error)
+}
+
+// postEvents sends NDJSON batches of n lines to POST /v1/events; a batch accepted in part is an
+// error.
+func postEvents(n int) func(ctx context.Context, api *client.Client, body []byte) (int, error) {
+	return func(ctx context.Context, api *client.Client, body []byte) (int, error) {
+		res, err := api.PostEvents(ctx, body)
+		if err == nil && res.Accepted != n {
+			err = fmt.Errorf("accepted %d of %d lines: %+v", res.Accepted, n, res.Rejected[:min(len(res.Rejected), 3)])
+		}
+		return res.Accepted, err
+	}
 }
 
 // lineBatch is a poster's reusable NDJSON body, redrawn before each post.
@@ -55,9 +71,9 @@ type lineBatch interface {
 func (b *viewBatch) body() []byte { return b.buf }
 
 func viewsStream(c Config) eventStream {
-	return eventStream{name: "views", rate: c.Rate, batch: c.Batch, conc: c.Concurrency,
+	return eventStream{name: "views", rate: c.Rate, batch: c.Batch, conc: c.Concurrency, hot: c.HotShare, items: c.Items, ids: c.Viewers,
 		newBatch: func(prefix string, n int) lineBatch { return newViewBatch(prefix, n) },
-		topic:    viewsTopic, group: c.Group, metrics: "tally_views_", probe: viewProbe}
+		topic:    viewsTopic, group: c.Group, metrics: "tally_views_", probe: viewProbe, send: postEvents(c.Batch)}
 }
 
 // viewsRun posts NDJSON batches from Concurrency closed-loop posters paced to the target rate:
@@ -86,7 +102,7 @@ func newViewsRun(ctx context.Context, c Config, s eventStream, api *client.Clien
 }
 
 func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) {
-	c, s := v.cfg, v.s
+	s := v.s
 	rate := float64(s.rate) / float64(s.batch) // batches per second
 	p := newPacer(start, rate, slotsFor(rate, end.Sub(start)))
 	var wg sync.WaitGroup
@@ -104,24 +120,21 @@ func (v *viewsRun) post(ctx context.Context, start, end time.Time, seed uint64) 
 				if _, ok := p.wait(ctx, sl); !ok {
 					return
 				}
-				batch.fill(rng, c.HotShare, c.Items, c.Viewers)
+				batch.fill(rng, s.hot, s.items, s.ids)
 				t0 := time.Now()
-				res, err := v.api.PostEvents(ctx, batch.body())
+				n, err := s.send(ctx, v.api, batch.body())
 				if ctx.Err() != nil {
 					return
 				}
 				v.lat.add(time.Since(t0))
 				v.requests.Add(1)
+				v.accepted.Add(int64(n))
 				switch {
 				case err == nil:
-					v.accepted.Add(int64(res.Accepted))
-					if res.Accepted != s.batch {
-						v.errs.add(ctx, "POST /v1/events", fmt.Errorf("accepted %d of %d lines: %+v", res.Accepted, s.batch, res.Rejected[:min(len(res.Rejected), 3)]))
-					}
 				case client.IsStatus(err, http.StatusServiceUnavailable):
 					v.unavailable.Add(1)
 				default:
-					v.errs.add(ctx, "POST /v1/events", err)
+					v.errs.add(ctx, s.name+" batch", err)
 				}
 			}
 		})
@@ -158,7 +171,7 @@ func (v *viewsRun) run(ctx context.Context, start, end time.Time, seed uint64) V
 	bg.Wait()
 
 	rep := ViewsReport{
-		TargetRate: v.s.rate, Batch: v.s.batch, Concurrency: v.s.conc, HotShare: c.HotShare,
+		TargetRate: v.s.rate, Batch: v.s.batch, Concurrency: v.s.conc, HotShare: v.s.hot,
 		Requests: v.requests.Load(), AcceptedEvents: v.accepted.Load(), Status503: v.unavailable.Load(),
 		EventsPerSec: float64(v.accepted.Load()) / elapsed.Seconds(),
 		Latency:      v.lat.summary(),
