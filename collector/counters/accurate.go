@@ -104,31 +104,45 @@ func (e *eventual) checkpoints(ctx context.Context, parts []int32) (map[int32]in
 }
 
 // tokensBefore reads when the tokens of evs were counted in partition p's batches up to its
-// checkpoint cp: event times by dedupe key.
+// checkpoint cp: event times by dedupe key. The keys go tokenChunk at a time, within
+// ClickHouse's bound on a query's size.
 func (e *eventual) tokensBefore(ctx context.Context, p int32, cp int64, evs []schemas.CounterEvent) (map[uint64][]int64, error) {
 	out := map[uint64][]int64{}
-	if len(evs) == 0 || cp < 0 {
+	if cp < 0 {
 		return out, nil
 	}
 	keys := make([]uint64, len(evs))
 	for i, ev := range evs {
 		keys[i] = ev.DedupeKey()
 	}
+	for chunk := range slices.Chunk(keys, tokenChunk) {
+		if err := e.tokensOf(ctx, p, cp, chunk, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// tokenChunk is how many keys one token lookup sends: about 100 KB of query.
+const tokenChunk = 5000
+
+// tokensOf adds to out the counted tokens of partition p up to cp among keys.
+func (e *eventual) tokensOf(ctx context.Context, p int32, cp int64, keys []uint64, out map[uint64][]int64) error {
 	rows, err := e.conn.Query(ctx, `SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_token_index
 		WHERE partition = ? AND key IN (?) AND end_offset <= ?`, uint16(p), keys, cp)
 	if err != nil {
-		return nil, fmt.Errorf("read the tokens counted in counter partition %d: %w", p, err)
+		return fmt.Errorf("read the tokens counted in counter partition %d: %w", p, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var k uint64
 		var ts int64
 		if err := rows.Scan(&k, &ts); err != nil {
-			return nil, fmt.Errorf("scan a token of counter partition %d: %w", p, err)
+			return fmt.Errorf("scan a token of counter partition %d: %w", p, err)
 		}
 		out[k] = append(out[k], ts)
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // counted keeps, in order, the events the aggregators will count: an add or a clear unless its

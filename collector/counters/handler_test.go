@@ -636,6 +636,17 @@ func TestAccurateReadsItsOwnAdds(t *testing.T) {
 	if sum != 7 {
 		t.Errorf("got a series summing to %d (%+v); want 7", sum, series.Points)
 	}
+	// A tail longer than one token lookup takes (tokenChunk keys): each add counted once.
+	for b := range 6 {
+		adds := make([]string, 1000)
+		for i := range adds {
+			adds[i] = fmt.Sprintf(`{"name":"x","delta":1,"idempotency_token":"bulk-%d-%d"}`, b, i)
+		}
+		s.must(t, http.StatusAccepted, "svc-w", "POST", "/v1/namespaces/tallies/adds", `{"adds":[`+strings.Join(adds, ",")+`]}`, nil)
+	}
+	if got := s.count(t, "tallies", "x"); got != 6007 {
+		t.Errorf("after 6,000 more adds: got %d; want 6007", got)
+	}
 }
 
 // logged reads the first n records of key from the counter_events topic.
