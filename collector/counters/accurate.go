@@ -53,31 +53,41 @@ func (e *eventual) snapshot(ctx context.Context, ns counters.Namespace, names []
 	conds := []string{"partition NOT IN (" + joinInts(slices.Collect(maps.Keys(cps))) + ")"}
 	for p, cp := range cps {
 		conds = append(conds, fmt.Sprintf("(partition = %d AND end_offset <= %d)", p, cp))
-		recs, err := e.tail.read(ctx, l, p, max(cp, 0))
+		evs, err := e.tailEvents(ctx, ns, l, p, cp, byPart[p])
 		if err != nil {
 			return snapshot{}, err
 		}
-		var evs []schemas.CounterEvent
-		for _, r := range recs {
-			if !byPart[p][string(r.Key)] {
-				continue
-			}
-			// A record that does not decode is set aside by the aggregators: it counts nothing.
-			ev, err := schemas.DecodeCounterEvent(r.Value)
-			if err == nil && ev.Op != schemas.CounterDistinct && ev.Generation == ns.Generation {
-				evs = append(evs, ev)
-			}
-		}
-		before, err := e.tokensBefore(ctx, p, cp, evs)
-		if err != nil {
-			return snapshot{}, err
-		}
-		for _, ev := range counted(evs, before) {
+		for _, ev := range evs {
 			s.events[ev.Name] = append(s.events[ev.Name], ev)
 		}
 	}
 	s.upTo = "(" + strings.Join(conds, " OR ") + ")"
 	return s, nil
+}
+
+// tailEvents reads partition p's records after its checkpoint cp and keeps, in order, the adds
+// and clears of the counters whose record keys are keys that the aggregators will count.
+func (e *eventual) tailEvents(ctx context.Context, ns counters.Namespace, l layout, p int32, cp int64, keys map[string]bool) ([]schemas.CounterEvent, error) {
+	recs, err := e.tail.read(ctx, l, p, max(cp, 0))
+	if err != nil {
+		return nil, err
+	}
+	var evs []schemas.CounterEvent
+	for _, r := range recs {
+		if !keys[string(r.Key)] {
+			continue
+		}
+		// A record that does not decode is set aside by the aggregators: it counts nothing.
+		ev, err := schemas.DecodeCounterEvent(r.Value)
+		if err == nil && ev.Op != schemas.CounterDistinct && ev.Generation == ns.Generation {
+			evs = append(evs, ev)
+		}
+	}
+	before, err := e.tokensBefore(ctx, p, cp, evs)
+	if err != nil {
+		return nil, err
+	}
+	return counted(evs, before), nil
 }
 
 // checkpoints reads the checkpoint of each of parts, the end offset of its last batch (-1 if it
