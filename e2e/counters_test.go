@@ -39,43 +39,13 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.PutNamespace(ctx, "meters", client.NamespaceSpec{Mode: client.ModeEventual, IdempotencyWindow: "1h"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.PutNamespace(ctx, "exact", client.NamespaceSpec{Mode: client.ModeAccurate, IdempotencyWindow: "1h"}); err != nil {
-		t.Fatal(err)
-	}
-	const adds, counters = 3000, 5
-	want, wantExact := map[string]int64{}, map[string]int64{}
 	var sent atomic.Int64
 	done := make(chan error, 1)
+	var want map[string]int64
 	go func() {
-		for i := range adds {
-			if i == adds/2 { // c4 cleared half-way: it ends with the adds sent after
-				if _, err := c.ClearCount(ctx, "meters", "c4", "clear-1"); err != nil {
-					done <- fmt.Errorf("clear: %w", err)
-					return
-				}
-				want["c4"] = 0
-			}
-			name, delta := fmt.Sprintf("c%d", i%counters), int64(i%7-2)
-			a := client.CounterAdd{Delta: delta, Token: fmt.Sprintf("add-%d", i)}
-			for range 1 + 2*btoi(i%10 == 0) {
-				if _, err := c.AddCount(ctx, "meters", name, a); err != nil {
-					done <- fmt.Errorf("add %d: %w", i, err)
-					return
-				}
-			}
-			want[name] += delta
-			if i%3 == 0 {
-				if err := addExact(ctx, c, i, wantExact); err != nil {
-					done <- err
-					return
-				}
-			}
-			sent.Add(1)
-		}
-		done <- nil
+		var err error
+		want, err = sendCounterAdds(ctx, c, 3000, &sent)
+		done <- err
 	}()
 	rng := rand.New(rand.NewPCG(5, 5))
 	for kills := 0; kills < 3; kills++ {
@@ -90,21 +60,7 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	names := make([]string, counters)
-	for i := range names {
-		names[i] = fmt.Sprintf("c%d", i)
-	}
-	testinfra.WaitFor(t, time.Minute, "every add counted once", func() (bool, string) {
-		got, err := c.GetCounts(ctx, "meters", names...)
-		if err != nil {
-			return false, err.Error()
-		}
-		ok := len(got) == counters
-		for _, g := range got {
-			ok = ok && g.Count == want[g.Name]
-		}
-		return ok, fmt.Sprintf("got %v; want %v", got, want)
-	})
+	waitCountersExact(t, ctx, c, want)
 	// Distinct members through the log, each sent twice: counted once each.
 	for i := range 30 {
 		for range 2 {
@@ -133,6 +89,121 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 	if sum != want["c1"] || len(series.Points) != 3 {
 		t.Errorf("got %d hourly points summing to %d; want 3 summing to %d", len(series.Points), sum, want["c1"])
 	}
+}
+
+// counterNames is how many eventual counters sendCounterAdds spreads its adds over.
+const counterNames = 5
+
+// sendCounterAdds creates namespaces meters (eventual) and exact (accurate) and sends n adds
+// over counterNames eventual counters with the client's retries, every tenth sent twice more,
+// c4 cleared half-way, and every third add also to an accurate counter (addExact, checked at
+// once). It counts the adds sent in sent and returns what each eventual counter must end at.
+func sendCounterAdds(ctx context.Context, c *client.Client, n int, sent *atomic.Int64) (map[string]int64, error) {
+	for ns, mode := range map[string]client.CounterMode{"meters": client.ModeEventual, "exact": client.ModeAccurate} {
+		if _, err := c.PutNamespace(ctx, ns, client.NamespaceSpec{Mode: mode, IdempotencyWindow: "1h"}); err != nil {
+			return nil, err
+		}
+	}
+	want, wantExact := map[string]int64{}, map[string]int64{}
+	for i := range n {
+		if i == n/2 { // c4 cleared half-way: it ends with the adds sent after
+			if _, err := c.ClearCount(ctx, "meters", "c4", "clear-1"); err != nil {
+				return nil, fmt.Errorf("clear: %w", err)
+			}
+			want["c4"] = 0
+		}
+		name, delta := fmt.Sprintf("c%d", i%counterNames), int64(i%7-2)
+		a := client.CounterAdd{Delta: delta, Token: fmt.Sprintf("add-%d", i)}
+		for range 1 + 2*btoi(i%10 == 0) {
+			if _, err := c.AddCount(ctx, "meters", name, a); err != nil {
+				return nil, fmt.Errorf("add %d: %w", i, err)
+			}
+		}
+		want[name] += delta
+		if i%3 == 0 {
+			if err := addExact(ctx, c, i, wantExact); err != nil {
+				return nil, err
+			}
+		}
+		sent.Add(1)
+	}
+	return want, nil
+}
+
+// waitCountersExact waits until every eventual counter of meters reads want.
+func waitCountersExact(t *testing.T, ctx context.Context, c *client.Client, want map[string]int64) {
+	t.Helper()
+	names := make([]string, counterNames)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", i)
+	}
+	testinfra.WaitFor(t, time.Minute, "every add counted once", func() (bool, string) {
+		got, err := c.GetCounts(ctx, "meters", names...)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok := len(got) == counterNames
+		for _, g := range got {
+			ok = ok && g.Count == want[g.Name]
+		}
+		return ok, fmt.Sprintf("got %v; want %v", got, want)
+	})
+}
+
+// TestCountersExactThroughAggregatorKills sends the same adds to separate processes (the
+// infrastructure, a collector, two aggregators) while a random aggregator is SIGKILLed every
+// 0.5 to 2 s and restarted, and the infrastructure process (Kafka, ClickHouse, Redis) once:
+// (eight aggregator kills, one of the infrastructure): every accurate add-and-get answers the
+// exact sum at once, also while no aggregator counts, and the eventual counters end exact.
+func TestCountersExactThroughAggregatorKills(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl := startCluster(t, 2)
+	c, err := client.New(client.Options{BaseURL: cl.api, MaxAttempts: 200, RetryBase: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Int64
+	done := make(chan error, 1)
+	var want map[string]int64
+	go func() {
+		var err error
+		want, err = sendCounterAdds(ctx, c, 2000, &sent)
+		done <- err
+	}()
+	rng := rand.New(rand.NewPCG(7, 7))
+	aggKills, infraKills := 0, 0
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+			continue
+		case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
+		}
+		if aggKills >= 8 && infraKills > 0 {
+			continue // enough: the adds finish on a quiet cluster
+		}
+		p := cl.aggs[rng.IntN(len(cl.aggs))]
+		if aggKills == 3 && infraKills == 0 {
+			p = cl.infra
+			infraKills++
+		} else {
+			aggKills++
+		}
+		_ = p.stop(syscall.SIGKILL, 10*time.Second)
+		t.Logf("%s killed after %d adds", p.name, sent.Load())
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+		if err := p.start(); err != nil {
+			t.Fatalf("restart %s: %v", p.name, err)
+		}
+	}
+	if aggKills < 3 || infraKills < 1 {
+		t.Fatalf("got %d aggregator kills, %d infrastructure kills; want at least 3 and 1", aggKills, infraKills)
+	}
+	waitCountersExact(t, ctx, c, want)
 }
 
 // addExact sends add i to an accurate counter, every tenth three times, and checks that each
