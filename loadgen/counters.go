@@ -22,10 +22,10 @@ const (
 // each with a fresh random token (distinct with overwhelming probability, so none is a
 // duplicate).
 type counterBatch struct {
-	buf                      []byte
-	head, lineLen            int // the body's opening, and one add with its separator
-	nameOff, tokOff          int // offsets within an add
-	n                        int
+	buf             []byte
+	head, lineLen   int // the body's opening, and one add with its separator
+	nameOff, tokOff int // offsets within an add
+	n               int
 }
 
 func newCounterBatch(n int) lineBatch {
