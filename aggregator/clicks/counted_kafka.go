@@ -69,14 +69,15 @@ func (a *Aggregator) storedBatches(ctx context.Context, p *partition) countedtop
 
 // batchSeconds reads partition p's valid batches whose clicks_end is in (after, to], in offset
 // order, with their counted clicks of event-time seconds from since on. A batch's clicks are
-// the clicks_counted rows tagged with its end offsets (DISTINCT: a replay writes them again);
+// the clicks_counted rows tagged with its end offsets (DISTINCT: a replay writes them again,
+// with the same click offsets, while two identical clicks have two);
 // its marker in click_deltas, outside the fence invalid, makes it valid and gives its epoch.
 func (s store) batchSeconds(ctx context.Context, p int32, after, to int64, since time.Time, invalid string) ([]countedtopic.Stored, error) {
 	if after >= to {
 		return nil, nil
 	}
 	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT m.epoch, c.clicks_end, c.ad_id, intDiv(toUnixTimestamp64Milli(c.ts), 1000) AS sec, count()
-		FROM (SELECT DISTINCT clicks_end, verdicts_end, click_id, ad_id, ts FROM clicks_counted
+		FROM (SELECT DISTINCT clicks_end, verdicts_end, click_id, click_offset, ad_id, ts FROM clicks_counted
 			WHERE partition = %[1]d AND clicks_end > %[2]d AND clicks_end <= %[3]d AND toUnixTimestamp64Milli(ts) >= %[4]d) AS c
 		INNER JOIN (SELECT epoch, clicks_end, verdicts_end FROM click_deltas
 			WHERE ad_id = '' AND partition = %[1]d AND clicks_end > %[2]d AND clicks_end <= %[3]d AND NOT (%[5]s)) AS m

@@ -156,3 +156,47 @@ func sum(m map[string]uint64) (n uint64) {
 	}
 	return n
 }
+
+// Two identical clicks (same id, ad and time) both count when they arrive more than window +
+// grace behind the newest click. When the process dies after the batch's durable write and
+// before its publish, the next owner publishes the batch from ClickHouse: with both clicks, as
+// the minute deltas have them.
+func TestCatchUpPublishesIdenticalClicksBoth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const part = 0
+	conn := openMigrated(t, ctx, "clicks_identical_catch_up")
+	start := infra.CountedEnds(t, ctx)
+	pub, err := countedtopic.New(ctx, countedtopic.Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: 2, Producer: kafka.Producer{MaxBuffered: 100, DeliveryTimeout: 10 * time.Second}},
+		infra.Logger, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	f := newFeeder([]event{clk("twin-newest", "n", 30*time.Minute, -1), clk("twin-ad", "twin", 0, -1), clk("twin-ad", "twin", 0, -1)})
+	now := func() time.Time { return base.Add(time.Hour) }
+	cfg := testCfg // no counted topic: the process dies before it publishes
+	a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+	if _, err := a.Assign(ctx, []int32{part}); err != nil {
+		t.Fatal(err)
+	}
+	a.Process(schemas.TopicClicks, part, records(schemas.TopicClicks, part, 0, f.clicks))
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Counted = pub
+	if _, err := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry()).Assign(ctx, []int32{part}); err != nil {
+		t.Fatal(err)
+	}
+	var got uint64
+	for _, c := range infra.AppliedCounted(t, ctx, start) {
+		for _, e := range c.Counts {
+			if c.Kind == schemas.CountAds && e.Key == "twin-ad" {
+				got += e.Count
+			}
+		}
+	}
+	if got != 2 {
+		t.Errorf("got %d clicks of twin-ad published by the catch-up; want 2 (both counted)", got)
+	}
+}

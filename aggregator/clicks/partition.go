@@ -48,6 +48,7 @@ type delta struct {
 type counted struct {
 	ad, id    string
 	ts        int64
+	offset    int64 // in the clicks topic: identical clicks (a repeat past the hold) are two rows
 	scoreOver bool
 	billable  bool
 }
@@ -171,7 +172,7 @@ func (p *partition) click(offset int64, key, value []byte) {
 	d.clicks++
 	d.billable += b2i(b)
 	p.byID[c.ClickID] = append(p.byID[c.ClickID], len(p.counted))
-	p.counted = append(p.counted, counted{ad: c.AdID, id: c.ClickID, ts: c.TS, scoreOver: over, billable: b})
+	p.counted = append(p.counted, counted{ad: c.AdID, id: c.ClickID, ts: c.TS, offset: offset, scoreOver: over, billable: b})
 }
 
 // verdict queues the verdict record at offset; verdicts are resolved at flush (resolve), when the

@@ -115,10 +115,11 @@ func (s store) loadVerdicts(ctx context.Context, p int32, at offsets, ids []stri
 	return out, rows.Err()
 }
 
-// loadCounted returns the clicks counted up to the checkpoint at with the given ids.
+// loadCounted returns the clicks counted up to the checkpoint at with the given ids (DISTINCT
+// merges a replay's copy of a row, not two clicks: each row carries its click's offset).
 func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []string) (map[string][]storedClick, error) {
 	ctx = chclient.FitList(ctx, ids, 1)
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT click_id, ad_id, toUnixTimestamp64Milli(ts), score_over FROM clicks_counted
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT click_id, click_offset, ad_id, toUnixTimestamp64Milli(ts), score_over FROM clicks_counted
 		WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND click_id IN (?)`, uint16(p), at.clicks, at.verdicts, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load counted clicks of partition %d: %w", p, err)
@@ -129,7 +130,8 @@ func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []strin
 		var id string
 		var c storedClick
 		var over uint8
-		if err := rows.Scan(&id, &c.ad, &c.ts, &over); err != nil {
+		var offset int64
+		if err := rows.Scan(&id, &offset, &c.ad, &c.ts, &over); err != nil {
 			return nil, fmt.Errorf("scan counted click: %w", err)
 		}
 		c.scoreOver = over == 1
@@ -141,14 +143,14 @@ func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []strin
 // writeFacts writes the counted clicks and verdicts of parts' pending batches, tagged with the
 // batch. Written before the deltas; a replay writes the same facts again.
 func (s store) writeFacts(ctx context.Context, parts []*partition) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO clicks_counted (partition, clicks_end, verdicts_end, ad_id, click_id, ts, score_over)")
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO clicks_counted (partition, clicks_end, verdicts_end, ad_id, click_id, ts, score_over, click_offset)")
 	if err != nil {
 		return fmt.Errorf("prepare counted clicks insert: %w", err)
 	}
 	defer b.Abort()
 	for _, p := range parts {
 		for _, c := range p.counted {
-			if err := b.Append(uint16(p.id), p.next.clicks, p.next.verdicts, c.ad, c.id, time.UnixMilli(c.ts), b2i(c.scoreOver)); err != nil {
+			if err := b.Append(uint16(p.id), p.next.clicks, p.next.verdicts, c.ad, c.id, time.UnixMilli(c.ts), b2i(c.scoreOver), c.offset); err != nil {
 				return fmt.Errorf("append counted click: %w", err)
 			}
 		}
