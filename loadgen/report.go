@@ -66,7 +66,7 @@ func WriteText(w io.Writer, r *Report) {
 			p("              %s", l.DrainError)
 		}
 		vis := v.Visibility
-		p("  visibility  202 -> %s shows it (poll %.0f ms): %s", st.path, vis.PollMs, fmtSummary(vis.Latency))
+		p("  visibility  accepted -> %s shows it (poll %.0f ms): %s", st.path, vis.PollMs, fmtSummary(vis.Latency))
 		if vis.WarmupS > 0 {
 			p("              posted after %.0fs warm-up: %s", vis.WarmupS, fmtSummary(vis.AfterWarmup))
 		}
