@@ -35,18 +35,7 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 		"--collector.addr", apiAddr, "--aggregator.addr", aggAddr, "--aggregator.flush_interval", "200ms")
 	api := "http://" + apiAddr
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
-	c, err := client.New(client.Options{BaseURL: api, MaxAttempts: 200, RetryBase: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sent atomic.Int64
-	done := make(chan error, 1)
-	var want map[string]int64
-	go func() {
-		var err error
-		want, err = sendCounterAdds(ctx, c, 3000, &sent)
-		done <- err
-	}()
+	c, sent, done, want := goSendCounterAdds(t, ctx, api, 3000)
 	rng := rand.New(rand.NewPCG(5, 5))
 	for kills := 0; kills < 3; kills++ {
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
@@ -60,7 +49,7 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitCountersExact(t, ctx, c, want)
+	waitCountersExact(t, ctx, c, *want)
 	// Distinct members through the log, each sent twice: counted once each.
 	for i := range 30 {
 		for range 2 {
@@ -86,9 +75,27 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 	for _, p := range series.Points {
 		sum += p.Count
 	}
-	if sum != want["c1"] || len(series.Points) != 3 {
-		t.Errorf("got %d hourly points summing to %d; want 3 summing to %d", len(series.Points), sum, want["c1"])
+	if sum != (*want)["c1"] || len(series.Points) != 3 {
+		t.Errorf("got %d hourly points summing to %d; want 3 summing to %d", len(series.Points), sum, (*want)["c1"])
 	}
+}
+
+// goSendCounterAdds starts sendCounterAdds of n adds against the collector at api with a
+// client that retries (keeping its tokens) for as long as kills take; done receives its error,
+// and want holds the eventual counters' totals once it did.
+func goSendCounterAdds(t *testing.T, ctx context.Context, api string, n int) (*client.Client, *atomic.Int64, chan error, *map[string]int64) {
+	t.Helper()
+	c, err := client.New(client.Options{BaseURL: api, MaxAttempts: 200, RetryBase: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, done, want := &atomic.Int64{}, make(chan error, 1), new(map[string]int64)
+	go func() {
+		var err error
+		*want, err = sendCounterAdds(ctx, c, n, sent)
+		done <- err
+	}()
+	return c, sent, done, want
 }
 
 // counterNames is how many eventual counters sendCounterAdds spreads its adds over.
@@ -152,25 +159,14 @@ func waitCountersExact(t *testing.T, ctx context.Context, c *client.Client, want
 
 // TestCountersExactThroughAggregatorKills sends the same adds to separate processes (the
 // infrastructure, a collector, two aggregators) while a random aggregator is SIGKILLed every
-// 0.5 to 2 s and restarted, and the infrastructure process (Kafka, ClickHouse, Redis) once:
-// (eight aggregator kills, one of the infrastructure): every accurate add-and-get answers the
-// exact sum at once, also while no aggregator counts, and the eventual counters end exact.
+// 0.5 to 2 s and restarted, eight times, and the infrastructure process (Kafka, ClickHouse,
+// Redis) once: every accurate add-and-get answers the exact sum at once, also while no
+// aggregator counts, and the eventual counters end exact.
 func TestCountersExactThroughAggregatorKills(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cl := startCluster(t, 2)
-	c, err := client.New(client.Options{BaseURL: cl.api, MaxAttempts: 200, RetryBase: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sent atomic.Int64
-	done := make(chan error, 1)
-	var want map[string]int64
-	go func() {
-		var err error
-		want, err = sendCounterAdds(ctx, c, 2000, &sent)
-		done <- err
-	}()
+	c, sent, done, want := goSendCounterAdds(t, ctx, cl.api, 2000)
 	rng := rand.New(rand.NewPCG(7, 7))
 	aggKills, infraKills := 0, 0
 	for running := true; running; {
@@ -203,7 +199,7 @@ func TestCountersExactThroughAggregatorKills(t *testing.T) {
 	if aggKills < 3 || infraKills < 1 {
 		t.Fatalf("got %d aggregator kills, %d infrastructure kills; want at least 3 and 1", aggKills, infraKills)
 	}
-	waitCountersExact(t, ctx, c, want)
+	waitCountersExact(t, ctx, c, *want)
 }
 
 // addExact sends add i to an accurate counter, every tenth three times, and checks that each
