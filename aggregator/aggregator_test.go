@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"tally/aggregator/aggregatorconf"
-	"tally/platform/chclient"
-	"tally/platform/config"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/aggregator/aggregatorconf"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process).

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/platform/cli"
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // The all-in-one runs topk and the sink unless allinone.* leaves them out.

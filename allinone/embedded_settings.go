@@ -7,10 +7,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/devstack/chembed"
-	"tally/devstack/embedded"
-	"tally/platform/config"
-	"tally/platform/webguard"
+	"github.com/tallypipeline/tally/devstack/chembed"
+	"github.com/tallypipeline/tally/devstack/embedded"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/webguard"
 )
 
 // Embedded is the embedded stack's section (embedded.*): where its servers listen and what

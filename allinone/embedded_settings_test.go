@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 func TestEmbeddedSettings(t *testing.T) {

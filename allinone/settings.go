@@ -1,6 +1,6 @@
 package allinone
 
-import "tally/platform/config"
+import "github.com/tallypipeline/tally/platform/config"
 
 // Components is the all-in-one's own section (allinone.*): which of the optional components it
 // runs beside the collector and the aggregator. Both default to on; a machine that needs every

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // TestExampleFileMatchesSettings keeps config.example.yaml, which users copy, complete and

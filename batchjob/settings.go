@@ -6,7 +6,7 @@ package batchjob
 import (
 	"time"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // Settings is the batchjob section.

@@ -15,4 +15,14 @@
 //
 // A Batcher collects events into NDJSON bodies bounded in events, bytes and time; it owns one
 // goroutine from NewBatcher until Close.
+//
+// The client is a module of its own, with no dependency on the server's code:
+//
+//	go get github.com/tallypipeline/tally/client@latest
+//
+//	import "github.com/tallypipeline/tally/client"
+//
+//	c, err := client.New(client.Options{BaseURL: "http://localhost:8080", APIKey: key})
+//	...
+//	err = c.SendView(ctx, client.View{ItemID: "item-1", ViewerID: "viewer-7"})
 package client

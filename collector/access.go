@@ -9,12 +9,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/collector/api"
-	"tally/collector/auth"
-	"tally/collector/collectorconf"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/platform/webguard"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/collector/auth"
+	"github.com/tallypipeline/tally/collector/collectorconf"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/platform/webguard"
 )
 
 // access puts the API's mux behind access control when auth is on, and says where the admin

@@ -14,12 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/collector/auth"
-	"tally/collector/collectorconf"
-	"tally/platform/cli"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/collector/auth"
+	"github.com/tallypipeline/tally/collector/collectorconf"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // The test binary shares one infrastructure (chDB allows one engine per process); each test runs
@@ -207,7 +207,7 @@ func TestAuthOffOnLoopback(t *testing.T) {
 // The collector binary refuses to start on an address reachable from the network without
 // access control, saying which setting to change, before it opens anything.
 func TestPublicAddressWithoutAuthRefused(t *testing.T) {
-	bin, err := testinfra.Build(t.TempDir(), "tally/collector/cmd/collector")
+	bin, err := testinfra.Build(t.TempDir(), "github.com/tallypipeline/tally/collector/cmd/collector")
 	if err != nil {
 		t.Fatal(err)
 	}

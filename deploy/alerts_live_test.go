@@ -20,11 +20,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/devstack/embedded"
-	"tally/platform/config"
-	"tally/platform/kafka"
-	"tally/schemas"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/devstack/embedded"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // TestAlertsFireOnRealFaults makes three of the alerts' conditions happen to a real aggregator
@@ -121,11 +121,11 @@ func startStack(t *testing.T) *stack {
 	}
 	t.Setenv("GOWORK", work)
 	bin := t.TempDir()
-	pipeline, err := testinfra.Build(bin, "tally/allinone/cmd/pipeline")
+	pipeline, err := testinfra.Build(bin, "github.com/tallypipeline/tally/allinone/cmd/pipeline")
 	if err != nil {
 		t.Fatal(err)
 	}
-	aggregator, err := testinfra.Build(bin, "tally/aggregator/cmd/aggregator")
+	aggregator, err := testinfra.Build(bin, "github.com/tallypipeline/tally/aggregator/cmd/aggregator")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/chclient"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"

@@ -8,8 +8,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"tally/platform/config"
-	"tally/testsupport/testcerts"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/testsupport/testcerts"
 )
 
 // TestConfigFilesLoad loads every tally.yaml the deployments ship with tally's own loader, the

@@ -1,13 +1,10 @@
-module tally/deploy
+module github.com/tallypipeline/tally/deploy
 
 go 1.26.8
 
 replace (
-	tally/devstack => ../devstack
-	tally/likestate => ../likestate
-	tally/platform => ../platform
-	tally/schemas => ../schemas
-	tally/testsupport => ../testsupport
+	github.com/tallypipeline/tally => ../
+	github.com/tallypipeline/tally/client => ../client
 )
 
 require (
@@ -15,6 +12,7 @@ require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/prometheus/common v0.72.1
 	github.com/prometheus/prometheus v0.316.0
+	github.com/tallypipeline/tally v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	k8s.io/api v0.37.2
@@ -22,10 +20,6 @@ require (
 	sigs.k8s.io/kustomize/api v0.21.2
 	sigs.k8s.io/kustomize/kyaml v0.21.2
 	sigs.k8s.io/yaml v1.6.0
-	tally/devstack v0.0.0-00010101000000-000000000000
-	tally/platform v0.0.0-00010101000000-000000000000
-	tally/schemas v0.0.0-00010101000000-000000000000
-	tally/testsupport v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -111,7 +105,7 @@ require (
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/paulmach/orb v0.14.0 // indirect
-	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
+	github.com/pelletier/go-toml/v2 v2.4.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pkg/browser v0.0.0-20240102092130-5ac0b6a4141c // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
@@ -122,7 +116,7 @@ require (
 	github.com/prometheus/sigv4 v0.5.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/sagikazarmark/locafero v0.11.0 // indirect
-	github.com/santhosh-tekuri/jsonschema/v6 v6.0.1 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/shopspring/decimal v1.6.0 // indirect
 	github.com/sirupsen/logrus v1.10.1 // indirect
@@ -150,7 +144,7 @@ require (
 	go.uber.org/goleak v1.3.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	go.yaml.in/yaml/v4 v4.0.0-rc.4 // indirect
+	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e // indirect
 	golang.org/x/net v0.62.0 // indirect

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/devstack/chembed"
+	"github.com/tallypipeline/tally/devstack/chembed"
 )
 
 // engine is the embedded ClickHouse the SQL checks share: chDB allows one engine per process.

@@ -16,8 +16,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/platform/chclient"
-	"tally/schemas/migrate"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/schemas/migrate"
 )
 
 // TestClusterDDLParses generates the cluster DDL from the migrations (migrate.ForCluster) and

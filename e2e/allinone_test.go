@@ -14,11 +14,11 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/allinone/allinonetest"
-	"tally/client"
-	"tally/platform/chclient"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/allinone/allinonetest"
+	"github.com/tallypipeline/tally/client"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // TestAllInOne runs the whole pipeline in-process on the embedded defaults, as `pipeline run`

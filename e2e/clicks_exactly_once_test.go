@@ -21,9 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/chclient"
-	"tally/schemas"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // The click path's crash test load; TALLY_EO_CLICKS overrides the click count.

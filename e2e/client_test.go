@@ -9,8 +9,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/client"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/client"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // checkClient drives the real collector through the Go client: a view, a batch through the

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"tally/client"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/client"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // TestCountersLoggedExactThroughKills is the promise of the logged modes as a client outside the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"tally/collector/auth"
+	"github.com/tallypipeline/tally/collector/auth"
 )
 
 // docFiles are the documents a user follows.

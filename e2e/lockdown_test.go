@@ -18,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/allinone/allinonetest"
-	"tally/devstack/embedded"
-	"tally/platform/chclient"
+	"github.com/tallypipeline/tally/allinone/allinonetest"
+	"github.com/tallypipeline/tally/devstack/embedded"
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // outsideBound is how long the pipeline's own work may wait behind one outside query: the

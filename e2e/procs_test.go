@@ -13,12 +13,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/devstack/embedded"
-	"tally/platform/chclient"
-	"tally/platform/config"
-	"tally/platform/kafka"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/devstack/embedded"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
+
+// module is the project's module path, which the commands' package paths start with.
+const module = "github.com/tallypipeline/tally"
 
 // binaries builds the pipeline, collector, aggregator and batchjob commands once per test binary, without
 // the race detector, so crash tests run real processes at production speed.
@@ -26,10 +29,10 @@ type binaries struct{ pipeline, collector, aggregator, batchjob string }
 
 var buildOnce = sync.OnceValues(func() (binaries, error) {
 	var b binaries
-	for bin, pkg := range map[*string]string{&b.pipeline: "tally/allinone/cmd/pipeline", &b.collector: "tally/collector/cmd/collector",
-		&b.aggregator: "tally/aggregator/cmd/aggregator", &b.batchjob: "tally/batchjob/cmd/batchjob"} {
+	for bin, pkg := range map[*string]string{&b.pipeline: "allinone/cmd/pipeline", &b.collector: "collector/cmd/collector",
+		&b.aggregator: "aggregator/cmd/aggregator", &b.batchjob: "batchjob/cmd/batchjob"} {
 		var err error
-		if *bin, err = testinfra.Build(binDir, pkg); err != nil {
+		if *bin, err = testinfra.Build(binDir, module+"/"+pkg); err != nil {
 			return b, err
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // TestAllInOneRobustness runs the all-in-one as a process with tight HTTP limits and checks

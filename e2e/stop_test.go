@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // TestStoppingAggregatorKeepsToItsTimeout sends SIGTERM to an aggregator while the group

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/allinone/allinonetest"
-	"tally/platform/chclient"
+	"github.com/tallypipeline/tally/allinone/allinonetest"
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // The embedded Redis killed with SIGKILL comes back empty within seconds, and so do likes,

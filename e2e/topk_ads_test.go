@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"tally/schemas"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // postRecentClicks posts n clicks at about perSecond, timed around the moment they are posted

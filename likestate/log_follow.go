@@ -9,8 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // commitTimeout bounds the commit of a handled batch, which outlives a Stop.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // The test binary shares one infrastructure; the like state's Redis keys are global

@@ -5,7 +5,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // InsertLikes is the statement whose batches AppendLike fills.

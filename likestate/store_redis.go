@@ -9,8 +9,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 
-	"tally/platform/lease"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/platform/lease"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Shards is the number of Redis sets an item's likers are spread over, chosen by a hash of the

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/schemas"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // readyStore is a store on the test Redis, flushed and marked ready (no applier).

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"tally/allinone/allinonetest"
-	"tally/loadgen"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/allinone/allinonetest"
+	"github.com/tallypipeline/tally/loadgen"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // TestLoadAgainstAllInOne runs short views+reads and likes scenarios against the whole pipeline

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 func TestViewBatchFill(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"tally/client"
+	"github.com/tallypipeline/tally/client"
 )
 
 // newClient is the run's one API client (tally/client) with MaxAttempts 1: the generator

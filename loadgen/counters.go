@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
-	"tally/client"
+	"github.com/tallypipeline/tally/client"
 )
 
 // counterEventsTopic is the generic counters' log (schemas.TopicCounterEvents).

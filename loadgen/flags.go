@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"tally/platform/buildinfo"
-	"tally/platform/config"
-	"tally/platform/kafka"
-	"tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/platform/buildinfo"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/tlsconf"
 )
 
 // Config is one load run.

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/kafka"
 )
 
 // The topics the aggregator consumes (schemas.TopicViews and TopicClicks; not imported, so

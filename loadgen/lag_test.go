@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/kafka"
 )
 
 // The sampler starts with the load, often before the aggregator's group exists: a group the

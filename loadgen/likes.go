@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"tally/client"
+	"github.com/tallypipeline/tally/client"
 )
 
 // Kinds of the likes change stream.

@@ -45,8 +45,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"tally/client"
-	"tally/platform/progress"
+	"github.com/tallypipeline/tally/client"
+	"github.com/tallypipeline/tally/platform/progress"
 )
 
 // Report is the outcome of one run.

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tally/client"
+	"github.com/tallypipeline/tally/client"
 )
 
 // VisReport is how long a view (or a click) took from its 202 to being visible through the read

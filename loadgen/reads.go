@@ -4,7 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 
-	"tally/client"
+	"github.com/tallypipeline/tally/client"
 )
 
 // urlRing is how many distinct pre-built URLs an open-loop stream cycles through: enough that

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tally/client"
+	"github.com/tallypipeline/tally/client"
 )
 
 // ViewsReport is what the views scenario measured.

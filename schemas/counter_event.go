@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
 // CounterEvent is one add to a generic counter of a namespace in mode eventual, as the collector

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"tally/platform/chclient"
-	"tally/schemas"
-	"tally/sink/rawlog"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // writeViews writes views as one flush of partition p through the sink's file format.

@@ -15,11 +15,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/schemas"
-	"tally/sink/rawlog"
-	"tally/sink/store"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // sinkProc is the sink binary running as a child process, killed and restarted by the test.

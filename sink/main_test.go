@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"tally/devstack/kafkabroker"
 	"testing"
 	"time"
 
-	"tally/devstack/chembed"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/devstack/chembed"
+	"github.com/tallypipeline/tally/devstack/kafkabroker"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // The test binary's embedded ClickHouse engine, whose pipeline user may read filesDir (where the
@@ -49,7 +49,7 @@ func testMain(m *testing.M) int {
 		defer cancel()
 		_ = clickhouse.Close(ctx)
 	}()
-	if sinkBin, err = testinfra.Build(dir, "tally/sink/cmd/sink"); err != nil {
+	if sinkBin, err = testinfra.Build(dir, "github.com/tallypipeline/tally/sink/cmd/sink"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

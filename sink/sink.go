@@ -11,11 +11,11 @@ import (
 	"net/http"
 	"time"
 
-	"tally/platform/cli"
-	"tally/platform/lifecycle"
-	"tally/sink/archive"
-	"tally/sink/rawlog"
-	"tally/sink/sinkconf"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/sink/archive"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/sinkconf"
 )
 
 // Parts returns the sink's lifecycle parts; e.Config is read when they start. OwnAdmin adds the

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Outputs are where lists go; a nil field is skipped.

@@ -28,9 +28,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/schemas"
-	"tally/topk/tracker"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/topk/tracker"
 )
 
 // Config tunes the service.

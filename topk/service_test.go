@@ -19,11 +19,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
-	"tally/topk/tracker"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/topk/tracker"
 )
 
 var infra *testinfra.Infra
@@ -293,7 +293,7 @@ func TestServicePublishesTheLogsLists(t *testing.T) {
 func TestKillNineThenListsEqualTheLog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bin, err := testinfra.Build(t.TempDir(), "tally/topk/cmd/topk")
+	bin, err := testinfra.Build(t.TempDir(), "github.com/tallypipeline/tally/topk/cmd/topk")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package topk
 import (
 	"time"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // Settings is topk's section of the configuration (topk.*), loaded by config.Load beside the

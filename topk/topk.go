@@ -12,13 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/chclient"
-	"tally/platform/cli"
-	"tally/platform/kafka"
-	"tally/platform/lifecycle"
-	"tally/platform/redisclient"
-	"tally/schemas/migrate"
-	"tally/topk/tracker"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/platform/redisclient"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/topk/tracker"
 )
 
 // Parts returns topk's lifecycle parts; e.Config is read when they start. OwnAdmin adds the admin

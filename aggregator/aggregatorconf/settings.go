@@ -8,8 +8,8 @@ package aggregatorconf
 import (
 	"time"
 
-	"tally/platform/config"
-	"tally/schemas/clickconf"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/schemas/clickconf"
 )
 
 // Settings is the aggregator's section of the configuration (aggregator.*), loaded by

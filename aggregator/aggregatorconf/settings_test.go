@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 func TestLoadErrorsNameTheKey(t *testing.T) {

@@ -9,12 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	countedtopic "tally/aggregator/counted"
-	"tally/aggregator/deadletter"
-	"tally/aggregator/engine"
-	"tally/aggregator/fence"
-	"tally/aggregator/member"
-	"tally/schemas"
+	countedtopic "github.com/tallypipeline/tally/aggregator/counted"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/aggregator/engine"
+	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Config tunes the click path.

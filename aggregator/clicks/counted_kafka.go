@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
-	countedtopic "tally/aggregator/counted"
-	"tally/schemas"
+	countedtopic "github.com/tallypipeline/tally/aggregator/counted"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Deduplicated click counts for topk (aggregator/counted, kind ads): each durable batch's

@@ -10,10 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	countedtopic "tally/aggregator/counted"
-	"tally/aggregator/counted/countedtest"
-	"tally/platform/kafka"
-	"tally/schemas"
+	countedtopic "github.com/tallypipeline/tally/aggregator/counted"
+	"github.com/tallypipeline/tally/aggregator/counted/countedtest"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // The counted topic, read with topk's rule, holds exactly the clicks the click-id rule counts

@@ -3,8 +3,8 @@ package clicks
 import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/member"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // NewSource joins the clicks and fraud_verdicts topics' consumer group with agg's engine. The

@@ -12,10 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/halt"
-	"tally/aggregator/member"
-	"tally/schemas"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/aggregator/halt"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // The clicks stream halts a partition whose checkpoint retention passed, like the views one:

@@ -25,9 +25,9 @@ package clicks
 import (
 	"math"
 
-	"tally/aggregator/deadletter"
-	"tally/schemas"
-	"tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
 type minuteKey struct {

@@ -7,9 +7,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/platform/chclient"
-	"tally/schemas"
-	"tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
 // store reads and writes the click tables (schemas/migrations/006_clicks.sql).

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Follow publishes one stream's durable batches to the topic, partition by partition and in

@@ -9,11 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/deadletter"
-	"tally/aggregator/engine"
-	"tally/aggregator/fence"
-	"tally/aggregator/member"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/aggregator/engine"
+	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Config tunes the counter path.

@@ -21,9 +21,9 @@ package counters
 import (
 	"maps"
 
-	"tally/aggregator/deadletter"
-	"tally/schemas"
-	"tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
 // counterKey is one counter.

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"testing"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // BenchmarkApplyAdd measures the rule set's work per add (decode, dedupe by token, the minute

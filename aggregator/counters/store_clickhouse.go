@@ -8,7 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
 // markerTTL is how long a batch's marker (its checkpoint row) is kept.

@@ -28,10 +28,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/fence"
-	"tally/aggregator/flushpace"
-	"tally/aggregator/member"
-	"tally/aggregator/writes"
+	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/aggregator/flushpace"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/aggregator/writes"
 )
 
 // Partition is a rule set's state of one assigned partition, as the engine reads it.

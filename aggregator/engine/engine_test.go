@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/member"
+	"github.com/tallypipeline/tally/aggregator/member"
 )
 
 // part is the fake rule set's partition: the records of its batch.

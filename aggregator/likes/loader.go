@@ -21,9 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/deadletter"
-	"tally/likestate"
-	"tally/platform/retry"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/retry"
 )
 
 // DefaultGroup is the consumer group of the loaders.

@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/halt"
-	"tally/platform/retry"
+	"github.com/tallypipeline/tally/aggregator/halt"
+	"github.com/tallypipeline/tally/platform/retry"
 )
 
 // decisionsEvery is how often the poll loop looks for decisions on the partitions it holds

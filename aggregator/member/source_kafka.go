@@ -13,9 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tally/aggregator/halt"
-	"tally/platform/kafka"
-	"tally/platform/retry"
+	"github.com/tallypipeline/tally/aggregator/halt"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/retry"
 )
 
 // Offsets are the next offsets to read, per topic and partition.

@@ -17,13 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/counted"
-	"tally/aggregator/deadletter"
-	"tally/aggregator/engine"
-	"tally/aggregator/fence"
-	"tally/aggregator/flushpace"
-	"tally/platform/totals"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/counted"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/aggregator/engine"
+	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/aggregator/flushpace"
+	"github.com/tallypipeline/tally/platform/totals"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Config tunes aggregation.

@@ -14,11 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/member"
-	"tally/platform/chclient"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process).

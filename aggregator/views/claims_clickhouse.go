@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"tally/aggregator/fence"
-	"tally/platform/chclient"
+	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // viewColumns are the end-offset columns of a views batch, for its fence.

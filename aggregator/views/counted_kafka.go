@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
-	"tally/aggregator/counted"
-	"tally/platform/chclient"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/counted"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Deduplicated counts for topk (aggregator/counted): each batch's (item, second, views) is

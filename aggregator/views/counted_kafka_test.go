@@ -9,10 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/aggregator/counted"
-	"tally/aggregator/counted/countedtest"
-	"tally/platform/kafka"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/counted"
+	"github.com/tallypipeline/tally/aggregator/counted/countedtest"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // The counted topic, read with topk's rule (a chunk counts iff it comes after the last one

@@ -8,8 +8,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/axiomhq/hyperloglog"
 
-	"tally/aggregator/deadletter"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Poison data (the dead letters themselves: package aggregator/deadletter): a record of the views topic that does not decode or fails validation, or a

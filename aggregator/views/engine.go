@@ -1,8 +1,8 @@
 package views
 
 import (
-	"tally/aggregator/member"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // NewSource joins the views topic's consumer group with agg's engine. c names the group and the

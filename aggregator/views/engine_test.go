@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/aggregator/halt"
-	"tally/aggregator/member"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/halt"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // testMember is a views group member of the test broker, with conn keeping its halts.

@@ -8,9 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/aggregator/engine"
-	"tally/aggregator/member"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/engine"
+	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // This file is the flush: the exactly-once write of the pending batches and the periodic writes

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // While every ClickHouse write fails the aggregator's progress check says so, naming the step

@@ -14,10 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/totals"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/platform/totals"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // dropAndRepair drops table and re-creates it empty from the migrations' DDL, as the

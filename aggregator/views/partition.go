@@ -28,10 +28,10 @@ import (
 	"github.com/axiomhq/hyperloglog"
 	metro "github.com/dgryski/go-metro"
 
-	"tally/aggregator/deadletter"
-	"tally/aggregator/fence"
-	"tally/schemas"
-	"tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
 // allTime is the day number under which the all-time sketch of an item is stored (1970-01-01;

@@ -7,7 +7,7 @@ import (
 
 	"github.com/axiomhq/hyperloglog"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // BenchmarkPartitionProcess is the aggregator's per-record work: decode, dedupe, per-second

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 func view(item, viewer string, ts int64) []byte {

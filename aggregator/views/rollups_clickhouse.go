@@ -10,7 +10,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // rollup is one table that sums the deltas per item and time bucket.

@@ -10,10 +10,10 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/axiomhq/hyperloglog"
 
-	"tally/aggregator/deadletter"
-	"tally/aggregator/fence"
-	"tally/platform/chclient"
-	"tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
 // store reads and writes the views tables (schemas/migrations/001_views.sql).

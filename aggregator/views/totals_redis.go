@@ -8,9 +8,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/chclient"
-	"tally/platform/totals"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/totals"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Item totals and unique-viewer estimates in Redis (platform/totals), which the collector reads

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tally/platform/redisclient"
-	"tally/platform/totals"
+	"github.com/tallypipeline/tally/platform/redisclient"
+	"github.com/tallypipeline/tally/platform/totals"
 )
 
 // Redis's item totals equal ClickHouse's after each flush, after a crash between the ClickHouse

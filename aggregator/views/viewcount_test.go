@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/redisclient"
-	"tally/platform/totals"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/platform/redisclient"
+	"github.com/tallypipeline/tally/platform/totals"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 func viewCount(item string, second int64, count uint64, source string, seq uint64) []byte {

@@ -19,8 +19,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/platform/retry"
-	"tally/schemas/migrate"
+	"github.com/tallypipeline/tally/platform/retry"
+	"github.com/tallypipeline/tally/schemas/migrate"
 )
 
 // FailingAfter is how many attempts in a row must fail before readiness reports the stream

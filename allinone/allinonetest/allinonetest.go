@@ -12,11 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/allinone"
-	"tally/platform/cli"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/allinone"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // Running is a started all-in-one.

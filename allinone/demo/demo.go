@@ -10,7 +10,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"tally/client"
+	"github.com/tallypipeline/tally/client"
 )
 
 // Workload posts Rate views per second over Items items (item-0 gets about half, like a viral

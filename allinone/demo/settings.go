@@ -1,6 +1,6 @@
 package demo
 
-import "tally/platform/config"
+import "github.com/tallypipeline/tally/platform/config"
 
 // Settings is the demo workload's section of the configuration (demo.*), read by the all-in-one.
 type Settings struct {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Usage is the command's help text, printed before the settings' flags.

@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/sink/rawlog"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // BenchmarkNightlyReplay measures the whole job over one day of the log: read the day's clicks

@@ -26,13 +26,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/batchjob/runlock"
-	"tally/collector/api"
-	"tally/collector/reports"
-	"tally/platform/kafka"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/batchjob/runlock"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/collector/reports"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process). Every test writes
@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 		infra = in
 		base = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, 10*int(time.Now().UnixNano()%200))
 		var err error
-		bin, err = testinfra.Build(in.Dir, "tally/batchjob/cmd/batchjob")
+		bin, err = testinfra.Build(in.Dir, "github.com/tallypipeline/tally/batchjob/cmd/batchjob")
 		return err
 	}))
 }

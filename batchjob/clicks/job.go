@@ -29,8 +29,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/redis/go-redis/v9"
 
-	"tally/batchjob/runlock"
-	"tally/platform/progress"
+	"github.com/tallypipeline/tally/batchjob/runlock"
+	"github.com/tallypipeline/tally/platform/progress"
 )
 
 // LockKey is the Redis key that lets one run of batchjob clicks at a time.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/aggregator/deadletter"
-	"tally/schemas"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/aggregator/deadletter"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // The audit lists, below the ad's clicks and apart from them, the click and verdict records the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // rowsPerInsert bounds one INSERT of report rows, so a day of a million ads is a few blocks.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/likestate"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // checkClickHouse compares the like records of items (read FINAL: the last record per pair)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"tally/likestate"
+	"github.com/tallypipeline/tally/likestate"
 )
 
 // checkRedis compares the serving state of items with the log, pair by pair, and repairs each

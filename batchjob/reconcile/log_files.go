@@ -7,10 +7,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/likestate"
-	"tally/platform/kafka"
-	"tally/sink/rawlog"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // replayFiles reads the like log up to a snapshot as likestate.Replay does, but takes what it

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tally/likestate"
-	"tally/sink/rawlog"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/sink/rawlog"
 )
 
 func TestPlanFiles(t *testing.T) {

@@ -10,12 +10,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/progress"
-	"tally/schemas"
-	"tally/sink/rawlog"
-	"tally/sink/store"
-	"tally/sink/storetest"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/platform/progress"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
+	"github.com/tallypipeline/tally/sink/storetest"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // The real sink writes the like log into files; more changes follow that only Kafka holds. A run

@@ -26,11 +26,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/batchjob/runlock"
-	"tally/likestate"
-	"tally/platform/progress"
-	"tally/sink/rawlog"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/batchjob/runlock"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/progress"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // Deps is what a run reads and writes.

@@ -18,13 +18,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	aggload "tally/aggregator/likes"
-	"tally/batchjob/runlock"
-	"tally/collector/likes"
-	"tally/likestate"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
+	aggload "github.com/tallypipeline/tally/aggregator/likes"
+	"github.com/tallypipeline/tally/batchjob/runlock"
+	"github.com/tallypipeline/tally/collector/likes"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process); tests use their own
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
 		infra = in
 		var err error
-		bin, err = testinfra.Build(in.Dir, "tally/batchjob/cmd/batchjob")
+		bin, err = testinfra.Build(in.Dir, "github.com/tallypipeline/tally/batchjob/cmd/batchjob")
 		return err
 	}))
 }

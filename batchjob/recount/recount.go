@@ -35,9 +35,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/platform/progress"
-	"tally/schemas/dedupe"
-	"tally/sink/rawlog"
+	"github.com/tallypipeline/tally/platform/progress"
+	"github.com/tallypipeline/tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/sink/rawlog"
 )
 
 // Deps is what a run reads and writes.

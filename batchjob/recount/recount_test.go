@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"tally/batchjob/recount"
-	"tally/platform/progress"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/sink/rawlog"
-	"tally/sink/store"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/batchjob/recount"
+	"github.com/tallypipeline/tally/platform/progress"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 var (
@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
 		infra = in
 		var err error
-		bin, err = testinfra.Build(in.Dir, "tally/batchjob/cmd/batchjob")
+		bin, err = testinfra.Build(in.Dir, "github.com/tallypipeline/tally/batchjob/cmd/batchjob")
 		return err
 	}))
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/platform/lease"
+	"github.com/tallypipeline/tally/platform/lease"
 )
 
 // ErrLocked means another run holds the lock (the error names the key).

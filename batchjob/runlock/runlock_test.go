@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 var redisAddr string

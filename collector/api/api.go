@@ -16,7 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // MaxIDs bounds the ids of one batch request (a feed page asks for about 20).

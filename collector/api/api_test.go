@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 
 	"github.com/prometheus/client_golang/prometheus"
 )

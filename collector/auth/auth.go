@@ -25,8 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"tally/collector/api"
-	"tally/collector/collectorconf"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/collector/collectorconf"
 )
 
 // Scope is what a key may do.

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"tally/collector/collectorconf"
+	"github.com/tallypipeline/tally/collector/collectorconf"
 )
 
 // clock is a settable time source, so token expiry and token buckets are tested without sleeping.

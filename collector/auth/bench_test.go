@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/collector/collectorconf"
+	"github.com/tallypipeline/tally/collector/collectorconf"
 )
 
 // BenchmarkGuard is the cost the guard adds to one request (key hash, bucket, scope; and for a

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"tally/collector/collectorconf"
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/collector/collectorconf"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // IsCommand reports whether args (without the program name) ask for one of Command's tools

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"tally/platform/config"
-	"tally/platform/webguard"
-	"tally/schemas/clickconf"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/webguard"
+	"github.com/tallypipeline/tally/schemas/clickconf"
 )
 
 // Auth modes of collector.auth.enabled.

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"tally/platform/counters"
-	"tally/schemas"
-	"tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/platform/counters"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
 // An accurate namespace writes as an eventual one does (the log, counted by the aggregators); a

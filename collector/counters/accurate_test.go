@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // The tail of an accurate read is folded as the aggregators count the log: a token counts once

@@ -9,9 +9,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/api"
-	"tally/platform/counters"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/platform/counters"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Bounds of one batch of adds.

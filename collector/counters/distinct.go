@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"time"
 
-	"tally/collector/api"
-	"tally/collector/read"
-	"tally/platform/counters"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/collector/read"
+	"github.com/tallypipeline/tally/platform/counters"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // maxBestEffortHours bounds a best_effort distinct count's range: one Redis key per hour, merged

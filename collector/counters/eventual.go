@@ -8,9 +8,9 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/read"
-	"tally/platform/counters"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/read"
+	"github.com/tallypipeline/tally/platform/counters"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // eventual is the eventual mode's side of the routes: an add becomes a record of the

@@ -25,11 +25,11 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/api"
-	"tally/collector/auth"
-	"tally/collector/read"
-	"tally/platform/counters"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/collector/auth"
+	"github.com/tallypipeline/tally/collector/read"
+	"github.com/tallypipeline/tally/platform/counters"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // maxBody bounds a request body: a namespace with its key lists, or one add.

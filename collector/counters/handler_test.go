@@ -22,13 +22,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/api"
-	"tally/collector/auth"
-	"tally/collector/collectorconf"
-	"tally/platform/counters"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/collector/auth"
+	"github.com/tallypipeline/tally/collector/collectorconf"
+	"github.com/tallypipeline/tally/platform/counters"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 var infra *testinfra.Infra

@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/api"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // maxMint bounds the click ids one POST /v1/ads/{ad_id}/click-ids returns (one per ad slot of

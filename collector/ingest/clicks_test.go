@@ -6,14 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"tally/devstack/kafkabroker"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/devstack/kafkabroker"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 func testClickKeys(t *testing.T) *schemas.ClickIDKeys {

@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/api"
-	"tally/devstack/kafkabroker"
-	"tally/platform/kafka"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/devstack/kafkabroker"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

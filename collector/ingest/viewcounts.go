@@ -6,7 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // serveViewCounts takes one edge view count or an NDJSON batch of them ("type" optional).

@@ -9,9 +9,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/devstack/kafkabroker"
-	"tally/platform/kafka"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/devstack/kafkabroker"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 func viewCountJSON(item string, second int64, count int64, source string, seq int64) string {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/api"
-	"tally/likestate"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // applyTimeout bounds the Redis write after the log write; it does not follow the request's

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"tally/likestate"
-	"tally/platform/redisclient"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/redisclient"
 )
 
 // latencies collects request durations from many goroutines and reports their p50 and p99.

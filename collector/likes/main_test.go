@@ -18,10 +18,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/collector/api"
-	"tally/likestate"
-	"tally/platform/redisclient"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/redisclient"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // The test binary shares one infrastructure (chDB allows one engine per process). Tests run
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
 		infra = in
 		var err error
-		collectorBin, err = testinfra.Build(in.Dir, "tally/collector/cmd/collector")
+		collectorBin, err = testinfra.Build(in.Dir, "github.com/tallypipeline/tally/collector/cmd/collector")
 		return err
 	}))
 }

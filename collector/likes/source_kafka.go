@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/likestate"
-	"tally/platform/retry"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/retry"
 )
 
 // DefaultApplierGroup is the consumer group of the appliers.

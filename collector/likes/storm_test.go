@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"tally/likestate"
-	"tally/platform/redisclient"
-	"tally/schemas"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/redisclient"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // storm runs workers that like and unlike overlapping (item, user) pairs through base until

@@ -27,10 +27,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tally/collector/api"
-	"tally/platform/chclient"
-	"tally/platform/totals"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/totals"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // maxPoints bounds a series, so one request cannot ask for years of seconds.

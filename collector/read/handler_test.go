@@ -18,13 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"tally/collector/api"
-	"tally/likestate"
-	"tally/platform/chclient"
-	"tally/platform/totals"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/totals"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // One infrastructure per test binary (chDB allows one engine per process).

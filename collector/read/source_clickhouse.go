@@ -8,7 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // Counts are an item's view numbers.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/collector/api"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // GET /v1/top?kind=items|ads&window=1m|1h|24h&k=100 serves the latest list topk published to

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // TestTop serves what topk put in Redis, cut to k, and says 503 while nothing is published.

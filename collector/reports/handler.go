@@ -22,8 +22,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/collector/api"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Page sizes: the default, and the most one request may ask for.

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"tally/platform/webguard"
+	"github.com/tallypipeline/tally/platform/webguard"
 )
 
 // User is an account of the embedded server.

@@ -17,12 +17,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/devstack/chembed"
-	"tally/devstack/kafkabroker"
-	"tally/devstack/redisproc"
-	"tally/platform/config"
-	"tally/platform/kafka"
-	"tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/devstack/chembed"
+	"github.com/tallypipeline/tally/devstack/kafkabroker"
+	"github.com/tallypipeline/tally/devstack/redisproc"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/lifecycle"
 )
 
 // Parts returns the lifecycle parts that start what cfg leaves unconfigured, led by the lock

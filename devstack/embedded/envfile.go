@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // EnvFile is where, under the data directory, the embedded stack keeps its generated passwords

@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/kafka"
 )
 
 // Broker is an in-process Kafka broker speaking the real protocol, persisted under a directory.

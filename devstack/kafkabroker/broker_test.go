@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/kafka"
 )
 
 // TestEmbeddedRestartKeepsEverything restarts the embedded broker on the same data directory

@@ -12,8 +12,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/platform/retry"
-	"tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/platform/retry"
+	"github.com/tallypipeline/tally/platform/tlsconf"
 )
 
 // Options says where ClickHouse is, which database tally uses, and how to authenticate and

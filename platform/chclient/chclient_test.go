@@ -14,10 +14,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tally/devstack/chembed"
-	"tally/platform/chclient"
-	"tally/platform/tlsconf"
-	"tally/testsupport/testcerts"
+	"github.com/tallypipeline/tally/devstack/chembed"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/testsupport/testcerts"
 )
 
 // The real engine (chDB on the HTTP interface) behind an HTTPS front, as a TLS-terminating

@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
-	"tally/platform/buildinfo"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/platform/logging"
+	"github.com/tallypipeline/tally/platform/buildinfo"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/platform/logging"
 )
 
 // Env is what a binary's part list is built from: the loaded shared configuration, the logger,

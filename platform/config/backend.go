@@ -1,7 +1,7 @@
 package config
 
 import (
-	"tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/platform/tlsconf"
 )
 
 // validateBackendSecurity checks the credentials and TLS settings of Kafka, Redis and

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"tally/platform/chclient"
-	"tally/platform/kafka"
-	"tally/platform/redisclient"
-	"tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/redisclient"
+	"github.com/tallypipeline/tally/platform/tlsconf"
 )
 
 // Config is the shared sections, read by every tally binary; a component's own section is

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Mode is a namespace's consistency mode.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 func TestParseSpec(t *testing.T) {

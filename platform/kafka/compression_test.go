@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/kafka"
 )
 
 // Every codec kafka.compression names produces batches a plain consumer reads back as they were

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/platform/tlsconf"
 )
 
 // SASL mechanisms tally's clients speak. SCRAM never sends the password itself, so it is safe

@@ -14,9 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/platform/tlsconf"
-	"tally/testsupport/testcerts"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/testsupport/testcerts"
 )
 
 func TestSecurityOptions(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/retry"
+	"github.com/tallypipeline/tally/platform/retry"
 )
 
 // Durability is how many brokers hold each record of tally's topics. With acks=all (every

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 var rdb *redis.Client

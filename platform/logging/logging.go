@@ -5,7 +5,7 @@ import (
 	"io"
 	"log/slog"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // New returns a logger writing to w at the configured level and format.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/platform/tlsconf"
 )
 
 // Options say where Redis is and how to authenticate to it and protect the link.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"tally/devstack/redisproc"
-	"tally/platform/tlsconf"
-	"tally/testsupport/testcerts"
+	"github.com/tallypipeline/tally/devstack/redisproc"
+	"github.com/tallypipeline/tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/testsupport/testcerts"
 )
 
 // start runs a real redis-server with extra arguments and returns its address.

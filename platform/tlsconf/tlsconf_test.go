@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"tally/testsupport/testcerts"
+	"github.com/tallypipeline/tally/testsupport/testcerts"
 )
 
 func TestConfig(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // ClickIDs is the collector's part of the clicks section: the keys it signs and verifies click

@@ -3,7 +3,7 @@ package clickconf
 import (
 	"time"
 
-	"tally/platform/config"
+	"github.com/tallypipeline/tally/platform/config"
 )
 
 // Rules is the aggregator's part of the clicks section: the click path's consumer group and the

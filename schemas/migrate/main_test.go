@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"tally/testsupport/testinfra"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // infra is the shared test infrastructure; only its ClickHouse engine is used here.

@@ -25,8 +25,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/platform/retry"
-	"tally/schemas/migrations"
+	"github.com/tallypipeline/tally/platform/retry"
+	"github.com/tallypipeline/tally/schemas/migrations"
 )
 
 // Migration is one numbered DDL file.

@@ -39,9 +39,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/sink/rawlog"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // DefaultGroup is the sink's consumer group.

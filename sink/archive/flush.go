@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/rawlog"
 )
 
 // flush writes p's open flush (marker, files) and commits it; p is then empty.

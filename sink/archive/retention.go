@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 func (a *Archive) retainLoop(ctx context.Context) {

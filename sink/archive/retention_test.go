@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"tally/sink/archive"
-	"tally/sink/rawlog"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/archive"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 func TestRetainDeletesWholeExpiredHoursAndLogsThem(t *testing.T) {

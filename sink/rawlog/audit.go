@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // Coverage is what a topic's files hold for one partition: the offset ranges of its flushes,

@@ -9,7 +9,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // OpenHour creates the file that will hold a flush's rows of one hour.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"tally/schemas"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // writeFlush writes values of partition p as one flush into st and returns the rows per hour.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"tally/schemas"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // benchDay writes a day of views (perHour per hour over 8 partitions, one flush an hour per

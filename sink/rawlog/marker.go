@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // Marker is the record of a partition's flush being written (package archive): the sink writes

@@ -6,7 +6,7 @@ import (
 	"maps"
 	"testing"
 
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 func TestComplete(t *testing.T) {

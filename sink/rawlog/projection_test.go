@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"tally/schemas"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // A reader may read a subset of a topic's columns into a struct of its own (the columns are

@@ -13,7 +13,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // Source is where a nightly job reads a topic's records: the sink's files (Files), or a job's

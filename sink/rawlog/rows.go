@@ -1,6 +1,6 @@
 package rawlog
 
-import "tally/schemas"
+import "github.com/tallypipeline/tally/schemas"
 
 // Row is what every row type has: where its record sits in the log, and its event time.
 type Row interface {

@@ -24,7 +24,7 @@ package rawlog
 import (
 	"time"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Topic is one kept topic: its name, its default retention and how its records become rows.

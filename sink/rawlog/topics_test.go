@@ -7,8 +7,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"tally/schemas"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // TestEveryTopicRoundTrips writes one record of each kept topic and reads it back as its row type.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"tally/platform/config"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // Settings is the sink's section of the configuration (sink.*), loaded by config.Load beside the

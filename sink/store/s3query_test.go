@@ -8,9 +8,9 @@ import (
 
 	"github.com/chdb-io/chdb-go/chdb"
 
-	"tally/schemas"
-	"tally/sink/rawlog"
-	"tally/sink/storetest"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/storetest"
 )
 
 // TestS3QueryOfTheDocs runs the s3() query docs/ARCHITECTURE.md gives for the sink's files in a

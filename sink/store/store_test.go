@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"tally/sink/store"
-	"tally/sink/storetest"
+	"github.com/tallypipeline/tally/sink/store"
+	"github.com/tallypipeline/tally/sink/storetest"
 )
 
 // TestStores runs the same contract against the local directory and an S3 bucket served in the

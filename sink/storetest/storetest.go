@@ -19,9 +19,9 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
-	"tally/sink/archive"
-	"tally/sink/rawlog"
-	"tally/sink/store"
+	"github.com/tallypipeline/tally/sink/archive"
+	"github.com/tallypipeline/tally/sink/rawlog"
+	"github.com/tallypipeline/tally/sink/store"
 )
 
 // S3 is a running in-test S3 server with one bucket.

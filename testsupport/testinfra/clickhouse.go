@@ -8,7 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // NewDB returns a connection to database db on the embedded engine, empty: a database of that

@@ -8,8 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // CountedEnds returns the counted topic's end offsets by partition. A test that reads the topic

@@ -27,7 +27,7 @@ func Main(m *testing.M, setup func(in *Infra) error) int {
 	return m.Run()
 }
 
-// Build compiles the command pkg (e.g. "tally/collector/cmd/collector") into dir, without the
+// Build compiles the command pkg (e.g. "github.com/tallypipeline/tally/collector/cmd/collector") into dir, without the
 // race detector, for tests that run it as a real process, and returns the binary's path.
 func Build(dir, pkg string) (string, error) {
 	bin := filepath.Join(dir, filepath.Base(pkg))

@@ -7,7 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/kafka"
 )
 
 // Producer returns a producer on the embedded broker, with the production options (acks=all)

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"tally/devstack/chembed"
-	"tally/devstack/kafkabroker"
-	"tally/devstack/redisproc"
+	"github.com/tallypipeline/tally/devstack/chembed"
+	"github.com/tallypipeline/tally/devstack/kafkabroker"
+	"github.com/tallypipeline/tally/devstack/redisproc"
 )
 
 // ClickHousePassword is the test engine's pipeline (administrator) user's password: the engine

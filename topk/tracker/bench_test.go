@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // millionKeys returns a tracker holding 1,000,000 active keys, as a busy minute leaves it: each

@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"tally/schemas"
-	"tally/topk/approx"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/topk/approx"
 )
 
 // Snapshot file layout (all integers varints): magic, version, then the offsets, the guards,

@@ -14,9 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"tally/schemas"
-	"tally/topk/approx"
-	"tally/topk/window"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/topk/approx"
+	"github.com/tallypipeline/tally/topk/window"
 )
 
 // Options size the state.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tally/schemas"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 var t0 = time.Unix(1_796_000_000, 0)

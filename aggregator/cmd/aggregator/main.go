@@ -14,14 +14,14 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"tally/aggregator"
-	"tally/aggregator/aggregatorconf"
-	"tally/aggregator/halt"
-	"tally/platform/chclient"
-	"tally/platform/cli"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/schemas/clickconf"
+	"github.com/tallypipeline/tally/aggregator"
+	"github.com/tallypipeline/tally/aggregator/aggregatorconf"
+	"github.com/tallypipeline/tally/aggregator/halt"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/schemas/clickconf"
 )
 
 func main() {

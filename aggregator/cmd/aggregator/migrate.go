@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"tally/platform/chclient"
-	"tally/platform/config"
-	"tally/platform/logging"
-	"tally/schemas/migrate"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/logging"
+	"github.com/tallypipeline/tally/schemas/migrate"
 )
 
 // migrateUsage is the help of `aggregator migrate`.

@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 
-	"tally/aggregator/counted"
-	"tally/schemas"
+	"github.com/tallypipeline/tally/aggregator/counted"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // FailAfterFirstChunk publishes only the first chunk of a batch and then fails, like a crash in

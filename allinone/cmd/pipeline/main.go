@@ -6,9 +6,9 @@ package main
 import (
 	"os"
 
-	"tally/allinone"
-	"tally/platform/cli"
-	"tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/allinone"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/lifecycle"
 )
 
 // procsPerCPU is pipeline's runtime.procs_per_cpu: the embedded ClickHouse's calls hold Go's

@@ -11,14 +11,14 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"tally/batchjob/recount"
-	"tally/platform/chclient"
-	"tally/platform/config"
-	"tally/platform/logging"
-	"tally/platform/progress"
-	"tally/schemas"
-	"tally/schemas/migrate"
-	"tally/sink/rawlog"
+	"github.com/tallypipeline/tally/batchjob/recount"
+	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/logging"
+	"github.com/tallypipeline/tally/platform/progress"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/sink/rawlog"
 )
 
 // exitDifferences: the recount found items whose streaming totals differ from the files, or

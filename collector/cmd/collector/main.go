@@ -6,13 +6,13 @@ import (
 	"os"
 	"time"
 
-	"tally/collector"
-	"tally/collector/auth"
-	"tally/collector/collectorconf"
-	"tally/platform/cli"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/schemas/clickconf"
+	"github.com/tallypipeline/tally/collector"
+	"github.com/tallypipeline/tally/collector/auth"
+	"github.com/tallypipeline/tally/collector/collectorconf"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/schemas/clickconf"
 )
 
 // commands are the sub-commands beside serving, for --help.

@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"tally/loadgen"
+	"github.com/tallypipeline/tally/loadgen"
 )
 
 func main() {

@@ -5,11 +5,11 @@ package main
 import (
 	"os"
 
-	"tally/platform/cli"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/sink"
-	"tally/sink/sinkconf"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/sink"
+	"github.com/tallypipeline/tally/sink/sinkconf"
 )
 
 func main() {

@@ -5,10 +5,10 @@ package main
 import (
 	"os"
 
-	"tally/platform/cli"
-	"tally/platform/config"
-	"tally/platform/lifecycle"
-	"tally/topk"
+	"github.com/tallypipeline/tally/platform/cli"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/topk"
 )
 
 func main() {
