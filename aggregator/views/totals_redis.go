@@ -30,7 +30,7 @@ func (a *Aggregator) syncTotals(ctx context.Context, p *partition, mem map[strin
 		return
 	}
 	if p.redisEnd == memFrom && p.redisClaimed && mem != nil {
-		if _, err := a.tot.Apply(ctx, p.id, p.epoch, p.flushed, mem); err == nil {
+		if _, err := a.tot.Apply(ctx, p.id, p.epoch, p.redisEnd, p.flushed, mem); err == nil {
 			p.redisEnd = p.flushed
 			return
 		} else {
@@ -141,7 +141,7 @@ func (a *Aggregator) applyStoredBatches(ctx context.Context, p *partition, from 
 		return err
 	}
 	for _, b := range batches {
-		if _, err := a.tot.Apply(ctx, p.id, b.epoch, b.end, b.items); err != nil {
+		if _, err := a.tot.Apply(ctx, p.id, b.epoch, totals.Unchecked, b.end, b.items); err != nil {
 			var fenced *totals.FencedError
 			if errors.As(err, &fenced) {
 				continue // a newer epoch's guard already holds everything up to its claim

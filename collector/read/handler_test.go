@@ -431,7 +431,7 @@ func TestAppliedTotalsAreReadAtOnce(t *testing.T) {
 	if got := views(); got != 1 {
 		t.Fatalf("got %d views; want 1", got)
 	}
-	if _, err := totals.New(rdb, TotalsName).Apply(ctx, 0, 1, 11, map[string]int64{"a-a": 4}); err != nil {
+	if _, err := totals.New(rdb, TotalsName).Apply(ctx, 0, 1, totals.Unchecked, 11, map[string]int64{"a-a": 4}); err != nil {
 		t.Fatal(err)
 	}
 	if got := views(); got != 5 {

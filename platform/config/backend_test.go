@@ -36,6 +36,11 @@ func TestBackendSecurityChecks(t *testing.T) {
 		{"clickhouse tls cert without key", append(servers, "--clickhouse.tls.enabled", "--clickhouse.tls.cert_file", ca), "clickhouse.tls: a client certificate needs both"},
 		{"redis user without password", append(servers, "--redis.username", "tally"), "redis.password: is empty"},
 		{"redis password for the embedded server", []string{"--redis.password", "p"}, "redis.password: is set but redis.addr is empty"},
+		{"redis sentinels", []string{"--kafka.brokers", "k:9093", "--clickhouse.addr", "c:8443", "--redis.addr", "s1:26379, s2:26379,s3:26379", "--redis.sentinel_master", "tally", "--redis.sentinel_password", "sp"}, ""},
+		{"sentinel master for the embedded server", []string{"--redis.sentinel_master", "tally"}, "redis.sentinel_master: is set but redis.addr is empty"},
+		{"a sentinel without a port", []string{"--redis.addr", "s1:26379,s2", "--redis.sentinel_master", "tally"}, `redis.addr: got "s2"; want host:port`},
+		{"two servers without a sentinel master", append(servers, "--redis.addr", "a:6379,b:6379"), `redis.addr: got "a:6379,b:6379"; want host:port`},
+		{"sentinel password without a master", append(servers, "--redis.sentinel_password", "sp"), "redis.sentinel_password: is set but redis.sentinel_master is empty"},
 		{"clickhouse tls for the embedded engine", []string{"--clickhouse.tls.enabled"}, "clickhouse.tls.enabled: is set but clickhouse.addr is empty"},
 	}
 	for _, tt := range tests {

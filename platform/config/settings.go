@@ -75,15 +75,18 @@ func (c ClickHouse) Options() chclient.Options {
 }
 
 type Redis struct {
-	Addr     string        `mapstructure:"addr"`
-	Username string        `mapstructure:"username"`
-	Password string        `mapstructure:"password"`
-	TLS      tlsconf.Files `mapstructure:"tls"`
+	Addr             string        `mapstructure:"addr"`
+	SentinelMaster   string        `mapstructure:"sentinel_master"`
+	SentinelPassword string        `mapstructure:"sentinel_password"`
+	Username         string        `mapstructure:"username"`
+	Password         string        `mapstructure:"password"`
+	TLS              tlsconf.Files `mapstructure:"tls"`
 }
 
 // Options is what redisclient.New needs of these settings.
 func (r Redis) Options() redisclient.Options {
-	return redisclient.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, TLS: r.TLS}
+	return redisclient.Options{Addr: r.Addr, SentinelMaster: r.SentinelMaster, SentinelPassword: r.SentinelPassword,
+		Username: r.Username, Password: r.Password, TLS: r.TLS}
 }
 
 // Durability is how many replicas the topics tally creates get (kafka.CreateTopics).
@@ -144,7 +147,9 @@ func settings() []Setting {
 		{"clickhouse.tls.key_file", "", "PEM key of clickhouse.tls.cert_file"},
 		{"clickhouse.tls.server_name", "", "name ClickHouse's certificate must carry; empty: the host dialled"},
 
-		{"redis.addr", "", "Redis host:port; empty starts a local redis-server under data_dir (all-in-one only)"},
+		{"redis.addr", "", "Redis host:port (with redis.sentinel_master: the Sentinels', comma-separated); empty starts a local redis-server under data_dir (all-in-one only)"},
+		{"redis.sentinel_master", "", "name the Sentinels monitor the Redis primary under; set, the client asks the Sentinels in redis.addr for the primary and follows it through failovers"},
+		{"redis.sentinel_password", "", "the Sentinels' own password (their requirepass); empty: none"},
 		{"redis.username", "", "Redis ACL user; empty with a password: the default user (requirepass)"},
 		{"redis.password", "", "Redis password"},
 		{"redis.tls.enabled", false, "connect to Redis over TLS (certificates are always verified)"},
@@ -218,9 +223,7 @@ func (c Config) validate(sections []Section) error {
 	if !Identifier(c.ClickHouse.Database) {
 		bad("clickhouse.database", "got %q; want letters, digits and underscores", c.ClickHouse.Database)
 	}
-	if c.Redis.Addr != "" {
-		CheckHostPort(bad, "redis.addr", c.Redis.Addr)
-	}
+	c.validateRedisAddr(bad)
 	c.validateBackendSecurity(bad)
 	for _, sec := range sections {
 		sec.Validate(&c, bad)
@@ -240,6 +243,24 @@ func Positive(bad Bad, key string, d time.Duration) {
 func CheckHostPort(bad Bad, key, v string) {
 	if _, _, err := net.SplitHostPort(v); err != nil {
 		bad(key, "got %q; want host:port", v)
+	}
+}
+
+// validateRedisAddr checks redis.addr: one host:port, or with redis.sentinel_master the
+// Sentinels' list.
+func (c Config) validateRedisAddr(bad Bad) {
+	r := c.Redis
+	switch {
+	case r.SentinelMaster != "" && r.Addr == "":
+		bad("redis.sentinel_master", "is set but redis.addr is empty; list the Sentinels there (host:port,host:port,...)")
+	case r.SentinelMaster != "":
+		for _, a := range r.Options().SentinelAddrs() {
+			CheckHostPort(bad, "redis.addr", a)
+		}
+	case r.SentinelPassword != "":
+		bad("redis.sentinel_password", "is set but redis.sentinel_master is empty")
+	case r.Addr != "":
+		CheckHostPort(bad, "redis.addr", r.Addr)
 	}
 }
 

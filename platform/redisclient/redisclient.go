@@ -1,11 +1,15 @@
 // Package redisclient opens the go-redis client a process shares for all its Redis work, with
 // options that turn a Redis that is down into a quick error (and a request into a quick 503)
-// rather than a long wait. The client is safe for concurrent use; whoever opens it closes it.
+// rather than a long wait: to one server, or to the primary a set of Sentinels names, followed
+// through failovers (go-redis's failover client asks the Sentinels again when the primary
+// stops answering or turns replica). The client is safe for concurrent use; whoever opens it
+// closes it.
 package redisclient
 
 import (
 	"crypto/tls"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,10 +19,28 @@ import (
 
 // Options say where Redis is and how to authenticate to it and protect the link.
 type Options struct {
-	Addr     string
-	Username string // ACL user; empty with a password: the default user (requirepass)
-	Password string
-	TLS      tlsconf.Files
+	// Addr is the server's host:port; with SentinelMaster set, the Sentinels' host:port list,
+	// comma-separated.
+	Addr string
+	// SentinelMaster, when set, is the name the Sentinels monitor the primary under: the client
+	// asks them where it is, and asks again after a failover.
+	SentinelMaster string
+	// SentinelPassword is the Sentinels' own password (their requirepass); empty: none.
+	SentinelPassword string
+	Username         string // ACL user; empty with a password: the default user (requirepass)
+	Password         string
+	TLS              tlsconf.Files
+}
+
+// SentinelAddrs are the Sentinels' addresses of a SentinelMaster's Addr.
+func (o Options) SentinelAddrs() []string {
+	var out []string
+	for _, a := range strings.Split(o.Addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Open returns a client for the Redis at addr, without authentication or TLS (the embedded
@@ -37,7 +59,19 @@ func New(o Options) (*redis.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis %s TLS: %w", o.Addr, err)
 	}
-	return redis.NewClient(clientOptions(o, tc)), nil
+	if o.SentinelMaster == "" {
+		return redis.NewClient(clientOptions(o, tc)), nil
+	}
+	if len(o.SentinelAddrs()) == 0 {
+		return nil, fmt.Errorf("redis primary %q: no Sentinel addresses", o.SentinelMaster)
+	}
+	c := clientOptions(o, tc)
+	return redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs(), SentinelPassword: o.SentinelPassword,
+		Username: c.Username, Password: c.Password, TLSConfig: c.TLSConfig,
+		DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout, PoolSize: c.PoolSize,
+		MaxRetries: c.MaxRetries, DialerRetries: c.DialerRetries, DialerRetryTimeout: c.DialerRetryTimeout,
+	}), nil
 }
 
 func clientOptions(o Options, tc *tls.Config) *redis.Options {
@@ -52,7 +86,8 @@ func clientOptions(o Options, tc *tls.Config) *redis.Options {
 		PoolSize:     64,
 		// One retry: the commands sent are idempotent (cache writes, like applies by offset),
 		// so one replayed after a lost reply is harmless, but a Redis that is down must turn
-		// into a quick error.
+		// into a quick error. During a failover that error lasts until the Sentinels have
+		// promoted a replica and the failover client has asked them.
 		MaxRetries:         1,
 		DialerRetries:      1,
 		DialerRetryTimeout: 50 * time.Millisecond,

@@ -158,7 +158,7 @@ func BenchmarkApply(b *testing.B) {
 		for j := range batch {
 			deltas[fmt.Sprintf("item-%d", (i*batch+j*97)%n)] = 1
 		}
-		if _, err := s.Apply(ctx, 0, 1, int64(i+1), deltas); err != nil {
+		if _, err := s.Apply(ctx, 0, 1, Unchecked, int64(i+1), deltas); err != nil {
 			b.Fatal(err)
 		}
 	}

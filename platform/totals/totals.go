@@ -65,6 +65,9 @@ const (
 	// AllChunks as a Guard's Chunk means the whole batch ending at End is applied: a rebuild
 	// from ClickHouse's checkpoint sets it, so no chunk of that batch is applied again.
 	AllChunks = math.MaxInt32
+	// Unchecked as Apply's after skips the check that the guard is where the last batch ended:
+	// for batches applied from the source of truth relative to the guard itself.
+	Unchecked int64 = -2
 	// maxExact is the largest epoch or offset Lua compares exactly.
 	maxExact = 1 << 53
 	prefix   = "t1:"
@@ -88,6 +91,20 @@ type FencedError struct {
 
 func (e *FencedError) Error() string {
 	return fmt.Sprintf("partition %d: epoch %d is fenced by epoch %d", e.Partition, e.Epoch, e.GuardEpoch)
+}
+
+// BehindError refuses Apply to a partition whose guard is not where the caller left it: Redis
+// lost writes it had acknowledged (a failover to a replica that had not received them, a
+// restore). The caller catches up from its source of truth, starting at GuardEnd.
+type BehindError struct {
+	Partition int32
+	After     int64 // where the caller's last applied batch ended
+	GuardEnd  int64 // where the guard is
+}
+
+func (e *BehindError) Error() string {
+	return fmt.Sprintf("partition %d: totals guard at offset %d, not at %d where the last applied batch ended (redis lost writes)",
+		e.Partition, e.GuardEnd, e.After)
 }
 
 // NoGuardError refuses Apply to a partition with no guard: its totals must be rebuilt (Set)
@@ -124,20 +141,23 @@ func (s *Store) readyKey() string          { return s.base + "ready" }
 
 // The scripts declare the shebang so that Redis checks for memory before running them: at the
 // maxmemory bound a chunk is refused whole, never applied halfway. They answer 1 applied,
-// 0 skipped (already applied), -1 fenced (with the guard's epoch), -2 no guard.
+// 0 skipped (already applied), -1 fenced (with the guard's epoch), -2 no guard, -3 guard not
+// where the caller's last batch ended (with the guard's end).
 
-// applyScript: KEYS[1] guard, KEYS[i] (i >= 2) the bucket of item i-1; ARGV[1..3] epoch, end,
-// chunk; ARGV[2i], ARGV[2i+1] item i-1 and its delta.
+// applyScript: KEYS[1] guard, KEYS[i] (i >= 2) the bucket of item i-1; ARGV[1..4] epoch, end,
+// chunk, after (-2: unchecked); ARGV[2i+1], ARGV[2i+2] item i-1 and its delta. With after
+// checked, chunk 0 needs the guard at after and chunk c the guard at (end, c-1).
 const applyScript = `#!lua
 local g = redis.call('HMGET', KEYS[1], 'epoch', 'end', 'chunk')
 if not g[1] then return {-2, 0} end
 local ge, gend, gc = tonumber(g[1]), tonumber(g[2]), tonumber(g[3])
-local e, en, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local e, en, c, af = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if e < ge then return {-1, g[1]} end
 if e == ge and (en < gend or (en == gend and c <= gc)) then return {0, 0} end
+if af ~= -2 and ((c == 0 and gend ~= af) or (c > 0 and (gend ~= en or gc ~= c - 1))) then return {-3, g[2]} end
 for i = 2, #KEYS do
-  if redis.call('HINCRBY', KEYS[i], ARGV[2*i], ARGV[2*i+1]) == 0 then
-    redis.call('HDEL', KEYS[i], ARGV[2*i])
+  if redis.call('HINCRBY', KEYS[i], ARGV[2*i+1], ARGV[2*i+2]) == 0 then
+    redis.call('HDEL', KEYS[i], ARGV[2*i+1])
   end
 end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'end', ARGV[2], 'chunk', ARGV[3])
@@ -205,9 +225,12 @@ func checkExact(epoch uint64, end int64) error {
 // Apply adds deltas (item -> n, n may be negative) of the batch of partition p that ends at
 // offset end, written under epoch. It is applied at most once: in deterministic chunks (items
 // sorted, ChunkItems per Lua call) each guarded by (epoch, end, chunk index) as the package doc
-// says. Zero deltas are dropped. Returns whether anything was applied; a *FencedError when
-// epoch is older than the guard's, a *NoGuardError when p has no guard.
-func (s *Store) Apply(ctx context.Context, p int32, epoch uint64, end int64, deltas map[string]int64) (bool, error) {
+// says. after is where the caller's last applied batch of p ended: unless it is Unchecked, the
+// guard must be there, or Redis lost acknowledged writes and applying this batch on top would
+// skip theirs. Zero deltas are dropped. Returns whether anything was applied; a *FencedError
+// when epoch is older than the guard's, a *NoGuardError when p has no guard, a *BehindError
+// when the guard is not at after.
+func (s *Store) Apply(ctx context.Context, p int32, epoch uint64, after, end int64, deltas map[string]int64) (bool, error) {
 	if err := checkExact(epoch, end); err != nil {
 		return false, fmt.Errorf("apply totals of partition %d: %w", p, err)
 	}
@@ -223,8 +246,8 @@ func (s *Store) Apply(ctx context.Context, p int32, epoch uint64, end int64, del
 	for c, chunk := range chunks(items) {
 		keys := make([]string, 1, 1+len(chunk))
 		keys[0] = gk
-		args := make([]any, 3, 3+2*len(chunk))
-		args[0], args[1], args[2] = epoch, end, c
+		args := make([]any, 4, 4+2*len(chunk))
+		args[0], args[1], args[2], args[3] = epoch, end, c, after
 		for _, it := range chunk {
 			keys = append(keys, s.viewsKey(bucket(it)))
 			args = append(args, it, deltas[it])
@@ -242,6 +265,9 @@ func (s *Store) Apply(ctx context.Context, p int32, epoch uint64, end int64, del
 			applied = true
 		case -2:
 			return applied, &NoGuardError{Partition: p}
+		case -3:
+			ge, _ := strconv.ParseInt(fmt.Sprint(res.([]any)[1]), 10, 64)
+			return applied, &BehindError{Partition: p, After: after, GuardEnd: ge}
 		}
 	}
 	return applied, nil

@@ -167,7 +167,7 @@ func TestApplyGuard(t *testing.T) {
 					tt.prepare(t, s)
 				}
 				var applied bool
-				applied, err = s.Apply(ctx, 0, b.epoch, b.end, b.deltas)
+				applied, err = s.Apply(ctx, 0, b.epoch, Unchecked, b.end, b.deltas)
 				if i < len(tt.batches)-1 && err != nil {
 					t.Fatalf("batch %d: %v", i, err)
 				}
@@ -235,7 +235,7 @@ func mustNil(t *testing.T, err error) {
 func TestNoGuard(t *testing.T) {
 	ctx := context.Background()
 	s := fresh(t)
-	applied, err := s.Apply(ctx, 3, 1, 10, map[string]int64{"a": 1})
+	applied, err := s.Apply(ctx, 3, 1, Unchecked, 10, map[string]int64{"a": 1})
 	var ng *NoGuardError
 	if applied || !errors.As(err, &ng) || ng.Partition != 3 {
 		t.Errorf("apply: got %v, %v; want false and a *NoGuardError of partition 3", applied, err)
@@ -270,7 +270,7 @@ func TestSet(t *testing.T) {
 	ctx := context.Background()
 	s := fresh(t)
 	mustNil(t, s.Set(ctx, 0, Guard{Epoch: 1, End: 9, Chunk: AllChunks}, nil))
-	if _, err := s.Apply(ctx, 0, 1, 10, map[string]int64{"a": 5, "b": 7, "c": 1}); err != nil {
+	if _, err := s.Apply(ctx, 0, 1, Unchecked, 10, map[string]int64{"a": 5, "b": 7, "c": 1}); err != nil {
 		t.Fatal(err)
 	}
 	// A repair: a overwritten, b deleted, c untouched, many items over several chunks.
@@ -301,7 +301,7 @@ func TestQueueAndReady(t *testing.T) {
 			mustNil(t, s.Set(ctx, p, Guard{Epoch: 1, End: -1, Chunk: AllChunks}, nil))
 		}
 	}
-	if _, err := s.Apply(ctx, 0, 1, 5, map[string]int64{"x": 10, "y": 3}); err != nil {
+	if _, err := s.Apply(ctx, 0, 1, Unchecked, 5, map[string]int64{"x": 10, "y": 3}); err != nil {
 		t.Fatal(err)
 	}
 	mustNil(t, s.SetUnique(ctx, map[string]uint64{"x": 4, "z": 2}))
@@ -369,7 +369,7 @@ func TestConcurrentWritersAndReaders(t *testing.T) {
 			for b := range int64(batches) {
 				// Each batch twice: the replay must change nothing.
 				for range 2 {
-					if _, err := s.Apply(ctx, p, 1, b, map[string]int64{"shared": 1, fmt.Sprintf("own-%d", p): 2}); err != nil {
+					if _, err := s.Apply(ctx, p, 1, Unchecked, b, map[string]int64{"shared": 1, fmt.Sprintf("own-%d", p): 2}); err != nil {
 						errs <- err
 						return
 					}
@@ -425,7 +425,7 @@ func TestEmbeddedRedisFitsLayout(t *testing.T) {
 func TestOutOfRange(t *testing.T) {
 	ctx := context.Background()
 	s := fresh(t)
-	if _, err := s.Apply(ctx, 0, 1<<53, 1, nil); err == nil {
+	if _, err := s.Apply(ctx, 0, 1<<53, Unchecked, 1, nil); err == nil {
 		t.Error("epoch 2^53: got no error; want one")
 	}
 	if err := s.Set(ctx, 0, Guard{Epoch: 1, End: -2}, nil); err == nil {
@@ -455,7 +455,7 @@ func TestInvalidate(t *testing.T) {
 		{"guard of partition 0", func() any { g, err := s.Guard(ctx, 0); mustNil(t, err); return g.Found }, false},
 		{"guard of partition 1", func() any { g, err := s.Guard(ctx, 1); mustNil(t, err); return g.Found }, true},
 		{"apply to partition 0", func() any {
-			_, err := s.Apply(ctx, 0, 8, 60, map[string]int64{"item-0": 1})
+			_, err := s.Apply(ctx, 0, 8, Unchecked, 60, map[string]int64{"item-0": 1})
 			var ng *NoGuardError
 			return errors.As(err, &ng)
 		}, true},
@@ -504,6 +504,45 @@ func TestItems(t *testing.T) {
 				if n != 1 {
 					t.Errorf("%s: got %d calls; want 1", it, n)
 				}
+			}
+		})
+	}
+}
+
+// A batch applied with after checked goes on top of the caller's last batch only: when Redis
+// lost acknowledged writes (a failover to a replica they had not reached), the guard is behind
+// and Apply refuses, saying where the guard is, so that the caller catches up from its source of
+// truth instead of applying on top and skipping the lost batches.
+func TestApplyAfterRefusesWhatRedisLost(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		guard     Guard // where Redis is before the batch
+		after     int64 // where the caller's last batch ended
+		deltas    map[string]int64
+		wantA     int64 // item-00000 afterwards
+		wantGuard int64 // the guard's end in the *BehindError; 0: none wanted
+	}{
+		{"guard where the last batch ended", Guard{Epoch: 1, End: 20, Chunk: 0}, 20, many(3, 5), 15, 0},
+		{"several chunks on top", Guard{Epoch: 1, End: 20, Chunk: AllChunks}, 20, many(2*ChunkItems+1, 5), 15, 0},
+		{"the last batch lost", Guard{Epoch: 2, End: 10, Chunk: 0}, 20, many(3, 5), 10, 10},
+		{"a newer claim lost with its batches", Guard{Epoch: 1, End: 10, Chunk: 0}, 20, many(3, 5), 10, 10},
+		{"unchecked applies on top", Guard{Epoch: 1, End: 10, Chunk: 0}, Unchecked, many(3, 5), 15, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fresh(t)
+			mustNil(t, s.Set(ctx, 0, tt.guard, map[string]int64{"item-00000": 10}))
+			applied, err := s.Apply(ctx, 0, 2, tt.after, 30, tt.deltas)
+			var behind *BehindError
+			switch {
+			case tt.wantGuard == 0 && (err != nil || !applied):
+				t.Fatalf("apply: got %v, %v; want applied", applied, err)
+			case tt.wantGuard != 0 && (applied || !errors.As(err, &behind) || behind.GuardEnd != tt.wantGuard || behind.After != tt.after):
+				t.Fatalf("apply: got %v, %v; want refused with a *BehindError at %d after %d", applied, err, tt.wantGuard, tt.after)
+			}
+			if v, _, _ := read(t, s, "item-00000"); v[0] != tt.wantA {
+				t.Errorf("item-00000: got %d; want %d", v[0], tt.wantA)
 			}
 		})
 	}
