@@ -96,9 +96,9 @@ func (f *Follower) Start() {
 	}()
 }
 
-// Stop ends reading and closes the client, within ctx. A batch already handled is committed
-// first; records held or being handled are not, and whoever reads their partitions next reads
-// them again.
+// Stop ends reading, leaves the group (also as a static member, kafka.LeaveStatic) and closes
+// the client, within ctx. A batch already handled is committed first; records held or being
+// handled are not, and whoever reads their partitions next reads them again.
 func (f *Follower) Stop(ctx context.Context) error {
 	f.cancel()
 	select {
@@ -106,8 +106,9 @@ func (f *Follower) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("stop %s: %w", f.cfg.ClientID, ctx.Err())
 	}
+	err := kafka.LeaveStatic(ctx, f.cl)
 	f.cl.Close()
-	return nil
+	return err
 }
 
 // run polls until ctx ends, holding records for up to Linger (or MaxBatch of them) per batch:

@@ -159,7 +159,7 @@ func (s *Source) Start() {
 // on and none comes in; the leave's revoke writes the batches held and commits. It gives up
 // when ctx ends: what was not written, the next owner replays from the ClickHouse checkpoints.
 func (s *Source) Stop(ctx context.Context) error {
-	return s.stop.Leave(ctx, s.cl, s.c.Stream, EndLoop(s.cancel, s.done, &s.err), func(ctx context.Context) error {
+	return s.stop.Leave(ctx, s.cl, s.c.Group.Name, EndLoop(s.cancel, s.done, &s.err), func(ctx context.Context) error {
 		done, err := s.engine.FlushAll(ctx)
 		s.commit(ctx, done)
 		return err

@@ -173,8 +173,9 @@ func (a *Archive) Stop(ctx context.Context) error {
 	}
 	a.dropAll()
 	a.mu.Unlock()
+	leaveErr := kafka.LeaveStatic(ctx, a.cl)
 	a.cl.Close()
-	return errors.Join(runErr, err)
+	return errors.Join(runErr, err, leaveErr)
 }
 
 // poll is the longest one poll waits, so rotation stays on time on an idle topic.
