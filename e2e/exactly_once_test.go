@@ -252,9 +252,10 @@ const eoSessionTimeout = 3 * time.Second
 
 // cluster is the infrastructure process, a collector and aggregators as separate processes.
 type cluster struct {
-	infra, coll            *proc
-	aggs                   []*proc
-	kafka, clickhouse, api string
+	infra, coll            *proc   // coll is colls[0]
+	colls, aggs            []*proc // the collectors and the aggregators
+	apis                   []string
+	kafka, clickhouse, api string           // api is apis[0]
 	ch                     chclient.Options // the engine's administrator, database tally
 	kc                     kafkaConn        // the broker, as its SASL user
 	bin, dir               string           // the aggregator binary and the data directory
@@ -263,17 +264,36 @@ type cluster struct {
 
 func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 	t.Helper()
+	return startClusterWith(t, clusterOptions{aggregators: aggregators, collectors: 1, aggFlags: aggFlags})
+}
+
+// clusterOptions say what startClusterWith runs beside `pipeline infra`.
+type clusterOptions struct {
+	aggregators, collectors int
+	aggFlags                []string // every aggregator's further flags
+	// redis, if set, is the Redis every process uses (through its Sentinels) instead of the
+	// infra process's own; redisPassword is its password.
+	redis         *testinfra.SentinelRedis
+	redisPassword string
+}
+
+func startClusterWith(t *testing.T, o clusterOptions) *cluster {
+	t.Helper()
 	bins, err := buildOnce()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	c := &cluster{kafka: testinfra.MustFreeAddr(t), clickhouse: testinfra.MustFreeAddr(t)}
-	apiAddr := testinfra.MustFreeAddr(t)
-	c.api = "http://" + apiAddr
 	common := []string{"--data_dir", dir, "--kafka.partitions", strconv.Itoa(eoPartitions), "--log.level", "info"}
+	var redisFlags []string
+	if o.redis != nil {
+		redisFlags = []string{"--redis.addr", strings.Join(o.redis.Sentinels, ","), "--redis.sentinel_master", o.redis.Master,
+			"--redis.password", o.redisPassword}
+	}
 	_, redisPort, _ := strings.Cut(testinfra.MustFreeAddr(t), ":")
-	infraArgs := append([]string{"infra", "--embedded.kafka_addr", c.kafka, "--embedded.clickhouse_addr", c.clickhouse, "--embedded.redis_port", redisPort}, common...)
+	infraArgs := append(append([]string{"infra", "--embedded.kafka_addr", c.kafka, "--embedded.clickhouse_addr", c.clickhouse,
+		"--embedded.redis_port", redisPort}, common...), redisFlags...)
 	c.infra = startProc(t, "infra", bins.pipeline, dir, infraArgs...)
 	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
 	// The infra process writes its servers' addresses and passwords last; components get them
@@ -281,17 +301,24 @@ func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 	env := infraEnv(t, dir)
 	c.ch = chclient.Options{Addr: c.clickhouse, Database: "tally", Username: env[config.EnvName("clickhouse.username")], Password: env[config.EnvName("clickhouse.password")]}
 	c.kc = kafkaOf(env)
-	conns := append([]string{"--kafka.brokers", c.kafka, "--kafka.sasl.mechanism", c.kc.sec.SASLMechanism,
+	if o.redis == nil {
+		redisFlags = []string{"--redis.addr", env[config.EnvName("redis.addr")], "--redis.password", env[config.EnvName("redis.password")]}
+	}
+	conns := append(append([]string{"--kafka.brokers", c.kafka, "--kafka.sasl.mechanism", c.kc.sec.SASLMechanism,
 		"--kafka.sasl.username", c.kc.sec.Username, "--kafka.sasl.password", c.kc.sec.Password,
-		"--clickhouse.addr", c.clickhouse, "--clickhouse.password", c.ch.Password,
-		"--redis.addr", env[config.EnvName("redis.addr")], "--redis.password", env[config.EnvName("redis.password")]}, common...)
-	c.coll = startProc(t, "collector", bins.collector, dir, append([]string{"--collector.addr", apiAddr,
-		"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...)
-	testinfra.WaitHTTP(t, time.Minute, c.api+"/readyz")
+		"--clickhouse.addr", c.clickhouse, "--clickhouse.password", c.ch.Password}, redisFlags...), common...)
+	for i := range o.collectors {
+		apiAddr := testinfra.MustFreeAddr(t)
+		c.apis = append(c.apis, "http://"+apiAddr)
+		c.colls = append(c.colls, startProc(t, fmt.Sprintf("collector-%d", i), bins.collector, dir, append([]string{"--collector.addr", apiAddr,
+			"--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608"}, conns...)...))
+		testinfra.WaitHTTP(t, time.Minute, c.apis[i]+"/readyz")
+	}
+	c.api, c.coll = c.apis[0], c.colls[0]
 	c.bin, c.dir = bins.aggregator, dir
 	c.aggArgs = append(append([]string{"--aggregator.flush_interval", "200ms", "--aggregator.session_timeout", eoSessionTimeout.String(),
-		"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String()}, conns...), aggFlags...)
-	for range aggregators {
+		"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String()}, conns...), o.aggFlags...)
+	for range o.aggregators {
 		c.addAggregator(t)
 	}
 	return c

@@ -91,14 +91,14 @@ func TestAggregatorHandover(t *testing.T) {
 	}
 
 	counted("the group forms") // and catches up
-	watch("steady state, three members", 5*time.Second)
+	watch("steady state, three members", 3*time.Second)
 	_ = c.aggs[0].stop(syscall.SIGKILL, 10*time.Second)
-	watch("a member SIGKILLed", 15*time.Second)
+	watch("a member SIGKILLed", 13*time.Second)
 	c.addAggregator(t)
-	watch("a fourth member joined", 8*time.Second)
+	watch("a fourth member joined", 6*time.Second)
 	_ = c.aggs[3].stop(syscall.SIGKILL, 10*time.Second)
 	c.addAggregator(t)
-	watch("the new member SIGKILLed and another one joined", 15*time.Second)
+	watch("the new member SIGKILLed and another one joined", 13*time.Second)
 
 	t0 := time.Now()
 	if err := c.aggs[1].stop(syscall.SIGTERM, 25*time.Second); err != nil {
@@ -108,7 +108,7 @@ func TestAggregatorHandover(t *testing.T) {
 	if d := time.Since(t0); d > 20*time.Second {
 		t.Errorf("SIGTERM: got an exit after %s; want within shutdown.timeout (20 s)", d.Round(10*time.Millisecond))
 	}
-	watch("a member stopped with SIGTERM", 8*time.Second)
+	watch("a member stopped with SIGTERM", 6*time.Second)
 	select {
 	case err := <-posting:
 		t.Fatalf("posting ended early: %v", err)

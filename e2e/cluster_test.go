@@ -1,0 +1,117 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tallypipeline/tally/testsupport/testinfra"
+)
+
+// TestClusterStaysExact runs the pipeline as a cluster of processes: two collectors, three
+// aggregators, Redis as a primary and a replica watched by three Sentinels. Views are posted
+// through both collectors (the second sends the first's events again: retries through another
+// collector), and meanwhile an aggregator is SIGKILLed for good and a fourth joins, the Redis
+// primary is SIGKILLed (the Sentinels promote the replica) and a collector is SIGKILLed and
+// started again. Afterwards every (item, second) total, rollup bucket and item total the API
+// answers (Redis, after the failover) equals the oracle computed from the log, and the test
+// prints how long the API's count reads were refused around the faults.
+func TestClusterStaysExact(t *testing.T) {
+	n := 80_000
+	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	const redisPassword = "cluster-test-redis-password"
+	redis := testinfra.StartSentinelRedis(t, t.TempDir(), redisPassword)
+	c := startClusterWith(t, clusterOptions{aggregators: 3, collectors: 2, redis: redis, redisPassword: redisPassword})
+
+	refused := watchReads(ctx, c.apis[0]+"/v1/counts?ids=item-hot,item-1")
+	var posted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for _, api := range c.apis {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- postEvents(ctx, api, n, 4_000, &posted) }()
+	}
+	at := func(share float64) {
+		testinfra.WaitFor(t, 3*time.Minute, "the load to go on", func() (bool, string) {
+			return float64(posted.Load()) >= share*float64(2*n), strconv.FormatInt(posted.Load(), 10) + " posted"
+		})
+	}
+	at(0.2)
+	_ = c.aggs[0].stop(syscall.SIGKILL, 10*time.Second)
+	c.addAggregator(t)
+	t.Logf("aggregator-0 SIGKILLed for good and aggregator-3 started after %d views", posted.Load())
+	at(0.4)
+	redis.Primary.Kill()
+	t.Logf("redis primary SIGKILLed after %d views", posted.Load())
+	at(0.6)
+	_ = c.colls[1].stop(syscall.SIGKILL, 10*time.Second)
+	time.Sleep(time.Second)
+	if err := c.colls[1].start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("collector-1 SIGKILLed and started again after %d views", posted.Load())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	total, longest := refused()
+	t.Logf("count reads refused for %s in all, %s at the longest stretch", total.Round(10*time.Millisecond), longest.Round(10*time.Millisecond))
+	if longest > 15*time.Second {
+		t.Errorf("count reads refused for %s in a row; want at most 15 s", longest.Round(10*time.Millisecond))
+	}
+	verifyExact(t, ctx, c.kc, c.ch, c.api)
+}
+
+// watchReads reads url every 100 ms until ctx ends; the returned func stops it and says how long
+// reads were answered with anything but 200, in all and at the longest stretch.
+func watchReads(ctx context.Context, url string) func() (total, longest time.Duration) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var total, longest time.Duration
+	go func() {
+		defer close(done)
+		client := &http.Client{Timeout: 2 * time.Second}
+		var since time.Time // start of the current refused stretch
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			t0 := time.Now()
+			ok := false
+			if resp, err := client.Get(url); err == nil {
+				ok = resp.StatusCode == http.StatusOK
+				resp.Body.Close()
+			}
+			switch {
+			case !ok && since.IsZero():
+				since = t0
+			case ok && !since.IsZero():
+				total += time.Since(since)
+				longest = max(longest, time.Since(since))
+				since = time.Time{}
+			}
+		}
+	}()
+	return func() (time.Duration, time.Duration) {
+		cancel()
+		<-done
+		return total, longest
+	}
+}
