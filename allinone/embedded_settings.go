@@ -18,6 +18,7 @@ import (
 // given, so only the all-in-one (`pipeline run` and `pipeline infra`) reads them.
 type Embedded struct {
 	KafkaAddr       string `mapstructure:"kafka_addr"`
+	KafkaBrokers    int    `mapstructure:"kafka_brokers"`
 	KafkaSyncWrites bool   `mapstructure:"kafka_sync_writes"`
 
 	ClickHouseAddr   string        `mapstructure:"clickhouse_addr"`
@@ -38,7 +39,7 @@ type Embedded struct {
 // Options are what devstack/embedded needs of the section.
 func (s *Embedded) Options(reg prometheus.Registerer) embedded.Options {
 	return embedded.Options{
-		KafkaAddr: s.KafkaAddr, KafkaSyncWrites: s.KafkaSyncWrites,
+		KafkaAddr: s.KafkaAddr, KafkaBrokers: s.KafkaBrokers, KafkaSyncWrites: s.KafkaSyncWrites,
 		ClickHouseAddr: s.ClickHouseAddr,
 		Dashboards:     chembed.User{Name: s.DashboardsUser, Password: s.DashboardsPass},
 		Limits: chembed.Limits{MaxExecutionTime: s.MaxExecutionTime, MaxResultRows: uint64(s.MaxResultRows),
@@ -55,7 +56,8 @@ func (*Embedded) Name() string { return "embedded" }
 // Settings declares the embedded stack's keys once: default and one-line help.
 func (*Embedded) Settings() []config.Setting {
 	return []config.Setting{
-		{Key: "embedded.kafka_addr", Default: "127.0.0.1:9092", Help: "listen address of the embedded Kafka broker (when kafka.brokers is empty)"},
+		{Key: "embedded.kafka_addr", Default: "127.0.0.1:9092", Help: "listen address of the embedded Kafka broker (when kafka.brokers is empty); further brokers listen on the next ports"},
+		{Key: "embedded.kafka_brokers", Default: 1, Help: "brokers of the embedded Kafka cluster (1-5, one process): 3 or more give the topics 3 replicas and min.insync.replicas 2, as on a real cluster"},
 		{Key: "embedded.kafka_sync_writes", Default: true, Help: "embedded broker fsyncs every batch before acknowledging it, so a 202 survives a power cut; false keeps batches in the page cache (a process crash is survived, a power cut is not; docs/BENCHMARKS.md)"},
 		{Key: "embedded.clickhouse_addr", Default: "127.0.0.1:8123", Help: "listen address of the embedded ClickHouse HTTP interface (when clickhouse.addr is empty)"},
 		{Key: "embedded.dashboards_user", Default: "dashboards", Help: "embedded ClickHouse: the read-only user for dashboards and curl (readonly, limits below, nothing outside the engine)"},
@@ -76,6 +78,9 @@ func (*Embedded) Settings() []config.Setting {
 // for the dashboards user too (the administrator always has one).
 func (s *Embedded) Validate(shared *config.Config, bad config.Bad) {
 	config.CheckHostPort(bad, "embedded.kafka_addr", s.KafkaAddr)
+	if s.KafkaBrokers < 1 || s.KafkaBrokers > 5 {
+		bad("embedded.kafka_brokers", "got %d; want 1 to 5", s.KafkaBrokers)
+	}
 	config.CheckHostPort(bad, "embedded.clickhouse_addr", s.ClickHouseAddr)
 	if !config.Identifier(s.DashboardsUser) {
 		bad("embedded.dashboards_user", "got %q; want letters, digits and underscores", s.DashboardsUser)

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -11,10 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
-// TestClusterStaysExact runs the pipeline as a cluster of processes: two collectors, three
+// TestClusterStaysExact runs the pipeline as a cluster of processes: three Kafka brokers (in the
+// infra process; the topics get 3 replicas and min.insync.replicas 2), two collectors, three
 // aggregators, Redis as a primary and a replica watched by three Sentinels. Views are posted
 // through both collectors (the second sends the first's events again: retries through another
 // collector), and meanwhile an aggregator is SIGKILLed for good and a fourth joins, the Redis
@@ -31,7 +36,21 @@ func TestClusterStaysExact(t *testing.T) {
 	defer cancel()
 	const redisPassword = "cluster-test-redis-password"
 	redis := testinfra.StartSentinelRedis(t, t.TempDir(), redisPassword)
-	c := startClusterWith(t, clusterOptions{aggregators: 3, collectors: 2, redis: redis, redisPassword: redisPassword})
+	c := startClusterWith(t, clusterOptions{aggregators: 3, collectors: 2, kafkaBrokers: 3, redis: redis, redisPassword: redisPassword})
+	cl, err := c.kc.client(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, schemas.TopicViews)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range topics[schemas.TopicViews].Partitions {
+		if len(p.Replicas) != 3 {
+			t.Fatalf("views partition %d: got %d replicas; want 3 on three brokers", p.Partition, len(p.Replicas))
+		}
+	}
 
 	refused := watchReads(ctx, c.apis[0]+"/v1/counts?ids=item-hot,item-1")
 	var posted atomic.Int64

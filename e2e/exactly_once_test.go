@@ -271,6 +271,7 @@ func startCluster(t *testing.T, aggregators int, aggFlags ...string) *cluster {
 type clusterOptions struct {
 	aggregators, collectors int
 	aggFlags                []string // every aggregator's further flags
+	kafkaBrokers            int      // brokers of the infra process's Kafka cluster; 0 means 1
 	// redis, if set, is the Redis every process uses (through its Sentinels) instead of the
 	// infra process's own; redisPassword is its password.
 	redis         *testinfra.SentinelRedis
@@ -292,8 +293,11 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 			"--redis.password", o.redisPassword}
 	}
 	_, redisPort, _ := strings.Cut(testinfra.MustFreeAddr(t), ":")
-	infraArgs := append(append([]string{"infra", "--embedded.kafka_addr", c.kafka, "--embedded.clickhouse_addr", c.clickhouse,
-		"--embedded.redis_port", redisPort}, common...), redisFlags...)
+	if o.kafkaBrokers > 1 {
+		c.kafka = "127.0.0.1:0" // free ports for each; the env file says which
+	}
+	infraArgs := append(append([]string{"infra", "--embedded.kafka_addr", c.kafka, "--embedded.kafka_brokers", strconv.Itoa(max(o.kafkaBrokers, 1)),
+		"--embedded.clickhouse_addr", c.clickhouse, "--embedded.redis_port", redisPort}, common...), redisFlags...)
 	c.infra = startProc(t, "infra", bins.pipeline, dir, infraArgs...)
 	testinfra.WaitHTTP(t, time.Minute, "http://"+c.clickhouse+"/ping")
 	// The infra process writes its servers' addresses and passwords last; components get them
@@ -301,6 +305,7 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	env := infraEnv(t, dir)
 	c.ch = chclient.Options{Addr: c.clickhouse, Database: "tally", Username: env[config.EnvName("clickhouse.username")], Password: env[config.EnvName("clickhouse.password")]}
 	c.kc = kafkaOf(env)
+	c.kafka = c.kc.addr
 	if o.redis == nil {
 		redisFlags = []string{"--redis.addr", env[config.EnvName("redis.addr")], "--redis.password", env[config.EnvName("redis.password")]}
 	}

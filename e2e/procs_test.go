@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -147,9 +148,9 @@ func adminOptions(t *testing.T, dir string) chclient.Options {
 	return chclient.Options{Addr: env[config.EnvName("clickhouse.addr")], Database: "tally", Username: env[config.EnvName("clickhouse.username")], Password: env[config.EnvName("clickhouse.password")]}
 }
 
-// kafkaConn is how the test's own Kafka clients reach the embedded broker: as its SASL user.
+// kafkaConn is how the test's own Kafka clients reach the embedded brokers: as their SASL user.
 type kafkaConn struct {
-	addr string
+	addr string // the brokers, comma-separated
 	sec  kafka.Security
 }
 
@@ -165,5 +166,5 @@ func (kc kafkaConn) client(logger *slog.Logger) (*kgo.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return kgo.NewClient(append(kafka.ClientOptions([]string{kc.addr}, "oracle", logger, nil), dial...)...)
+	return kgo.NewClient(append(kafka.ClientOptions(strings.Split(kc.addr, ","), "oracle", logger, nil), dial...)...)
 }

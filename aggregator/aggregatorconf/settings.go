@@ -48,7 +48,7 @@ func (*Settings) Settings() []config.Setting {
 	return []config.Setting{
 		{Key: "aggregator.addr", Default: "127.0.0.1:8081", Help: "aggregator admin listen address (/healthz, /readyz, /metrics)"},
 		{Key: "aggregator.group", Default: "tally-aggregator", Help: "Kafka consumer group of the aggregators"},
-		{Key: "aggregator.instance_id", Default: "", Help: "static group membership id (e.g. the pod name): a restarted aggregator takes back its partitions at once"},
+		{Key: "aggregator.instance_id", Default: "", Help: "static group membership id (e.g. the pod name): an aggregator restarted after a crash takes back its partitions at once (a stopping one leaves the group)"},
 		{Key: "aggregator.session_timeout", Default: 10 * time.Second, Help: "how long the group waits for a silent aggregator before moving its partitions"},
 		{Key: "aggregator.flush_interval", Default: 500 * time.Millisecond, Help: "how often aggregated batches are written to ClickHouse and Redis (after a flush slower than this, the next waits half that flush's time)"},
 		{Key: "aggregator.sketch_interval", Default: 5 * time.Second, Help: "how often the viewers added to the unique-viewer sketches are written to ClickHouse as sketch deltas (a crash replays the views since into them) and, half an interval later, the batches since are added to the rollups (series, dashboards; a crash repairs them from the deltas)"},

@@ -45,11 +45,11 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 				if err != nil {
 					return err
 				}
-				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: opts.KafkaAddr, SyncWrites: opts.KafkaSyncWrites,
-					User: kafkaUser, Password: keys.kafka}); err != nil {
+				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: opts.KafkaAddr, Brokers: opts.KafkaBrokers,
+					SyncWrites: opts.KafkaSyncWrites, User: kafkaUser, Password: keys.kafka}); err != nil {
 					return err
 				}
-				cfg.Kafka.Brokers = []string{k.Addr()}
+				cfg.Kafka.Brokers = k.Addrs()
 				cfg.Kafka.SASL = config.KafkaSASL{Mechanism: kafka.ScramSHA256, Username: kafkaUser, Password: keys.kafka}
 				return nil
 			},
@@ -152,7 +152,8 @@ func subdir(cfg *config.Config, name string) (string, error) {
 // Options say where the embedded servers listen and what bounds them (the all-in-one's
 // embedded.* settings).
 type Options struct {
-	KafkaAddr       string // the broker's listen address
+	KafkaAddr       string // the first broker's listen address
+	KafkaBrokers    int    // how many brokers; 0 means 1
 	KafkaSyncWrites bool   // fsync every batch
 	ClickHouseAddr  string // the engine's HTTP listen address
 	Dashboards      chembed.User

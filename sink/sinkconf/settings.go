@@ -56,7 +56,7 @@ func (*Settings) Settings() []config.Setting {
 	return []config.Setting{
 		{Key: "sink.addr", Default: "127.0.0.1:8083", Help: "sink admin listen address (/healthz, /readyz, /metrics)"},
 		{Key: "sink.group", Default: "tally-sink", Help: "Kafka consumer group of the sinks"},
-		{Key: "sink.instance_id", Default: "", Help: "static group membership id (e.g. the pod name): a restarted sink takes back its partitions at once"},
+		{Key: "sink.instance_id", Default: "", Help: "static group membership id (e.g. the pod name): a sink restarted after a crash takes back its partitions at once (a stopping one leaves the group)"},
 		{Key: "sink.session_timeout", Default: 10 * time.Second, Help: "how long the group waits for a silent sink before moving its partitions"},
 		{Key: "sink.storage", Default: "local", Help: "where the sink's files go: local (sink.dir) or s3 (sink.s3.*)"},
 		{Key: "sink.dir", Default: "", Help: "local directory of the sink's files (and S3 uploads being written); empty: <data_dir>/sink"},
