@@ -24,9 +24,11 @@ import (
 // through both collectors (the second sends the first's events again: retries through another
 // collector), and meanwhile an aggregator is SIGKILLed for good and a fourth joins, the Redis
 // primary is SIGKILLed (the Sentinels promote the replica) and a collector is SIGKILLed and
-// started again. Afterwards every (item, second) total, rollup bucket and item total the API
-// answers (Redis, after the failover) equals the oracle computed from the log, and the test
-// prints how long the API's count reads were refused around the faults.
+// started again, while counter adds go through that collector with the client's retries (every
+// accurate add-and-get must answer the exact sum at once). Afterwards every (item, second) total,
+// rollup bucket and item total the API answers (Redis, after the failover) equals the oracle
+// computed from the log, every eventual counter holds exactly its adds, and the test prints how
+// long the API's count reads were refused around the faults.
 func TestClusterStaysExact(t *testing.T) {
 	n := 80_000
 	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
@@ -53,6 +55,9 @@ func TestClusterStaysExact(t *testing.T) {
 	}
 
 	refused := watchReads(ctx, c.apis[0]+"/v1/counts?ids=item-hot,item-1")
+	// Counter adds (eventual, and accurate ones checked at each add) through the collector that
+	// is killed, behind the client's retries.
+	cc, addsSent, addsDone, wantAdds := goSendCounterAdds(t, ctx, c.apis[1], 1000)
 	var posted atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -68,17 +73,17 @@ func TestClusterStaysExact(t *testing.T) {
 	at(0.2)
 	_ = c.aggs[0].stop(syscall.SIGKILL, 10*time.Second)
 	c.addAggregator(t)
-	t.Logf("aggregator-0 SIGKILLed for good and aggregator-3 started after %d views", posted.Load())
+	t.Logf("aggregator-0 SIGKILLed for good and aggregator-3 started after %d views, %d counter adds", posted.Load(), addsSent.Load())
 	at(0.4)
 	redis.Primary.Kill()
-	t.Logf("redis primary SIGKILLed after %d views", posted.Load())
+	t.Logf("redis primary SIGKILLed after %d views, %d counter adds", posted.Load(), addsSent.Load())
 	at(0.6)
 	_ = c.colls[1].stop(syscall.SIGKILL, 10*time.Second)
 	time.Sleep(time.Second)
 	if err := c.colls[1].start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("collector-1 SIGKILLed and started again after %d views", posted.Load())
+	t.Logf("collector-1 SIGKILLed and started again after %d views, %d counter adds", posted.Load(), addsSent.Load())
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -86,12 +91,17 @@ func TestClusterStaysExact(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := <-addsDone; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d counter adds sent", addsSent.Load())
 	total, longest := refused()
 	t.Logf("count reads refused for %s in all, %s at the longest stretch", total.Round(10*time.Millisecond), longest.Round(10*time.Millisecond))
 	if longest > 15*time.Second {
 		t.Errorf("count reads refused for %s in a row; want at most 15 s", longest.Round(10*time.Millisecond))
 	}
 	verifyExact(t, ctx, c.kc, c.ch, c.api)
+	waitCountersExact(t, ctx, cc, *wantAdds)
 }
 
 // watchReads reads url every 100 ms until ctx ends; the returned func stops it and says how long
