@@ -1,14 +1,19 @@
 package e2e_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tallypipeline/tally/collector/auth"
+	"github.com/tallypipeline/tally/collector/openapi"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // docFiles are the documents a user follows.
@@ -128,5 +133,210 @@ func TestDocumentedPathsExist(t *testing.T) {
 	}
 	if n < 50 {
 		t.Errorf("got %d links and paths checked; want the documents' (the patterns are broken)", n)
+	}
+}
+
+// shellLines returns the lines of text's fenced blocks that hold shell commands: blocks opened
+// with sh, bash, shell, console or no language at all.
+func shellLines(text string) []string {
+	var out []string
+	in, shell := false, false
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if fence, ok := strings.CutPrefix(trimmed, "```"); ok {
+			if in = !in; in {
+				shell = slices.Contains([]string{"", "sh", "bash", "shell", "console"}, strings.TrimSpace(fence))
+			}
+			continue
+		}
+		if in && shell {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// Every command line in the documents' shell blocks runs something that exists: a script of the
+// tree, a `go run|build|test` of a folder of the tree (a benchmark it names is declared there),
+// or a binary whose subcommand answers --help and knows every flag the line gives it.
+func TestFencedCommandsExist(t *testing.T) {
+	bins, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	load, err := testinfra.Build(binDir, module+"/loadgen/cmd/load")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := map[string]string{"pipeline": bins.pipeline, "collector": bins.collector, "aggregator": bins.aggregator,
+		"batchjob": bins.batchjob, "load": load}
+	n := 0
+	for doc, text := range docFiles(t) {
+		for _, line := range shellLines(text) {
+			for _, cmd := range shellCommands(line) {
+				n++
+				if msg := checkCommand(cmd, bin); msg != "" {
+					t.Errorf("%s: `%s`: %s", doc, strings.Join(cmd, " "), msg)
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("got %d fenced commands checked; want the documents' (the pattern is broken)", n)
+	}
+}
+
+// shellCommands splits one line of a shell block into its commands' words: the prompt, comments,
+// environment assignments, parentheses and quotes are dropped; && ; | split commands. A `cd dir`
+// makes the line's later `./` paths relative to dir.
+func shellCommands(line string) [][]string {
+	line = strings.TrimPrefix(strings.TrimSpace(line), "$ ")
+	if i := strings.Index(line, " #"); i >= 0 {
+		line = line[:i]
+	}
+	var out [][]string
+	dir := ""
+	for _, part := range regexp.MustCompile(`&&|;|\|`).Split(line, -1) {
+		words := strings.Fields(strings.NewReplacer(`'`, "", `"`, "", "(", "", ")", "").Replace(part))
+		for len(words) > 0 && regexp.MustCompile(`^[A-Z_]+=`).MatchString(words[0]) {
+			words = words[1:]
+		}
+		switch {
+		case len(words) == 2 && words[0] == "cd":
+			dir = strings.TrimSuffix(strings.TrimPrefix(words[1], "./"), "/") + "/"
+		case len(words) > 0 && !strings.HasPrefix(words[0], "#"):
+			for i, w := range words {
+				if strings.HasPrefix(w, "./") && dir != "" {
+					words[i] = "./" + dir + w[2:]
+				}
+			}
+			out = append(out, words)
+		}
+	}
+	return out
+}
+
+// checkCommand says what is wrong with one documented command, or "" when it is one the tree has.
+// Commands of other programs (curl, docker, kubectl, …) are not the tree's and pass.
+func checkCommand(words []string, bin map[string]string) string {
+	name := strings.TrimPrefix(words[0], "./")
+	switch {
+	case strings.HasPrefix(name, "scripts/"):
+		if st, err := os.Stat(filepath.Join("..", name)); err != nil || st.Mode()&0o111 == 0 {
+			return "no executable " + name
+		}
+		if name == "scripts/bench-ab" && len(words) > 2 {
+			return checkFlags(bin["load"], nil, words[2:])
+		}
+	case name == "go" && len(words) > 1 && (words[1] == "run" || words[1] == "build" || words[1] == "test"):
+		return checkGoCommand(words, bin)
+	case bin[name] != "":
+		var sub []string
+		for _, w := range words[1:] {
+			if strings.HasPrefix(w, "-") || !regexp.MustCompile(`^[a-z][a-z-]*$`).MatchString(w) {
+				break
+			}
+			sub = append(sub, w)
+		}
+		return checkFlags(bin[name], sub, words[1+len(sub):])
+	}
+	return ""
+}
+
+// checkGoCommand checks a go run|build|test line: its folders exist, a benchmark it names is
+// declared in them, and `go run ./loadgen/cmd/load` is given only flags the load command knows.
+func checkGoCommand(words []string, bin map[string]string) string {
+	var dirs []string
+	bench := ""
+	for i, w := range words[2:] {
+		switch {
+		case w == "-bench" && i+3 < len(words):
+			bench = strings.Trim(words[i+3], "^$")
+		case strings.HasPrefix(w, "./"):
+			dir := strings.TrimSuffix(strings.TrimSuffix(w, "..."), "/")
+			if st, err := os.Stat(filepath.Join("..", dir)); err != nil || !st.IsDir() {
+				return dir + " is not a folder of the tree"
+			}
+			if words[1] == "run" && dir == "./loadgen/cmd/load" {
+				return checkFlags(bin["load"], nil, words[3+i:])
+			}
+			dirs = append(dirs, dir)
+		}
+	}
+	if !regexp.MustCompile(`^Benchmark\w+$`).MatchString(bench) {
+		return ""
+	}
+	for _, dir := range dirs {
+		files, _ := filepath.Glob(filepath.Join("..", dir, "*_test.go"))
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && regexp.MustCompile(`func (\(\w+ \*?\w+\) )?`+bench+`\(`).Match(b) {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("no func %s in %v", bench, dirs)
+}
+
+// checkFlags runs `bin sub... --help` and checks that it answers 0 and lists every --flag of args.
+func checkFlags(bin string, sub, args []string) string {
+	out, err := exec.Command(bin, append(sub, "--help")...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("`%s --help` answers %v: %.300s", strings.Join(sub, " "), err, out)
+	}
+	for _, a := range args {
+		flag, _, _ := strings.Cut(a, "=")
+		if !strings.HasPrefix(flag, "-") || flag == "--help" {
+			continue
+		}
+		if !regexp.MustCompile(`(?m)(?:^|[\s\[])-{1,2}` + regexp.QuoteMeta(strings.TrimLeft(flag, "-")) + `(?:[\s=,\]]|$)`).Match(out) {
+			return fmt.Sprintf("%s is not a flag of `%s`", flag, strings.Join(append([]string{filepath.Base(bin)}, sub...), " "))
+		}
+	}
+	return ""
+}
+
+// docs/API.md's route list is the OpenAPI document's (collector/openapi/openapi.json, which
+// TestOpenAPIContract holds to the served routes): every operation of the document is named in
+// it ("METHOD /path", or "METHOD …/tail" under its parent's heading), and every route it names
+// is in the document, but the admin server's.
+func TestAPIDocNamesTheDocumentsRoutes(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(openapi.Document(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]bool{}
+	for path, item := range doc.Paths {
+		for method := range item {
+			if slices.Contains([]string{"get", "put", "post", "delete", "patch"}, method) {
+				ops[strings.ToUpper(method)+" "+path] = true
+			}
+		}
+	}
+	text := docFiles(t)["docs/API.md"]
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\b(GET|POST|PUT|DELETE|PATCH) ((?:/|…/)[^\s`+"`"+`?)]*)`).FindAllStringSubmatch(text, -1) {
+		named[m[1]+" "+strings.TrimRight(m[2], ".,:;")] = true
+	}
+	for op := range ops {
+		method, path, _ := strings.Cut(op, " ")
+		found := named[op]
+		for n := range named {
+			m, p, _ := strings.Cut(n, " ")
+			found = found || m == method && strings.HasPrefix(p, "…/") && strings.HasSuffix(path, p[len("…"):])
+		}
+		if !found {
+			t.Errorf("docs/API.md does not name %s, an operation of openapi.json", op)
+		}
+	}
+	adminServer := map[string]bool{"GET /metrics": true, "GET /debug/pprof/": true}
+	for n := range named {
+		if !ops[n] && !adminServer[n] && !strings.Contains(n, "…") {
+			t.Errorf("docs/API.md names %s, which openapi.json does not have", n)
+		}
+	}
+	if len(ops) < 20 || len(named) < 20 {
+		t.Errorf("got %d operations and %d named routes; want the documents' (the patterns are broken)", len(ops), len(named))
 	}
 }

@@ -70,7 +70,7 @@ end
 // ends with it, so total and sets cannot part except behind the scripts' backs, which the
 // nightly reconciliation finds and repairs with recountScript. A missing key (all sets empty,
 // or a Redis of an older layout being replayed over) is counted from the sets instead: sixteen
-// SCARDs, too many for every change of a viral item (docs/BENCHMARKS.md has their cost).
+// SCARDs, too many for every change of a viral item (docs/PERFORMANCE.md, "Likes", has their cost).
 // So is a total at or below zero, which only drift can make.
 const addTotal = `
 local total

@@ -61,7 +61,7 @@ const coarse = 2 * time.Millisecond
 
 // preciseUpTo is the highest stream rate (requests per second) that sleeps precisely. A faster
 // stream keeps the generator busy enough that Go checks its timers at every scheduling point
-// and they fire on time (docs/BENCHMARKS.md, "The generator's own lateness"), and the timerfd's
+// and they fire on time (docs/PERFORMANCE.md, "The generator's own lateness and limits"), and the timerfd's
 // two system calls per request would cost more CPU than they save.
 const preciseUpTo = 2000
 

@@ -30,7 +30,7 @@ func writeViews(t *testing.T, st store.Store, p int32, first int64, views []sche
 	}
 }
 
-// TestClickHouseReadsTheFiles runs the queries of docs/ARCHITECTURE.md ("Reading the sink's
+// TestClickHouseReadsTheFiles runs the queries of deploy/README.md ("Reading the sink's
 // files") on the embedded engine, as the pipeline user: the engine's guard lets only that user
 // read files, and only under the sink's directory. The dashboards user is refused.
 func TestClickHouseReadsTheFiles(t *testing.T) {

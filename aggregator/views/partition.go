@@ -246,7 +246,7 @@ func (s *sketch) dirty() bool { return s.delta != nil }
 // estimate costs a pass over the sketch (a sparse sketch's pending inserts merged into its
 // list, or a dense sketch's 16,384 registers: about 0.3 ms), and every touched sketch is
 // written every sketch interval: estimating each at every interval cost more than 0.3 s per
-// interval at 10,000 busy items (docs/BENCHMARKS.md).
+// interval at 10,000 busy items (docs/PERFORMANCE.md, "Go benchmarks").
 const estimateEvery = 30 * time.Second
 
 // estimateDue reports whether the sketch's estimate is to be computed again: it has none (new,

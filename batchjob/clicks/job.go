@@ -12,7 +12,7 @@
 // their render time and the collector refuses older ones). Verdicts are every one in the log
 // when the run reads it; one arriving later changes the numbers only through a rerun, which
 // writes a new version. Memory holds one entry per distinct click id read (see
-// docs/BENCHMARKS.md); a day beyond that needs the files source with ClickHouse doing the
+// docs/PERFORMANCE.md, "Nightly batch jobs"); a day beyond that needs the files source with ClickHouse doing the
 // grouping.
 //
 // Concurrency and lifecycle: Run holds the Redis run lock LockKey (package runlock) for its

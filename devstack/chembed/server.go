@@ -78,7 +78,7 @@ type Config struct {
 	// at once; more wait. Default 32.
 	MaxPipelineBodies int
 	// Registry, if set, receives the engine's busy time and statement
-	// counts by statement kind and table (docs/BENCHMARKS.md reads them
+	// counts by statement kind and table (docs/PERFORMANCE.md, "How to profile", reads them
 	// to tell what the serialized engine spends its time on).
 	Registry prometheus.Registerer
 }

@@ -47,7 +47,7 @@ type Producer struct {
 // Batches are not compressed unless p.Codec says so (kafka.compression): lz4 measured no CPU
 // cost on the all-in-one, but the first test run with it on by default lost one click from a
 // top-K list through kills of the whole process and slowed the race-instrumented tests past
-// their bars (docs/BENCHMARKS.md); it stays off by default until that is understood.
+// their bars (docs/PERFORMANCE.md, "Kafka settings"); it stays off by default until that is understood.
 //
 // No linger: every caller waits for its records' acks (a 202, a like's answer), so lingering
 // adds its whole length to each request, while records produced while a request is in flight

@@ -15,7 +15,7 @@
 // about 60 fields per hash, which Redis keeps listpack-encoded (hash-max-listpack-entries
 // ListpackEntries, hash-max-listpack-value ListpackValue; devstack/redisproc sets both): a
 // fraction of a key's memory per item, while a HINCRBY still scans a short listpack
-// (docs/BENCHMARKS.md has the measurements). A field at 0 is deleted, and
+// (docs/PERFORMANCE.md, "Redis totals", has the measurements). A field at 0 is deleted, and
 // reads never write, so an id nobody viewed costs nothing lasting.
 //
 // The guard rule: Apply splits a batch into deterministic chunks (items sorted, ChunkItems per
@@ -54,7 +54,7 @@ const (
 	ChunkItems = 1000
 	// Buckets is the number of hashes each of totals and estimates is spread over. Fewer,
 	// longer listpacks save little memory and make every HINCRBY scan longer; more save no time
-	// (docs/BENCHMARKS.md has the measurements).
+	// (docs/PERFORMANCE.md, "Redis totals").
 	Buckets = 16384
 	// ListpackEntries and ListpackValue are the hash-max-listpack-entries and
 	// hash-max-listpack-value the layout is sized for: up to about 7 million items every

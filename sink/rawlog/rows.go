@@ -10,7 +10,7 @@ type Row interface {
 
 // A reader may read a subset of a topic's columns into a struct of its own with the same
 // parquet tags (columns are matched by name): the other columns are not decoded, which saves
-// a job most of the cost of the strings it does not need (docs/BENCHMARKS.md, "Sink"). The
+// a job most of the cost of the strings it does not need (docs/PERFORMANCE.md, "Sink"). The
 // nightly jobs' subsets are ViewKey and ClickKey.
 
 // ViewKey is what the views recount reads of a views record: its place in the log, its time,

@@ -13,7 +13,7 @@ import (
 	"github.com/tallypipeline/tally/sink/storetest"
 )
 
-// TestS3QueryOfTheDocs runs the s3() query docs/ARCHITECTURE.md gives for the sink's files in a
+// TestS3QueryOfTheDocs runs the s3() query deploy/README.md gives for the sink's files in a
 // bucket ("Reading the sink's files", "the same from S3") on the chDB engine itself, in this
 // process: the embedded server's guard refuses s3() to every user over HTTP, so the query can
 // only be checked here. The files are the sink's own (rawlog.WriteFlush) in the in-test S3

@@ -13,7 +13,8 @@ import (
 
 // procsPerCPU is pipeline's runtime.procs_per_cpu: the embedded ClickHouse's calls hold Go's
 // scheduler slots, and with one per CPU a ready connection waits for one to free up (count reads'
-// p99 27 against 15 ms at 4: docs/BENCHMARKS.md). The component binaries embed no engine: 1.
+// p99 27 against 15 ms at 4: docs/PERFORMANCE.md, "Reads against the floor"). The component
+// binaries embed no engine: 1.
 const procsPerCPU = 4
 
 // commands are the modes, for --help.

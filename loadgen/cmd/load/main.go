@@ -1,5 +1,5 @@
 // Command load drives a running collector over HTTP (loopback only) and reports throughput and
-// latency percentiles; see `load --help` and docs/BENCHMARKS.md. It is its own binary so that it
+// latency percentiles; see `load --help` and docs/PERFORMANCE.md. It is its own binary so that it
 // does not link the embedded ClickHouse engine.
 package main
 
