@@ -106,9 +106,11 @@ func (f *Follower) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("stop %s: %w", f.cfg.ClientID, ctx.Err())
 	}
-	err := kafka.LeaveStatic(ctx, f.cl)
+	if err := kafka.LeaveStatic(ctx, f.cl); err != nil {
+		f.logger.Warn("leave the group as a static member; its partitions move after the session timeout", "client", f.cfg.ClientID, "err", err)
+	}
 	f.cl.Close()
-	return err
+	return nil
 }
 
 // run polls until ctx ends, holding records for up to Linger (or MaxBatch of them) per batch:

@@ -8,10 +8,10 @@
 // operator's decision names its checkpoint.
 //
 // A stopping member leaves its group at once, also a static one, so the group hands its
-// partitions on and none comes in; the revoke that leaving runs may write what the member holds until the stop's
-// deadline, and no longer; what is still held then is written once more, and the client closes.
-// Whatever is not written by the deadline, the next owner replays from the ClickHouse
-// checkpoints.
+// partitions on and none comes in; the revoke that leaving runs may write what the member holds
+// until the stop's deadline, and no longer; what is still held then is written once more, and
+// the client closes. Whatever is not written by the deadline, the next owner replays from the
+// ClickHouse checkpoints.
 //
 // A Stop is made before the Kafka client (the group may call back before the client exists)
 // and is safe for concurrent use by the poll loop, the group callbacks and the stopping caller.
@@ -24,8 +24,6 @@ import (
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/tallypipeline/tally/platform/kafka"
 )
 
 // Stop is one member's stop.
@@ -83,8 +81,8 @@ func EndLoop(cancel context.CancelFunc, done <-chan struct{}, err *error) func()
 
 // Leave stops the member of group within ctx: endLoop ends the poll loop and returns why it
 // ended (nil for the stop itself); the group is then left, whose revoke writes and commits what
-// is held; last writes whatever the leave did not (it was cut short), a static member is then
-// removed by its instance id (kafka.LeaveStatic), and the client closes.
+// is held; last writes whatever the leave did not (it was cut short) and, for a static member,
+// leaves by instance id (the client's own leave does not); then the client closes.
 func (s *Stop) Leave(ctx context.Context, cl *kgo.Client, group string, endLoop func() error, last func(context.Context) error) error {
 	s.leaving.Store(true)
 	defer context.AfterFunc(ctx, s.endLive)()
@@ -94,7 +92,6 @@ func (s *Stop) Leave(ctx context.Context, cl *kgo.Client, group string, endLoop 
 		leaveErr = fmt.Errorf("leave group %s: %w", group, leaveErr)
 	}
 	lastErr := last(ctx)
-	leaveErr = errors.Join(leaveErr, kafka.LeaveStatic(ctx, cl))
 	s.endLive()
 	cl.Close()
 	return errors.Join(loopErr, leaveErr, lastErr)
