@@ -39,7 +39,9 @@ import (
 // the admin HTTP server (the all-in-one serves one admin endpoint for everything instead).
 func Parts(e cli.Env, s *aggregatorconf.Settings, admin lifecycle.Admin) []lifecycle.Part {
 	w := &wiring{e: e, s: s}
-	parts := []lifecycle.Part{w.clickhouse(), w.redis(), w.publisher(), w.views(), w.clicks(), w.counters(), w.likes()}
+	// The streams stop first (parts stop in reverse), so their partitions move on at once: the
+	// likes loader's stop may wait for a rebalance of its own group in progress.
+	parts := []lifecycle.Part{w.clickhouse(), w.redis(), w.publisher(), w.likes(), w.views(), w.clicks(), w.counters()}
 	if admin == lifecycle.OwnAdmin {
 		mux := http.NewServeMux()
 		lifecycle.AdminRoutes(mux, e.Runner, e.Registry, lifecycle.AdminOptions{Pprof: e.Config.Debug.Pprof})

@@ -552,7 +552,8 @@ func floorDiv(a, b int64) int64 {
 
 // postEvents posts n generated views as NDJSON batches from several goroutines, retrying a
 // batch (same bytes, so same event ids) until it is accepted, at most perSecond views a second
-// when perSecond > 0 (so that kills land while views are still arriving).
+// when perSecond > 0 (so that kills land while views are still arriving). It stops early, with
+// ctx's error, when ctx ends.
 func postEvents(ctx context.Context, api string, n, perSecond int, posted *atomic.Int64) error {
 	batches := make(chan []byte, eoPosters)
 	errs := make(chan error, eoPosters)
@@ -575,6 +576,11 @@ func postEvents(ctx context.Context, api string, n, perSecond int, posted *atomi
 	var buf bytes.Buffer
 	start := time.Now()
 	for i := 0; i < n; i++ {
+		if i%eoBatch == 0 && ctx.Err() != nil {
+			close(batches)
+			wg.Wait()
+			return ctx.Err()
+		}
 		if perSecond > 0 && i%eoBatch == 0 {
 			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(perSecond))))
 		}
