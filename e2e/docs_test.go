@@ -168,14 +168,14 @@ func TestFencedCommandsExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := map[string]string{"pipeline": bins.pipeline, "collector": bins.collector, "aggregator": bins.aggregator,
-		"batchjob": bins.batchjob, "load": load}
+	c := commands{bin: map[string]string{"pipeline": bins.pipeline, "collector": bins.collector, "aggregator": bins.aggregator,
+		"batchjob": bins.batchjob, "load": load}, help: map[string]helpAnswer{}}
 	n := 0
 	for doc, text := range docFiles(t) {
 		for _, line := range shellLines(text) {
 			for _, cmd := range shellCommands(line) {
 				n++
-				if msg := checkCommand(cmd, bin); msg != "" {
+				if msg := c.check(cmd); msg != "" {
 					t.Errorf("%s: `%s`: %s", doc, strings.Join(cmd, " "), msg)
 				}
 			}
@@ -185,6 +185,14 @@ func TestFencedCommandsExist(t *testing.T) {
 		t.Errorf("got %d fenced commands checked; want the documents' (the pattern is broken)", n)
 	}
 }
+
+// The patterns of the fenced-command checks.
+var (
+	shellSep   = regexp.MustCompile(`&&|;|\|`)
+	envAssign  = regexp.MustCompile(`^[A-Z_]+=`)
+	subcommand = regexp.MustCompile(`^[a-z][a-z-]*$`)
+	benchName  = regexp.MustCompile(`^Benchmark\w+$`)
+)
 
 // shellCommands splits one line of a shell block into its commands' words: the prompt, comments,
 // environment assignments, parentheses and quotes are dropped; && ; | split commands. A `cd dir`
@@ -196,9 +204,9 @@ func shellCommands(line string) [][]string {
 	}
 	var out [][]string
 	dir := ""
-	for _, part := range regexp.MustCompile(`&&|;|\|`).Split(line, -1) {
+	for _, part := range shellSep.Split(line, -1) {
 		words := strings.Fields(strings.NewReplacer(`'`, "", `"`, "", "(", "", ")", "").Replace(part))
-		for len(words) > 0 && regexp.MustCompile(`^[A-Z_]+=`).MatchString(words[0]) {
+		for len(words) > 0 && envAssign.MatchString(words[0]) {
 			words = words[1:]
 		}
 		switch {
@@ -216,9 +224,21 @@ func shellCommands(line string) [][]string {
 	return out
 }
 
-// checkCommand says what is wrong with one documented command, or "" when it is one the tree has.
+// commands checks documented commands against the built binaries (bin, by command name), asking
+// each binary's subcommand for its --help once (help, by binary and subcommand).
+type commands struct {
+	bin  map[string]string
+	help map[string]helpAnswer
+}
+
+type helpAnswer struct {
+	out []byte
+	err error
+}
+
+// check says what is wrong with one documented command, or "" when it is one the tree has.
 // Commands of other programs (curl, docker, kubectl, …) are not the tree's and pass.
-func checkCommand(words []string, bin map[string]string) string {
+func (c commands) check(words []string) string {
 	name := strings.TrimPrefix(words[0], "./")
 	switch {
 	case strings.HasPrefix(name, "scripts/"):
@@ -226,26 +246,26 @@ func checkCommand(words []string, bin map[string]string) string {
 			return "no executable " + name
 		}
 		if name == "scripts/bench-ab" && len(words) > 2 {
-			return checkFlags(bin["load"], nil, words[2:])
+			return c.flags(c.bin["load"], nil, words[2:])
 		}
 	case name == "go" && len(words) > 1 && (words[1] == "run" || words[1] == "build" || words[1] == "test"):
-		return checkGoCommand(words, bin)
-	case bin[name] != "":
+		return c.goCommand(words)
+	case c.bin[name] != "":
 		var sub []string
 		for _, w := range words[1:] {
-			if strings.HasPrefix(w, "-") || !regexp.MustCompile(`^[a-z][a-z-]*$`).MatchString(w) {
+			if strings.HasPrefix(w, "-") || !subcommand.MatchString(w) {
 				break
 			}
 			sub = append(sub, w)
 		}
-		return checkFlags(bin[name], sub, words[1+len(sub):])
+		return c.flags(c.bin[name], sub, words[1+len(sub):])
 	}
 	return ""
 }
 
-// checkGoCommand checks a go run|build|test line: its folders exist, a benchmark it names is
-// declared in them, and `go run ./loadgen/cmd/load` is given only flags the load command knows.
-func checkGoCommand(words []string, bin map[string]string) string {
+// goCommand checks a go run|build|test line: its folders exist, a benchmark it names is declared
+// in them, and `go run ./loadgen/cmd/load` is given only flags the load command knows.
+func (c commands) goCommand(words []string) string {
 	var dirs []string
 	bench := ""
 	for i, w := range words[2:] {
@@ -258,12 +278,12 @@ func checkGoCommand(words []string, bin map[string]string) string {
 				return dir + " is not a folder of the tree"
 			}
 			if words[1] == "run" && dir == "./loadgen/cmd/load" {
-				return checkFlags(bin["load"], nil, words[3+i:])
+				return c.flags(c.bin["load"], nil, words[3+i:])
 			}
 			dirs = append(dirs, dir)
 		}
 	}
-	if !regexp.MustCompile(`^Benchmark\w+$`).MatchString(bench) {
+	if !benchName.MatchString(bench) {
 		return ""
 	}
 	for _, dir := range dirs {
@@ -277,9 +297,15 @@ func checkGoCommand(words []string, bin map[string]string) string {
 	return fmt.Sprintf("no func %s in %v", bench, dirs)
 }
 
-// checkFlags runs `bin sub... --help` and checks that it answers 0 and lists every --flag of args.
-func checkFlags(bin string, sub, args []string) string {
-	out, err := exec.Command(bin, append(sub, "--help")...).CombinedOutput()
+// flags checks that `bin sub... --help` answers 0 and lists every --flag of args.
+func (c commands) flags(bin string, sub, args []string) string {
+	key := strings.Join(append([]string{bin}, sub...), " ")
+	h, ok := c.help[key]
+	if !ok {
+		h.out, h.err = exec.Command(bin, append(sub, "--help")...).CombinedOutput()
+		c.help[key] = h
+	}
+	out, err := h.out, h.err
 	if err != nil {
 		return fmt.Sprintf("`%s --help` answers %v: %.300s", strings.Join(sub, " "), err, out)
 	}
