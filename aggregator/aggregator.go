@@ -125,8 +125,8 @@ func (w *wiring) views() lifecycle.Part {
 	s := w.s
 	return w.consumer("views consumer", "aggregator kafka", func(g member.Group) (*member.Source, error) {
 		agg := views.New(views.Config{
-			Window:         s.DedupeWindow,
-			Grace:          s.DedupeGrace,
+			Window:         s.Views.DedupeWindow,
+			Grace:          s.Views.DedupeGrace,
 			FlushInterval:  s.FlushInterval,
 			SketchInterval: s.SketchInterval,
 			FoldInterval:   s.FoldInterval,

@@ -22,7 +22,7 @@ func (*Settings) Name() string { return "batchjob" }
 // Settings declares every batchjob key once: its default and its one-line help.
 func (*Settings) Settings() []config.Setting {
 	return []config.Setting{
-		{Key: "batchjob.views_lookback", Default: time.Hour, Help: "batchjob views: event time read before the day to rebuild the dedupe state the day starts with (at least aggregator.dedupe_window + aggregator.dedupe_grace)"},
+		{Key: "batchjob.views_lookback", Default: time.Hour, Help: "batchjob views: event time read before the day to rebuild the dedupe state the day starts with (at least views.dedupe_window + views.dedupe_grace)"},
 		{Key: "batchjob.clicks_lookback", Default: 24 * time.Hour, Help: "batchjob clicks: clicks stamped this long before the day are read too, so a repeat of an earlier day's click is not counted again (at least clicks.max_render_age, the longest a click id is accepted after its render)"},
 		{Key: "batchjob.clicks_skew", Default: time.Hour, Help: "batchjob clicks: allowance for clock skew between the collectors' and the brokers' clocks when the log is read by produce time (around collector.future_bound and collector.late_bound)"},
 	}

@@ -149,7 +149,7 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 		"--embedded.clickhouse_addr", chAddr, "--embedded.redis_port", redisPort,
 		"--collector.addr", apiAddr, "--collector.max_lines", strconv.Itoa(eoBatch), "--collector.max_body_bytes", "8388608",
 		"--aggregator.addr", aggAddr, "--aggregator.flush_interval", "200ms",
-		"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String())
+		"--views.dedupe_window", dedupeWindow.String(), "--views.dedupe_grace", dedupeGrace.String())
 	api := "http://" + apiAddr
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
 	ch, kc := adminOptions(t, dir), kafkaOf(infraEnv(t, dir))
@@ -322,7 +322,7 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	c.api, c.coll = c.apis[0], c.colls[0]
 	c.bin, c.dir = bins.aggregator, dir
 	c.aggArgs = append(append([]string{"--aggregator.flush_interval", "200ms", "--aggregator.session_timeout", eoSessionTimeout.String(),
-		"--aggregator.dedupe_window", dedupeWindow.String(), "--aggregator.dedupe_grace", dedupeGrace.String()}, conns...), o.aggFlags...)
+		"--views.dedupe_window", dedupeWindow.String(), "--views.dedupe_grace", dedupeGrace.String()}, conns...), o.aggFlags...)
 	for range o.aggregators {
 		c.addAggregator(t)
 	}

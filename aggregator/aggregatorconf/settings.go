@@ -1,8 +1,7 @@
-// Package aggregatorconf is the aggregator's section of the configuration (aggregator.*), with
-// its part of the clicks section (clickconf.Rules: the click path's group and counting rules).
-// It is a leaf of its own so that the batch jobs, which count with the same dedupe window and
-// grace and the same fraud threshold, load the same sections without linking the aggregator. The sections are plain data, filled in once by
-// config.Load.
+// Package aggregatorconf is the aggregator's section of the configuration (aggregator.*), loaded
+// with the rule sets' sections it counts by (views.*: viewconf.Rules; its part of clicks.*:
+// clickconf.Rules). It is a leaf of its own so that the all-in-one loads it without linking the
+// aggregator. The sections are plain data, filled in once by config.Load.
 package aggregatorconf
 
 import (
@@ -10,6 +9,7 @@ import (
 
 	"github.com/tallypipeline/tally/platform/config"
 	"github.com/tallypipeline/tally/schemas/clickconf"
+	"github.com/tallypipeline/tally/schemas/viewconf"
 )
 
 // Settings is the aggregator's section of the configuration (aggregator.*), loaded by
@@ -23,14 +23,13 @@ type Settings struct {
 	SketchInterval time.Duration `mapstructure:"sketch_interval"`
 	FoldInterval   time.Duration `mapstructure:"sketch_fold_interval"`
 	MaxBatch       int           `mapstructure:"max_batch"`
-	DedupeWindow   time.Duration `mapstructure:"dedupe_window"`
-	DedupeGrace    time.Duration `mapstructure:"dedupe_grace"`
 	TTLSeconds     time.Duration `mapstructure:"ttl_seconds"`
 	TTLMinutes     time.Duration `mapstructure:"ttl_minutes"`
 	TTLDays        time.Duration `mapstructure:"ttl_days"`
 	PublishCounted bool          `mapstructure:"publish_counted"`
 
-	// Clicks is the aggregator's part of the clicks section, loaded beside this one (Sections).
+	// Views and Clicks are the rule sets' sections, loaded beside this one (Sections).
+	Views  viewconf.Rules  `mapstructure:"-"`
 	Clicks clickconf.Rules `mapstructure:"-"`
 }
 
@@ -39,9 +38,11 @@ const day = 24 * time.Hour
 // Name is the section's top-level key.
 func (*Settings) Name() string { return "aggregator" }
 
-// Sections lists the aggregator's sections for config.Load: aggregator.* and its part of
-// clicks.*.
-func (c *Settings) Sections() []config.Section { return []config.Section{c, &c.Clicks} }
+// Sections lists the aggregator's sections for config.Load: aggregator.*, views.* and its part
+// of clicks.*.
+func (c *Settings) Sections() []config.Section {
+	return []config.Section{c, &c.Views, &c.Clicks}
+}
 
 // Settings declares every aggregator key once: its default and its one-line help.
 func (*Settings) Settings() []config.Setting {
@@ -54,8 +55,6 @@ func (*Settings) Settings() []config.Setting {
 		{Key: "aggregator.sketch_interval", Default: 5 * time.Second, Help: "how often the viewers added to the unique-viewer sketches are written to ClickHouse as sketch deltas (a crash replays the views since into them) and, half an interval later, the batches since are added to the rollups (series, dashboards; a crash repairs them from the deltas)"},
 		{Key: "aggregator.sketch_fold_interval", Default: 10 * time.Minute, Help: "how often each sketch with deltas has its whole version rewritten into unique_viewers, spread over the interval (readers union the deltas since; at most a day: the deltas are kept 2 days)"},
 		{Key: "aggregator.max_batch", Default: 200000, Help: "records per partition batch before an early flush"},
-		{Key: "aggregator.dedupe_window", Default: 30 * time.Minute, Help: "a view counts once per viewer and item within this much event time"},
-		{Key: "aggregator.dedupe_grace", Default: 10 * time.Minute, Help: "how far behind the partition's newest event a late view is still deduplicated"},
 		{Key: "aggregator.ttl_seconds", Default: 7 * day, Help: "retention of per-second totals"},
 		{Key: "aggregator.ttl_minutes", Default: 90 * day, Help: "retention of per-minute totals"},
 		{Key: "aggregator.ttl_days", Default: 730 * day, Help: "retention of per-hour and per-day totals"},
@@ -84,10 +83,6 @@ func (c *Settings) Validate(shared *config.Config, bad config.Bad) {
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > 500000 {
 		bad("aggregator.max_batch", "got %d; want 1..500000 (one batch must stay one ClickHouse insert block)", c.MaxBatch)
-	}
-	config.Positive(bad, "aggregator.dedupe_window", c.DedupeWindow)
-	if c.DedupeGrace < 0 {
-		bad("aggregator.dedupe_grace", "got %s; want zero or more", c.DedupeGrace)
 	}
 	for _, t := range []struct {
 		key string

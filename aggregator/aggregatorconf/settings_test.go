@@ -18,6 +18,8 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"sketch before flush", []string{"--aggregator.sketch_interval", "100ms"}, "aggregator.sketch_interval"},
 		{"click group shared with views", []string{"--clicks.group", "tally-aggregator"}, "clicks.group"},
 		{"no click group", []string{"--clicks.group", ""}, "clicks.group: must not be empty"},
+		{"view window zero", []string{"--views.dedupe_window", "0s"}, "views.dedupe_window"},
+		{"negative view grace", []string{"--views.dedupe_grace", "-1s"}, "views.dedupe_grace"},
 		{"click window zero", []string{"--clicks.dedupe_window", "0s"}, "clicks.dedupe_window"},
 		{"bad click window", []string{"--clicks.dedupe_window", "soon"}, "clicks.dedupe_window"},
 		{"fraud threshold over 1", []string{"--clicks.fraud_score_threshold", "1.5"}, "clicks.fraud_score_threshold"},

@@ -13,10 +13,10 @@ import (
 const Usage = `Usage: batchjob views --date YYYY-MM-DD [settings flags]
 
 Recounts the views of that UTC date from the sink's files (sink.storage, sink.dir, sink.s3.*)
-with the streaming dedupe rule (aggregator.dedupe_window, aggregator.dedupe_grace, reading
+with the streaming dedupe rule (views.dedupe_window, views.dedupe_grace, reading
 batchjob.views_lookback before the day), compares each item with the streaming total in
 ClickHouse (views_total_by_day) and writes a new version of the report (view_recount_runs and
-view_recount_diffs). While view_deltas still holds the day (aggregator.ttl_seconds), it also
+view_recount_diffs). While view_deltas still holds the day (its TTL, aggregator.ttl_seconds), it also
 compares every rollup bucket of the day (views_by_minute, views_by_hour, views_by_day,
 views_total_by_day) with the deltas in it; a bucket that differs is a row of
 view_recount_diffs with item_id "table/bucket/item", files = the deltas, clickhouse = the

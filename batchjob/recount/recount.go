@@ -1,12 +1,12 @@
 // Package recount is the nightly views recount (batchjob views --date D): it counts the day's
 // views again from the sink's files with the streaming aggregator's dedupe rule (package
-// schemas/dedupe, the same code, with the same window and grace; an edge server's view count
+// schemas/dedupe, the same code, with the same window and grace: viewconf.Rules, views.*; an edge server's view count
 // is counted once per (source, seq) and adds its count), compares each item's count
 // with the streaming total in ClickHouse (views_total_by_day), and writes a versioned report
 // (view_recount_runs, view_recount_diffs). Expected: no difference.
 //
 // It also checks the stream's own tables against each other: while view_deltas still holds the
-// day whole (aggregator.ttl_seconds), every bucket of the day in each rollup (views_by_minute,
+// day whole (the table's TTL, which the aggregator sets from aggregator.ttl_seconds), every bucket of the day in each rollup (views_by_minute,
 // views_by_hour, views_by_day, views_total_by_day) must equal the deltas in it. A bucket that
 // does not (a repair refused or wrong, deltas lost after their rollups were written) is a
 // difference of the report too: a row of view_recount_diffs whose item_id is
@@ -37,6 +37,7 @@ import (
 
 	"github.com/tallypipeline/tally/platform/progress"
 	"github.com/tallypipeline/tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/schemas/viewconf"
 	"github.com/tallypipeline/tally/sink/rawlog"
 )
 
@@ -45,10 +46,8 @@ type Deps struct {
 	Source     rawlog.Source[rawlog.ViewKey] // the sink's files of topic views
 	SourceName string                        // "files" or "kafka", for the report
 	ClickHouse driver.Conn                   // database with the migrations applied
-	Window     time.Duration                 // aggregator.dedupe_window
-	Grace      time.Duration                 // aggregator.dedupe_grace
+	Rules      viewconf.Rules                // the streaming dedupe rule (views.*)
 	Lookback   time.Duration                 // batchjob.views_lookback
-	DeltasTTL  time.Duration                 // aggregator.ttl_seconds (zero: 7 days), how long view_deltas keeps a second
 	Progress   *progress.Meter               // counts the records read (nil: not counted)
 	Logger     *slog.Logger
 	Now        func() time.Time
@@ -112,7 +111,7 @@ func (r Report) Differs() bool { return len(r.Diffs) > 0 || len(r.RollupDiffs) >
 // Run recounts day (UTC midnight) and writes the report.
 func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 	rep := Report{StartedAt: d.Now().UTC(), Day: day.UTC(), Source: d.SourceName}
-	counts, records, err := Count(ctx, d.Source, day, d.Window, d.Grace, d.Lookback, d.Progress)
+	counts, records, err := Count(ctx, d.Source, day, d.Rules, d.Lookback, d.Progress)
 	rep.Records = records
 	if err != nil {
 		return rep, err
@@ -138,13 +137,13 @@ func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 		}
 	}
 	sort.Slice(rep.Diffs, func(i, j int) bool { return rep.Diffs[i].ItemID < rep.Diffs[j].ItemID })
-	ttl := d.DeltasTTL
-	if ttl <= 0 {
-		ttl = 7 * 24 * time.Hour
+	ttl, err := deltasTTL(ctx, d.ClickHouse)
+	if err != nil {
+		return rep, err
 	}
 	// The deltas of a second are kept ttl after it; an hour of margin for the merges that apply
 	// the TTL and for clocks, as the aggregator's repair keeps.
-	if rep.RollupsCompared = !day.Before(rep.StartedAt.Add(-ttl + time.Hour)); rep.RollupsCompared {
+	if rep.RollupsCompared = ttl == 0 || !day.Before(rep.StartedAt.Add(-ttl+time.Hour)); rep.RollupsCompared {
 		if rep.RollupDiffs, err = rollupDiffs(ctx, d.ClickHouse, day); err != nil {
 			return rep, err
 		}
@@ -166,7 +165,7 @@ func Run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 // Count recounts the views of day (UTC) per item from src with the dedupe rule, reading from
 // lookback before the day, and returns the counts and how many records it read; meter, if not
 // nil, is given the records to read (the files' footers) and counts them as they are read.
-func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time, window, grace, lookback time.Duration, meter *progress.Meter) (map[string]int64, uint64, error) {
+func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time, rules viewconf.Rules, lookback time.Duration, meter *progress.Meter) (map[string]int64, uint64, error) {
 	from, to := day.Add(-lookback), day.Add(24*time.Hour)
 	lo, hi := day.UnixMilli(), to.UnixMilli()
 	wins := map[int32]*dedupe.Window{}
@@ -182,7 +181,7 @@ func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time
 	err := src.Read(ctx, from, to.Add(lookback), func(p int32, rows []rawlog.ViewKey) error {
 		w := wins[p]
 		if w == nil {
-			w = dedupe.New(window.Milliseconds(), grace.Milliseconds())
+			w = dedupe.New(rules.DedupeWindow.Milliseconds(), rules.DedupeGrace.Milliseconds())
 			wins[p] = w
 		}
 		for i := range rows {

@@ -16,6 +16,7 @@ import (
 	"github.com/tallypipeline/tally/platform/progress"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/schemas/viewconf"
 	"github.com/tallypipeline/tally/sink/rawlog"
 	"github.com/tallypipeline/tally/sink/store"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
@@ -129,7 +130,7 @@ func TestCountAppliesTheStreamingRule(t *testing.T) {
 	}
 	want := writeScenario(t, st)
 	meter := progress.Start(progress.Options{Never: true})
-	got, records, err := recount.Count(context.Background(), rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, day, window, grace, time.Hour, meter)
+	got, records, err := recount.Count(context.Background(), rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, day, viewconf.Rules{DedupeWindow: window, DedupeGrace: grace}, time.Hour, meter)
 	meter.Stop()
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func TestRunReportsDifferencesInVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	deps := recount.Deps{Source: rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, SourceName: "files", ClickHouse: conn,
-		Window: window, Grace: grace, Lookback: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now}
+		Rules: viewconf.Rules{DedupeWindow: window, DedupeGrace: grace}, Lookback: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now}
 	rep, err := recount.Run(ctx, day, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -289,14 +290,23 @@ func TestRunReportsRollupsUnlikeTheDeltas(t *testing.T) {
 		now   time.Time
 		want  []string // rollup difference rows of the version
 		items int      // differences of items
+
+		ttlDays int // view_deltas' TTL set before the run (0: the migration's 7 days)
 	}{
-		{"the deltas hold the day", noon.Add(36 * time.Hour), wantRows, 0},
-		{"the deltas' TTL passed over the day", noon.Add(8 * 24 * time.Hour), nil, 0},
+		{"the deltas hold the day", noon.Add(36 * time.Hour), wantRows, 0, 0},
+		{"the deltas' TTL passed over the day", noon.Add(8 * 24 * time.Hour), nil, 0, 0},
+		{"the table's longer TTL still holds the day", noon.Add(8 * 24 * time.Hour), wantRows, 0, 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.ttlDays > 0 {
+				q := fmt.Sprintf("ALTER TABLE view_deltas MODIFY TTL second + INTERVAL %d DAY SETTINGS materialize_ttl_after_modify = 0", tt.ttlDays)
+				if err := conn.Exec(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
 			deps := recount.Deps{Source: rawlog.Files[rawlog.ViewKey]{Store: st, Topic: schemas.TopicViews}, SourceName: "files", ClickHouse: conn,
-				Window: window, Grace: grace, Lookback: time.Hour, Logger: infra.Logger, Now: func() time.Time { return tt.now }}
+				Rules: viewconf.Rules{DedupeWindow: window, DedupeGrace: grace}, Lookback: time.Hour, Logger: infra.Logger, Now: func() time.Time { return tt.now }}
 			rep, err := recount.Run(ctx, day, deps)
 			if err != nil {
 				t.Fatal(err)

@@ -24,7 +24,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
-	"github.com/tallypipeline/tally/aggregator/aggregatorconf"
 	"github.com/tallypipeline/tally/batchjob"
 	"github.com/tallypipeline/tally/batchjob/clicks"
 	"github.com/tallypipeline/tally/batchjob/reconcile"
@@ -39,7 +38,9 @@ import (
 	"github.com/tallypipeline/tally/platform/progress"
 	"github.com/tallypipeline/tally/platform/redisclient"
 	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/clickconf"
 	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/schemas/viewconf"
 	"github.com/tallypipeline/tally/sink/rawlog"
 	"github.com/tallypipeline/tally/sink/sinkconf"
 	"github.com/tallypipeline/tally/sink/store"
@@ -165,7 +166,7 @@ func runClicks(args []string) int {
 	deps := clicks.Deps{
 		Source:     src,
 		ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
-		Rules:    clicks.Rules{FraudScoreThreshold: env.sec.Aggregator.Clicks.FraudScoreThreshold},
+		Rules:    clicks.Rules{FraudScoreThreshold: env.sec.Clicks.FraudScoreThreshold},
 		Lookback: env.sec.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
 	}
 	meter := progress.Start(progress.Options{What: "click and verdict records"}) // lines only on a terminal, none under cron
@@ -259,16 +260,17 @@ func (e *env) close() {
 }
 
 // sections are the configuration sections the jobs read besides the shared ones: the
-// collector's time bounds (which clicks the log can hold), the aggregator's dedupe rule (views)
-// and click counting rules, the sink's files, and the jobs' own. The collector's part of the
-// clicks section is loaded with it, so a file's clicks section is checked whole.
+// collector's time bounds (which clicks the log can hold), the rule sets' counting rules (views
+// and clicks, as the aggregators count), the sink's files, and the jobs' own. The collector's
+// part of the clicks section is loaded with it, so a file's clicks section is checked whole.
 type sections struct {
-	Collector  collectorconf.Settings
-	Aggregator aggregatorconf.Settings
-	Sink       sinkconf.Settings
-	Batchjob   batchjob.Settings
+	Collector collectorconf.Settings
+	Views     viewconf.Rules
+	Clicks    clickconf.Rules
+	Sink      sinkconf.Settings
+	Batchjob  batchjob.Settings
 }
 
 func (s *sections) list() []config.Section {
-	return append(append(s.Collector.Sections(), s.Aggregator.Sections()...), &s.Sink, &s.Batchjob)
+	return append(s.Collector.Sections(), &s.Views, &s.Clicks, &s.Sink, &s.Batchjob)
 }

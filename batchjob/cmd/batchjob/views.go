@@ -39,8 +39,8 @@ func runViews(args []string) int {
 	}
 	var sec sections
 	cfg, err := config.Load("batchjob views", rest, sec.list()...)
-	if err == nil && sec.Batchjob.ViewsLookback < sec.Aggregator.DedupeWindow+sec.Aggregator.DedupeGrace {
-		err = fmt.Errorf("config: batchjob.views_lookback: got %s; want at least aggregator.dedupe_window + aggregator.dedupe_grace (%s)", sec.Batchjob.ViewsLookback, sec.Aggregator.DedupeWindow+sec.Aggregator.DedupeGrace)
+	if err == nil && sec.Batchjob.ViewsLookback < sec.Views.Held() {
+		err = fmt.Errorf("config: batchjob.views_lookback: got %s; want at least views.dedupe_window + views.dedupe_grace (%s)", sec.Batchjob.ViewsLookback, sec.Views.Held())
 	}
 	if errors.Is(err, pflag.ErrHelp) {
 		return exitOK
@@ -84,8 +84,7 @@ func runViews(args []string) int {
 	}
 	meter := progress.Start(progress.Options{What: "view records"}) // lines only on a terminal, none under cron
 	rep, err := recount.Run(ctx, day, recount.Deps{Source: files, SourceName: "files", ClickHouse: conn,
-		Window: sec.Aggregator.DedupeWindow, Grace: sec.Aggregator.DedupeGrace, Lookback: sec.Batchjob.ViewsLookback,
-		DeltasTTL: sec.Aggregator.TTLSeconds, Progress: meter, Logger: logger, Now: time.Now})
+		Rules: sec.Views, Lookback: sec.Batchjob.ViewsLookback, Progress: meter, Logger: logger, Now: time.Now})
 	meter.Stop()
 	if err != nil {
 		logger.Error("view recount failed", "err", err)
