@@ -54,6 +54,9 @@ type Handler struct {
 	// Handle takes one batch. It fails only when ctx ends (it retries what else fails), and a
 	// batch's offsets are committed only after it succeeded.
 	Handle func(ctx context.Context, b Batch) error
+	// AfterPoll, if set, runs after every poll once its records are handled, while no
+	// rebalance can run: it and Handle may call Rewind.
+	AfterPoll func(ctx context.Context)
 }
 
 // Follower reads the likes log as a member of a consumer group from the group's committed
@@ -140,9 +143,33 @@ func (f *Follower) run(ctx context.Context) {
 		}
 		if len(held) == 0 {
 			first = time.Now()
+			if f.h.AfterPoll != nil {
+				f.h.AfterPoll(ctx)
+			}
 		}
 		f.cl.AllowRebalance()
 	}
+}
+
+// Rewind makes the follower read each partition of offsets again from its offset (an offset
+// before the log start reads from the start). Only Handle and AfterPoll may call it: it must
+// not race a rebalance. Records of those partitions already fetched are dropped, and a
+// partition this member no longer consumes is skipped.
+func (f *Follower) Rewind(offsets map[int32]int64) {
+	set := make(map[int32]kgo.EpochOffset, len(offsets))
+	for p, off := range offsets {
+		set[p] = kgo.EpochOffset{Epoch: -1, Offset: max(off, 0)}
+	}
+	f.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{f.cfg.Topic: set})
+}
+
+// Committed returns the group's committed offsets of the partitions this member consumes.
+func (f *Follower) Committed() map[int32]int64 {
+	out := map[int32]int64{}
+	for p, eo := range f.cl.CommittedOffsets()[f.cfg.Topic] {
+		out[p] = eo.Offset
+	}
+	return out
 }
 
 // commit commits the offsets of a handled batch. A Stop arriving meanwhile waits for it (up to

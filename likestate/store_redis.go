@@ -37,6 +37,11 @@ const (
 	rebuildingKey = "likes:rebuilding"
 )
 
+// AppliedKey holds the offset up to which the applier applied partition p of the log (the
+// offset after the last record of its last batch): the mark that tells the applier, after a
+// Redis failover, whether the promoted replica lost changes it had applied (Mark).
+func AppliedKey(p int32) string { return "likes:applied:" + strconv.Itoa(int(p)) }
+
 // ErrNotReady means the serving state is being rebuilt from the log. Its message is meant for
 // clients as is (it says Public, which the collector's API checks for): a state they can act on.
 var ErrNotReady error = notReady{}
@@ -138,14 +143,39 @@ return 1
 `
 
 // finishScript marks the state ready if the rebuild holding the lease (KEYS[1], token ARGV[1])
-// is still the current one, and frees the lease in the same step.
+// is still the current one, and frees the lease in the same step. It also raises each
+// partition's applied mark (KEYS[3] on) to the end the rebuild read it to (ARGV[2] on), so the
+// marks of a state that is ready are never behind what it holds.
 const finishScript = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[2], '1')
-  redis.call('DEL', KEYS[1])
-  return 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+for i = 3, #KEYS do
+  local cur = tonumber(redis.call('GET', KEYS[i]) or '-1')
+  if tonumber(ARGV[i-1]) > cur then
+    redis.call('SET', KEYS[i], ARGV[i-1])
+  end
+end
+redis.call('SET', KEYS[2], '1')
+redis.call('DEL', KEYS[1])
+return 1
+`
+
+// markScript moves a partition's applied mark (KEYS[1]) to ARGV[2], the end of the batch just
+// applied, if the mark stands at least at ARGV[1], where the caller last left it. A mark below
+// that (or absent, read as -1) means Redis lost applied changes since (a failover promoted a
+// replica that had not received them): it is left as it is and returned as {0, mark}, for the
+// caller to apply the log again from there. Otherwise it returns {1, mark after}.
+const markScript = `
+local cur = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if cur < tonumber(ARGV[1]) then
+  return {0, cur}
+end
+if tonumber(ARGV[2]) > cur then
+  redis.call('SET', KEYS[1], ARGV[2])
+  cur = tonumber(ARGV[2])
+end
+return {1, cur}
 `
 
 // Shard is the shard of an item's likers that holds user.
@@ -181,9 +211,9 @@ func itemKeys(item string, shard int) []string {
 
 // Store reads and writes the like serving state in Redis.
 type Store struct {
-	rdb                            *redis.Client
-	apply, repair, recount, finish *redis.Script
-	handled                        *handled // offsets applied by Apply, for the applier to skip
+	rdb                                  *redis.Client
+	apply, repair, recount, finish, mark *redis.Script
+	handled                              *handled // offsets applied by Apply, for the applier to skip
 }
 
 // Unapplied drops from recs the records Apply already applied (the request path applies its own
@@ -198,6 +228,7 @@ func NewStore(rdb *redis.Client) *Store {
 		repair:  redis.NewScript(repairScript),
 		finish:  redis.NewScript(finishScript),
 		recount: redis.NewScript(recountScript),
+		mark:    redis.NewScript(markScript),
 		handled: newHandled(),
 	}
 }
@@ -239,24 +270,100 @@ type Record struct {
 	Like      schemas.Like
 }
 
-// ApplyRecords applies recs in one pipeline without the ready check: the applier writes while
-// it rebuilds. Applying a record again changes nothing, so a failed batch is retried whole.
-func (s *Store) ApplyRecords(ctx context.Context, recs []Record) error {
-	if len(recs) == 0 {
-		return nil
+// Mark is where a batch leaves a partition's applied mark (AppliedKey): Floor is where the
+// caller last left it (-1: no mark expected), End the offset after the batch's last record of
+// the partition.
+type Mark struct {
+	Partition  int32
+	Floor, End int64
+}
+
+// ApplyRecords applies recs in one pipeline without the ready check (the applier writes while
+// it rebuilds), then moves each of marks (markScript). Applying a record again changes nothing,
+// so a failed batch is retried whole. Redis replicates a primary's writes in order, so a mark
+// that survived a failover vouches for every change applied before it, the request path's
+// included. behind lists the partitions whose mark was below its Floor, with the mark found
+// (-1: none): changes applied there were lost, and the caller applies the log again from it.
+func (s *Store) ApplyRecords(ctx context.Context, recs []Record, marks []Mark) (behind map[int32]int64, err error) {
+	if len(recs) == 0 && len(marks) == 0 {
+		return nil, nil
 	}
-	err := s.withScripts(ctx, func() error {
+	var moved []*redis.Cmd
+	err = s.withScripts(ctx, func() error {
 		pipe := s.rdb.Pipeline()
 		for _, r := range recs {
 			s.apply.EvalSha(ctx, pipe, itemKeys(r.Like.ItemID, Shard(r.Like.UserID)), r.Like.UserID, r.Offset, flag(r.Like.Liked), "1")
 		}
+		moved = moved[:0]
+		for _, m := range marks {
+			moved = append(moved, s.mark.EvalSha(ctx, pipe, []string{AppliedKey(m.Partition)}, m.Floor, m.End))
+		}
 		_, err := pipe.Exec(ctx)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("apply %d like records from partition %d offset %d: %w", len(recs), recs[0].Partition, recs[0].Offset, err)
+	if err == nil {
+		behind, err = markResults(marks, moved)
 	}
-	return nil
+	if err != nil {
+		return nil, fmt.Errorf("apply %d like records and %d marks: %w", len(recs), len(marks), err)
+	}
+	return behind, nil
+}
+
+// markResults reads markScript's answers: the partitions whose mark was behind.
+func markResults(marks []Mark, cmds []*redis.Cmd) (map[int32]int64, error) {
+	var behind map[int32]int64
+	for i, c := range cmds {
+		v, err := c.Int64Slice()
+		if err == nil && len(v) != 2 {
+			err = fmt.Errorf("mark script returned %d values; want 2", len(v))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("mark partition %d: %w", marks[i].Partition, err)
+		}
+		if v[0] == 0 {
+			if behind == nil {
+				behind = map[int32]int64{}
+			}
+			behind[marks[i].Partition] = v[1]
+		}
+	}
+	return behind, nil
+}
+
+// Behind checks the applied marks of floors' partitions without moving them: the partitions
+// whose mark is below the floor, with the mark found (-1: none). The applier asks it while no
+// batch comes for a partition, so a lost change is found without waiting for the next like.
+func (s *Store) Behind(ctx context.Context, floors map[int32]int64) (map[int32]int64, error) {
+	if len(floors) == 0 {
+		return nil, nil
+	}
+	parts := make([]int32, 0, len(floors))
+	keys := make([]string, 0, len(floors))
+	for p := range floors {
+		parts = append(parts, p)
+		keys = append(keys, AppliedKey(p))
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read the applied marks of %d partitions: %w", len(keys), err)
+	}
+	var behind map[int32]int64
+	for i, v := range vals {
+		mark := int64(-1)
+		if v != nil {
+			if mark, err = strconv.ParseInt(v.(string), 10, 64); err != nil {
+				return nil, fmt.Errorf("read the applied mark of partition %d: %q: %w", parts[i], v, err)
+			}
+		}
+		if mark < floors[parts[i]] {
+			if behind == nil {
+				behind = map[int32]int64{}
+			}
+			behind[parts[i]] = mark
+		}
+	}
+	return behind, nil
 }
 
 // Totals returns the exact like total of each item, in one Redis command. It fails with
@@ -446,17 +553,24 @@ func (s *Store) BeginRebuild(ctx context.Context) (*lease.Lease, bool, error) {
 	return l, ok, nil
 }
 
-// FinishRebuild sets ReadyKey if l's rebuild is still current; false means the state was lost
-// again (or another rebuild took over) while rebuilding.
-func (s *Store) FinishRebuild(ctx context.Context, l *lease.Lease) (bool, error) {
-	n, err := s.finish.Run(ctx, s.rdb, []string{l.Key(), ReadyKey}, l.Token()).Int()
+// FinishRebuild sets ReadyKey if l's rebuild is still current, and raises the applied marks to
+// snap, the ends the rebuild read the log to; false means the state was lost again (or another
+// rebuild took over) while rebuilding.
+func (s *Store) FinishRebuild(ctx context.Context, l *lease.Lease, snap Snapshot) (bool, error) {
+	keys := []string{l.Key(), ReadyKey}
+	args := []any{l.Token()}
+	for p, end := range snap {
+		keys = append(keys, AppliedKey(p))
+		args = append(args, end)
+	}
+	n, err := s.finish.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("finish like state rebuild: %w", err)
 	}
 	return n == 1, nil
 }
 
-// withScripts runs fn, the applier's pipeline of EVALSHA, loading the apply script and running
+// withScripts runs fn, the applier's pipeline of EVALSHA, loading its scripts and running
 // fn once more if Redis lost its script cache (a restart): pipelined EVALSHA cannot fall back to
 // EVAL by itself.
 func (s *Store) withScripts(ctx context.Context, fn func() error) error {
@@ -464,8 +578,10 @@ func (s *Store) withScripts(ctx context.Context, fn func() error) error {
 	if !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return mapNotReady(err)
 	}
-	if lerr := s.apply.Load(ctx, s.rdb).Err(); lerr != nil {
-		return fmt.Errorf("load like scripts: %w", lerr)
+	for _, sc := range []*redis.Script{s.apply, s.mark} {
+		if lerr := sc.Load(ctx, s.rdb).Err(); lerr != nil {
+			return fmt.Errorf("load like scripts: %w", lerr)
+		}
 	}
 	return mapNotReady(fn())
 }

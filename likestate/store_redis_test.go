@@ -52,7 +52,7 @@ func TestApplyOrdersByOffset(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			item := fmt.Sprintf("order-%d", i)
 			// A second user keeps a like on the item, so a wrong total shows as 0 or 2.
-			if err := s.ApplyRecords(ctx, []Record{{Offset: 1, Like: schemas.Like{ItemID: item, UserID: "other", Liked: true}}}); err != nil {
+			if _, err := s.ApplyRecords(ctx, []Record{{Offset: 1, Like: schemas.Like{ItemID: item, UserID: "other", Liked: true}}}, nil); err != nil {
 				t.Fatal(err)
 			}
 			for _, st := range tt.steps {
@@ -61,7 +61,7 @@ func TestApplyOrdersByOffset(t *testing.T) {
 					if _, err := s.Apply(ctx, l, 0, st.offset); err != nil {
 						t.Fatal(err)
 					}
-				} else if err := s.ApplyRecords(ctx, []Record{{Offset: st.offset, Like: l}}); err != nil {
+				} else if _, err := s.ApplyRecords(ctx, []Record{{Offset: st.offset, Like: l}}, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -100,7 +100,7 @@ func TestApplyRefusesWhileRebuilding(t *testing.T) {
 	if n, err := rdb.SCard(ctx, UsersKey("rb", Shard("u"))).Result(); err != nil || n != 0 {
 		t.Fatalf("got %d members, %v after a refused apply; want 0", n, err)
 	}
-	if err := s.ApplyRecords(ctx, []Record{{Offset: 3, Like: l}}); err != nil {
+	if _, err := s.ApplyRecords(ctx, []Record{{Offset: 3, Like: l}}, nil); err != nil {
 		t.Fatalf("ApplyRecords while rebuilding: got %v; want nil", err)
 	}
 	if _, err := s.Totals(ctx, []string{"rb"}); !errors.Is(err, ErrNotReady) {
@@ -117,7 +117,7 @@ func TestLikersSpreadOverShards(t *testing.T) {
 	for i := range recs {
 		recs[i] = Record{Offset: int64(i), Like: schemas.Like{ItemID: "hot", UserID: fmt.Sprintf("user-%d", i), Liked: true}}
 	}
-	if err := s.ApplyRecords(ctx, recs); err != nil {
+	if _, err := s.ApplyRecords(ctx, recs, nil); err != nil {
 		t.Fatal(err)
 	}
 	var sum int64
@@ -173,7 +173,7 @@ func TestTotalKeyFollowsSets(t *testing.T) {
 				recs[i] = Record{Offset: int64(i), Like: like(item, i%40, i < 40)}
 			}
 			for range 2 {
-				if err := s.ApplyRecords(ctx, recs); err != nil {
+				if _, err := s.ApplyRecords(ctx, recs, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -288,7 +288,7 @@ func TestRebuildLease(t *testing.T) {
 				t.Fatalf("begin: got mine %v, err %v; want true, nil", mine, err)
 			}
 			tt.meanwhile(t, s, rdb)
-			done, err := s.FinishRebuild(ctx, held)
+			done, err := s.FinishRebuild(ctx, held, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,5 +300,89 @@ func TestRebuildLease(t *testing.T) {
 				t.Fatal("lease still held after the rebuild finished")
 			}
 		})
+	}
+}
+
+// A batch moves its partition's mark only from where the caller left it (or above); a mark
+// found below (a failover lost it) stays, and is reported, with the batch's changes applied
+// all the same. Behind reads the same verdict without writing.
+func TestMarksReportLostChanges(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	ctx := context.Background()
+	tests := []struct {
+		name       string
+		stored     string // the mark in Redis before ("": none)
+		floor, end int64
+		behind     bool
+		want       string // the mark after
+	}{
+		{"first batch, no mark expected", "", -1, 10, false, "10"},
+		{"mark where the caller left it", "10", 10, 25, false, "25"},
+		{"mark ahead (a rebuild raised it)", "40", 10, 25, false, "40"},
+		{"mark behind (lost)", "4", 10, 25, true, "4"},
+		{"mark lost whole", "", 10, 25, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, rdb := readyStore(t)
+			if tt.stored != "" {
+				if err := rdb.Set(ctx, AppliedKey(3), tt.stored, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantBehind := map[int32]int64(nil)
+			if tt.behind {
+				found, _ := strconv.ParseInt(tt.stored, 10, 64)
+				if tt.stored == "" {
+					found = -1
+				}
+				wantBehind = map[int32]int64{3: found}
+			}
+			checked, err := s.Behind(ctx, map[int32]int64{3: tt.floor})
+			if err != nil || fmt.Sprint(checked) != fmt.Sprint(wantBehind) {
+				t.Errorf("Behind: got %v, %v; want %v", checked, err, wantBehind)
+			}
+			l := schemas.Like{ItemID: "it", UserID: "u", Liked: true}
+			behind, err := s.ApplyRecords(ctx, []Record{{Partition: 3, Offset: tt.end - 1, Like: l}}, []Mark{{Partition: 3, Floor: tt.floor, End: tt.end}})
+			if err != nil || fmt.Sprint(behind) != fmt.Sprint(wantBehind) {
+				t.Errorf("ApplyRecords: got behind %v, %v; want %v", behind, err, wantBehind)
+			}
+			got, err := rdb.Get(ctx, AppliedKey(3)).Result()
+			if errors.Is(err, redis.Nil) {
+				got, err = "", nil
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("got mark %q, %v; want %q", got, err, tt.want)
+			}
+			if liked, err := rdb.SIsMember(ctx, UsersKey("it", Shard("u")), "u").Result(); err != nil || !liked {
+				t.Errorf("got liked %v, %v; want the batch's change applied", liked, err)
+			}
+		})
+	}
+}
+
+// A rebuild that finishes raises every partition's mark to where it read the log, never
+// lowers one.
+func TestFinishRebuildRaisesMarks(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	ctx := context.Background()
+	s, rdb := readyStore(t)
+	if err := rdb.Del(ctx, ReadyKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, AppliedKey(1), "90", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, mine, err := s.BeginRebuild(ctx)
+	if err != nil || !mine {
+		t.Fatalf("BeginRebuild: got %v, %v; want the lease", mine, err)
+	}
+	if done, err := s.FinishRebuild(ctx, held, Snapshot{0: 50, 1: 70}); err != nil || !done {
+		t.Fatalf("FinishRebuild: got %v, %v; want done", done, err)
+	}
+	for p, want := range map[int32]string{0: "50", 1: "90"} {
+		if got, err := rdb.Get(ctx, AppliedKey(p)).Result(); err != nil || got != want {
+			t.Errorf("partition %d: got mark %q, %v; want %q", p, got, err, want)
+		}
 	}
 }

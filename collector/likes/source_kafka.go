@@ -61,28 +61,39 @@ func InstanceID(listenAddr string) string {
 // to the log but could not apply (a crash, Redis down) is applied within about a second. Every
 // CheckEvery, and at start, it checks likestate.ReadyKey; when Redis lost the state it rebuilds
 // it from the whole log before likes are served again.
+//
+// Each batch also moves its partitions' applied marks (likestate.Mark), and every CheckEvery
+// the applier checks the marks of the partitions it holds: a mark below where the applier (or,
+// for a partition just assigned, the group's commit) left it means a Redis failover lost
+// changes the old primary had acknowledged, the request path's included, and the applier reads
+// the partition again from the mark. So lost changes come back within about CheckEvery.
 type Applier struct {
-	cfg       ApplierConfig
-	store     *likestate.Store
-	f         *likestate.Follower
-	logger    *slog.Logger
-	nextCheck time.Time // when ensureReady runs next; the Follower's goroutine's alone
+	cfg        ApplierConfig
+	store      *likestate.Store
+	f          *likestate.Follower
+	logger     *slog.Logger
+	nextCheck  time.Time       // when ensureReady runs next
+	nextVerify time.Time       // when verifyMarks runs next
+	ready      bool            // what the last ensureReady found
+	marks      map[int32]int64 // where this applier left each partition's mark
+	// nextCheck, nextVerify, ready and marks are the Follower's goroutine's alone.
 
 	applied, skipped, undecodable, rebuilds prometheus.Counter
-	failures                                prometheus.Counter
+	failures, rewinds                       prometheus.Counter
 }
 
 // NewApplier joins cfg.Group; Start begins applying.
 func NewApplier(cfg ApplierConfig, store *likestate.Store, logger *slog.Logger, reg prometheus.Registerer) (*Applier, error) {
 	a := &Applier{
-		cfg: cfg, store: store, logger: logger,
+		cfg: cfg, store: store, logger: logger, marks: map[int32]int64{},
 		applied:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_records_total", Help: "Like records applied to Redis by the applier (rebuilds included)."}),
 		skipped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_skipped_total", Help: "Like records the applier skipped because a request of this collector had applied them."}),
 		undecodable: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_undecodable_total", Help: "Like records skipped because they could not be decoded."}),
 		rebuilds:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_rebuilds_total", Help: "Rebuilds of the like serving state from the log that completed."}),
 		failures:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_errors_total", Help: "Applier attempts that failed (Redis or Kafka unavailable) and were retried."}),
+		rewinds:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_rewinds_total", Help: "Partitions read again because Redis lost applied changes (a failover to a replica behind the old primary)."}),
 	}
-	reg.MustRegister(a.applied, a.skipped, a.undecodable, a.rebuilds, a.failures)
+	reg.MustRegister(a.applied, a.skipped, a.undecodable, a.rebuilds, a.failures, a.rewinds)
 	opts := []kgo.Opt{
 		kgo.FetchMaxWait(250 * time.Millisecond),
 		kgo.SessionTimeout(10 * time.Second),
@@ -94,7 +105,7 @@ func NewApplier(cfg ApplierConfig, store *likestate.Store, logger *slog.Logger, 
 	f, err := likestate.NewFollower(likestate.FollowConfig{
 		Brokers: cfg.Brokers, Dial: cfg.Dial, Topic: cfg.Topic, Group: cfg.Group, ClientID: "tally-likes-applier",
 		Client: opts, MaxBatch: 5000, Idle: cfg.CheckEvery,
-	}, likestate.Handler{BeforePoll: a.checkReady, Handle: a.apply}, logger)
+	}, likestate.Handler{BeforePoll: a.checkReady, Handle: a.apply, AfterPoll: a.verifyMarks}, logger)
 	if err != nil {
 		return nil, fmt.Errorf("create likes applier: %w", err)
 	}
@@ -128,13 +139,94 @@ func (a *Applier) apply(ctx context.Context, b likestate.Batch) error {
 		}
 	}
 	a.undecodable.Add(float64(len(b.Bad)))
+	marks := a.marksOf(b)
 	recs := a.store.Unapplied(b.Records)
 	a.skipped.Add(float64(len(b.Records) - len(recs)))
-	if err := a.retry(ctx, "apply like records", func() error { return a.store.ApplyRecords(ctx, recs) }); err != nil {
+	var behind map[int32]int64
+	err := a.retry(ctx, "apply like records", func() (err error) {
+		behind, err = a.store.ApplyRecords(ctx, recs, marks)
+		return err
+	})
+	if err != nil {
 		return err // only ctx ends a retry
 	}
 	a.applied.Add(float64(len(recs)))
+	a.rewind(behind)
+	for _, m := range marks {
+		if _, lost := behind[m.Partition]; !lost {
+			a.marks[m.Partition] = m.End // the mark is at least there now
+		}
+	}
 	return nil
+}
+
+// marksOf says where b leaves each of its partitions' marks, and where each should stand
+// before it: where this applier left it, else the group's commit, else (a new group, or while
+// the state is rebuilt and marks are being set up again) anywhere.
+func (a *Applier) marksOf(b likestate.Batch) []likestate.Mark {
+	ends := map[int32]int64{}
+	for _, r := range b.Records {
+		ends[r.Partition] = max(ends[r.Partition], r.Offset+1)
+	}
+	for _, r := range b.Bad {
+		ends[r.Rec.Partition] = max(ends[r.Rec.Partition], r.Rec.Offset+1)
+	}
+	committed := a.f.Committed()
+	marks := make([]likestate.Mark, 0, len(ends))
+	for p, end := range ends {
+		floor, ok := a.marks[p]
+		if !ok {
+			if floor, ok = committed[p]; !ok {
+				floor = -1
+			}
+		}
+		if !a.ready {
+			floor = -1
+		}
+		marks = append(marks, likestate.Mark{Partition: p, Floor: floor, End: end})
+	}
+	return marks
+}
+
+// verifyMarks checks, at most every CheckEvery while the state is ready, that the marks of the
+// partitions this applier holds are where it left them (or, not yet handled here, at least at
+// the group's commit), and reads the partitions found behind again.
+func (a *Applier) verifyMarks(ctx context.Context) {
+	if !a.ready || time.Now().Before(a.nextVerify) {
+		return
+	}
+	a.nextVerify = time.Now().Add(a.cfg.CheckEvery)
+	floors := a.f.Committed()
+	for p := range a.marks {
+		if _, held := floors[p]; !held {
+			delete(a.marks, p) // moved to another member
+		}
+	}
+	for p, m := range a.marks {
+		floors[p] = m
+	}
+	behind, err := a.store.Behind(ctx, floors)
+	if err != nil {
+		a.failures.Inc()
+		a.logger.Warn("likes applier cannot check its applied marks", "err", err)
+		return
+	}
+	a.rewind(behind)
+}
+
+// rewind reads each partition of behind again from the mark found there, and expects the mark
+// there from now on.
+func (a *Applier) rewind(behind map[int32]int64) {
+	if len(behind) == 0 {
+		return
+	}
+	for p, mark := range behind {
+		a.logger.Warn("redis lost applied like changes (a failover?); applying the log again from the partition's mark",
+			"topic", a.cfg.Topic, "partition", p, "mark", mark, "left_at", a.marks[p])
+		a.marks[p] = mark
+		a.rewinds.Inc()
+	}
+	a.f.Rewind(behind)
 }
 
 // ensureReady rebuilds the serving state if Redis lost it. A Redis that is down is left to
@@ -146,7 +238,7 @@ func (a *Applier) ensureReady(ctx context.Context) {
 		a.logger.Warn("likes applier cannot reach redis", "err", err)
 		return
 	}
-	if ready {
+	if a.ready = ready; ready {
 		return
 	}
 	_ = a.retry(ctx, "rebuild like state", func() error { return a.rebuild(ctx) })
@@ -176,7 +268,7 @@ func (a *Applier) rebuild(ctx context.Context) error {
 		snap, stats, err := likestate.Replay(ctx, a.cfg.Brokers, a.cfg.Topic, a.logger, func(recs []likestate.Record) error {
 			for i := 0; i < len(recs); i += 2000 {
 				chunk := recs[i:min(i+2000, len(recs))]
-				if err := a.store.ApplyRecords(ctx, chunk); err != nil {
+				if _, err := a.store.ApplyRecords(ctx, chunk, nil); err != nil {
 					return err
 				}
 				a.applied.Add(float64(len(chunk)))
@@ -195,7 +287,7 @@ func (a *Applier) rebuild(ctx context.Context) error {
 			return fmt.Errorf("rebuild like state from %s: %w", a.cfg.Topic, err)
 		}
 		a.undecodable.Add(float64(stats.Undecodable))
-		done, err := a.store.FinishRebuild(ctx, held)
+		done, err := a.store.FinishRebuild(ctx, held, snap)
 		if err != nil {
 			return err
 		}

@@ -368,7 +368,7 @@ func TestCountsWithLikes(t *testing.T) {
 	for i := range recs {
 		recs[i] = likestate.Record{Offset: int64(i), Like: schemas.Like{ItemID: "l-a", UserID: fmt.Sprintf("u%d", i%20), Liked: i < 20}}
 	}
-	if err := likestate.NewStore(rdb).ApplyRecords(ctx, recs); err != nil {
+	if _, err := likestate.NewStore(rdb).ApplyRecords(ctx, recs, nil); err != nil {
 		t.Fatal(err)
 	}
 	ten, zero := int64(10), int64(0)
