@@ -25,10 +25,13 @@ import (
 // collector), and meanwhile an aggregator is SIGKILLed for good and a fourth joins, the Redis
 // primary is SIGKILLed (the Sentinels promote the replica) and a collector is SIGKILLed and
 // started again, while counter adds go through that collector with the client's retries (every
-// accurate add-and-get must answer the exact sum at once). Afterwards every (item, second) total,
+// accurate add-and-get must answer the exact sum at once), like changes go through both
+// collectors in turn and clicks through the other. Afterwards every (item, second) total,
 // rollup bucket and item total the API answers (Redis, after the failover) equals the oracle
-// computed from the log, every eventual counter holds exactly its adds, and the test prints how
-// long the API's count reads were refused around the faults.
+// computed from the log, every eventual counter holds exactly its adds, the likes log ends in
+// the state of the last acknowledged change of every pair and the API answers that state,
+// every (ad, minute) click count equals the log's, and the test prints how long the API's
+// count reads were refused around the faults.
 func TestClusterStaysExact(t *testing.T) {
 	n := 80_000
 	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
@@ -58,6 +61,11 @@ func TestClusterStaysExact(t *testing.T) {
 	// Counter adds (eventual, and accurate ones checked at each add) through the collector that
 	// is killed, behind the client's retries.
 	cc, addsSent, addsDone, wantAdds := goSendCounterAdds(t, ctx, c.apis[1], 1000)
+	// Like changes through both collectors in turn; clicks through the one that lives.
+	likes := goSendLikes(t, ctx, c.apis)
+	var clicksPosted atomic.Int64
+	clicksDone := make(chan error, 1)
+	go func() { clicksDone <- postRecentClicks(ctx, c.apis[0], max(1, n/10), 400, &clicksPosted) }()
 	var posted atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -94,7 +102,13 @@ func TestClusterStaysExact(t *testing.T) {
 	if err := <-addsDone; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d counter adds sent", addsSent.Load())
+	if err := likes.stopAndWait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-clicksDone; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d counter adds, %d like changes, %d clicks sent", addsSent.Load(), likes.sent.Load(), clicksPosted.Load())
 	total, longest := refused()
 	t.Logf("count reads refused for %s in all, %s at the longest stretch", total.Round(10*time.Millisecond), longest.Round(10*time.Millisecond))
 	if longest > 15*time.Second {
@@ -102,6 +116,8 @@ func TestClusterStaysExact(t *testing.T) {
 	}
 	verifyExact(t, ctx, c.kc, c.ch, c.api)
 	waitCountersExact(t, ctx, cc, *wantAdds)
+	verifyLikes(t, ctx, c.kc, c.apis[0], likes)
+	verifyClicks(t, ctx, c.kc, c.ch)
 }
 
 // watchReads reads url every 100 ms until ctx ends; the returned func stops it and says how long
