@@ -22,7 +22,8 @@ import (
 // infra process; the topics get 3 replicas and min.insync.replicas 2), two collectors, three
 // aggregators, Redis as a primary and a replica watched by three Sentinels. Views are posted
 // through both collectors (the second sends the first's events again: retries through another
-// collector), and meanwhile an aggregator is SIGKILLed for good and a fourth joins, the Redis
+// collector), and meanwhile every partition leader and group coordinator moves (twice), an
+// aggregator is SIGKILLed for good and a fourth joins, a broker is removed for good, the Redis
 // primary is SIGKILLed (the Sentinels promote the replica) and a collector is SIGKILLed and
 // started again, while counter adds go through that collector with the client's retries (every
 // accurate add-and-get must answer the exact sum at once), like changes go through both
@@ -78,13 +79,22 @@ func TestClusterStaysExact(t *testing.T) {
 			return float64(posted.Load()) >= share*float64(2*n), strconv.FormatInt(posted.Load(), 10) + " posted"
 		})
 	}
+	at(0.15)
+	c.infra.signal(syscall.SIGUSR1)
+	t.Logf("every partition leader and group coordinator moved after %d views", posted.Load())
 	at(0.2)
 	_ = c.aggs[0].stop(syscall.SIGKILL, 10*time.Second)
 	c.addAggregator(t)
 	t.Logf("aggregator-0 SIGKILLed for good and aggregator-3 started after %d views, %d counter adds", posted.Load(), addsSent.Load())
+	at(0.3)
+	c.infra.signal(syscall.SIGUSR2)
+	t.Logf("a broker removed for good after %d views", posted.Load())
 	at(0.4)
 	redis.Primary.Kill()
 	t.Logf("redis primary SIGKILLed after %d views, %d counter adds", posted.Load(), addsSent.Load())
+	at(0.5)
+	c.infra.signal(syscall.SIGUSR1)
+	t.Logf("leaders and coordinators moved again after %d views", posted.Load())
 	at(0.6)
 	_ = c.colls[1].stop(syscall.SIGKILL, 10*time.Second)
 	time.Sleep(time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -72,6 +73,7 @@ func (t tail) partitionOf(l layout, key []byte) int32 {
 func (t tail) read(ctx context.Context, l layout, p int32, from int64) ([]*kgo.Record, error) {
 	var out []*kgo.Record
 	end := int64(-1)
+	moves := 0
 	for end < 0 || from < end {
 		rp, err := t.fetch(ctx, l, p, from)
 		if err != nil {
@@ -79,6 +81,13 @@ func (t tail) read(ctx context.Context, l layout, p int32, from int64) ([]*kgo.R
 		}
 		if errors.Is(kerr.ErrorForCode(rp.ErrorCode), kerr.OffsetOutOfRange) && from < rp.LogStartOffset {
 			from = rp.LogStartOffset // the records before are gone from the log, and counted
+			continue
+		}
+		if leaderMoved(rp.ErrorCode) && moves < maxLeaderMoves {
+			moves++
+			if l, err = t.relayout(ctx, moves); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
@@ -105,6 +114,29 @@ func (t tail) read(ctx context.Context, l layout, p int32, from int64) ([]*kgo.R
 		from = next
 	}
 	return out, nil
+}
+
+// maxLeaderMoves is how many times one read follows its partition's leader to another broker
+// (an election, a rolling restart) before it gives up.
+const maxLeaderMoves = 3
+
+// leaderMoved reports whether a fetch was refused because the broker no longer leads the
+// partition, or not yet: a fresh layout names the leader to ask.
+func leaderMoved(code int16) bool {
+	err := kerr.ErrorForCode(code)
+	return errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, kerr.LeaderNotAvailable) ||
+		errors.Is(err, kerr.FencedLeaderEpoch) || errors.Is(err, kerr.UnknownLeaderEpoch)
+}
+
+// relayout reads the layout again after the moves-th leader move of a read, waiting a little
+// longer each time for the cluster's metadata to name the new leader.
+func (t tail) relayout(ctx context.Context, moves int) (layout, error) {
+	select {
+	case <-ctx.Done():
+		return layout{}, ctx.Err()
+	case <-time.After(time.Duration(moves*moves) * 25 * time.Millisecond):
+	}
+	return t.layout(ctx)
 }
 
 // fetch sends one Fetch of partition p from offset from to its leader.

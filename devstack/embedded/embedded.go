@@ -37,7 +37,10 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 	)
 	if len(cfg.Kafka.Brokers) == 0 {
 		run.kafka = true
-		var k *kafkabroker.Broker
+		var (
+			k          *kafkabroker.Broker
+			stopFaults func()
+		)
 		parts = append(parts, lifecycle.Part{
 			Name: "embedded kafka",
 			Start: func(context.Context) error {
@@ -51,9 +54,10 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 				}
 				cfg.Kafka.Brokers = k.Addrs()
 				cfg.Kafka.SASL = config.KafkaSASL{Mechanism: kafka.ScramSHA256, Username: kafkaUser, Password: keys.kafka}
+				stopFaults = kafkaFaults(k, logger)
 				return nil
 			},
-			Stop: func(context.Context) error { k.Close(); return nil },
+			Stop: func(context.Context) error { stopFaults(); k.Close(); return nil },
 		})
 	}
 	if cfg.ClickHouse.Addr == "" {

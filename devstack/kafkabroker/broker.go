@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -20,6 +21,8 @@ import (
 type Broker struct {
 	cluster *kfake.Cluster
 	addrs   []string
+	mu      sync.Mutex
+	nodes   []int32 // the brokers' node ids, in the order they started
 }
 
 // Options says where a broker keeps its data and listens.
@@ -80,7 +83,39 @@ func Start(o Options) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start embedded kafka on %s in %s: %w", addr, dir, err)
 	}
-	return &Broker{cluster: c, addrs: c.ListenAddrs()}, nil
+	b := &Broker{cluster: c, addrs: c.ListenAddrs()}
+	for i := range n {
+		b.nodes = append(b.nodes, int32(i))
+	}
+	return b, nil
+}
+
+// MoveLeaders elects a new leader for every partition and moves every group's coordinator, as
+// a broker restart or a controller's rebalance does on a real cluster: clients get
+// NOT_LEADER and NOT_COORDINATOR answers and find the new ones.
+func (e *Broker) MoveLeaders() {
+	e.cluster.ShufflePartitionLeaders()
+	e.cluster.RehashCoordinators()
+}
+
+// RemoveBroker takes the first broker started out of the cluster, as a broker lost for good: it
+// accepts no connection any more, its partitions get new leaders among the others, and on the
+// connections clients still hold it leads nothing and coordinates no group. It returns the
+// node id removed. The controller (kfake's last broker, which it never moves) stays, so the
+// last broker left is never removed.
+func (e *Broker) RemoveBroker() (int32, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.nodes) < 2 {
+		return -1, fmt.Errorf("remove a broker: only the controller is left")
+	}
+	id := e.nodes[0]
+	if err := e.cluster.RemoveNode(id); err != nil {
+		return -1, fmt.Errorf("remove broker %d: %w", id, err)
+	}
+	e.nodes = e.nodes[1:]
+	e.cluster.RehashCoordinators()
+	return id, nil
 }
 
 // Addr is the first broker's host:port.

@@ -105,21 +105,13 @@ func TestEmbeddedRestartKeepsEverything(t *testing.T) {
 func TestThreeBrokers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	k, err := Start(Options{Dir: t.TempDir(), Addr: "127.0.0.1:0", Brokers: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	k, cl := startThree(t)
 	if got := len(k.Addrs()); got != 3 {
 		t.Fatalf("addresses: got %d; want 3", got)
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, err := kgo.NewClient(append(kafka.ClientOptions(k.Addrs()[:1], "test", logger, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: 1000, DeliveryTimeout: 10 * time.Second})...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := kafka.EnsureTopics(ctx, cl, 4, "t"); err != nil {
+	// kfake picks each partition's leader at random: 16 partitions all on one broker is a
+	// chance of 3 in 3^16.
+	if err := kafka.EnsureTopics(ctx, cl, 16, "t"); err != nil {
 		t.Fatal(err)
 	}
 	adm := kadm.NewClient(cl)
@@ -159,6 +151,92 @@ func TestThreeBrokers(t *testing.T) {
 	if total != n {
 		t.Errorf("records in the topic: got %d; want %d", total, n)
 	}
+}
+
+// Leaders moved and brokers removed between produces: every record is in the log once (the
+// idempotent producer follows the new leaders), the removed brokers lead nothing, and the last
+// broker is never removed.
+func TestLeadersMoveAndBrokersLeave(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k, prod := startThree(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := kafka.EnsureTopics(ctx, prod, 4, "t"); err != nil {
+		t.Fatal(err)
+	}
+	faults := []struct {
+		name string
+		do   func() error
+	}{
+		{"leaders moved", func() error { k.MoveLeaders(); return nil }},
+		{"broker removed", func() error { _, err := k.RemoveBroker(); return err }},
+		{"second broker removed", func() error { _, err := k.RemoveBroker(); return err }},
+		{"leaders moved again", func() error { k.MoveLeaders(); return nil }},
+	}
+	const perStep = 200
+	for step, f := range faults {
+		if err := f.do(); err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		for i := range perStep {
+			v := fmt.Sprintf("%d-%d", step, i)
+			if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "t", Key: []byte(fmt.Sprint(i % 7)), Value: []byte(v)}).FirstErr(); err != nil {
+				t.Fatalf("produce after %s: %v", f.name, err)
+			}
+		}
+	}
+	if id, err := k.RemoveBroker(); err == nil {
+		t.Errorf("removing the last broker: got node %d removed; want an error", id)
+	}
+	for p := range int32(4) {
+		if got := k.cluster.LeaderFor("t", p); got != 2 {
+			t.Errorf("partition %d: got leader %d; want 2, the one broker left", p, got)
+		}
+	}
+	// Admin requests go to the controller, which stays: a topic can still be created.
+	if err := kafka.EnsureTopics(ctx, prod, 4, "t2"); err != nil {
+		t.Errorf("create a topic with one broker left: %v", err)
+	}
+	cons, err := kgo.NewClient(append(kafka.ClientOptions(k.Addrs(), "test", logger, nil),
+		kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	seen := map[string]int{}
+	for n := 0; n < len(faults)*perStep; {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d records; want %d", n, len(faults)*perStep)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++; n++ })
+	}
+	for v, n := range seen {
+		if n != 1 {
+			t.Errorf("record %s: in the log %d times; want once", v, n)
+		}
+	}
+	if len(seen) != len(faults)*perStep {
+		t.Errorf("got %d distinct records; want %d", len(seen), len(faults)*perStep)
+	}
+}
+
+// startThree starts a cluster of three brokers and a producer seeded with the first one, both
+// closed when the test ends.
+func startThree(t *testing.T) (*Broker, *kgo.Client) {
+	t.Helper()
+	k, err := Start(Options{Dir: t.TempDir(), Addr: "127.0.0.1:0", Brokers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := kgo.NewClient(append(kafka.ClientOptions(k.Addrs()[:1], "test", logger, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: 1000, DeliveryTimeout: 30 * time.Second})...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return k, cl
 }
 
 func hasConfig(cs []kadm.Config, key, value string) bool {
