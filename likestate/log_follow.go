@@ -109,9 +109,7 @@ func (f *Follower) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("stop %s: %w", f.cfg.ClientID, ctx.Err())
 	}
-	if err := kafka.LeaveStatic(ctx, f.cl); err != nil {
-		f.logger.Warn("leave the group as a static member; its partitions move after the session timeout", "client", f.cfg.ClientID, "err", err)
-	}
+	kafka.LeaveStatic(ctx, f.cl, f.logger)
 	f.cl.Close()
 	return nil
 }

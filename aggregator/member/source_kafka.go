@@ -162,9 +162,7 @@ func (s *Source) Stop(ctx context.Context) error {
 	return s.stop.Leave(ctx, s.cl, s.c.Group.Name, EndLoop(s.cancel, s.done, &s.err), func(ctx context.Context) error {
 		done, err := s.engine.FlushAll(ctx)
 		s.commit(ctx, done)
-		if err := kafka.LeaveStatic(ctx, s.cl); err != nil {
-			s.logger.Warn("leave the group as a static member; its partitions move after the session timeout", "err", err)
-		}
+		kafka.LeaveStatic(ctx, s.cl, s.logger)
 		return err
 	})
 }

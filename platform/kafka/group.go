@@ -3,7 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -14,12 +14,13 @@ import (
 // client's own leave does not, so that a restart under the same id takes its partitions back
 // without a rebalance: they wait for it until the session times out. A member stopping calls
 // this once its last commit is done, so that the group hands its partitions on at once. A
-// dynamic member, or a client in no group, is left alone.
-func LeaveStatic(ctx context.Context, cl *kgo.Client) error {
+// dynamic member, or a client in no group, is left alone. Leaving is best effort: a failure
+// only delays the handover to the session timeout, so it is logged, not returned.
+func LeaveStatic(ctx context.Context, cl *kgo.Client, logger *slog.Logger) {
 	group, _ := cl.OptValue(kgo.ConsumerGroup).(string)
 	id, _ := cl.OptValue(kgo.InstanceID).(string)
 	if group == "" || id == "" {
-		return nil
+		return
 	}
 	resp, err := kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(id))
 	if err == nil {
@@ -28,7 +29,7 @@ func LeaveStatic(ctx context.Context, cl *kgo.Client) error {
 	// Unknown: the client's own leave already removed it (it had partitions revoked and had
 	// not rejoined), or the group had timed it out.
 	if err != nil && !errors.Is(err, kerr.UnknownMemberID) {
-		return fmt.Errorf("leave group %s as static member %s: %w", group, id, err)
+		logger.Warn("leave the group as a static member; its partitions move after the session timeout",
+			"group", group, "instance_id", id, "err", err)
 	}
-	return nil
 }

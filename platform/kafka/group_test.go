@@ -1,8 +1,11 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +46,20 @@ func TestLeaveStatic(t *testing.T) {
 		{"static, closed only", "member-b", false, 1},
 		{"dynamic, LeaveStatic", "", true, 0},
 	}
+	defer func() { // a leave that fails is logged, and the member stays until its session ends
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g-fail"), kgo.ConsumeTopics("t"), kgo.InstanceID("member-c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		done, cancelDone := context.WithCancel(ctx)
+		cancelDone()
+		var logged bytes.Buffer
+		LeaveStatic(done, cl, slog.New(slog.NewTextHandler(&logged, nil)))
+		if !strings.Contains(logged.String(), "instance_id=member-c") {
+			t.Errorf("a failed leave logged %q; want a warning naming the member", logged.String())
+		}
+	}()
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			group := fmt.Sprintf("g%d", i)
@@ -60,14 +77,16 @@ func TestLeaveStatic(t *testing.T) {
 				cl.PollFetches(pctx)
 				pcancel()
 			}
+			var logged bytes.Buffer
 			if tt.leave {
-				if err := LeaveStatic(ctx, cl); err != nil {
-					t.Fatalf("LeaveStatic: %v", err)
-				}
+				LeaveStatic(ctx, cl, slog.New(slog.NewTextHandler(&logged, nil)))
 			}
 			cl.Close()
 			if got := members(group); got != tt.want {
 				t.Errorf("members after the stop: got %d; want %d", got, tt.want)
+			}
+			if logged.Len() > 0 {
+				t.Errorf("got a warning %q; want none", logged.String())
 			}
 		})
 	}

@@ -173,9 +173,7 @@ func (a *Archive) Stop(ctx context.Context) error {
 	}
 	a.dropAll()
 	a.mu.Unlock()
-	if err := kafka.LeaveStatic(ctx, a.cl); err != nil {
-		a.logger.Warn("leave the group as a static member; its partitions move after the session timeout", "err", err)
-	}
+	kafka.LeaveStatic(ctx, a.cl, a.logger)
 	a.cl.Close()
 	return errors.Join(runErr, err)
 }
