@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/collector/api"
+	"github.com/tallypipeline/tally/collector/auth"
 	"github.com/tallypipeline/tally/collector/collectorconf"
 	"github.com/tallypipeline/tally/collector/counters"
 	"github.com/tallypipeline/tally/collector/ingest"
@@ -51,7 +52,22 @@ func Parts(e cli.Env, s *collectorconf.Settings) (parts []lifecycle.Part, addr f
 		ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
 		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout,
 	})
-	return append(append([]lifecycle.Part{w.stores(), w.producer(), w.counters(), w.likes()}, adminParts...), server), addrFn
+	return append(append([]lifecycle.Part{w.stores(), w.producer(), w.counters(), w.likes(), w.policy()}, adminParts...), server), addrFn
+}
+
+// policy fails the start if a route the parts before it registered has no entry in the access
+// policy (auth.CollectorRoutes), which would leave it to the admin scope with access control on.
+func (w *wiring) policy() lifecycle.Part {
+	return lifecycle.Part{
+		Name: "collector route policy",
+		Start: func(context.Context) error {
+			if missing := auth.Unlisted(w.routes.Patterns()); len(missing) > 0 {
+				return fmt.Errorf("routes without an access policy (add them to auth.CollectorRoutes): %v", missing)
+			}
+			return nil
+		},
+		Stop: func(context.Context) error { return nil },
+	}
 }
 
 // wiring holds what the collector's parts share: each is made by a method, and sets what

@@ -338,6 +338,28 @@ func (c *cluster) addAggregator(t *testing.T) *proc {
 	return p
 }
 
+// caughtUp reports whether every checkpoint query's offset of each partition reached ends,
+// else which is behind.
+func caughtUp(ctx context.Context, conn driver.Conn, checkpoints []string, ends kadm.ListedOffsets) (bool, string) {
+	for _, q := range checkpoints {
+		got, err := partitionOffsets(ctx, conn, q)
+		if err != nil {
+			return false, err.Error()
+		}
+		var behind []string
+		ends.Each(func(o kadm.ListedOffset) {
+			if got[o.Partition] < o.Offset {
+				behind = append(behind, fmt.Sprintf("partition %d at %d of %d", o.Partition, got[o.Partition], o.Offset))
+			}
+		})
+		if len(behind) > 0 {
+			sort.Strings(behind)
+			return false, fmt.Sprintf("%s (%s)", strings.Join(behind, ", "), q)
+		}
+	}
+	return true, ""
+}
+
 // verifyExact waits until the aggregators have caught up with the log, computes the oracle from
 // the log, and compares with it every (item, second) total in view_deltas, every bucket of every
 // rollup, and every item's views as GET /v1/counts answers them. Derived state that heals on
@@ -372,23 +394,14 @@ func verifyExact(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.Op
 		"SELECT partition, max(end_offset) FROM view_deltas WHERE item_id = '' GROUP BY partition",
 		"SELECT partition, max(end_offset) FROM sketch_checkpoints GROUP BY partition",
 	}
+	logged := time.Now()
 	testinfra.WaitForEvery(t, 4*time.Minute, 200*time.Millisecond, "aggregators catch up", func() (bool, string) {
-		for _, q := range checkpoints {
-			got, err := partitionOffsets(ctx, conn, q)
-			if err != nil {
-				return false, err.Error()
-			}
-			behind := ""
-			ends.Each(func(o kadm.ListedOffset) {
-				if got[o.Partition] < o.Offset {
-					behind = fmt.Sprintf("partition %d at %d of %d (%s)", o.Partition, got[o.Partition], o.Offset, q)
-				}
-			})
-			if behind != "" {
-				return false, behind
-			}
+		ok, behind := caughtUp(ctx, conn, checkpoints, ends)
+		if !ok && time.Since(logged) > 10*time.Second {
+			logged = time.Now()
+			t.Logf("catching up, %s after the last post: %s", time.Since(t0).Round(time.Second), behind)
 		}
-		return true, ""
+		return ok, behind
 	})
 	t.Logf("caught up %s after the last post", time.Since(t0).Round(time.Millisecond))
 

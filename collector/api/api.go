@@ -111,8 +111,9 @@ func LatencyBuckets() []float64 {
 // tally_http_request_seconds{endpoint, code}, so that all endpoints are measured alike and a
 // dashboard compares them on one scale.
 type Router struct {
-	mux     *http.ServeMux
-	latency *prometheus.HistogramVec
+	mux      *http.ServeMux
+	latency  *prometheus.HistogramVec
+	patterns []string // registered through Handle, in order
 }
 
 // NewRouter returns a router adding routes to mux and its histogram to reg.
@@ -127,11 +128,16 @@ func NewRouter(mux *http.ServeMux, reg prometheus.Registerer) *Router {
 }
 
 // Handle serves pattern with serve, which returns the status it wrote; endpoint names the
-// route in the histogram.
+// route in the histogram. Routes are registered before the server starts serving.
 func (r *Router) Handle(pattern, endpoint string, serve func(http.ResponseWriter, *http.Request) int) {
+	r.patterns = append(r.patterns, pattern)
 	r.mux.HandleFunc(pattern, func(w http.ResponseWriter, req *http.Request) {
 		t0 := time.Now()
 		code := serve(w, req)
 		r.latency.WithLabelValues(endpoint, strconv.Itoa(code)).Observe(time.Since(t0).Seconds())
 	})
 }
+
+// Patterns are the patterns registered through Handle, for the check that each has an access
+// policy.
+func (r *Router) Patterns() []string { return append([]string(nil), r.patterns...) }

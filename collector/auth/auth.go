@@ -181,6 +181,23 @@ func CollectorRoutes() []Route {
 	}
 }
 
+// Unlisted returns the patterns of served that CollectorRoutes does not list: routes that
+// would fall to the admin scope. The collector refuses to start with any, so a new route must
+// say who may call it.
+func Unlisted(served []string) []string {
+	listed := map[string]bool{}
+	for _, rt := range CollectorRoutes() {
+		listed[rt.Pattern] = true
+	}
+	var out []string
+	for _, p := range served {
+		if !listed[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Wrap returns next behind the guard. Requests are matched to routes by a ServeMux with the
 // same patterns as the API's, so the policy sees the route (and path values) that next will
 // serve; a request no route matches needs the admin scope.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -320,4 +321,29 @@ func counter(t *testing.T, reg *prometheus.Registry, key, outcome string) float6
 		}
 	}
 	return 0
+}
+
+// A served route the policy does not list is named, so that the collector refuses to start
+// rather than leave it to the admin scope.
+func TestUnlisted(t *testing.T) {
+	var listed []string
+	for _, rt := range CollectorRoutes() {
+		listed = append(listed, rt.Pattern)
+	}
+	tests := []struct {
+		name   string
+		served []string
+		want   []string
+	}{
+		{"every route listed", listed, nil},
+		{"a new route", append(listed[:2:2], "GET /v1/new", "POST /v1/views"), []string{"GET /v1/new"}},
+		{"the same path, another method", []string{"DELETE /v1/counts"}, []string{"DELETE /v1/counts"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Unlisted(tt.served); !slices.Equal(got, tt.want) {
+				t.Errorf("got %v; want %v", got, tt.want)
+			}
+		})
+	}
 }
