@@ -238,32 +238,11 @@ func TestServicePublishesTheLogsLists(t *testing.T) {
 	if err := w.cl.ProduceSync(ctx, &kgo.Record{Topic: schemas.TopicCounted, Partition: 1, Value: []byte("not a counted record")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	conn := infra.DB(t, ctx, "topk_service_test")
-	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
-	defer rdb.Close()
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	prod, err := kgo.NewClient(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "test-topk-out", infra.Logger, nil)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	if err := EnsureTopKTopic(ctx, prod, kafka.Durability{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
-		t.Fatal(err)
-	}
+	out := outputs(t, ctx, "topk_service_test")
+	rdb, conn, prod := out.Redis, out.ClickHouse, out.Kafka
 	snap := filepath.Join(t.TempDir(), "snapshot")
 	started := time.Now()
-	svc, err := New(ctx, Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: partitions, PublishInterval: 100 * time.Millisecond,
-		SnapshotInterval: time.Second, SnapshotPath: snap, Tracker: tracker.Options{Shards: 8, Counters: 256}, ColdReplay: 25 * time.Hour},
-		&Outputs{Redis: rdb, Kafka: prod, ClickHouse: conn, HistoryK: 10}, time.Now, infra.Logger, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.Start()
+	svc := startService(t, ctx, out, snap)
 	log := applied(t)
 	testinfra.WaitFor(t, 30*time.Second, "lists equal to the log's", func() (bool, string) {
 		return matchLog(log, redisLists(t, rdb, started))
@@ -284,6 +263,78 @@ func TestServicePublishesTheLogsLists(t *testing.T) {
 	}
 	if o, _ := ends.Lookup(schemas.TopicTopK, 0); o.Offset < 6 {
 		t.Errorf("topic %s: got %d records; want at least one per kind and window", schemas.TopicTopK, o.Offset)
+	}
+}
+
+// outputs are a tracker's outputs for a test: the test Redis (flushed), a producer of the topk
+// topic, and database db with the migrations applied; closed when the test ends.
+func outputs(t *testing.T, ctx context.Context, db string) *Outputs {
+	t.Helper()
+	conn := infra.DB(t, ctx, db)
+	if _, err := migrate.Apply(ctx, conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := kgo.NewClient(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "test-topk-out", infra.Logger, nil)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	if err := EnsureTopKTopic(ctx, prod, kafka.Durability{}); err != nil {
+		t.Fatal(err)
+	}
+	return &Outputs{Redis: rdb, Kafka: prod, ClickHouse: conn, HistoryK: 10}
+}
+
+// startService starts a tracker on the test's counted topic, publishing every 100 ms to out and
+// snapshotting to snap every second.
+func startService(t *testing.T, ctx context.Context, out *Outputs, snap string) *Service {
+	t.Helper()
+	svc, err := New(ctx, Config{Brokers: []string{infra.Kafka.Addr()}, Partitions: partitions, PublishInterval: 100 * time.Millisecond,
+		SnapshotInterval: time.Second, SnapshotPath: snap, Tracker: tracker.Options{Shards: 8, Counters: 256}, ColdReplay: 25 * time.Hour},
+		out, time.Now, infra.Logger, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Start()
+	return svc
+}
+
+// Two copies of the tracker (the Kubernetes default) each read every partition and publish
+// the same lists to the same outputs; with one stopped, the other alone keeps the lists fresh
+// and equal to the log as counts go on arriving.
+func TestTwoCopiesPublishTheSameLists(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w := newWorkload(t)
+	w.run(t, 60)
+	out := outputs(t, ctx, "topk_two_copies_test")
+	rdb := out.Redis
+	copies := []*Service{
+		startService(t, ctx, out, filepath.Join(t.TempDir(), "snapshot")),
+		startService(t, ctx, out, filepath.Join(t.TempDir(), "snapshot")),
+	}
+	started := time.Now()
+	log := applied(t)
+	testinfra.WaitFor(t, 30*time.Second, "both copies' lists equal to the log's", func() (bool, string) {
+		return matchLog(log, redisLists(t, rdb, started))
+	})
+	if err := copies[0].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	w.run(t, 40)
+	log = applied(t)
+	testinfra.WaitFor(t, 30*time.Second, "the other copy's lists equal to the longer log's", func() (bool, string) {
+		return matchLog(log, redisLists(t, rdb, stopped))
+	})
+	if err := copies[1].Stop(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tallypipeline/tally/aggregator/deadletter"
 	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/kafka"
 	"github.com/tallypipeline/tally/platform/retry"
 )
 
@@ -66,7 +67,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 	// an insert per poll.
 	f, err := likestate.NewFollower(likestate.FollowConfig{
 		Brokers: cfg.Brokers, Dial: cfg.Dial, Topic: cfg.Topic, Group: cfg.Group, ClientID: "tally-likes-loader",
-		Client:   []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)},
+		Client:   append(kafka.GroupTimeouts(10*time.Second), kgo.FetchMaxWait(100*time.Millisecond)),
 		MaxBatch: cfg.MaxBatch, Linger: cfg.FlushInterval, Idle: cfg.FlushInterval,
 	}, likestate.Handler{Handle: l.insertRetrying}, logger)
 	if err != nil {

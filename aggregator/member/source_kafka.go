@@ -118,10 +118,9 @@ func NewSource(c Config, engine Engine) (*Source, error) {
 		kreg = c.Registry
 	}
 	g := c.Group
-	opts := append(append(kafka.ClientOptions(g.Brokers, "tally-aggregator-"+c.Stream, s.logger, kreg), g.Dial...),
+	opts := append(append(append(kafka.ClientOptions(g.Brokers, "tally-aggregator-"+c.Stream, s.logger, kreg), g.Dial...),
+		kafka.GroupTimeouts(g.SessionTimeout)...),
 		kgo.ConsumerGroup(g.Name),
-		kgo.SessionTimeout(g.SessionTimeout),
-		kgo.HeartbeatInterval(g.SessionTimeout/5),
 		kgo.ConsumeTopics(c.Topics...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/kafka"
 	"github.com/tallypipeline/tally/platform/retry"
 )
 
@@ -94,11 +95,7 @@ func NewApplier(cfg ApplierConfig, store *likestate.Store, logger *slog.Logger, 
 		rewinds:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_rewinds_total", Help: "Partitions read again because Redis lost applied changes (a failover to a replica behind the old primary)."}),
 	}
 	reg.MustRegister(a.applied, a.skipped, a.undecodable, a.rebuilds, a.failures, a.rewinds)
-	opts := []kgo.Opt{
-		kgo.FetchMaxWait(250 * time.Millisecond),
-		kgo.SessionTimeout(10 * time.Second),
-		kgo.RebalanceTimeout(10 * time.Second),
-	}
+	opts := append(kafka.GroupTimeouts(10*time.Second), kgo.FetchMaxWait(250*time.Millisecond))
 	if cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}

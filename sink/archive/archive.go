@@ -113,10 +113,9 @@ func New(cfg Config, st store.Store, now func() time.Time, logger *slog.Logger, 
 		a.topics[t.Name] = t
 		names = append(names, t.Name)
 	}
-	opts := append(append(kafka.ClientOptions(cfg.Brokers, "tally-sink", logger, reg), cfg.Dial...),
+	opts := append(append(append(kafka.ClientOptions(cfg.Brokers, "tally-sink", logger, reg), cfg.Dial...),
+		kafka.GroupTimeouts(cfg.SessionTimeout)...),
 		kgo.ConsumerGroup(cfg.Group),
-		kgo.SessionTimeout(cfg.SessionTimeout),
-		kgo.HeartbeatInterval(cfg.SessionTimeout/5),
 		kgo.ConsumeTopics(names...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),

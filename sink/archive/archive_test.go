@@ -77,10 +77,16 @@ func produceViews(t *testing.T, cl *kgo.Client, n int, base time.Time) map[int32
 
 func newArchive(t *testing.T, brokers string, st store.Store, rotation time.Duration, maxBytes int64) *archive.Archive {
 	t.Helper()
+	return newMember(t, brokers, st, rotation, maxBytes, "")
+}
+
+// newMember is an archive of the test's group as the static member instanceID ("" dynamic).
+func newMember(t *testing.T, brokers string, st store.Store, rotation time.Duration, maxBytes int64, instanceID string) *archive.Archive {
+	t.Helper()
 	views, _ := rawlog.TopicByName(schemas.TopicViews)
 	likes, _ := rawlog.TopicByName(schemas.TopicLikes)
 	a, err := archive.New(archive.Config{
-		Brokers: []string{brokers}, Group: "sink-test", SessionTimeout: 6 * time.Second,
+		Brokers: []string{brokers}, Group: "sink-test", InstanceID: instanceID, SessionTimeout: 6 * time.Second,
 		Topics: []rawlog.Topic{views, likes}, Rotation: rotation, MaxBatchBytes: maxBytes,
 		Retention: map[string]time.Duration{}, RetentionEvery: time.Hour,
 	}, st, time.Now, testLogger(), prometheus.NewRegistry())
@@ -216,6 +222,36 @@ func TestArchiveWritesEveryRecordOnceAndReplaysIntoTheSameFiles(t *testing.T) {
 			t.Fatalf("file %s changed in the replay", name)
 		}
 	}
+}
+
+// Two copies of the sink share the partitions as one group, and one stopping (a scale-down, a
+// rollout) hands its partitions to the other in the middle of a round of views: every record
+// is still in exactly one flush, one row each.
+func TestTwoCopiesShareTheLogAndHandOver(t *testing.T) {
+	brokers, cl := startKafka(t)
+	base := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	st, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newMember(t, brokers, st, 100*time.Millisecond, 64<<10, "sink-a")
+	b := newMember(t, brokers, st, 100*time.Millisecond, 64<<10, "sink-b")
+	a.Start()
+	b.Start()
+	ends := produceViews(t, cl, 8000, base)
+	waitCommitted(t, cl, ends)
+	// The first copy stops while both are still reading a second round.
+	for p, n := range produceViews(t, cl, 8000, base.Add(time.Hour)) {
+		ends[p] += n
+	}
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatalf("stop the first copy: %v", err)
+	}
+	waitCommitted(t, cl, ends)
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatalf("stop the second copy: %v", err)
+	}
+	checkExactlyOnce(t, st, ends, base)
 }
 
 // snapshot returns every data file's contents by name.
