@@ -2,6 +2,7 @@ package counters
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -115,4 +116,49 @@ func FuzzParseSpec(f *testing.F) {
 			t.Fatalf("got %+v; want a valid name and mode", ns)
 		}
 	})
+}
+
+// A refresh whose read of the store began before a change made here keeps the change: a
+// namespace created or deleted while the store was read is not undone by the older read.
+func TestRefreshKeepsChangesMadeDuringTheRead(t *testing.T) {
+	ns := func(name string, version uint64) Namespace {
+		return Namespace{Name: name, Version: version, Generation: version}
+	}
+	tests := []struct {
+		name    string
+		held    map[string]Namespace // after the local changes
+		deleted map[string]uint64
+		read    map[string]Namespace // what the store gave, read from version 10 on
+		want    []string
+	}{
+		{"created during the read", map[string]Namespace{"a": ns("a", 5), "new": ns("new", 11)}, nil,
+			map[string]Namespace{"a": ns("a", 5)}, []string{"a", "new"}},
+		{"deleted during the read", map[string]Namespace{}, map[string]uint64{"a": 12},
+			map[string]Namespace{"a": ns("a", 5)}, nil},
+		{"created elsewhere", map[string]Namespace{"a": ns("a", 5)}, nil,
+			map[string]Namespace{"a": ns("a", 5), "b": ns("b", 9)}, []string{"a", "b"}},
+		{"deleted elsewhere before the read", map[string]Namespace{"a": ns("a", 5)}, nil,
+			map[string]Namespace{}, nil},
+		{"changed here, then newer elsewhere", map[string]Namespace{"a": ns("a", 11)}, nil,
+			map[string]Namespace{"a": ns("a", 13)}, []string{"a"}},
+		{"deleted here long before, created again elsewhere", map[string]Namespace{}, map[string]uint64{"a": 8},
+			map[string]Namespace{"a": ns("a", 9)}, []string{"a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRegistry(Store{}, time.Now, nil)
+			r.byName = tt.held
+			for k, v := range tt.deleted {
+				r.deleted[k] = v
+			}
+			r.install(tt.read, 10)
+			got := slices.Sorted(maps.Keys(r.byName))
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got namespaces %v; want %v", got, tt.want)
+			}
+			if a, ok := r.byName["a"]; tt.name == "changed here, then newer elsewhere" && (!ok || a.Version != 13) {
+				t.Errorf("got a at version %d; want the store's newer 13", a.Version)
+			}
+		})
+	}
 }

@@ -26,28 +26,53 @@ type Registry struct {
 
 	mu        sync.RWMutex
 	byName    map[string]Namespace
+	deleted   map[string]uint64 // namespaces deleted here, by the tombstone's version, until a read holds it
 	refreshed time.Time
 	version   uint64 // the highest version seen or written
 }
 
 // NewRegistry returns an empty Registry over store; call Refresh before serving.
 func NewRegistry(store Store, now func() time.Time, logger *slog.Logger) *Registry {
-	return &Registry{store: store, now: now, logger: logger, byName: map[string]Namespace{}}
+	return &Registry{store: store, now: now, logger: logger, byName: map[string]Namespace{}, deleted: map[string]uint64{}}
 }
 
-// Refresh reads every namespace from the store.
+// Refresh reads every namespace from the store. A change made here while the store was being
+// read (a Put or Delete racing the read) is kept, not undone by the older read.
 func (r *Registry) Refresh(ctx context.Context) error {
+	r.mu.RLock()
+	since := r.version
+	r.mu.RUnlock()
 	all, err := r.store.All(ctx)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.install(all, since)
+	return nil
+}
+
+// install makes all, read from the store when the highest version known was since, the
+// namespaces held, keeping the changes made here after since that all does not have yet: every
+// local change has a version above every one seen before it. Caller holds mu.
+func (r *Registry) install(all map[string]Namespace, since uint64) {
+	for name, ns := range r.byName {
+		if cur, ok := all[name]; ns.Version > since && (!ok || cur.Version < ns.Version) {
+			all[name] = ns
+		}
+	}
+	for name, v := range r.deleted {
+		if cur, ok := all[name]; ok && v > since && cur.Version < v {
+			delete(all, name)
+		}
+		if v <= since {
+			delete(r.deleted, name) // the read began after the tombstone was written
+		}
+	}
 	r.byName, r.refreshed = all, r.now()
 	for _, ns := range all {
 		r.version = max(r.version, ns.Version)
 	}
-	return nil
 }
 
 // Run refreshes the Registry every RefreshEvery until ctx ends; a failed read keeps what it
@@ -121,6 +146,7 @@ func (r *Registry) Delete(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	delete(r.byName, name)
+	r.deleted[name] = ns.Version
 	return true, nil
 }
 
