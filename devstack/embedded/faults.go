@@ -9,10 +9,10 @@ import (
 	"github.com/tallypipeline/tally/devstack/kafkabroker"
 )
 
-// kafkaFaults makes SIGUSR1 move every partition leader and group coordinator of the embedded
-// Kafka (a leader election) and SIGUSR2 remove its last broker (a broker lost for good), until
-// the returned stop: fault drills on a cluster of embedded.kafka_brokers without Docker, which
-// the cluster test runs. Each fault is logged.
+// kafkaFaults makes SIGUSR1 move every partition leader of the embedded Kafka (a leader
+// election) and SIGUSR2 remove one of its brokers (a broker lost for good), until the returned
+// stop: fault drills on a cluster of embedded.kafka_brokers without Docker; the cluster test
+// runs the first. Each fault is logged.
 func kafkaFaults(k *kafkabroker.Broker, logger *slog.Logger) (stop func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
@@ -22,7 +22,7 @@ func kafkaFaults(k *kafkabroker.Broker, logger *slog.Logger) (stop func()) {
 		for sig := range sigs {
 			if sig == syscall.SIGUSR1 {
 				k.MoveLeaders()
-				logger.Warn("embedded kafka: every partition leader and group coordinator moved (SIGUSR1)")
+				logger.Warn("embedded kafka: every partition leader moved (SIGUSR1)")
 				continue
 			}
 			if id, err := k.RemoveBroker(); err != nil {

@@ -90,17 +90,16 @@ func Start(o Options) (*Broker, error) {
 	return b, nil
 }
 
-// MoveLeaders elects a new leader for every partition and moves every group's coordinator, as
-// a broker restart or a controller's rebalance does on a real cluster: clients get
-// NOT_LEADER and NOT_COORDINATOR answers and find the new ones.
-func (e *Broker) MoveLeaders() {
-	e.cluster.ShufflePartitionLeaders()
-	e.cluster.RehashCoordinators()
-}
+// MoveLeaders elects a new leader for every partition, as a broker restart or a controller's
+// rebalance does on a real cluster: clients get NOT_LEADER answers and find the new ones.
+// Group coordinators stay where they are: when kfake moves them, a group can keep a member that
+// never expires and whose partitions nobody consumes (docs/SCALING.md).
+func (e *Broker) MoveLeaders() { e.cluster.ShufflePartitionLeaders() }
 
 // RemoveBroker takes the first broker started out of the cluster, as a broker lost for good: it
 // accepts no connection any more, its partitions get new leaders among the others, and on the
-// connections clients still hold it leads nothing and coordinates no group. It returns the
+// connections clients still hold it leads nothing. Group coordinators move with it (kfake hashes
+// groups over the brokers left; see MoveLeaders on what that can do to a group). It returns the
 // node id removed. The controller (kfake's last broker, which it never moves) stays, so the
 // last broker left is never removed.
 func (e *Broker) RemoveBroker() (int32, error) {
@@ -114,7 +113,6 @@ func (e *Broker) RemoveBroker() (int32, error) {
 		return -1, fmt.Errorf("remove broker %d: %w", id, err)
 	}
 	e.nodes = e.nodes[1:]
-	e.cluster.RehashCoordinators()
 	return id, nil
 }
 
