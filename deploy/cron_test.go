@@ -21,15 +21,19 @@ func TestNightlyRunsEveryJob(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		exits    string // exit code of likes, clicks, views
+		exits    string // exit code of likes, clicks, counters, views
 		wantLog  []string
 		wantNone string
 	}{
-		{"all succeed", "0 0 0", nil, "nightly:"},
-		{"views finds differences", "0 0 4", []string{"batchjob views --date 2026-11-29 found differences"}, "exited"},
-		{"failures do not stop the others", "1 3 1", []string{
+		{"all succeed", "0 0 0 0", nil, "nightly:"},
+		{"recounts find differences", "0 0 4 4", []string{
+			"batchjob counters --date 2026-11-30 found differences (counter_reports_daily)",
+			"batchjob views --date 2026-11-29 found differences (view_recount_diffs)",
+		}, "exited"},
+		{"failures do not stop the others", "1 3 3 1", []string{
 			"batchjob likes --date 2026-11-30 exited 1",
 			"batchjob clicks --date 2026-11-30 exited 3",
+			"batchjob counters --date 2026-11-30 exited 3",
 			"batchjob views --date 2026-11-29 exited 1",
 		}, "found differences"},
 	}
@@ -39,7 +43,7 @@ func TestNightlyRunsEveryJob(t *testing.T) {
 			calls := filepath.Join(dir, "calls")
 			fake := filepath.Join(dir, "batchjob")
 			exits := strings.Fields(tt.exits)
-			body := "#!/bin/sh\necho \"$*\" >> " + calls + "\ncase $1 in likes) exit " + exits[0] + ";; clicks) exit " + exits[1] + ";; views) exit " + exits[2] + ";; esac\nexit 9\n"
+			body := "#!/bin/sh\necho \"$*\" >> " + calls + "\ncase $1 in likes) exit " + exits[0] + ";; clicks) exit " + exits[1] + ";; counters) exit " + exits[2] + ";; views) exit " + exits[3] + ";; esac\nexit 9\n"
 			if err := os.WriteFile(fake, []byte(body), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +61,7 @@ func TestNightlyRunsEveryJob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := "likes --date 2026-11-30\nclicks --date 2026-11-30\nviews --date 2026-11-29\n"
+			want := "likes --date 2026-11-30\nclicks --date 2026-11-30\ncounters --date 2026-11-30\nviews --date 2026-11-29\n"
 			if string(got) != want {
 				t.Errorf("got calls\n%s; want\n%s", got, want)
 			}

@@ -305,14 +305,17 @@ func checkCronJobs(t *testing.T, o objects) {
 			}
 		}
 	}
-	for _, want := range []string{"likes", "clicks", "views"} {
+	for _, want := range []string{"likes", "clicks", "views", "counters"} {
 		if jobs[want] == nil {
 			t.Errorf("got no CronJob labelled tally.dev/job=%s; want one per nightly job", want)
 		}
 	}
-	// batchjob views exits 4 when it found differences: the Job fails without a retry, which
-	// would only find them again.
-	if v := jobs["views"]; v != nil {
+	// batchjob views and counters exit 4 when they found differences: the Job fails without a
+	// retry, which would only find them again.
+	for _, v := range []*batchv1.CronJob{jobs["views"], jobs["counters"]} {
+		if v == nil {
+			continue
+		}
 		var found bool
 		if p := v.Spec.JobTemplate.Spec.PodFailurePolicy; p != nil {
 			for _, r := range p.Rules {

@@ -20,7 +20,7 @@ func TestBinariesAnswerVersionAndHelp(t *testing.T) {
 		{"pipeline run", bins.pipeline, []string{"pipeline run", "pipeline infra"}},
 		{"collector", bins.collector, []string{"collector keys", "collector token"}},
 		{"aggregator", bins.aggregator, []string{"aggregator resume", "aggregator migrate"}},
-		{"batchjob", bins.batchjob, []string{"batchjob likes", "batchjob clicks", "batchjob views"}},
+		{"batchjob", bins.batchjob, []string{"batchjob likes", "batchjob clicks", "batchjob views", "batchjob counters"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

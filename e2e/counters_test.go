@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -50,6 +52,7 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCountersExact(t, ctx, c, *want)
+	recountAgrees(t, bins.batchjob, dir)
 	// Distinct members through the log, each sent twice: counted once each.
 	for i := range 30 {
 		for range 2 {
@@ -78,6 +81,29 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 	if sum != (*want)["c1"] || len(series.Points) != 3 {
 		t.Errorf("got %d hourly points summing to %d; want 3 summing to %d", len(series.Points), sum, (*want)["c1"])
 	}
+}
+
+// recountAgrees runs the nightly recount of today (UTC) from the log, for every logged namespace,
+// against the embedded stack on dir: it must find the stream's counts exact in both (meters and
+// exact).
+func recountAgrees(t *testing.T, batchjob, dir string) {
+	t.Helper()
+	cmd := exec.Command(batchjob, "counters", "--date", time.Now().UTC().Format(time.DateOnly))
+	cmd.Env = os.Environ()
+	for k, v := range infraEnv(t, dir) {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	var summaries []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "counter report ") {
+			summaries = append(summaries, l)
+		}
+	}
+	if err != nil || len(summaries) != 2 || strings.Count(string(out), " 0 differ from the stream") != 2 {
+		t.Fatalf("batchjob counters: got %v and\n%s\nwant two namespaces, no counter differing", err, out)
+	}
+	t.Logf("batchjob counters:\n%s", strings.Join(summaries, "\n"))
 }
 
 // goSendCounterAdds starts sendCounterAdds of n adds against the collector at api with a

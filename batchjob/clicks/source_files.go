@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/logread"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/sink/rawlog"
 	"github.com/tallypipeline/tally/sink/store"
@@ -119,7 +120,7 @@ func (s *FilesSource) Size(ctx context.Context, from, to time.Time) (int64, erro
 type plan[T rawlog.Row] struct {
 	files    rawlog.Files[T]
 	from, to time.Time
-	tail     map[int32]span
+	tail     map[int32]logread.Span
 }
 
 func (s *FilesSource) planClicks(ctx context.Context, from, to time.Time) (plan[rawlog.ClickKey], error) {
@@ -149,7 +150,7 @@ func (s *FilesSource) planVerdicts(ctx context.Context, since time.Time) (plan[r
 	return planTopic[rawlog.FraudVerdictRow](ctx, s, topic, from, end, spans)
 }
 
-func planTopic[T rawlog.Row](ctx context.Context, s *FilesSource, topic string, from, to time.Time, spans map[int32]span) (plan[T], error) {
+func planTopic[T rawlog.Row](ctx context.Context, s *FilesSource, topic string, from, to time.Time, spans map[int32]logread.Span) (plan[T], error) {
 	complete, err := rawlog.Complete(ctx, s.store, topic, func() (map[int32]int64, error) {
 		cl, err := kgo.NewClient(append(kafka.ClientOptions(s.kafka.o.Brokers, "tally-batchjob-clicks", s.kafka.o.Logger, nil), s.kafka.o.Dial...)...)
 		if err != nil {
@@ -171,7 +172,7 @@ func planTopic[T rawlog.Row](ctx context.Context, s *FilesSource, topic string, 
 // size is how many records the read covers.
 func (pl plan[T]) size(ctx context.Context) (int64, error) {
 	n, err := pl.files.Rows(ctx, pl.from, pl.to)
-	return n + spanRecords(pl.tail), err
+	return n + logread.Records(pl.tail), err
 }
 
 // read reads the files, passing their rows to rows, then the tail, passing its records to dec.
@@ -193,8 +194,8 @@ func (pl plan[T]) read(ctx context.Context, s *FilesSource, rows func(int32, []T
 // tailSpans cuts each partition's span to what the files do not hold: from the partition's
 // complete offset (0 without a marker) on. It fails if records below the Kafka log's start are
 // in no file and may be wanted.
-func tailSpans(topic string, spans map[int32]span, complete map[int32]int64) (map[int32]span, error) {
-	out := make(map[int32]span, len(spans))
+func tailSpans(topic string, spans map[int32]logread.Span, complete map[int32]int64) (map[int32]logread.Span, error) {
+	out := make(map[int32]logread.Span, len(spans))
 	for p, sp := range spans {
 		c := complete[p]
 		if c < sp.Start && !sp.TimeCut {

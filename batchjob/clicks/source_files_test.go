@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tallypipeline/tally/platform/logread"
 	"github.com/tallypipeline/tally/platform/progress"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/sink/rawlog"
@@ -123,26 +124,26 @@ func TestFilesSourceMatchesKafka(t *testing.T) {
 func TestTailSpans(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		sp       span
+		sp       logread.Span
 		complete int64
 		has      bool
 		want     int64 // From of the tail; -1: an error
 	}{
-		{"files hold part of the span", span{Start: 0, From: 10, Stop: 100}, 60, true, 60},
-		{"files hold none of the span", span{Start: 0, From: 10, Stop: 100}, 5, true, 10},
-		{"no marker: Kafka only", span{Start: 0, From: 10, Stop: 100}, 0, false, 10},
-		{"files beyond the snapshot", span{Start: 0, From: 10, Stop: 100}, 150, true, 150},
-		{"Kafka trimmed, the files hold the rest", span{Start: 50, From: 50, Stop: 100}, 70, true, 70},
-		{"Kafka trimmed below the wanted time", span{Start: 50, From: 60, Stop: 100, TimeCut: true}, 20, true, 60},
-		{"gap between files and Kafka", span{Start: 50, From: 50, Stop: 100}, 20, true, -1},
-		{"gap, no files", span{Start: 50, From: 50, Stop: 100}, 0, false, -1},
+		{"files hold part of the span", logread.Span{Start: 0, From: 10, Stop: 100}, 60, true, 60},
+		{"files hold none of the span", logread.Span{Start: 0, From: 10, Stop: 100}, 5, true, 10},
+		{"no marker: Kafka only", logread.Span{Start: 0, From: 10, Stop: 100}, 0, false, 10},
+		{"files beyond the snapshot", logread.Span{Start: 0, From: 10, Stop: 100}, 150, true, 150},
+		{"Kafka trimmed, the files hold the rest", logread.Span{Start: 50, From: 50, Stop: 100}, 70, true, 70},
+		{"Kafka trimmed below the wanted time", logread.Span{Start: 50, From: 60, Stop: 100, TimeCut: true}, 20, true, 60},
+		{"gap between files and Kafka", logread.Span{Start: 50, From: 50, Stop: 100}, 20, true, -1},
+		{"gap, no files", logread.Span{Start: 50, From: 50, Stop: 100}, 0, false, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			complete := map[int32]int64{}
 			if tc.has {
 				complete[3] = tc.complete
 			}
-			got, err := tailSpans("clicks", map[int32]span{3: tc.sp}, complete)
+			got, err := tailSpans("clicks", map[int32]logread.Span{3: tc.sp}, complete)
 			switch {
 			case tc.want < 0 && err == nil:
 				t.Fatalf("got tail %+v; want a gap error", got[3])

@@ -2,14 +2,12 @@ package clicks
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/logread"
 	"github.com/tallypipeline/tally/schemas"
 )
 
@@ -30,10 +28,15 @@ type KafkaOptions struct {
 // KafkaSource reads the clicks and verdicts topics. Each read snapshots the topics' end
 // offsets first and reads up to them, with read_committed isolation; the topics are written
 // without transactions, so a partition's last record sits right below its end offset.
-type KafkaSource struct{ o KafkaOptions }
+type KafkaSource struct {
+	o   KafkaOptions
+	log logread.Reader
+}
 
 // NewKafkaSource returns a source reading the topics o names.
-func NewKafkaSource(o KafkaOptions) *KafkaSource { return &KafkaSource{o: o} }
+func NewKafkaSource(o KafkaOptions) *KafkaSource {
+	return &KafkaSource{o: o, log: logread.Reader{Brokers: o.Brokers, Dial: o.Dial, Client: "tally-batchjob-clicks", Logger: o.Logger}}
+}
 
 // Name implements Source.
 func (s *KafkaSource) Name() string { return "kafka" }
@@ -67,27 +70,18 @@ func (s *KafkaSource) Size(ctx context.Context, from, to time.Time) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	return spanRecords(cs) + spanRecords(vs), nil
-}
-
-// spanRecords is how many records a read of spans covers.
-func spanRecords(spans map[int32]span) int64 {
-	var n int64
-	for _, sp := range spans {
-		n += max(0, sp.Stop-sp.From)
-	}
-	return n
+	return logread.Records(cs) + logread.Records(vs), nil
 }
 
 // clickSpans are the offsets of the clicks topic that can hold clicks stamped in [from, to).
-func (s *KafkaSource) clickSpans(ctx context.Context, from, to time.Time) (map[int32]span, error) {
-	return s.spans(ctx, s.o.ClicksTopic, from.Add(-s.o.Early).UnixMilli(), to.Add(s.o.Late).UnixMilli())
+func (s *KafkaSource) clickSpans(ctx context.Context, from, to time.Time) (map[int32]logread.Span, error) {
+	return s.log.Spans(ctx, s.o.ClicksTopic, from.Add(-s.o.Early).UnixMilli(), to.Add(s.o.Late).UnixMilli())
 }
 
 // verdictSpans are the offsets of the verdicts topic that can hold verdicts on clicks stamped
 // since or later.
-func (s *KafkaSource) verdictSpans(ctx context.Context, since time.Time) (map[int32]span, error) {
-	return s.spans(ctx, s.o.VerdictsTopic, since.Add(-s.o.Early).UnixMilli(), -1)
+func (s *KafkaSource) verdictSpans(ctx context.Context, since time.Time) (map[int32]logread.Span, error) {
+	return s.log.Spans(ctx, s.o.VerdictsTopic, since.Add(-s.o.Early).UnixMilli(), -1)
 }
 
 // clickDecoder passes on the decodable clicks stamped in [from, to).
@@ -130,128 +124,16 @@ func verdictDecoder(fn func(int64, []Verdict) error) func([]*kgo.Record, *ReadSt
 	}
 }
 
-// read calls fn with the records of topic in each partition's span [From, Stop). Progress is
-// logged every 2 s.
-func (s *KafkaSource) read(ctx context.Context, topic string, spans map[int32]span, fn func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
+// read passes the records of topic in spans to dec, which counts the undecodable ones.
+func (s *KafkaSource) read(ctx context.Context, topic string, spans map[int32]logread.Span, dec func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
 	var st ReadStats
-	want := map[int32]kgo.Offset{}
-	stop := map[int32]int64{}
-	total := spanRecords(spans)
-	for p, r := range spans {
-		if r.Stop > r.From {
-			want[p] = kgo.NewOffset().At(r.From)
-			stop[p] = r.Stop
-		}
-	}
-	if len(want) == 0 {
-		return st, nil
-	}
-	cl, err := kgo.NewClient(append(append(kafka.ClientOptions(s.o.Brokers, "tally-batchjob-clicks", s.o.Logger, nil), s.o.Dial...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(200*time.Millisecond),
-		kgo.FetchMaxBytes(64<<20),
-	)...)
+	n, err := s.log.Read(ctx, topic, spans, func(recs []*kgo.Record) error { return dec(recs, &st) })
+	st.Records = n
 	if err != nil {
-		return st, fmt.Errorf("create reader of %s: %w", topic, err)
-	}
-	defer cl.Close()
-
-	t0, lastLog := time.Now(), time.Now()
-	var recs []*kgo.Record
-	for len(stop) > 0 {
-		fetches := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return st, fmt.Errorf("read %s: %w", topic, err)
-		}
-		fetches.EachError(func(t string, p int32, err error) {
-			s.o.Logger.Warn("fetch error; retrying", "topic", t, "partition", p, "err", err)
-		})
-		recs = recs[:0]
-		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
-			end, ok := stop[ftp.Partition]
-			if !ok {
-				return
-			}
-			for _, r := range ftp.Records {
-				if r.Offset >= end {
-					delete(stop, ftp.Partition)
-					break
-				}
-				st.Records++
-				recs = append(recs, r)
-				if r.Offset+1 >= end {
-					delete(stop, ftp.Partition)
-					break
-				}
-			}
-		})
-		if err := fn(recs, &st); err != nil {
-			return st, err
-		}
-		if time.Since(lastLog) >= 2*time.Second {
-			lastLog = time.Now()
-			took := time.Since(t0)
-			s.o.Logger.Info("reading log", "topic", topic, "read", st.Records, "of", total, "partitions_left", len(stop),
-				"per_second", int64(float64(st.Records)/took.Seconds()), "took", took.Round(time.Millisecond))
-		}
+		return st, err
 	}
 	if st.Undecodable > 0 {
 		s.o.Logger.Warn("log holds undecodable records; skipped", "topic", topic, "count", st.Undecodable)
 	}
 	return st, nil
-}
-
-// span is the stretch [From, Stop) of a partition a read covers. Start is the log's first
-// offset; TimeCut says From was found by time (the records below it were produced before the
-// read's start time), so records missing below Start were not wanted anyway.
-type span struct {
-	Start, From, Stop int64
-	TimeCut           bool
-}
-
-// spans returns, per partition of topic, the offsets to read: from the first record produced at
-// or after fromMs (or the log start) to the first produced at or after toMs (toMs < 0: the end
-// offset now). End offsets are read first, so the spans are a snapshot. A topic that does not
-// exist yet is an empty log.
-func (s *KafkaSource) spans(ctx context.Context, topic string, fromMs, toMs int64) (map[int32]span, error) {
-	cl, err := kgo.NewClient(append(kafka.ClientOptions(s.o.Brokers, "tally-batchjob-clicks", s.o.Logger, nil), s.o.Dial...)...)
-	if err != nil {
-		return nil, fmt.Errorf("create admin client for %s: %w", topic, err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ends, err := kafka.PartitionOffsets(topic, "end", func() (kadm.ListedOffsets, error) { return adm.ListCommittedOffsets(ctx, topic) })
-	if err != nil {
-		return nil, err
-	}
-	starts, err := kafka.PartitionOffsets(topic, "start", func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topic) })
-	if err != nil {
-		return nil, err
-	}
-	firsts, err := kafka.PartitionOffsets(topic, "first-after-time", func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, fromMs, topic) })
-	if err != nil {
-		return nil, err
-	}
-	lasts := ends
-	if toMs >= 0 {
-		if lasts, err = kafka.PartitionOffsets(topic, "stop-time", func() (kadm.ListedOffsets, error) { return adm.ListOffsetsAfterMilli(ctx, toMs, topic) }); err != nil {
-			return nil, err
-		}
-	}
-	out := map[int32]span{}
-	for p, end := range ends {
-		sp := span{Start: starts[p], From: starts[p], Stop: end}
-		switch f, ok := firsts[p]; {
-		case ok && f < 0 && end > sp.Start: // every record kept was produced before fromMs
-			sp.From, sp.TimeCut = end, true
-		case ok && f > sp.Start:
-			sp.From, sp.TimeCut = f, true
-		}
-		if l, ok := lasts[p]; ok && l >= 0 {
-			sp.Stop = min(sp.Stop, l)
-		}
-		out[p] = sp
-	}
-	return out, nil
 }

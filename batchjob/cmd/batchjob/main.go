@@ -5,7 +5,10 @@
 //     from the click log, and `batchjob clicks audit --ad X --date D` lists the clicks behind one
 //     ad's count and the day's refused click and verdict records (package clicks);
 //   - `batchjob views --date YYYY-MM-DD` recounts a day's views from the sink's files and reports
-//     any difference from the streaming totals (package recount, views.go).
+//     any difference from the streaming totals (package recount, views.go);
+//   - `batchjob counters --namespace NS --date YYYY-MM-DD` recounts a namespace's generic
+//     counters on a day from the log and reports any difference from the stream (package
+//     counters, counters.go).
 //
 // See `batchjob --help`.
 package main
@@ -23,9 +26,11 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/batchjob"
 	"github.com/tallypipeline/tally/batchjob/clicks"
+	"github.com/tallypipeline/tally/batchjob/counters"
 	"github.com/tallypipeline/tally/batchjob/reconcile"
 	"github.com/tallypipeline/tally/batchjob/recount"
 	"github.com/tallypipeline/tally/batchjob/runlock"
@@ -46,12 +51,14 @@ import (
 	"github.com/tallypipeline/tally/sink/store"
 )
 
-// Exit codes, documented in reconcile.Usage and clicks.Usage.
+// Exit codes, documented in each job's Usage.
 const (
 	exitOK     = 0
 	exitError  = 1
 	exitUsage  = 2
 	exitLocked = 3
+	// exitDifferences: a recount (views, counters) found totals that differ from the stream's.
+	exitDifferences = 4
 )
 
 // lockTTL is how long a dead run keeps its lock.
@@ -66,18 +73,20 @@ func run(args []string) int {
 			return runClicks(args)
 		case "views":
 			return runViews(args[1:])
+		case "counters":
+			return runCounters(args[1:])
 		case "--version":
 			fmt.Println("batchjob", buildinfo.Read())
 			return exitOK
 		case "likes", "-h", "--help":
 		default:
-			fmt.Fprintf(os.Stderr, "batchjob: unknown command %q; want likes, clicks or views\n\n%s%s%s", args[0], reconcile.Usage, clicks.Usage, recount.Usage)
+			fmt.Fprintf(os.Stderr, "batchjob: unknown command %q; want likes, clicks, views or counters\n\n%s%s%s%s", args[0], reconcile.Usage, clicks.Usage, recount.Usage, counters.Usage)
 			return exitUsage
 		}
 	}
 	job, rest, err := reconcile.ParseArgs(args)
 	if errors.Is(err, pflag.ErrHelp) {
-		_, _ = os.Stdout.WriteString(reconcile.Usage + clicks.Usage + recount.Usage)
+		_, _ = os.Stdout.WriteString(reconcile.Usage + clicks.Usage + recount.Usage + counters.Usage)
 		var sec sections
 		_, _ = config.Load("batchjob", []string{"--help"}, sec.list()...)
 		return exitOK
@@ -92,11 +101,6 @@ func run(args []string) int {
 	}
 	defer env.close()
 	store := likestate.NewStore(env.rdb)
-	dial, err := env.cfg.Kafka.Security().Options()
-	if err != nil {
-		env.logger.Error("kafka client options", "err", err)
-		return exitError
-	}
 	files, err := env.files()
 	if err != nil {
 		env.logger.Error("open sink files", "err", err)
@@ -104,46 +108,25 @@ func run(args []string) int {
 	}
 	meter := progress.Start(progress.Options{What: "like records"}) // lines only on a terminal, none under cron
 	rep, err := reconcile.Run(env.ctx, job, reconcile.Deps{
-		Brokers: env.cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Files: files, SinkGroup: env.sec.Sink.Group, ClickHouse: env.conn, Store: store, Redis: env.rdb,
+		Brokers: env.cfg.Kafka.Brokers, Dial: env.dial, Topic: schemas.TopicLikes, Files: files, SinkGroup: env.sec.Sink.Group, ClickHouse: env.conn, Store: store, Redis: env.rdb,
 		LockTTL: lockTTL, Progress: meter, Logger: env.logger, Now: time.Now,
 	})
 	meter.Stop()
-	switch {
-	case errors.Is(err, runlock.ErrLocked):
-		env.logger.Error("not running", "err", err)
-		return exitLocked
-	case err != nil:
-		env.logger.Error("like reconciliation failed", "err", err)
-		return exitError
+	if err != nil {
+		return failed(env.logger, "like reconciliation", err)
 	}
 	fmt.Println(rep.Summary())
 	return exitOK
 }
 
 func runClicks(args []string) int {
-	cmd, rest, err := clicks.ParseArgs(args)
-	if errors.Is(err, pflag.ErrHelp) {
-		_, _ = os.Stdout.WriteString(clicks.Usage)
-		var sec sections
-		_, _ = config.Load("batchjob clicks", []string{"--help"}, sec.list()...)
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "batchjob: %v\n\n%s", err, clicks.Usage)
-		return exitUsage
-	}
-	env, code := open("clicks", rest)
+	cmd, env, code := openJob("clicks", clicks.Usage, args, clicks.ParseArgs)
 	if env == nil {
 		return code
 	}
 	defer env.close()
-	dial, err := env.cfg.Kafka.Security().Options()
-	if err != nil {
-		env.logger.Error("kafka client options", "err", err)
-		return exitError
-	}
 	cfg := env.cfg
-	kafkaSrc := clicks.NewKafkaSource(clicks.KafkaOptions{Brokers: cfg.Kafka.Brokers, Dial: dial,
+	kafkaSrc := clicks.NewKafkaSource(clicks.KafkaOptions{Brokers: cfg.Kafka.Brokers, Dial: env.dial,
 		ClicksTopic: schemas.TopicClicks, VerdictsTopic: schemas.TopicFraudVerdicts,
 		Early: env.sec.Collector.FutureBound + env.sec.Batchjob.ClicksSkew, Late: env.sec.Collector.LateBound + env.sec.Batchjob.ClicksSkew,
 		Logger: env.logger})
@@ -184,20 +167,26 @@ func runClicks(args []string) int {
 		return exitOK
 	}
 	rep, err := clicks.Run(env.ctx, cmd.Date, deps)
-	switch {
-	case errors.Is(err, runlock.ErrLocked):
-		env.logger.Error("not running", "err", err)
-		return exitLocked
-	case err != nil:
-		env.logger.Error("click report failed", "err", err)
-		return exitError
+	if err != nil {
+		return failed(env.logger, "click report", err)
 	}
 	fmt.Println(rep.Summary())
 	return exitOK
 }
 
+// failed logs a run's error and returns its exit code: exitLocked when another copy holds the
+// job's lock.
+func failed(logger *slog.Logger, what string, err error) int {
+	if errors.Is(err, runlock.ErrLocked) {
+		logger.Error("not running", "err", err)
+		return exitLocked
+	}
+	logger.Error(what+" failed", "err", err)
+	return exitError
+}
+
 // env is what every job opens: settings, logger, a context ended by SIGINT/SIGTERM, ClickHouse
-// with the migrations applied, and Redis.
+// with the migrations applied, Redis, and the Kafka connection options.
 type env struct {
 	cfg    config.Config
 	sec    sections
@@ -206,6 +195,26 @@ type env struct {
 	stop   context.CancelFunc
 	conn   driver.Conn
 	rdb    *redis.Client
+	dial   []kgo.Opt
+}
+
+// openJob reads a job's command line with parse: --help prints usage and the settings' flags, a
+// bad line the error and usage (exit 2); otherwise it opens what the job needs. On failure or
+// help it returns a nil env and the exit code.
+func openJob[C any](job, usage string, args []string, parse func([]string) (C, []string, error)) (C, *env, int) {
+	cmd, rest, err := parse(args)
+	if errors.Is(err, pflag.ErrHelp) {
+		_, _ = os.Stdout.WriteString(usage)
+		var sec sections
+		_, _ = config.Load("batchjob "+job, []string{"--help"}, sec.list()...)
+		return cmd, nil, exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "batchjob %s: %v\n\n%s", job, err, usage)
+		return cmd, nil, exitUsage
+	}
+	e, code := open(job, rest)
+	return cmd, e, code
 }
 
 // open loads the settings from rest and opens what a job needs. On failure it returns nil and
@@ -224,6 +233,10 @@ func open(job string, rest []string) (*env, int) {
 		return nil, exitUsage
 	}
 	e := &env{cfg: cfg, sec: sec, logger: logging.New(cfg.Log, os.Stderr).With("binary", "batchjob", "job", job)}
+	if e.dial, err = cfg.Kafka.Security().Options(); err != nil {
+		e.logger.Error("kafka client options", "err", err)
+		return nil, exitError
+	}
 	e.ctx, e.stop = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	octx, cancel := context.WithTimeout(e.ctx, time.Minute)
 	e.conn, err = chclient.Open(octx, cfg.ClickHouse.Options())

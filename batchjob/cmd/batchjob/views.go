@@ -21,10 +21,6 @@ import (
 	"github.com/tallypipeline/tally/sink/rawlog"
 )
 
-// exitDifferences: the recount found items whose streaming totals differ from the files, or
-// rollup buckets that differ from the deltas.
-const exitDifferences = 4
-
 func runViews(args []string) int {
 	day, rest, err := recount.ParseArgs(args)
 	if errors.Is(err, pflag.ErrHelp) {

@@ -1,0 +1,275 @@
+package counters
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
+)
+
+// One infrastructure per test binary (chDB allows one engine per process). The tests write to
+// the production topic (the command reads it) under a day picked anew per process and
+// namespaces of their own; each test has its own database.
+var (
+	infra *testinfra.Infra
+	bin   string // the batchjob binary
+	base  time.Time
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testinfra.Main(m, func(in *testinfra.Infra) error {
+		infra = in
+		base = time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, 10*int(time.Now().UnixNano()%200))
+		var err error
+		bin, err = testinfra.Build(in.Dir, "github.com/tallypipeline/tally/batchjob/cmd/batchjob")
+		return err
+	}))
+}
+
+// logged is a record of the log: the event and when it arrived (its produce time).
+type logged struct {
+	e       schemas.CounterEvent
+	arrived time.Time
+}
+
+// produce writes recs stamped with their arrival times, each keyed as the collector keys it.
+// The shared test producer cannot: it has a delivery timeout, which franz-go counts from a
+// record's own timestamp.
+func produce(t *testing.T, ctx context.Context, log []logged) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(infra.Kafka.Addr()), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := kafka.EnsureTopics(ctx, cl, 4, schemas.TopicCounterEvents); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range log {
+		rec := &kgo.Record{Topic: schemas.TopicCounterEvents, Key: schemas.CounterKey(l.e.Namespace, l.e.Name), Timestamp: l.arrived,
+			Value: schemas.AppendCounterEvent(nil, l.e)}
+		if l.e.Namespace == "" {
+			rec.Value = []byte("not json")
+		}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fixture is a namespace in a database of its own.
+type fixture struct {
+	ns   string
+	db   string
+	conn driver.Conn
+}
+
+func newFixture(t *testing.T, ctx context.Context, name, mode string) *fixture {
+	t.Helper()
+	f := &fixture{db: "counters_" + name}
+	f.conn = infra.DB(t, ctx, f.db)
+	if _, err := migrate.Apply(ctx, f.conn, infra.Logger); err != nil {
+		t.Fatal(err)
+	}
+	f.ns = f.namespace(t, ctx, name, mode)
+	return f
+}
+
+// namespace creates a namespace named for name, unique to the process, at generation 7 with a
+// one-hour window.
+func (f *fixture) namespace(t *testing.T, ctx context.Context, name, mode string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+	if err := f.conn.Exec(ctx, `INSERT INTO counter_namespaces (name, mode, retention_s, idempotency_s, writers, readers, generation, deleted, version, changed_at)
+		VALUES (?, ?, 7776000, 3600, [], [], 7, 0, 7, now64())`, ns, mode); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// run runs the command on day with args and returns its exit code and output.
+func (f *fixture) run(t *testing.T, day time.Time, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(bin, append(append([]string{"counters", "--date", day.Format(time.DateOnly)}, args...),
+		"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
+		"--clickhouse.database", f.db, "--redis.addr", infra.Redis.Addr(), "--log.level", "info")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return 0, out.String()
+}
+
+// store writes a row of counter_deltas as the stream would have: delta to counter name of
+// namespace ns in the minute at.
+func (f *fixture) store(t *testing.T, ctx context.Context, ns, name string, at time.Time, delta int64) {
+	t.Helper()
+	if err := f.conn.Exec(ctx, `INSERT INTO counter_deltas (partition, epoch, end_offset, ns, generation, name, minute, delta, expires)
+		VALUES (0, 1, 1, ?, 7, ?, ?, ?, now() + INTERVAL 90 DAY)`, ns, name, at.Truncate(time.Minute), delta); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type reportRow struct {
+	adds, end, stored int64
+	clears            uint32
+	dups              uint64
+}
+
+// report reads the latest complete version of namespace ns's day.
+func (f *fixture) report(t *testing.T, ctx context.Context, ns string, day time.Time) (uint32, map[string]reportRow) {
+	t.Helper()
+	rows, err := f.conn.Query(ctx, `SELECT version, name, adds, clears, duplicates, end_count, stored FROM counter_reports_final WHERE ns = ? AND date = ?`, ns, day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var version uint32
+	out := map[string]reportRow{}
+	for rows.Next() {
+		var name string
+		var r reportRow
+		if err := rows.Scan(&version, &name, &r.adds, &r.clears, &r.dups, &r.end, &r.stored); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return version, out
+}
+
+// TestRecountAgreesThenFindsADifference recounts a day whose log holds retries within the
+// window (one of an add counted the day before), a clear, an add that arrived two hours after
+// the day, the next day's adds, another generation's and an undecodable record, against the
+// rows the stream stored for it: the versions agree, for it and for an accurate namespace of
+// the same run (a best_effort one is passed over). Then a batch stored twice (what an
+// exactly-once bug would leave) is found and named in version 2.
+func TestRecountAgreesThenFindsADifference(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx, "shares", "eventual")
+	day := base
+	ev := func(op, name string, delta int64, token string, at time.Duration) schemas.CounterEvent {
+		return schemas.CounterEvent{Op: op, Namespace: f.ns, Generation: 7, Name: name, Delta: delta, Token: token,
+			TS: day.Add(at).UnixMilli(), Window: time.Hour.Milliseconds(), Retention: 90 * 86400}
+	}
+	at := func(e schemas.CounterEvent, after time.Duration) logged {
+		return logged{e, time.UnixMilli(e.TS).Add(after)}
+	}
+	other := ev(schemas.CounterAdd, "a", 9, "g6", time.Hour)
+	other.Generation = 6
+	exact := f.namespace(t, ctx, "exact", "accurate")
+	f.namespace(t, ctx, "loose", "best_effort")
+	inExact := ev(schemas.CounterAdd, "a", 4, "t1", time.Hour) // the same name and token in another namespace
+	inExact.Namespace = exact
+	f.store(t, ctx, exact, "a", day.Add(time.Hour), 4)
+	produce(t, ctx, []logged{
+		at(ev(schemas.CounterAdd, "a", 10, "prev", -20*time.Minute), 0),
+		at(ev(schemas.CounterAdd, "a", 10, "prev", 10*time.Minute), 0), // a retry stamped on arrival, on the day: dropped
+		at(ev(schemas.CounterAdd, "a", 5, "t1", time.Hour), 0),
+		at(ev(schemas.CounterAdd, "a", 5, "t1", time.Hour), time.Second),
+		at(ev(schemas.CounterAdd, "a", -2, "t2", 2*time.Hour), 0),
+		at(other, 0),
+		{schemas.CounterEvent{}, day.Add(2 * time.Hour)}, // undecodable
+		at(ev(schemas.CounterAdd, "b", 4, "t3", time.Hour), 0),
+		at(ev(schemas.CounterClear, "b", 0, "c1", 3*time.Hour), 0),
+		at(ev(schemas.CounterAdd, "b", 6, "t4", 4*time.Hour), 0),
+		at(ev(schemas.CounterAdd, "a", 1, "t5", 25*time.Hour), 0),                                         // the next day's
+		at(ev(schemas.CounterAdd, "c", 7, "t6", 23*time.Hour+50*time.Minute), 2*time.Hour+10*time.Minute), // arrived after the day
+		// Last: on the partition of a, earlier, its time would move the dedupe watermark past the
+		// add of "prev", which the rule would then forget at once (TestReplay).
+		at(inExact, 27*time.Hour),
+	})
+	for _, s := range []struct {
+		name  string
+		at    time.Duration
+		delta int64
+	}{{"a", -20 * time.Minute, 10}, {"a", time.Hour, 5}, {"a", 2 * time.Hour, -2}, {"a", 25 * time.Hour, 1},
+		{"b", -48 * time.Hour, 50}, {"b", time.Hour, 4}, {"b", 3 * time.Hour, -54}, {"b", 4 * time.Hour, 6},
+		{"c", 23*time.Hour + 50*time.Minute, 7}} {
+		f.store(t, ctx, f.ns, s.name, day.Add(s.at), s.delta)
+	}
+
+	code, out := f.run(t, day)
+	if code != 0 {
+		t.Fatalf("got exit %d; want 0:\n%s", code, out)
+	}
+	want := map[string]reportRow{
+		"a": {adds: 3, end: 13, stored: 13, dups: 2},
+		"b": {adds: 10, clears: 1, end: 6, stored: 6},
+		"c": {adds: 7, end: 7, stored: 7},
+	}
+	version, got := f.report(t, ctx, f.ns, day)
+	if version != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got version %d %+v; want 1 %+v", version, got, want)
+	}
+	wantExact := map[string]reportRow{"a": {adds: 4, end: 4, stored: 4}}
+	if version, got := f.report(t, ctx, exact, day); version != 1 || fmt.Sprint(got) != fmt.Sprint(wantExact) {
+		t.Fatalf("got version %d %+v of %s; want 1 %+v", version, got, exact, wantExact)
+	}
+	if n := strings.Count(out, "counter report "); n != 2 || !strings.Contains(out, f.ns+" "+day.Format(time.DateOnly)+" version 1: 3 counters, 0 differ from the stream") {
+		t.Fatalf("got output\n%s\nwant two summaries, %s's of 3 counters, none differing", out, f.ns)
+	}
+
+	f.store(t, ctx, f.ns, "a", day.Add(time.Hour), 5) // a batch counted twice
+	code, out = f.run(t, day, "--namespace", f.ns)
+	if code != 4 {
+		t.Fatalf("got exit %d; want 4 (differences):\n%s", code, out)
+	}
+	want["a"] = reportRow{adds: 3, end: 13, stored: 18, dups: 2}
+	if version, got = f.report(t, ctx, f.ns, day); version != 2 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got version %d %+v; want 2 %+v", version, got, want)
+	}
+	if !strings.Contains(out, "1 differ from the stream") || !strings.Contains(out, `name=a recount=13 stored=18`) {
+		t.Fatalf("got output\n%s\nwant counter a named as differing", out)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tests := []struct {
+		name, mode string
+		drop       bool
+		want       string
+	}{
+		{"besteffort", "best_effort", false, "is best_effort: its counts live in Redis alone"},
+		{"gone", "eventual", true, "does not exist (or was deleted)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, ctx, tt.name, tt.mode)
+			if tt.drop {
+				if err := f.conn.Exec(ctx, `INSERT INTO counter_namespaces (name, mode, retention_s, idempotency_s, writers, readers, generation, deleted, version, changed_at)
+					VALUES (?, 'eventual', 7776000, 3600, [], [], 7, 1, 8, now64())`, f.ns); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, out := f.run(t, base, "--namespace", f.ns)
+			if code != 1 || !strings.Contains(out, tt.want) {
+				t.Fatalf("got exit %d and\n%s\nwant exit 1 saying %q", code, out, tt.want)
+			}
+		})
+	}
+}
