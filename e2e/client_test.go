@@ -73,6 +73,18 @@ func checkClient(t *testing.T, api string, conn driver.Conn) {
 		}
 		return err == nil && s.Granularity == client.Hour && sum == 22, fmt.Sprintf("got %+v (sum %d), %v; want hourly points summing to 22", s, sum, err)
 	})
+	// Unique viewers per day and over the range, from the day sketches written with the all-time
+	// one the count above read.
+	s, err = c.Views(ctx, "client-item", client.SeriesQuery{From: now.Add(-24 * time.Hour), Granularity: client.Day})
+	var days int64
+	for _, p := range s.Points {
+		if p.UniqueViewers != nil {
+			days += *p.UniqueViewers
+		}
+	}
+	if err != nil || s.UniqueViewers == nil || *s.UniqueViewers != 22 || days != 22 {
+		t.Errorf("daily series: got %+v (days' unique viewers summing to %d), %v; want 22 unique viewers over the range and summed", s, days, err)
+	}
 	liked, err := c.Liked(ctx, "cu1", "client-item", "other")
 	if err != nil || !liked["client-item"] || liked["other"] {
 		t.Errorf("Liked: got %v, %v; want client-item only", liked, err)

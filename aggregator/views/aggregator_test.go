@@ -18,6 +18,7 @@ import (
 	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/schemas/viewersketch"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
@@ -405,7 +406,7 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT sketch FROM unique_viewer_deltas WHERE item_id = ? AND day = toDate(0) AND end_offset = 102", item).Scan(&blob); err != nil {
 		t.Fatal(err)
 	}
-	sk, err := decodeStoredSketch([]byte(blob))
+	sk, err := viewersketch.Decode([]byte(blob))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +617,7 @@ func TestSketchWriteCutShortIsWrittenAtStop(t *testing.T) {
 		if err := rows.Scan(&blob); err != nil {
 			t.Fatal(err)
 		}
-		sk, err := decodeStoredSketch([]byte(blob))
+		sk, err := viewersketch.Decode([]byte(blob))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/axiomhq/hyperloglog"
 
 	"github.com/tallypipeline/tally/aggregator/deadletter"
 	"github.com/tallypipeline/tally/schemas"
@@ -43,26 +42,6 @@ func writePending(ctx context.Context, w *deadletter.Writer, conn driver.Conn, p
 		p.dead = nil
 	}
 	return nil
-}
-
-// decodeStoredSketch reads a sketch stored in unique_viewers or unique_viewer_deltas. Anything
-// but a well-formed precision-14 axiomhq sketch is an error, never a panic: the bytes come from
-// a table anyone with write access can change, and one bad row must not stop every sketch write.
-func decodeStoredSketch(blob []byte) (sk *hyperloglog.Sketch, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			sk, err = nil, fmt.Errorf("decode stored sketch: malformed (%v)", r)
-		}
-	}()
-	// Byte 1 of axiomhq's encoding is the precision; sketches of another one cannot merge.
-	if len(blob) >= 2 && blob[1] != 14 {
-		return nil, fmt.Errorf("decode stored sketch: precision %d; want 14", blob[1])
-	}
-	sk = hyperloglog.New14()
-	if err := sk.UnmarshalBinary(blob); err != nil {
-		return nil, fmt.Errorf("decode stored sketch: %w", err)
-	}
-	return sk, nil
 }
 
 // The dead_letters sources of stored sketch rows that do not read back, named by their tables.

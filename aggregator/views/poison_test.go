@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/viewersketch"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
@@ -266,7 +267,7 @@ func FuzzDecodeStoredSketch(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("not a sketch"))
 	f.Fuzz(func(t *testing.T, blob []byte) {
-		sk, err := decodeStoredSketch(blob)
+		sk, err := viewersketch.Decode(blob)
 		if err != nil {
 			return
 		}
@@ -280,7 +281,7 @@ func FuzzDecodeStoredSketch(f *testing.F) {
 		if err != nil {
 			t.Fatalf("encode: %v", err)
 		}
-		back, err := decodeStoredSketch(out)
+		back, err := viewersketch.Decode(out)
 		if err != nil {
 			t.Fatalf("decode of a re-encoded sketch: %v", err)
 		}

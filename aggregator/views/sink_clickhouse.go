@@ -14,6 +14,7 @@ import (
 	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/schemas/viewersketch"
 )
 
 // store reads and writes the views tables (schemas/migrations/001_views.sql).
@@ -305,7 +306,7 @@ func mergeInto(parts []*partition, k sketchKey, blob string, of func(*partition)
 			continue
 		}
 		if stored == nil {
-			if stored, bad = decodeStoredSketch([]byte(blob)); bad != nil {
+			if stored, bad = viewersketch.Decode([]byte(blob)); bad != nil {
 				return bad, nil
 			}
 		}

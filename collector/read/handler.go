@@ -303,10 +303,12 @@ func (h *Handler) runBatch(ctx context.Context, b *fallbackBatch) {
 	}
 }
 
-// Point is one bucket of a series.
+// Point is one bucket of a series. UniqueViewers is given at day granularity only: the sketches
+// are kept per item and UTC day.
 type Point struct {
-	T     time.Time `json:"t"`
-	Views uint64    `json:"views"`
+	T             time.Time `json:"t"`
+	Views         uint64    `json:"views"`
+	UniqueViewers *uint64   `json:"unique_viewers,omitempty"`
 }
 
 func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
@@ -319,22 +321,39 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 		return api.BadRequest(w, err)
 	}
 	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
+	var unique Unique
+	if err == nil && q.Granularity == Day {
+		unique, err = h.src.uniqueViewers(r.Context(), id, q.From, q.To)
+	}
 	if err != nil {
 		h.logger.Warn("read series", "item_id", id, "granularity", q.Granularity, "from", q.From, "to", q.To, "err", err)
 		return api.Unavailable(w, "series are unavailable right now; retry later")
 	}
+	if unique.Bad > 0 {
+		h.logger.Warn("stored sketches that do not decode left out of unique viewers", "item_id", id, "count", unique.Bad)
+	}
 	points := make([]Point, 0, q.Points())
 	step := q.Granularity.Step()
 	for t := q.From; t.Before(q.To); t = t.Add(step) {
-		points = append(points, Point{T: t, Views: got[t.Unix()]})
+		p := Point{T: t, Views: got[t.Unix()]}
+		if q.Granularity == Day {
+			n := unique.Days[t.Unix()]
+			p.UniqueViewers = &n
+		}
+		points = append(points, p)
+	}
+	var rangeUnique *uint64
+	if q.Granularity == Day {
+		rangeUnique = &unique.Range
 	}
 	return api.JSON(w, http.StatusOK, struct {
-		ItemID      string      `json:"item_id"`
-		Granularity Granularity `json:"granularity"`
-		From        time.Time   `json:"from"`
-		To          time.Time   `json:"to"`
-		Points      []Point     `json:"points"`
-	}{id, q.Granularity, q.From, q.To, points})
+		ItemID        string      `json:"item_id"`
+		Granularity   Granularity `json:"granularity"`
+		From          time.Time   `json:"from"`
+		To            time.Time   `json:"to"`
+		Points        []Point     `json:"points"`
+		UniqueViewers *uint64     `json:"unique_viewers,omitempty"`
+	}{id, q.Granularity, q.From, q.To, points, rangeUnique})
 }
 
 // SeriesQuery is a validated series request: [From, To) aligned to Granularity.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/axiomhq/hyperloglog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -575,4 +577,76 @@ func FuzzParseSeriesQuery(f *testing.F) {
 			t.Fatalf("got range %s..%s accepted; want it within 1970-01-01..2100-01-01", q.From, q.To)
 		}
 	})
+}
+
+// TestUniqueViewersByDay: at day granularity each day's unique viewers are the union of its
+// latest whole sketch and the deltas written since its partition's last fold (an older whole
+// sketch, and a delta at or below the fold, add nothing; a repeated delta counts no viewer twice),
+// and the range's the union of its days (viewers of both days counted once). The all-time
+// sketch is no day's; a finer granularity carries none.
+func TestUniqueViewersByDay(t *testing.T) {
+	now := testinfra.RecentNoon()
+	c := &clock{t: now}
+	conn, srv := newTestHandler(t, c)
+	ctx := context.Background()
+	day := now.Truncate(24 * time.Hour)
+	sketch := func(from, to int) string {
+		sk := hyperloglog.New14()
+		for i := from; i < to; i++ {
+			sk.Insert([]byte(fmt.Sprintf("viewer-%d", i)))
+		}
+		b, err := sk.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if err := conn.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole := func(d time.Time, blob string, at time.Duration) {
+		exec("INSERT INTO unique_viewers (item_id, day, sketch, viewers, updated_at) VALUES ('u-a', ?, ?, 0, ?)", d.Format(time.DateOnly), blob, now.Add(at))
+	}
+	delta := func(part uint16, end int64, d time.Time, blob string) {
+		exec("INSERT INTO unique_viewer_deltas (partition, end_offset, item_id, day, sketch, viewers, written_at) VALUES (?, ?, 'u-a', ?, ?, 0, now64(6))", part, end, d.Format(time.DateOnly), blob)
+	}
+	yesterday := day.AddDate(0, 0, -1)
+	whole(yesterday, sketch(2000, 2100), -time.Hour) // an older whole sketch: only the latest is read
+	whole(yesterday, sketch(0, 1000), time.Minute)
+	whole(day, sketch(900, 1100), 0)
+	delta(3, 100, day, sketch(5000, 6000)) // folded, so in the whole sketch already (its viewers are not here: it must be left out)
+	delta(3, 300, day, sketch(1100, 1300))
+	delta(3, 300, day, sketch(1100, 1300))
+	delta(3, 400, day, "not a sketch")
+	exec("INSERT INTO sketch_folds (partition, end_offset, written_at) VALUES (3, 200, now64(3))")
+	whole(time.Unix(0, 0), sketch(0, 100_000), 0) // the all-time sketch
+
+	var got struct {
+		Points        []Point
+		UniqueViewers *uint64 `json:"unique_viewers"`
+	}
+	url := fmt.Sprintf("%s/v1/items/u-a/views?granularity=day&from=%d&to=%d", srv.URL, yesterday.AddDate(0, 0, -1).UnixMilli(), day.UnixMilli())
+	if code := getJSON(t, url, &got); code != 200 || len(got.Points) != 3 || got.UniqueViewers == nil {
+		t.Fatalf("got %d with %+v; want 200 and 3 points with unique viewers", code, got)
+	}
+	near := func(got *uint64, want float64) bool { return got != nil && math.Abs(float64(*got)-want) <= 0.02*want }
+	for i, want := range []float64{0, 1000, 400} {
+		if p := got.Points[i]; (want == 0 && (p.UniqueViewers == nil || *p.UniqueViewers != 0)) || (want > 0 && !near(p.UniqueViewers, want)) {
+			t.Errorf("day %d: got %v unique viewers; want %v within 2%%", i, p.UniqueViewers, want)
+		}
+	}
+	if !near(got.UniqueViewers, 1300) { // 0..1000 and 900..1300
+		t.Errorf("got %d unique viewers over the range; want 1300 within 2%%", *got.UniqueViewers)
+	}
+	var hourly struct {
+		Points        []map[string]any
+		UniqueViewers *uint64 `json:"unique_viewers"`
+	}
+	url = fmt.Sprintf("%s/v1/items/u-a/views?granularity=hour&from=%d&to=%d", srv.URL, day.UnixMilli(), day.Add(time.Hour).UnixMilli())
+	if code := getJSON(t, url, &hourly); code != 200 || hourly.UniqueViewers != nil || hourly.Points[0]["unique_viewers"] != nil {
+		t.Errorf("got %d with %+v at hour granularity; want 200 without unique viewers", code, hourly)
+	}
 }
