@@ -15,21 +15,15 @@ import (
 // changed after the snapshot.
 type Snapshot map[int32]int64
 
-// ReplayStats says what a replay read.
-type ReplayStats struct {
-	Records     int64 // records read, decodable or not
-	Undecodable int64 // records skipped because they could not be decoded
-}
-
 // Replay reads topic from the log start up to the end offsets it snapshots first, with
 // read_committed isolation (package logread), and calls fn with each polled batch of records, in
 // log order within each partition. Undecodable records are skipped (and counted): they are
 // skipped the same way by every replay and by the applier, so they never make two readers
 // disagree.
-func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Logger, fn func([]Record) error, dial ...kgo.Opt) (Snapshot, ReplayStats, error) {
+func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Logger, fn func([]Record) error, dial ...kgo.Opt) (Snapshot, logread.Stats, error) {
 	snap, starts, err := TakeSnapshot(ctx, brokers, topic, logger, dial...)
 	if err != nil {
-		return nil, ReplayStats{}, err
+		return nil, logread.Stats{}, err
 	}
 	stats, err := ReplayRange(ctx, brokers, topic, logger, starts, snap, fn, dial...)
 	if err != nil {
@@ -41,8 +35,8 @@ func Replay(ctx context.Context, brokers []string, topic string, logger *slog.Lo
 // ReplayRange reads each partition of topic from from[p] up to snap[p] (partitions absent from
 // from, or with nothing between, are not read), as Replay does: for a reader that has the log
 // below from elsewhere (the sink's files).
-func ReplayRange(ctx context.Context, brokers []string, topic string, logger *slog.Logger, from map[int32]int64, snap Snapshot, fn func([]Record) error, dial ...kgo.Opt) (ReplayStats, error) {
-	var stats ReplayStats
+func ReplayRange(ctx context.Context, brokers []string, topic string, logger *slog.Logger, from map[int32]int64, snap Snapshot, fn func([]Record) error, dial ...kgo.Opt) (logread.Stats, error) {
+	var stats logread.Stats
 	spans := map[int32]logread.Span{}
 	for p, end := range snap {
 		if f, ok := from[p]; ok {

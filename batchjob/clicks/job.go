@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tallypipeline/tally/batchjob/runlock"
+	"github.com/tallypipeline/tally/platform/logread"
 	"github.com/tallypipeline/tally/platform/progress"
 )
 
@@ -60,7 +61,7 @@ type Report struct {
 	Source     string
 	StartedAt  time.Time
 	ComputedAt time.Time
-	Read       ReadStats // clicks and verdicts records read
+	Read       logread.Stats // clicks and verdicts records read
 	Tally      TallyStats
 	Day        DayStats
 }
@@ -107,30 +108,30 @@ func run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 }
 
 // tally reads the day's clicks (and the lookback before it), then the verdicts.
-func tally(ctx context.Context, day time.Time, d Deps, audit string) (*Tally, ReadStats, error) {
+func tally(ctx context.Context, day time.Time, d Deps, audit string) (*Tally, logread.Stats, error) {
 	t := NewTally(day, d.Rules, audit)
 	from, to := day.Add(-d.Lookback), day.AddDate(0, 0, 1)
 	count := func(int64) {}
 	if d.Progress != nil {
 		total, err := d.Source.Size(ctx, from, to)
 		if err != nil {
-			return nil, ReadStats{}, fmt.Errorf("size the read of %s: %w", day.Format(time.DateOnly), err)
+			return nil, logread.Stats{}, fmt.Errorf("size the read of %s: %w", day.Format(time.DateOnly), err)
 		}
 		d.Progress.SetTotal(total)
 		count = d.Progress.Add
 	}
 	cs, err := d.Source.Clicks(ctx, from, to, func(n int64, b []Click) error { t.AddClicks(b); count(n); return nil })
 	if err != nil {
-		return nil, ReadStats{}, fmt.Errorf("read clicks of %s: %w", day.Format(time.DateOnly), err)
+		return nil, logread.Stats{}, fmt.Errorf("read clicks of %s: %w", day.Format(time.DateOnly), err)
 	}
 	d.Logger.Info("clicks read", "records", cs.Records, "undecodable", cs.Undecodable, "in_range", t.Stats().Clicks,
 		"click_ids", len(t.clicks), "ads", len(t.ads))
 	vs, err := d.Source.Verdicts(ctx, from, func(n int64, b []Verdict) error { t.AddVerdicts(b); count(n); return nil })
 	if err != nil {
-		return nil, ReadStats{}, fmt.Errorf("read fraud verdicts for %s: %w", day.Format(time.DateOnly), err)
+		return nil, logread.Stats{}, fmt.Errorf("read fraud verdicts for %s: %w", day.Format(time.DateOnly), err)
 	}
 	d.Logger.Info("verdicts read", "records", vs.Records, "undecodable", vs.Undecodable, "applied", t.Stats().VerdictsApplied)
-	return t, ReadStats{Records: cs.Records + vs.Records, Undecodable: cs.Undecodable + vs.Undecodable}, nil
+	return t, logread.Stats{Records: cs.Records + vs.Records, Undecodable: cs.Undecodable + vs.Undecodable}, nil
 }
 
 // AuditReport is the audit of one ad's day: every occurrence of its clicks, what it recomputed

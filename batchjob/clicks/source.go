@@ -3,6 +3,8 @@ package clicks
 import (
 	"context"
 	"time"
+
+	"github.com/tallypipeline/tally/platform/logread"
 )
 
 // Click is one click record of the raw log, with where the log holds it: (Partition, Offset)
@@ -28,12 +30,6 @@ type Verdict struct {
 	Offset    int64
 }
 
-// ReadStats says what a read of the log covered.
-type ReadStats struct {
-	Records     int64 // records read, decodable or not
-	Undecodable int64 // records skipped because they could not be decoded
-}
-
 // Source is the raw log a run counts: the day's clicks and the verdicts. The Kafka topics are
 // one source (KafkaSource); the sink's hourly Parquet files of the same records, with the Kafka
 // records not yet in files, are another (FilesSource), and a run does not care which it is
@@ -42,10 +38,10 @@ type Source interface {
 	// Clicks calls fn with every click whose event time lies in [from, to), in batches, each
 	// with how many log records it came from (read counts them all, decodable or not). Records
 	// outside the range may be read but are not passed on.
-	Clicks(ctx context.Context, from, to time.Time, fn func(read int64, b []Click) error) (ReadStats, error)
+	Clicks(ctx context.Context, from, to time.Time, fn func(read int64, b []Click) error) (logread.Stats, error)
 	// Verdicts calls fn with every verdict on a click stamped at or after since (and possibly
 	// older ones), in batches, each with how many log records it came from.
-	Verdicts(ctx context.Context, since time.Time, fn func(read int64, b []Verdict) error) (ReadStats, error)
+	Verdicts(ctx context.Context, since time.Time, fn func(read int64, b []Verdict) error) (logread.Stats, error)
 	// Size is how many records Clicks(from, to) and then Verdicts(from) would read if called
 	// now, found without reading them (Kafka offsets, the files' footers): the progress line's
 	// total. Records produced in between make the reads a little longer.

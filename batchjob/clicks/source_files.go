@@ -57,10 +57,10 @@ func (s *FilesSource) Name() string {
 }
 
 // Clicks implements Source.
-func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func(int64, []Click) error) (ReadStats, error) {
+func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func(int64, []Click) error) (logread.Stats, error) {
 	pl, err := s.planClicks(ctx, from, to)
 	if err != nil {
-		return ReadStats{}, err
+		return logread.Stats{}, err
 	}
 	var batch []Click
 	return pl.read(ctx, s, func(_ int32, rows []rawlog.ClickKey) error {
@@ -78,10 +78,10 @@ func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func(in
 }
 
 // Verdicts implements Source.
-func (s *FilesSource) Verdicts(ctx context.Context, since time.Time, fn func(int64, []Verdict) error) (ReadStats, error) {
+func (s *FilesSource) Verdicts(ctx context.Context, since time.Time, fn func(int64, []Verdict) error) (logread.Stats, error) {
 	pl, err := s.planVerdicts(ctx, since)
 	if err != nil {
-		return ReadStats{}, err
+		return logread.Stats{}, err
 	}
 	fraud := schemas.VerdictFraud.String()
 	var batch []Verdict
@@ -176,8 +176,8 @@ func (pl plan[T]) size(ctx context.Context) (int64, error) {
 }
 
 // read reads the files, passing their rows to rows, then the tail, passing its records to dec.
-func (pl plan[T]) read(ctx context.Context, s *FilesSource, rows func(int32, []T) error, dec func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
-	var st ReadStats
+func (pl plan[T]) read(ctx context.Context, s *FilesSource, rows func(int32, []T) error, dec func([]*kgo.Record, *logread.Stats) error) (logread.Stats, error) {
+	var st logread.Stats
 	topic := pl.files.Topic
 	if err := pl.files.Read(ctx, pl.from, pl.to, func(p int32, rs []T) error { st.Records += int64(len(rs)); return rows(p, rs) }); err != nil {
 		return st, fmt.Errorf("read %s files: %w", topic, err)

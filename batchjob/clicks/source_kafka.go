@@ -42,20 +42,20 @@ func NewKafkaSource(o KafkaOptions) *KafkaSource {
 func (s *KafkaSource) Name() string { return "kafka" }
 
 // Clicks implements Source.
-func (s *KafkaSource) Clicks(ctx context.Context, from, to time.Time, fn func(int64, []Click) error) (ReadStats, error) {
+func (s *KafkaSource) Clicks(ctx context.Context, from, to time.Time, fn func(int64, []Click) error) (logread.Stats, error) {
 	spans, err := s.clickSpans(ctx, from, to)
 	if err != nil {
-		return ReadStats{}, err
+		return logread.Stats{}, err
 	}
 	return s.read(ctx, s.o.ClicksTopic, spans, clickDecoder(from, to, fn))
 }
 
 // Verdicts implements Source: every verdict produced since the earliest time a click stamped
 // since could have been produced, up to the end of the log.
-func (s *KafkaSource) Verdicts(ctx context.Context, since time.Time, fn func(int64, []Verdict) error) (ReadStats, error) {
+func (s *KafkaSource) Verdicts(ctx context.Context, since time.Time, fn func(int64, []Verdict) error) (logread.Stats, error) {
 	spans, err := s.verdictSpans(ctx, since)
 	if err != nil {
-		return ReadStats{}, err
+		return logread.Stats{}, err
 	}
 	return s.read(ctx, s.o.VerdictsTopic, spans, verdictDecoder(fn))
 }
@@ -85,10 +85,10 @@ func (s *KafkaSource) verdictSpans(ctx context.Context, since time.Time) (map[in
 }
 
 // clickDecoder passes on the decodable clicks stamped in [from, to).
-func clickDecoder(from, to time.Time, fn func(int64, []Click) error) func([]*kgo.Record, *ReadStats) error {
+func clickDecoder(from, to time.Time, fn func(int64, []Click) error) func([]*kgo.Record, *logread.Stats) error {
 	fromMs, toMs := from.UnixMilli(), to.UnixMilli()
 	var batch []Click
-	return func(recs []*kgo.Record, st *ReadStats) error {
+	return func(recs []*kgo.Record, st *logread.Stats) error {
 		batch = batch[:0]
 		for _, r := range recs {
 			c, err := schemas.DecodeClick(r.Value)
@@ -107,9 +107,9 @@ func clickDecoder(from, to time.Time, fn func(int64, []Click) error) func([]*kgo
 }
 
 // verdictDecoder passes on the decodable verdicts.
-func verdictDecoder(fn func(int64, []Verdict) error) func([]*kgo.Record, *ReadStats) error {
+func verdictDecoder(fn func(int64, []Verdict) error) func([]*kgo.Record, *logread.Stats) error {
 	var batch []Verdict
-	return func(recs []*kgo.Record, st *ReadStats) error {
+	return func(recs []*kgo.Record, st *logread.Stats) error {
 		batch = batch[:0]
 		for _, r := range recs {
 			v, err := schemas.DecodeFraudVerdict(r.Value)
@@ -125,8 +125,8 @@ func verdictDecoder(fn func(int64, []Verdict) error) func([]*kgo.Record, *ReadSt
 }
 
 // read passes the records of topic in spans to dec, which counts the undecodable ones.
-func (s *KafkaSource) read(ctx context.Context, topic string, spans map[int32]logread.Span, dec func([]*kgo.Record, *ReadStats) error) (ReadStats, error) {
-	var st ReadStats
+func (s *KafkaSource) read(ctx context.Context, topic string, spans map[int32]logread.Span, dec func([]*kgo.Record, *logread.Stats) error) (logread.Stats, error) {
+	var st logread.Stats
 	n, err := s.log.Read(ctx, topic, spans, func(recs []*kgo.Record) error { return dec(recs, &st) })
 	st.Records = n
 	if err != nil {

@@ -72,7 +72,7 @@ type Report struct {
 	Version    uint32
 	StartedAt  time.Time
 	ComputedAt time.Time
-	Read       ReplayStats // of the whole run, every namespace's records
+	Read       logread.Stats // of the whole run, every namespace's records
 	Counters   int
 	Adds       int64
 	Clears     uint64

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tallypipeline/tally/platform/logread"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/dedupe"
 )
@@ -25,12 +26,6 @@ type Row struct {
 
 // Differs says whether the recount and the stream disagree on the counter's end of day.
 func (r Row) Differs() bool { return r.Count != r.Stored }
-
-// ReplayStats is what a replay read.
-type ReplayStats struct {
-	Records     int64 // records read, decodable or not
-	Undecodable int64 // records that do not decode (the aggregators set them aside too)
-}
 
 // windowKey is one dedupe window of a partition: the aggregators keep one per partition and
 // window length.
@@ -59,7 +54,7 @@ type Replay struct {
 	from, to int64             // the day, Unix ms
 	windows  map[windowKey]*dedupe.Window
 	counters map[counterKey]*tally
-	stats    ReplayStats
+	stats    logread.Stats
 }
 
 // NewReplay returns an empty replay of the namespaces gens names (with their generations) on
@@ -109,7 +104,7 @@ func (r *Replay) Apply(p int32, value []byte) {
 }
 
 // Stats is what the replay read so far.
-func (r *Replay) Stats() ReplayStats { return r.stats }
+func (r *Replay) Stats() logread.Stats { return r.stats }
 
 // Names are the counters of namespace ns the replay tallied.
 func (r *Replay) Names(ns string) []string {

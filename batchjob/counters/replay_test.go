@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tallypipeline/tally/platform/logread"
 	"github.com/tallypipeline/tally/schemas"
 )
 
@@ -103,7 +104,7 @@ func TestReplayWindowsPerPartition(t *testing.T) {
 	if got := r.Rows("shares", nil); len(got) != 1 || got[0].Count != 2 {
 		t.Fatalf("got %+v; want one counter at 2", got)
 	}
-	if got, want := r.Stats(), (ReplayStats{Records: 2}); got != want {
+	if got, want := r.Stats(), (logread.Stats{Records: 2}); got != want {
 		t.Fatalf("got %+v; want %+v", got, want)
 	}
 }

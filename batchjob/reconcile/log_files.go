@@ -9,6 +9,7 @@ import (
 
 	"github.com/tallypipeline/tally/likestate"
 	"github.com/tallypipeline/tally/platform/kafka"
+	"github.com/tallypipeline/tally/platform/logread"
 	"github.com/tallypipeline/tally/sink/rawlog"
 	"github.com/tallypipeline/tally/sink/store"
 )
@@ -23,8 +24,8 @@ import (
 // error: the records in between are in neither, and state computed without them would be wrong.
 // Rows the files hold at or above the snapshot are left out. It reports whether Kafka supplied
 // any record.
-func replayFiles(ctx context.Context, d Deps, st store.Store, fn func([]likestate.Record) error) (likestate.Snapshot, likestate.ReplayStats, bool, error) {
-	var stats likestate.ReplayStats
+func replayFiles(ctx context.Context, d Deps, st store.Store, fn func([]likestate.Record) error) (likestate.Snapshot, logread.Stats, bool, error) {
+	var stats logread.Stats
 	snap, starts, err := likestate.TakeSnapshot(ctx, d.Brokers, d.Topic, d.Logger, d.Dial...)
 	if err != nil {
 		return nil, stats, false, err

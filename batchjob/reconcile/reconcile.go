@@ -28,6 +28,7 @@ import (
 
 	"github.com/tallypipeline/tally/batchjob/runlock"
 	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/logread"
 	"github.com/tallypipeline/tally/platform/progress"
 	"github.com/tallypipeline/tally/sink/rawlog"
 	"github.com/tallypipeline/tally/sink/store"
@@ -177,7 +178,7 @@ func readLog(ctx context.Context, d Deps, job Job) (*logState, error) {
 		files = !first.IsZero()
 	}
 	var snap likestate.Snapshot
-	var stats likestate.ReplayStats
+	var stats logread.Stats
 	var err error
 	st.source = "kafka"
 	if files {

@@ -30,6 +30,12 @@ type Reader struct {
 	Logger  *slog.Logger
 }
 
+// Stats says what a read of the log covered, for readers that decode what Read hands them.
+type Stats struct {
+	Records     int64 // records read, decodable or not
+	Undecodable int64 // records skipped because they could not be decoded
+}
+
 // Span is the stretch [From, Stop) of a partition a read covers. Start is the log's first
 // offset; TimeCut says From was found by time (the records below it were produced before the
 // read's start time), so records missing below Start were not wanted anyway.
