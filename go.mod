@@ -14,6 +14,7 @@ require (
 	github.com/chdb-io/chdb-go v1.11.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/dgryski/go-metro v0.0.0-20250106013310-edb8663e5e33
+	github.com/dustin/go-humanize v1.1.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/go-viper/mapstructure/v2 v2.5.0
@@ -45,7 +46,6 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/chromedp/cdproto v0.160.1 // indirect
-	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.8.0 // indirect

@@ -34,17 +34,20 @@ type LagReport struct {
 	// Growth check: the median of the first window after warm-up against the median of the last
 	// window of the run. Growing means the last exceeds the first by more than one second of
 	// the achieved event rate: the consumer fell further behind than normal batching explains.
-	FirstFrom    float64  `json:"first_window_from_s"`
-	LastFrom     float64  `json:"last_window_from_s"`
-	Window       float64  `json:"window_s"`
-	FirstMedian  float64  `json:"first_median"`
-	LastMedian   float64  `json:"last_median"`
-	Growing      bool     `json:"growing"`
-	SlopePerSec  float64  `json:"slope_per_sec"` // least-squares growth of lag after warm-up, records/s
-	BehindS      float64  `json:"behind_s"`      // the last window's median in seconds of the rate, growing or not
-	Drained      bool     `json:"drained"`
-	DrainSeconds float64  `json:"drain_seconds"` // after the load stopped, until lag was 0
-	DrainError   string   `json:"drain_error,omitempty"`
+	FirstFrom    float64 `json:"first_window_from_s"`
+	LastFrom     float64 `json:"last_window_from_s"`
+	Window       float64 `json:"window_s"`
+	FirstMedian  float64 `json:"first_median"`
+	LastMedian   float64 `json:"last_median"`
+	Growing      bool    `json:"growing"`
+	SlopePerSec  float64 `json:"slope_per_sec"` // least-squares growth of lag after warm-up, records/s
+	BehindS      float64 `json:"behind_s"`      // the last window's median in seconds of the rate, growing or not
+	Drained      bool    `json:"drained"`
+	DrainSeconds float64 `json:"drain_seconds"` // after the load stopped, until lag was 0
+	DrainError   string  `json:"drain_error,omitempty"`
+	// Missed counts samples whose answer took longer than the sampling interval (a broker busy
+	// with the load): the series has a gap there; it is not an error of the system measured.
+	Missed       int      `json:"missed"`
 	Errors       int      `json:"errors"`
 	ErrorSamples []string `json:"error_samples,omitempty"`
 }
@@ -62,6 +65,7 @@ type lagMonitor struct {
 
 	mu      sync.Mutex
 	samples []LagSample
+	missed  int
 }
 
 func newLagMonitor(brokers []string, sasl kafka.Security, group, topic string) *lagMonitor {
@@ -136,6 +140,12 @@ func (m *lagMonitor) sample(ctx context.Context, start time.Time) {
 		sctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 		n, err := m.lag(sctx)
 		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			m.mu.Lock()
+			m.missed++
+			m.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			m.errs.add(ctx, "sample consumer lag", err)
 			continue
@@ -189,10 +199,10 @@ func (m *lagMonitor) drain(ctx context.Context, d time.Duration) (time.Duration,
 // report judges the samples of a run of length elapsed; rate is the achieved event rate.
 func (m *lagMonitor) report(elapsed, warmup, window time.Duration, rate float64) LagReport {
 	m.mu.Lock()
-	samples := append([]LagSample(nil), m.samples...)
+	samples, missed := append([]LagSample(nil), m.samples...), m.missed
 	m.mu.Unlock()
 	r := judgeLag(samples, elapsed, warmup, window, rate)
-	r.Group = m.group
+	r.Group, r.Missed = m.group, missed
 	r.Errors, r.ErrorSamples = m.errs.snapshot()
 	return r
 }

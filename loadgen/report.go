@@ -57,8 +57,12 @@ func WriteText(w io.Writer, r *Report) {
 		if l.Growing {
 			verdict = "GROWING"
 		}
-		p("  lag         group %s, %d samples: median %.0f in [%.0fs,%.0fs), %.0f from %.0fs; slope %+.0f records/s; %s; %.1fs of input behind at the end",
-			l.Group, len(l.Samples), l.FirstMedian, l.FirstFrom, l.FirstFrom+l.Window, l.LastMedian, l.LastFrom, l.SlopePerSec, verdict, l.BehindS)
+		missed := ""
+		if l.Missed > 0 {
+			missed = fmt.Sprintf(" (%d missed: the broker answered too late)", l.Missed)
+		}
+		p("  lag         group %s, %d samples%s: median %.0f in [%.0fs,%.0fs), %.0f from %.0fs; slope %+.0f records/s; %s; %.1fs of input behind at the end",
+			l.Group, len(l.Samples), missed, l.FirstMedian, l.FirstFrom, l.FirstFrom+l.Window, l.LastMedian, l.LastFrom, l.SlopePerSec, verdict, l.BehindS)
 		switch {
 		case l.Drained:
 			p("              drained to 0 in %.1fs after the load", l.DrainSeconds)

@@ -5,13 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/platform/kafka"
@@ -50,14 +54,7 @@ type logged struct {
 // record's own timestamp.
 func produce(t *testing.T, ctx context.Context, log []logged) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(infra.Kafka.Addr()), kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := kafka.EnsureTopics(ctx, cl, 4, schemas.TopicCounterEvents); err != nil {
-		t.Fatal(err)
-	}
+	cl := producer(t, ctx)
 	for _, l := range log {
 		rec := &kgo.Record{Topic: schemas.TopicCounterEvents, Key: schemas.CounterKey(l.e.Namespace, l.e.Name), Timestamp: l.arrived,
 			Value: schemas.AppendCounterEvent(nil, l.e)}
@@ -68,6 +65,20 @@ func produce(t *testing.T, ctx context.Context, log []logged) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// producer is a client for the log's topic, created if missing, closed when the test ends.
+func producer(t *testing.T, ctx context.Context) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(infra.Kafka.Addr()), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := kafka.EnsureTopics(ctx, cl, 4, schemas.TopicCounterEvents); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
 
 // fixture is a namespace in a database of its own.
@@ -100,12 +111,17 @@ func (f *fixture) namespace(t *testing.T, ctx context.Context, name, mode string
 	return ns
 }
 
+// argv is the command's arguments to recount day with args.
+func (f *fixture) argv(day time.Time, args ...string) []string {
+	return append(append([]string{"counters", "--date", day.Format(time.DateOnly)}, args...),
+		"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
+		"--clickhouse.database", f.db, "--redis.addr", infra.Redis.Addr(), "--log.level", "info")
+}
+
 // run runs the command on day with args and returns its exit code and output.
 func (f *fixture) run(t *testing.T, day time.Time, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(bin, append(append([]string{"counters", "--date", day.Format(time.DateOnly)}, args...),
-		"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
-		"--clickhouse.database", f.db, "--redis.addr", infra.Redis.Addr(), "--log.level", "info")...)
+	cmd := exec.Command(bin, f.argv(day, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -271,5 +287,122 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("got exit %d and\n%s\nwant exit 1 saying %q", code, out, tt.want)
 			}
 		})
+	}
+}
+
+// kill -9 of the job at a random moment of its run (reading the log, reading the stored totals
+// or writing its rows) leaves the last complete version or none visible, never a part of one;
+// the dead run's lock refuses a rerun until its TTL ends, and the rerun writes a complete version.
+func TestKillAtRandomThenRerun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx, "kill", "eventual")
+	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
+	defer rdb.Close()
+	day := base.AddDate(0, 0, 3) // a day of its own: the other tests' records are not read
+	const counters = 150_000     // rows enough for the write to take a while
+	produceAdds(t, ctx, f.ns, day, counters)
+	if err := f.conn.Exec(ctx, `INSERT INTO counter_deltas (partition, epoch, end_offset, ns, generation, name, minute, delta, expires)
+		SELECT 0, 1, 1, ?, 7, concat('c', toString(number)), ?, 1, now() + INTERVAL 90 DAY FROM numbers(?)`, f.ns, day.Add(time.Hour), counters); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--namespace", f.ns, "--batchjob.lock_ttl", "3s"}
+	complete := func(t *testing.T, when string) uint32 {
+		t.Helper()
+		version, rows := f.report(t, ctx, f.ns, day)
+		if len(rows) != counters {
+			t.Fatalf("%s: got version %d with %d counters; want a complete version of %d", when, version, len(rows), counters)
+		}
+		for name, r := range rows {
+			if r != (reportRow{adds: 1, end: 1, stored: 1}) {
+				t.Fatalf("%s: got %s %+v in version %d; want 1 add, end 1, stored 1", when, name, r, version)
+			}
+		}
+		return version
+	}
+
+	// The first run: how long the whole run and its write (from the line below to its exit) take.
+	const writing = "writing counter report"
+	started := time.Now()
+	cmd := exec.CommandContext(ctx, bin, f.argv(day, args...)...)
+	testinfra.StartUntil(t, cmd, writing)
+	wrote := time.Now()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	took, writeTook := time.Since(started), time.Since(wrote)
+	seen := complete(t, "after the first run")
+
+	kills := []struct {
+		name  string
+		after string // the log line the delay starts at; "" for the start
+		delay time.Duration
+	}{
+		{"anywhere in the run", "", time.Duration(rand.Int64N(int64(took)))},
+		{"while writing its rows", writing, time.Duration(rand.Int64N(int64(writeTook)))},
+	}
+	for _, k := range kills {
+		t.Run(k.name, func(t *testing.T) {
+			f.kill(t, ctx, f.argv(day, args...), k.after, k.delay)
+			var partial uint64
+			if err := f.conn.QueryRow(ctx, `SELECT count() FROM counter_reports_daily WHERE ns = ? AND date = ? AND version > ?`, f.ns, day, seen).Scan(&partial); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("killed %v after %q (a whole run took %v): it left %d rows beyond version %d", k.delay, k.after, took, partial, seen)
+			seen = complete(t, "after kill -9")
+			if code, out := f.run(t, day, args...); code != 3 && code != 0 {
+				t.Fatalf("rerun at once: got exit %d; want 3 while the dead run's lock lasts, or 0 if it ended before the kill:\n%s", code, out)
+			}
+			testinfra.WaitForEvery(t, 30*time.Second, time.Second, "the dead run's lock to expire", func() (bool, string) {
+				n, err := rdb.Exists(ctx, LockKey).Result()
+				return err == nil && n == 0, fmt.Sprint(n, err)
+			})
+			code, out := f.run(t, day, args...)
+			if code != 0 {
+				t.Fatalf("rerun: got exit %d; want 0:\n%s", code, out)
+			}
+			version := complete(t, "after the rerun")
+			if version <= seen || !strings.Contains(out, fmt.Sprintf("version %d: %d counters, 0 differ", version, counters)) {
+				t.Fatalf("after the rerun: got version %d (%d before it) and output\n%s\nwant a newer complete version, reported", version, seen, out)
+			}
+			seen = version
+		})
+	}
+}
+
+// kill starts the command with argv and kill -9s it delay after it logs a line containing after
+// (after its start for "").
+func (f *fixture) kill(t *testing.T, ctx context.Context, argv []string, after string, delay time.Duration) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, argv...)
+	testinfra.StartUntil(t, cmd, after)
+	time.Sleep(delay)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+// produceAdds logs one add of 1 to each of n counters c0, c1, ... of ns, an hour into day.
+func produceAdds(t *testing.T, ctx context.Context, ns string, day time.Time, n int) {
+	t.Helper()
+	cl := producer(t, ctx)
+	at := day.Add(time.Hour)
+	var failed atomic.Pointer[error]
+	for i := range n {
+		e := schemas.CounterEvent{Op: schemas.CounterAdd, Namespace: ns, Generation: 7, Name: fmt.Sprintf("c%d", i), Delta: 1,
+			Token: fmt.Sprintf("t%d", i), TS: at.UnixMilli(), Window: time.Hour.Milliseconds(), Retention: 90 * 86400}
+		cl.Produce(ctx, &kgo.Record{Topic: schemas.TopicCounterEvents, Key: schemas.CounterKey(ns, e.Name), Timestamp: at,
+			Value: schemas.AppendCounterEvent(nil, e)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := failed.Load(); err != nil {
+		t.Fatal(*err)
 	}
 }

@@ -136,6 +136,7 @@ func run(ctx context.Context, name string, day time.Time, d Deps) ([]Report, err
 			}
 		}
 		rep.ComputedAt = d.Now().UTC()
+		d.Logger.Info("writing counter report", "ns", ns.Name, "date", day.Format(time.DateOnly), "counters", len(rows), "differing", len(rep.Differing))
 		if err := writeVersion(ctx, d.ClickHouse, &rep, rows); err != nil {
 			return reps, err
 		}

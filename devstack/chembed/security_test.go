@@ -315,6 +315,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 		auth string
 	}{{"pipeline", ""}, {"dashboards", "Authorization: Basic " + basic(dashUser, dashPassword) + "\r\n"}} {
 		t.Run(who.name, func(t *testing.T) {
+			t.Parallel() // each waits out the body timeout
 			conn, err := net.DialTimeout("tcp", shared.Addr(), 5*time.Second)
 			if err != nil {
 				t.Fatalf("dial: %v", err)

@@ -41,6 +41,10 @@ type Command struct {
 	Name string
 	// ProcsPerCPU is the binary's runtime.procs_per_cpu when the setting is 0; 1 when unset.
 	ProcsPerCPU int
+	// MemoryShare is the part of the container's memory limit that runtime.memory_limit auto
+	// gives Go's heap; 0.9 when unset. A binary whose embedded engines allocate outside Go's
+	// heap gives it less.
+	MemoryShare float64
 	// Commands lists the binary's other sub-commands, one per line ("resume  decide on a
 	// halted partition"), for --help: main dispatches them before Run.
 	Commands string
@@ -90,6 +94,14 @@ func Run(c Command) int {
 		runtime.GOMAXPROCS(n)
 	}
 	logger.Info("go scheduler", "gomaxprocs", n, "cpus", runtime.NumCPU())
+	share := c.MemoryShare
+	if share == 0 {
+		share = 0.9
+	}
+	if err := TuneMemory(cfg.Runtime, share, logger); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	logger.Info("build", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "go", build.GoVersion)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

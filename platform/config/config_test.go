@@ -91,6 +91,9 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"bad env int", map[string]string{"TALLY_KAFKA_PARTITIONS": "many"}, nil, "partitions"},
 		{"out of range", nil, []string{"--kafka.partitions", "0"}, "kafka.partitions"},
 		{"negative scheduler slots", nil, []string{"--runtime.procs_per_cpu", "-1"}, "runtime.procs_per_cpu"},
+		{"zero gc percent", nil, []string{"--runtime.gc_percent", "0"}, "runtime.gc_percent"},
+		{"gc only at a limit that is off", nil, []string{"--runtime.gc_percent", "-1", "--runtime.memory_limit", "off"}, "runtime.gc_percent"},
+		{"memory limit not a size", nil, []string{"--runtime.memory_limit", "lots"}, `runtime.memory_limit: got "lots"`},
 		{"unknown compression", nil, []string{"--kafka.compression", "lz5"}, `kafka.compression: compression "lz5"`},
 		{"unknown file key", nil, []string{"--config", typo}, `"comp.adr"`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
@@ -196,5 +199,32 @@ func TestHelpListsEverySetting(t *testing.T) {
 	_, err := Load("test", []string{"--help"}, &comp{})
 	if !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("got %v; want pflag.ErrHelp", err)
+	}
+}
+
+func TestGoMemoryLimit(t *testing.T) {
+	tests := []struct {
+		setting   string
+		share     float64
+		container int64
+		want      int64
+		wantErr   bool
+	}{
+		{"auto", 0.5, 4 << 30, 2 << 30, false},
+		{"auto", 0.9, 0, 0, false}, // no container limit: none
+		{"off", 0.9, 4 << 30, 0, false},
+		{"1.5GiB", 0.9, 0, 3 << 29, false},
+		{"800MB", 0.9, 4 << 30, 800_000_000, false},
+		{"0", 0.9, 0, 0, true},
+		{"-1GiB", 0.9, 0, 0, true},
+		{"", 0.9, 0, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.setting, func(t *testing.T) {
+			got, err := Runtime{MemoryLimit: tt.setting}.GoMemoryLimit(tt.share, tt.container)
+			if got != tt.want || (err != nil) != tt.wantErr {
+				t.Errorf("got %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
 	}
 }

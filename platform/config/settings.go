@@ -3,9 +3,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/platform/kafka"
@@ -36,7 +39,26 @@ type Debug struct {
 }
 
 type Runtime struct {
-	ProcsPerCPU int `mapstructure:"procs_per_cpu"`
+	ProcsPerCPU int    `mapstructure:"procs_per_cpu"`
+	GCPercent   int    `mapstructure:"gc_percent"`
+	MemoryLimit string `mapstructure:"memory_limit"`
+}
+
+// GoMemoryLimit is the Go soft memory limit (GOMEMLIMIT) runtime.memory_limit asks for, in
+// bytes, 0 for none: "off" none; "auto" share of container (the container's memory limit, 0 when
+// it has none); else the size it states ("1.5GiB", "800MB").
+func (r Runtime) GoMemoryLimit(share float64, container int64) (int64, error) {
+	switch r.MemoryLimit {
+	case "off":
+		return 0, nil
+	case "auto":
+		return int64(float64(container) * share), nil
+	}
+	n, err := humanize.ParseBytes(r.MemoryLimit)
+	if err != nil || n == 0 || n > math.MaxInt64 {
+		return 0, fmt.Errorf("got %q; want auto, off or a size such as 1.5GiB or 800MB", r.MemoryLimit)
+	}
+	return int64(n), nil
 }
 
 type Kafka struct {
@@ -116,6 +138,8 @@ func settings() []Setting {
 		{"log.level", "info", "log level: debug, info, warn, error"},
 		{"log.format", "text", "log format: text or json"},
 		{"debug.pprof", false, "serve Go's /debug/pprof/ profiles next to /metrics (collector and aggregator addresses)"},
+		{"runtime.gc_percent", 100, "Go's GOGC: how far the heap grows, in percent of the live heap, before the next collection; higher collects less often for more memory, -1 only at runtime.memory_limit (ignored when the GOGC environment variable is set)"},
+		{"runtime.memory_limit", "auto", "Go's soft memory limit (GOMEMLIMIT), near which the collector works harder rather than let the kernel kill the process: auto (a share of the container's memory limit: 0.9, 0.5 for pipeline, whose embedded engines allocate outside Go; none without a limit), off, or a size such as 1.5GiB (ignored when the GOMEMLIMIT environment variable is set)"},
 		{"runtime.procs_per_cpu", 0, "Go scheduler slots (GOMAXPROCS) per CPU the process may use; 0: the binary's own (1; 4 for pipeline, whose embedded ClickHouse holds slots in its calls); above 1 one stays free to notice ready connections at once (ignored when the GOMAXPROCS environment variable is set)"},
 
 		{"kafka.brokers", []string{}, "Kafka seed brokers (host:port,...); empty runs the embedded broker (all-in-one only)"},
@@ -186,6 +210,14 @@ func (c Config) validate(sections []Section) error {
 	}
 	if c.Runtime.ProcsPerCPU < 0 || c.Runtime.ProcsPerCPU > 64 {
 		bad("runtime.procs_per_cpu", "got %d; want 0 (the binary's own) or 1..64", c.Runtime.ProcsPerCPU)
+	}
+	if c.Runtime.GCPercent < -1 || c.Runtime.GCPercent == 0 || c.Runtime.GCPercent > 10000 {
+		bad("runtime.gc_percent", "got %d; want 1..10000, or -1 (collect only near runtime.memory_limit)", c.Runtime.GCPercent)
+	}
+	if _, err := c.Runtime.GoMemoryLimit(1, 0); err != nil {
+		bad("runtime.memory_limit", "%v", err)
+	} else if c.Runtime.GCPercent == -1 && c.Runtime.MemoryLimit == "off" {
+		bad("runtime.gc_percent", "got -1 with runtime.memory_limit off; want a limit the collector works to, or a percentage")
 	}
 	for _, b := range c.Kafka.Brokers {
 		CheckHostPort(bad, "kafka.brokers", b)

@@ -17,6 +17,10 @@ import (
 // binaries embed no engine: 1.
 const procsPerCPU = 4
 
+// memoryShare is the part of the container's memory limit that runtime.memory_limit auto gives
+// Go's heap in pipeline: the embedded ClickHouse and Redis allocate outside it.
+const memoryShare = 0.5
+
 // commands are the modes, for --help.
 const commands = `  pipeline run     every component and the embedded Kafka, ClickHouse and Redis (the default)
   pipeline infra   the embedded Kafka, ClickHouse and Redis only, for component processes
@@ -29,7 +33,7 @@ func main() {
 	}
 	// Both modes read every section, so one config file and one flag set serve both.
 	var settings allinone.Settings
-	os.Exit(cli.Run(cli.Command{Name: "pipeline " + cmd, Args: args, Commands: commands, ProcsPerCPU: procsPerCPU, Sections: settings.Sections(), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
+	os.Exit(cli.Run(cli.Command{Name: "pipeline " + cmd, Args: args, Commands: commands, ProcsPerCPU: procsPerCPU, MemoryShare: memoryShare, Sections: settings.Sections(), Parts: func(e cli.Env) ([]lifecycle.Part, error) {
 		switch cmd {
 		case "infra":
 			return allinone.Infra(e, &settings.Embedded, os.Stdout), nil

@@ -19,7 +19,7 @@ func runCounters(args []string) int {
 	meter := progress.Start(progress.Options{What: "counter records"}) // lines only on a terminal, none under cron
 	reps, err := counters.Run(env.ctx, cmd.Namespace, cmd.Date, counters.Deps{
 		Log:   logread.Reader{Brokers: env.cfg.Kafka.Brokers, Dial: env.dial, Client: "tally-batchjob-counters", Logger: env.logger},
-		Topic: schemas.TopicCounterEvents, ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
+		Topic: schemas.TopicCounterEvents, ClickHouse: env.conn, Redis: env.rdb, LockTTL: env.sec.Batchjob.LockTTL,
 		Progress: meter, Logger: env.logger, Now: time.Now,
 	})
 	meter.Stop()

@@ -38,6 +38,7 @@ import (
 	"github.com/tallypipeline/tally/likestate"
 	"github.com/tallypipeline/tally/platform/buildinfo"
 	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/cli"
 	"github.com/tallypipeline/tally/platform/config"
 	"github.com/tallypipeline/tally/platform/logging"
 	"github.com/tallypipeline/tally/platform/progress"
@@ -60,9 +61,6 @@ const (
 	// exitDifferences: a recount (views, counters) found totals that differ from the stream's.
 	exitDifferences = 4
 )
-
-// lockTTL is how long a dead run keeps its lock.
-const lockTTL = 30 * time.Second
 
 func main() { os.Exit(run(os.Args[1:])) }
 
@@ -109,7 +107,7 @@ func run(args []string) int {
 	meter := progress.Start(progress.Options{What: "like records"}) // lines only on a terminal, none under cron
 	rep, err := reconcile.Run(env.ctx, job, reconcile.Deps{
 		Brokers: env.cfg.Kafka.Brokers, Dial: env.dial, Topic: schemas.TopicLikes, Files: files, SinkGroup: env.sec.Sink.Group, ClickHouse: env.conn, Store: store, Redis: env.rdb,
-		LockTTL: lockTTL, Progress: meter, Logger: env.logger, Now: time.Now,
+		LockTTL: env.sec.Batchjob.LockTTL, Progress: meter, Logger: env.logger, Now: time.Now,
 	})
 	meter.Stop()
 	if err != nil {
@@ -148,7 +146,7 @@ func runClicks(args []string) int {
 	env.logger.Info("click source chosen", "files", ok, "store", st.String())
 	deps := clicks.Deps{
 		Source:     src,
-		ClickHouse: env.conn, Redis: env.rdb, LockTTL: lockTTL,
+		ClickHouse: env.conn, Redis: env.rdb, LockTTL: env.sec.Batchjob.LockTTL,
 		Rules:    clicks.Rules{FraudScoreThreshold: env.sec.Clicks.FraudScoreThreshold},
 		Lookback: env.sec.Batchjob.ClicksLookback, Logger: env.logger, Now: time.Now,
 	}
@@ -233,6 +231,10 @@ func open(job string, rest []string) (*env, int) {
 		return nil, exitUsage
 	}
 	e := &env{cfg: cfg, sec: sec, logger: logging.New(cfg.Log, os.Stderr).With("binary", "batchjob", "job", job)}
+	if err := cli.TuneMemory(cfg.Runtime, 0.9, e.logger); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return nil, exitUsage
+	}
 	if e.dial, err = cfg.Kafka.Security().Options(); err != nil {
 		e.logger.Error("kafka client options", "err", err)
 		return nil, exitError
