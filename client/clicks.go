@@ -151,7 +151,8 @@ func (c *Client) SendVerdicts(ctx context.Context, vs ...Verdict) (Accepted, err
 }
 
 // DailyReport is one page of one version of a day's exact click report, as the nightly job
-// (batchjob clicks) wrote it: the numbers to bill from.
+// (batchjob clicks) wrote it: the numbers to bill from, by ad (Ads) or, as the query asked, by
+// campaign or device (Groups).
 type DailyReport struct {
 	Date          string       `json:"date"` // YYYY-MM-DD, UTC
 	Version       uint32       `json:"version"`
@@ -159,7 +160,9 @@ type DailyReport struct {
 	Final         bool         `json:"final"` // always true: reports are exact
 	ComputedAt    time.Time    `json:"computed_at"`
 	Totals        ReportTotals `json:"totals"`
+	By            ReportBy     `json:"by"`
 	Ads           []AdCount    `json:"ads"`
+	Groups        []GroupCount `json:"groups"`
 	// NextAfter, when not empty, is the After of the next page (ask with this Version to stay
 	// on it).
 	NextAfter string `json:"next_after"`
@@ -179,12 +182,30 @@ type AdCount struct {
 	BillableCount uint64 `json:"billable_count"`
 }
 
-// ReportQuery selects a page; the zero value is the first page of the latest version, with the
-// server's page size (10,000 ads).
+// GroupCount is one campaign's or one device's numbers in a report: the clicks whose first
+// occurrence carried it.
+type GroupCount struct {
+	Value         string `json:"value"`
+	ExactCount    uint64 `json:"exact_count"`
+	BillableCount uint64 `json:"billable_count"`
+}
+
+// ReportBy is what a report's rows count clicks by.
+type ReportBy string
+
+const (
+	ReportByAd       ReportBy = "ad"
+	ReportByCampaign ReportBy = "campaign"
+	ReportByDevice   ReportBy = "device"
+)
+
+// ReportQuery selects a page; the zero value is the first page of the latest version by ad, with
+// the server's page size (10,000 rows).
 type ReportQuery struct {
-	Version uint32 // 0: the latest complete version
-	After   string // the ad id the page starts after: the previous page's NextAfter
-	Limit   int    // ads per page, 1..100,000; 0: the server's default
+	Version uint32   // 0: the latest complete version
+	By      ReportBy // "": by ad
+	After   string   // the ad id, campaign or device the page starts after: the previous page's NextAfter
+	Limit   int      // rows per page, 1..100,000; 0: the server's default
 }
 
 // DailyReport reads a page of day's click report (GET /v1/reports/daily/{date}; the key needs
@@ -194,6 +215,9 @@ func (c *Client) DailyReport(ctx context.Context, day time.Time, q ReportQuery) 
 	v := url.Values{}
 	if q.Version > 0 {
 		v.Set("version", strconv.FormatUint(uint64(q.Version), 10))
+	}
+	if q.By != "" {
+		v.Set("by", string(q.By))
 	}
 	if q.After != "" {
 		v.Set("after", q.After)

@@ -50,6 +50,10 @@ func TestReadQueries(t *testing.T) {
 			_, err := c.DailyReport(context.Background(), time.Date(2026, 3, 14, 0, 0, 0, 0, time.UTC), ReportQuery{Version: 3, After: "ad-9", Limit: 500})
 			return err
 		}, "/v1/reports/daily/2026-03-14?after=ad-9&limit=500&version=3"},
+		{"report by device", func(c *Client) error {
+			_, err := c.DailyReport(context.Background(), time.Date(2026, 3, 14, 0, 0, 0, 0, time.UTC), ReportQuery{By: ReportByDevice, After: "desktop"})
+			return err
+		}, "/v1/reports/daily/2026-03-14?after=desktop&by=device"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

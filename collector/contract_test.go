@@ -102,6 +102,7 @@ func TestOpenAPIContract(t *testing.T) {
 	defer ch.Close()
 	for _, q := range []string{
 		`INSERT INTO click_reports_daily (date, version, ad_id, exact_count, billable_count, computed_at) VALUES ('2026-11-28', 1, 'contract-ad', 3, 2, now64(3))`,
+		`INSERT INTO click_reports_by (date, version, dimension, value, exact_count, billable_count) VALUES ('2026-11-28', 1, 'campaign', 'contract-campaign', 3, 2)`,
 		`INSERT INTO click_report_versions (date, version, started_at, computed_at, source, ads, exact_count, billable_count, duplicates, fraud, records_read)
 			VALUES ('2026-11-28', 1, now64(3), now64(3), 'kafka', 1, 3, 2, 1, 1, 5)`,
 	} {
@@ -186,6 +187,9 @@ func TestOpenAPIContract(t *testing.T) {
 		{"click series by second", "GET", "/v1/ads/contract-ad/clicks?granularity=second", "", A, 400, true, false},
 		{"daily report", "GET", "/v1/reports/daily/2026-11-28?limit=10", "", B, 200, false, false},
 		{"daily report of a version", "GET", "/v1/reports/daily/2026-11-28?version=1&after=a", "", B, 200, false, false},
+		{"daily report by campaign", "GET", "/v1/reports/daily/2026-11-28?by=campaign", "", B, 200, false, false},
+		{"daily report by device, a version without that breakdown", "GET", "/v1/reports/daily/2026-11-28?by=device", "", B, 404, false, false},
+		{"daily report by an unknown grouping", "GET", "/v1/reports/daily/2026-11-28?by=country", "", B, 400, true, false},
 		{"daily report not written yet", "GET", "/v1/reports/daily/2026-11-29", "", B, 404, false, false},
 		{"daily report of a bad date", "GET", "/v1/reports/daily/29-11-2026", "", B, 400, true, false},
 		{"daily report with a read key", "GET", "/v1/reports/daily/2026-11-28", "", A, 403, false, false},

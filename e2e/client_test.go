@@ -124,9 +124,19 @@ func checkClientReport(t *testing.T, ctx context.Context, c *client.Client, conn
 			t.Fatal(err)
 		}
 	}
+	devices := []client.GroupCount{{Value: "desktop", ExactCount: 2, BillableCount: 1}, {Value: "phone", ExactCount: 7, BillableCount: 6}}
+	for _, g := range devices {
+		if err := conn.Exec(ctx, "INSERT INTO click_reports_by (date, version, dimension, value, exact_count, billable_count) VALUES (?, 1, 'device', ?, ?, ?)",
+			day, g.Value, g.ExactCount, g.BillableCount); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := conn.Exec(ctx, `INSERT INTO click_report_versions (date, version, started_at, computed_at, source, ads, exact_count, billable_count, duplicates, fraud, records_read)
 		VALUES (?, 1, ?, ?, 'kafka', 3, 9, 7, 0, 0, 9)`, day, computed, computed); err != nil {
 		t.Fatal(err)
+	}
+	if r, err := c.DailyReport(ctx, day, client.ReportQuery{By: client.ReportByDevice}); err != nil || r.By != client.ReportByDevice || fmt.Sprint(r.Groups) != fmt.Sprint(devices) || r.Ads != nil {
+		t.Errorf("DailyReport by device: got %+v, %v; want by device, groups %+v and no ads", r, err, devices)
 	}
 	var got []client.AdCount
 	q := client.ReportQuery{Limit: 2}

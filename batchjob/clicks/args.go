@@ -19,9 +19,10 @@ const Usage = `Usage: batchjob clicks --date YYYY-MM-DD [settings flags]
 
 batchjob clicks re-reads the day's raw clicks (UTC date) and every fraud verdict from the log,
 counts each click id once (its first occurrence by event time), applies the latest verdict on
-each click, and writes the day's exact and billable counts per ad to ClickHouse as a new
-version (click_reports_daily, made visible by its row in click_report_versions). A rerun adds
-version N+1 beside N; nothing is overwritten. GET /v1/reports/daily/{date} serves them.
+each click, and writes the day's exact and billable counts per ad, and per campaign and per
+device, to ClickHouse as a new version (click_reports_daily and click_reports_by, made visible
+by its row in click_report_versions). A rerun adds version N+1 beside N; nothing is
+overwritten. GET /v1/reports/daily/{date}[?by=campaign|device] serves them.
 
 batchjob clicks audit lists every click of one ad on the day with what became of it (counted,
 fraud, duplicate) and the verdict behind it, recomputed from the log (raw clicks are kept 7

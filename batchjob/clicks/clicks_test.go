@@ -122,9 +122,11 @@ func genDay(day time.Time, n, ads int, seed uint64) []*kgo.Record {
 	r := rand.New(rand.NewPCG(seed, 7))
 	var recs []*kgo.Record
 	tag := day.Format("20060102")
+	devices := []string{"phone", "desktop", "tablet"}
+	device := "phone"
 	click := func(id string, ad int, ts time.Time) schemas.Click {
-		return schemas.Click{ClickID: id, AdID: fmt.Sprintf("ad-%s-%d", tag, ad), CampaignID: "camp", UserHash: "u", IPHash: "ip",
-			Device: "phone", TS: ts.UnixMilli()}
+		return schemas.Click{ClickID: id, AdID: fmt.Sprintf("ad-%s-%d", tag, ad), CampaignID: fmt.Sprintf("camp-%d", ad%3), UserHash: "u", IPHash: "ip",
+			Device: device, TS: ts.UnixMilli()}
 	}
 	verdict := func(c schemas.Click, fraud bool, decided time.Time) schemas.FraudVerdict {
 		v := schemas.FraudVerdict{ClickID: c.ClickID, AdID: c.AdID, Verdict: schemas.VerdictValid, Reason: "model v3", DecidedAt: decided.UnixMilli()}
@@ -135,10 +137,12 @@ func genDay(day time.Time, n, ads int, seed uint64) []*kgo.Record {
 	}
 	for i := range n {
 		ts := day.Add(time.Duration(r.Int64N(int64(24 * time.Hour))))
+		device = devices[i%3]
 		c := click(fmt.Sprintf("k-%s-%d", tag, i), i%ads, ts)
 		recs = append(recs, clickRec(c, ts.Add(time.Duration(r.IntN(3000))*time.Millisecond)))
 		switch {
-		case i%7 == 0: // double tap
+		case i%7 == 0: // double tap, reported from another device: the first occurrence's counts
+			device = devices[(i+1)%3]
 			recs = append(recs, clickRec(click(c.ClickID, i%ads, ts.Add(30*time.Second)), ts.Add(31*time.Second)))
 		case i%11 == 0: // the browser retried 20 minutes later
 			recs = append(recs, clickRec(click(c.ClickID, i%ads, ts.Add(20*time.Minute)), ts.Add(20*time.Minute)))
@@ -156,6 +160,7 @@ func genDay(day time.Time, n, ads int, seed uint64) []*kgo.Record {
 			recs = append(recs, verdictRec(verdict(c, true, day.Add(26*time.Hour)), day.Add(26*time.Hour)))
 		}
 	}
+	device = "phone"
 	// Across midnight: yesterday's click repeated today (not counted today), today's repeated
 	// tomorrow (counted today, once).
 	for j := range 20 {
@@ -251,6 +256,17 @@ func readAll(t testing.TB, ctx context.Context) (clicks []*kgo.Record, verdicts 
 // the log) is fraud.
 func oracle(t *testing.T, ctx context.Context, day time.Time) []Row {
 	t.Helper()
+	var rows []Row
+	for _, g := range oracleBy(t, ctx, day, func(c schemas.Click) string { return c.AdID }) {
+		rows = append(rows, Row{AdID: g.Value, ExactCount: g.ExactCount, BillableCount: g.BillableCount})
+	}
+	return rows
+}
+
+// oracleBy is the oracle's count grouped by what key says of each click's first occurrence,
+// sorted by it.
+func oracleBy(t *testing.T, ctx context.Context, day time.Time, key func(schemas.Click) string) []Group {
+	t.Helper()
 	crecs, vrecs := readAll(t, ctx)
 	type occ struct {
 		c   schemas.Click
@@ -294,7 +310,7 @@ func oracle(t *testing.T, ctx context.Context, day time.Time) []Row {
 		if first.TS < day.UnixMilli() || first.TS >= day.AddDate(0, 0, 1).UnixMilli() {
 			continue
 		}
-		exact[first.AdID]++
+		exact[key(first)]++
 		vs := verdicts[id]
 		sort.Slice(vs, func(i, j int) bool {
 			a, b := vs[i], vs[j]
@@ -310,15 +326,15 @@ func oracle(t *testing.T, ctx context.Context, day time.Time) []Row {
 			return a.off > b.off
 		})
 		if len(vs) == 0 || vs[0].v.Verdict != schemas.VerdictFraud {
-			billable[first.AdID]++
+			billable[key(first)]++
 		}
 	}
-	var rows []Row
-	for ad, n := range exact {
-		rows = append(rows, Row{AdID: ad, ExactCount: n, BillableCount: billable[ad]})
+	var groups []Group
+	for k, n := range exact {
+		groups = append(groups, Group{Value: k, ExactCount: n, BillableCount: billable[k]})
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].AdID < rows[j].AdID })
-	return rows
+	sort.Slice(groups, func(i, j int) bool { return groups[i].Value < groups[j].Value })
+	return groups
 }
 
 // report reads a version of the day's report through the billing API, every page of it;
@@ -352,6 +368,33 @@ func (f *fixture) report(t *testing.T, version uint32) (reports.Daily, []Row, in
 		version = out.Version
 		if after = out.NextAfter; after == "" {
 			return out, rows, http.StatusOK
+		}
+	}
+}
+
+// groups reads the latest version's rows by campaign or device through the billing API, every
+// page of it, two rows a page.
+func (f *fixture) groups(t *testing.T, by string) []Group {
+	t.Helper()
+	var out []Group
+	after := ""
+	for {
+		u := fmt.Sprintf("%s/v1/reports/daily/%s?by=%s&limit=2&after=%s", f.api.URL, f.day.Format(time.DateOnly), by, after)
+		resp, err := f.api.Client().Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d reports.Daily
+		err = json.NewDecoder(resp.Body).Decode(&d)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d, %v", u, resp.StatusCode, err)
+		}
+		for _, g := range d.Groups {
+			out = append(out, Group{Value: g.Value, ExactCount: g.ExactCount, BillableCount: g.BillableCount})
+		}
+		if after = d.NextAfter; after == "" {
+			return out
 		}
 	}
 }
@@ -413,6 +456,16 @@ func TestRunMatchesOracle(t *testing.T) {
 	}
 	if d := diffRows(rows, want); d != "" {
 		t.Fatalf("version 1 vs the oracle: %s", d)
+	}
+	// The breakdown: each click under the campaign and the device of its first occurrence (a
+	// double tap's repeat came from another device).
+	for by, key := range map[string]func(schemas.Click) string{
+		"campaign": func(c schemas.Click) string { return c.CampaignID },
+		"device":   func(c schemas.Click) string { return c.Device },
+	} {
+		if got, want := f.groups(t, by), oracleBy(t, ctx, f.day, key); !slices.Equal(got, want) || len(want) != 3 {
+			t.Fatalf("version 1 by %s: got %+v; want the oracle's %+v", by, got, want)
+		}
 	}
 
 	// A rerun over the same log is version 2 with the same numbers.

@@ -39,7 +39,7 @@ func (a occurrence) before(b occurrence) bool {
 // scan beyond the keys.
 type first struct {
 	occurrence
-	ad       uint32 // index into tally.ads
+	place    uint32 // index into tally.places
 	onDay    uint32 // occurrences stamped on the day (the first included, if it is on the day)
 	score    float64
 	hasScore bool
@@ -77,8 +77,10 @@ type Tally struct {
 	rules     Rules
 	clicks    map[string]first
 	verdicts  map[string]verdictState // the winning verdict of held clicks that have one
-	ads       []string
-	adIndex   map[string]uint32
+	// places are the distinct (ad, campaign, device) of the clicks held: a click's first
+	// occurrence decides which it counts under in each of the report's groupings.
+	places     []place
+	placeIndex map[place]uint32
 
 	audit      string  // the ad whose occurrences are kept (Audit), "" for none
 	auditClick []Click // the audited ad's occurrences, in the order read
@@ -97,7 +99,7 @@ type TallyStats struct {
 func NewTally(day time.Time, rules Rules, audit string) *Tally {
 	d := DayOf(day)
 	return &Tally{day: d.UnixMilli(), next: d.AddDate(0, 0, 1).UnixMilli(), rules: rules,
-		clicks: map[string]first{}, verdicts: map[string]verdictState{}, adIndex: map[string]uint32{}, audit: audit}
+		clicks: map[string]first{}, verdicts: map[string]verdictState{}, placeIndex: map[place]uint32{}, audit: audit}
 }
 
 // DayOf returns the UTC midnight that opens t's day.
@@ -118,9 +120,9 @@ func (t *Tally) AddClicks(cs []Click) {
 		o := occurrence{c.TS, c.Partition, c.Offset}
 		f, seen := t.clicks[c.ClickID]
 		if !seen {
-			f = first{occurrence: o, ad: t.adOf(c.AdID), score: c.FraudScore, hasScore: c.HasFraudScore}
+			f = first{occurrence: o, place: t.placeOf(c), score: c.FraudScore, hasScore: c.HasFraudScore}
 		} else if o.before(f.occurrence) {
-			f.occurrence, f.ad, f.score, f.hasScore = o, t.adOf(c.AdID), c.FraudScore, c.HasFraudScore
+			f.occurrence, f.place, f.score, f.hasScore = o, t.placeOf(c), c.FraudScore, c.HasFraudScore
 		}
 		if c.TS >= t.day && c.TS < t.next {
 			f.onDay++
@@ -135,13 +137,18 @@ func (t *Tally) AddClicks(cs []Click) {
 	}
 }
 
-func (t *Tally) adOf(ad string) uint32 {
-	i, ok := t.adIndex[ad]
+// place is what a click was shown under, as the report groups clicks: its ad, its campaign
+// and the device it came from.
+type place struct{ ad, campaign, device string }
+
+func (t *Tally) placeOf(c *Click) uint32 {
+	k := place{c.AdID, c.CampaignID, c.Device}
+	i, ok := t.placeIndex[k]
 	if !ok {
-		i = uint32(len(t.ads))
-		ad = strings.Clone(ad)
-		t.ads = append(t.ads, ad)
-		t.adIndex[ad] = i
+		i = uint32(len(t.places))
+		k = place{strings.Clone(k.ad), strings.Clone(k.campaign), strings.Clone(k.device)}
+		t.places = append(t.places, k)
+		t.placeIndex[k] = i
 	}
 	return i
 }
@@ -187,6 +194,20 @@ type Row struct {
 	BillableCount uint64 // of those, the ones billed
 }
 
+// Group is the day's exact numbers of one campaign or one device: the clicks whose first
+// occurrence carried it.
+type Group struct {
+	Value         string
+	ExactCount    uint64
+	BillableCount uint64
+}
+
+// Breakdown is the day's numbers by campaign and by device; each list sums to the day's.
+type Breakdown struct {
+	Campaigns []Group
+	Devices   []Group
+}
+
 // DayStats sums a day's rows and what was left out of them.
 type DayStats struct {
 	Ads        uint64
@@ -196,19 +217,20 @@ type DayStats struct {
 	Fraud      uint64 // counted clicks not billed
 }
 
-// Rows returns the day's rows sorted by ad id, and their sums.
-func (t *Tally) Rows() ([]Row, DayStats) {
-	exact := make([]uint64, len(t.ads))
-	billable := make([]uint64, len(t.ads))
+// Rows returns the day's rows sorted by ad id, its breakdown sorted by campaign and by device,
+// and their sums.
+func (t *Tally) Rows() ([]Row, Breakdown, DayStats) {
+	exact := make([]uint64, len(t.places))
+	billable := make([]uint64, len(t.places))
 	var st DayStats
 	for id, f := range t.clicks {
 		if f.ts < t.day || f.ts >= t.next {
 			continue
 		}
-		exact[f.ad]++
+		exact[f.place]++
 		st.Exact++
 		if ok, _ := t.billable(id, f); ok {
-			billable[f.ad]++
+			billable[f.place]++
 			st.Billable++
 		} else {
 			st.Fraud++
@@ -222,15 +244,39 @@ func (t *Tally) Rows() ([]Row, DayStats) {
 			st.Duplicates--
 		}
 	}
-	var rows []Row
-	for i, ad := range t.ads {
-		if exact[i] > 0 {
-			rows = append(rows, Row{AdID: ad, ExactCount: exact[i], BillableCount: billable[i]})
-		}
+	byAd := t.group(exact, billable, func(p place) string { return p.ad })
+	rows := make([]Row, len(byAd))
+	for i, g := range byAd {
+		rows[i] = Row{AdID: g.Value, ExactCount: g.ExactCount, BillableCount: g.BillableCount}
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].AdID < rows[j].AdID })
 	st.Ads = uint64(len(rows))
-	return rows, st
+	return rows, Breakdown{
+		Campaigns: t.group(exact, billable, func(p place) string { return p.campaign }),
+		Devices:   t.group(exact, billable, func(p place) string { return p.device }),
+	}, st
+}
+
+// group sums the places' counts by what key says of each, leaving out groups with no click on
+// the day, sorted by value.
+func (t *Tally) group(exact, billable []uint64, key func(place) string) []Group {
+	at := map[string]int{}
+	var out []Group
+	for i, p := range t.places {
+		if exact[i] == 0 {
+			continue
+		}
+		k := key(p)
+		j, ok := at[k]
+		if !ok {
+			j = len(out)
+			at[k] = j
+			out = append(out, Group{Value: k})
+		}
+		out[j].ExactCount += exact[i]
+		out[j].BillableCount += billable[i]
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Value < out[j].Value })
+	return out
 }
 
 // Status is what became of one occurrence of a click in the day's count.
@@ -277,7 +323,7 @@ func (t *Tally) Audit() []AuditLine {
 		case f.occurrence != (occurrence{c.TS, c.Partition, c.Offset}):
 			l.Status = StatusDuplicate
 			l.Why = "repeat of the click at " + time.UnixMilli(f.ts).UTC().Format(time.RFC3339Nano)
-			if ad := t.ads[f.ad]; ad != c.AdID {
+			if ad := t.places[f.place].ad; ad != c.AdID {
 				l.Why += " for ad " + ad
 			}
 		default:

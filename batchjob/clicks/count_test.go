@@ -70,7 +70,7 @@ func TestTallyRows(t *testing.T) {
 			}
 			ta.AddClicks(cs)
 			ta.AddVerdicts(tt.verdicts)
-			rows, day := ta.Rows()
+			rows, _, day := ta.Rows()
 			if !slices.Equal(rows, tt.want) || day != tt.wantDay {
 				t.Fatalf("got %+v %+v; want %+v %+v", rows, day, tt.want, tt.wantDay)
 			}
@@ -95,9 +95,33 @@ func TestTallyOrderIndependent(t *testing.T) {
 		}
 		ta.AddVerdicts([]Verdict{vs[1]})
 		ta.AddVerdicts([]Verdict{vs[0]})
-		if got, _ := ta.Rows(); !slices.Equal(got, want) {
+		if got, _, _ := ta.Rows(); !slices.Equal(got, want) {
 			t.Fatalf("order %v: got %+v; want %+v", perm, got, want)
 		}
+	}
+}
+
+// The breakdown groups each counted click under the campaign and the device of its first
+// occurrence, the one it is counted under by ad: each grouping sums to the day's totals.
+func TestTallyBreakdown(t *testing.T) {
+	ta := NewTally(testDay, Rules{FraudScoreThreshold: 0.8}, "")
+	ta.AddClicks([]Click{
+		{ClickID: "k1", AdID: "a", CampaignID: "c1", Device: "mobile", TS: at(1, 0)},
+		{ClickID: "k1", AdID: "a", CampaignID: "c2", Device: "desktop", TS: at(1, 5), Offset: 1}, // a repeat: its first decides
+		{ClickID: "k2", AdID: "b", CampaignID: "c1", Device: "desktop", TS: at(2, 0), Offset: 2},
+		{ClickID: "k3", AdID: "b", CampaignID: "c2", Device: "desktop", TS: at(3, 0), Offset: 3, FraudScore: 0.9, HasFraudScore: true},
+		{ClickID: "k4", AdID: "c", TS: at(4, 0), Offset: 4},                                  // no campaign nor device
+		{ClickID: "k5", AdID: "a", CampaignID: "c9", Device: "tv", TS: at(-1, 0), Offset: 5}, // yesterday's
+	})
+	ta.AddVerdicts([]Verdict{{ClickID: "k2", Fraud: true, DecidedAt: at(5, 0)}})
+	_, by, day := ta.Rows()
+	wantCampaigns := []Group{{"", 1, 1}, {"c1", 2, 1}, {"c2", 1, 0}}
+	wantDevices := []Group{{"", 1, 1}, {"desktop", 2, 0}, {"mobile", 1, 1}}
+	if !slices.Equal(by.Campaigns, wantCampaigns) || !slices.Equal(by.Devices, wantDevices) {
+		t.Fatalf("got campaigns %+v, devices %+v; want %+v, %+v", by.Campaigns, by.Devices, wantCampaigns, wantDevices)
+	}
+	if day.Exact != 4 || day.Billable != 2 {
+		t.Fatalf("got day %+v; want 4 exact, 2 billable (what each grouping sums to)", day)
 	}
 }
 

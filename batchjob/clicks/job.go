@@ -98,10 +98,10 @@ func run(ctx context.Context, day time.Time, d Deps) (Report, error) {
 		return rep, err
 	}
 	rep.Read, rep.Tally = read, t.Stats()
-	rows, st := t.Rows()
+	rows, by, st := t.Rows()
 	rep.Day = st
 	rep.ComputedAt = d.Now().UTC()
-	if err := writeVersion(ctx, d.ClickHouse, &rep, rows); err != nil {
+	if err := writeVersion(ctx, d.ClickHouse, &rep, rows, by); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -125,7 +125,7 @@ func tally(ctx context.Context, day time.Time, d Deps, audit string) (*Tally, lo
 		return nil, logread.Stats{}, fmt.Errorf("read clicks of %s: %w", day.Format(time.DateOnly), err)
 	}
 	d.Logger.Info("clicks read", "records", cs.Records, "undecodable", cs.Undecodable, "in_range", t.Stats().Clicks,
-		"click_ids", len(t.clicks), "ads", len(t.ads))
+		"click_ids", len(t.clicks), "ad_campaign_devices", len(t.places))
 	vs, err := d.Source.Verdicts(ctx, from, func(n int64, b []Verdict) error { t.AddVerdicts(b); count(n); return nil })
 	if err != nil {
 		return nil, logread.Stats{}, fmt.Errorf("read fraud verdicts for %s: %w", day.Format(time.DateOnly), err)

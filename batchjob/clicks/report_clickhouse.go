@@ -14,42 +14,65 @@ import (
 // rowsPerInsert bounds one INSERT of report rows, so a day of a million ads is a few blocks.
 const rowsPerInsert = 100_000
 
-// writeVersion stores a day's rows as a new version of the date and returns its number: one
-// above every version of the date in either table, so rows of a run that died before its
-// version row are never adopted. Rows go first and the version row last, in its own INSERT:
-// readers find a version through its version row, so they see all of it or none. Nothing is
-// ever updated or deleted: a rerun adds a version beside the earlier ones.
-func writeVersion(ctx context.Context, conn driver.Conn, rep *Report, rows []Row) error {
+// writeVersion stores a day's rows and their breakdown by campaign and device as a new version
+// of the date and sets its number: one above every version of the date in any of the tables, so
+// rows of a run that died before its version row are never adopted. Rows go first and the
+// version row last, in its own INSERT: readers find a version through its version row, so they
+// see all of it or none. Nothing is ever updated or deleted: a rerun adds a version beside the
+// earlier ones.
+func writeVersion(ctx context.Context, conn driver.Conn, rep *Report, rows []Row, by Breakdown) error {
 	day := rep.Date
 	var version uint32
 	if err := conn.QueryRow(ctx, `SELECT toUInt32(greatest(
 		(SELECT max(version) FROM click_report_versions WHERE date = ?),
-		(SELECT max(version) FROM click_reports_daily WHERE date = ?)) + 1)`, day, day).Scan(&version); err != nil {
+		(SELECT max(version) FROM click_reports_daily WHERE date = ?),
+		(SELECT max(version) FROM click_reports_by WHERE date = ?)) + 1)`, day, day, day).Scan(&version); err != nil {
 		return fmt.Errorf("read last click report version of %s: %w", day.Format(time.DateOnly), err)
 	}
 	rep.Version = version
-	for i := 0; i < len(rows); i += rowsPerInsert {
-		b, err := conn.PrepareBatch(ctx, "INSERT INTO click_reports_daily (date, version, ad_id, exact_count, billable_count, computed_at)")
+	err := insertRows(ctx, conn, "INSERT INTO click_reports_daily (date, version, ad_id, exact_count, billable_count, computed_at)", rows,
+		func(r Row) []any { return []any{day, version, r.AdID, r.ExactCount, r.BillableCount, rep.ComputedAt} })
+	for _, g := range []struct {
+		dimension string
+		groups    []Group
+	}{{"campaign", by.Campaigns}, {"device", by.Devices}} {
 		if err != nil {
-			return fmt.Errorf("prepare click report rows insert: %w", err)
+			break
 		}
-		for _, r := range rows[i:min(i+rowsPerInsert, len(rows))] {
-			if err := b.Append(day, version, r.AdID, r.ExactCount, r.BillableCount, rep.ComputedAt); err != nil {
-				b.Abort()
-				return fmt.Errorf("append click report row of ad %s: %w", r.AdID, err)
-			}
-		}
-		if err := b.Send(); err != nil {
-			return fmt.Errorf("insert click report rows of %s version %d: %w", day.Format(time.DateOnly), version, err)
-		}
+		err = insertRows(ctx, conn, "INSERT INTO click_reports_by (date, version, dimension, value, exact_count, billable_count)", g.groups,
+			func(r Group) []any { return []any{day, version, g.dimension, r.Value, r.ExactCount, r.BillableCount} })
 	}
-	err := conn.Exec(ctx, `INSERT INTO click_report_versions
+	if err != nil {
+		return fmt.Errorf("write click report rows of %s version %d: %w", day.Format(time.DateOnly), version, err)
+	}
+	err = conn.Exec(ctx, `INSERT INTO click_report_versions
 		(date, version, started_at, computed_at, source, ads, exact_count, billable_count, duplicates, fraud, records_read)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		day, version, rep.StartedAt, rep.ComputedAt, rep.Source, rep.Day.Ads, rep.Day.Exact, rep.Day.Billable,
 		rep.Day.Duplicates, rep.Day.Fraud, uint64(rep.Read.Records))
 	if err != nil {
 		return fmt.Errorf("insert click report version %d of %s: %w", version, day.Format(time.DateOnly), err)
+	}
+	return nil
+}
+
+// insertRows inserts rows with the statement insert, rowsPerInsert to a block, each row's
+// columns as values says.
+func insertRows[R any](ctx context.Context, conn driver.Conn, insert string, rows []R, values func(R) []any) error {
+	for i := 0; i < len(rows); i += rowsPerInsert {
+		b, err := conn.PrepareBatch(ctx, insert)
+		if err != nil {
+			return fmt.Errorf("prepare %s: %w", insert, err)
+		}
+		for _, r := range rows[i:min(i+rowsPerInsert, len(rows))] {
+			if err := b.Append(values(r)...); err != nil {
+				b.Abort()
+				return fmt.Errorf("append a row to %s: %w", insert, err)
+			}
+		}
+		if err := b.Send(); err != nil {
+			return fmt.Errorf("%s: %w", insert, err)
+		}
 	}
 	return nil
 }

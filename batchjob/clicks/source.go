@@ -13,6 +13,8 @@ import (
 type Click struct {
 	ClickID       string
 	AdID          string
+	CampaignID    string
+	Device        string
 	TS            int64 // event time, Unix ms
 	FraudScore    float64
 	HasFraudScore bool

@@ -67,7 +67,7 @@ func (s *FilesSource) Clicks(ctx context.Context, from, to time.Time, fn func(in
 		batch = batch[:0]
 		for i := range rows {
 			r := &rows[i]
-			c := Click{ClickID: r.ClickID, AdID: r.AdID, TS: r.TS, Partition: r.Partition, Offset: r.Offset}
+			c := Click{ClickID: r.ClickID, AdID: r.AdID, CampaignID: r.CampaignID, Device: r.Device, TS: r.TS, Partition: r.Partition, Offset: r.Offset}
 			if r.FraudScore != nil {
 				c.FraudScore, c.HasFraudScore = *r.FraudScore, true
 			}

@@ -99,7 +99,7 @@ func clickDecoder(from, to time.Time, fn func(int64, []Click) error) func([]*kgo
 			if c.TS < fromMs || c.TS >= toMs {
 				continue
 			}
-			batch = append(batch, Click{ClickID: c.ClickID, AdID: c.AdID, TS: c.TS, FraudScore: c.FraudScore,
+			batch = append(batch, Click{ClickID: c.ClickID, AdID: c.AdID, CampaignID: c.CampaignID, Device: c.Device, TS: c.TS, FraudScore: c.FraudScore,
 				HasFraudScore: c.HasFraudScore, Partition: r.Partition, Offset: r.Offset})
 		}
 		return fn(int64(len(recs)), batch)

@@ -1,6 +1,7 @@
 // Package reports serves the nightly job's exact daily click counts to billing:
 // GET /v1/reports/daily/{date} answers one version of a date's report (the latest, or the one
-// asked for) with every ad's exact and billable count, a page at a time.
+// asked for) with every ad's exact and billable count, or with ?by=campaign|device every
+// campaign's or device's, a page at a time.
 //
 // A version is visible once its row in click_report_versions exists; the job writes that row
 // after all of the version's rows, so an answer is never part of a version. Versions never
@@ -80,23 +81,42 @@ type Totals struct {
 	BillableCount uint64 `json:"billable_count"`
 }
 
-// Daily is the answer: one page of one version of a date's report.
+// GroupCount is one campaign's or one device's numbers in a report: the clicks whose first
+// occurrence carried it.
+type GroupCount struct {
+	Value         string `json:"value"`
+	ExactCount    uint64 `json:"exact_count"`
+	BillableCount uint64 `json:"billable_count"`
+}
+
+// Daily is the answer: one page of one version of a date's report, by ad (Ads) or by campaign or
+// device (Groups).
 type Daily struct {
-	Date          string    `json:"date"`
-	Version       uint32    `json:"version"`
-	LatestVersion uint32    `json:"latest_version"`
-	Final         bool      `json:"final"` // always true: reports are the exact numbers
-	ComputedAt    time.Time `json:"computed_at"`
-	Totals        Totals    `json:"totals"`
-	Ads           []AdCount `json:"ads"`
+	Date          string       `json:"date"`
+	Version       uint32       `json:"version"`
+	LatestVersion uint32       `json:"latest_version"`
+	Final         bool         `json:"final"` // always true: reports are the exact numbers
+	ComputedAt    time.Time    `json:"computed_at"`
+	Totals        Totals       `json:"totals"`
+	By            string       `json:"by"`
+	Ads           []AdCount    `json:"ads,omitzero"` // by ad: always a list, even empty
+	Groups        []GroupCount `json:"groups,omitzero"`
 	// NextAfter, when set, is the after= of the next page (ask with version= to stay on
 	// this version).
 	NextAfter string `json:"next_after,omitempty"`
 }
 
+// The groupings a report is read by: its rows per ad, or click_reports_by's dimensions.
+const (
+	ByAd       = "ad"
+	ByCampaign = "campaign"
+	ByDevice   = "device"
+)
+
 type query struct {
 	date    time.Time
 	version uint32 // 0: latest
+	by      string
 	after   string
 	limit   int
 }
@@ -109,6 +129,13 @@ func parse(r *http.Request) (query, error) {
 	}
 	q.date = d
 	p := r.URL.Query()
+	switch q.by = p.Get("by"); q.by {
+	case "":
+		q.by = ByAd
+	case ByAd, ByCampaign, ByDevice:
+	default:
+		return q, &schemas.FieldError{Field: "by", Reason: fmt.Sprintf("is %q; want ad, campaign or device", q.by)}
+	}
 	if v := p.Get("version"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || n == 0 {
@@ -166,19 +193,39 @@ func (h *Handler) daily(w http.ResponseWriter, r *http.Request) int {
 
 // read answers q: the version's row first (which makes it visible), then a page of its rows.
 func (h *Handler) read(ctx context.Context, q query) (Daily, error) {
+	out, err := h.version(ctx, q)
+	if err != nil {
+		return out, err
+	}
+	if q.by == ByAd {
+		err = h.page(ctx, &out, q, `SELECT ad_id, exact_count, billable_count FROM click_reports_daily
+			WHERE date = ? AND version = ? AND ad_id > ? ORDER BY ad_id LIMIT ?`, q.date, out.Version, q.after, q.limit+1)
+	} else {
+		err = h.page(ctx, &out, q, `SELECT value, exact_count, billable_count FROM click_reports_by
+			WHERE date = ? AND version = ? AND dimension = ? AND value > ? ORDER BY value LIMIT ?`, q.date, out.Version, q.by, q.after, q.limit+1)
+		if err == nil && q.after == "" && len(out.Groups) == 0 && out.Totals.ExactCount > 0 {
+			return out, errNotFound(fmt.Sprintf("version %d of the daily click report for %s has no breakdown by %s (written before reports had one); run batchjob clicks --date %s again",
+				out.Version, out.Date, q.by, out.Date))
+		}
+	}
+	return out, err
+}
+
+// version reads the date's versions and keeps the one q asks for.
+func (h *Handler) version(ctx context.Context, q query) (Daily, error) {
 	date := q.date.Format(time.DateOnly)
-	out := Daily{Date: date, Final: true, Ads: []AdCount{}}
+	out := Daily{Date: date, Final: true, By: q.by}
 	rows, err := h.conn.Query(ctx, `SELECT version, computed_at, ads, exact_count, billable_count,
 		max(version) OVER () AS latest
 		FROM click_report_versions WHERE date = ? ORDER BY version`, q.date)
 	if err != nil {
 		return out, fmt.Errorf("read versions of %s: %w", date, err)
 	}
+	defer rows.Close()
 	found := false
 	for rows.Next() {
 		var d Daily
 		if err := rows.Scan(&d.Version, &d.ComputedAt, &d.Totals.Ads, &d.Totals.ExactCount, &d.Totals.BillableCount, &out.LatestVersion); err != nil {
-			rows.Close()
 			return out, fmt.Errorf("scan versions of %s: %w", date, err)
 		}
 		if q.version == 0 || d.Version == q.version {
@@ -186,7 +233,6 @@ func (h *Handler) read(ctx context.Context, q query) (Daily, error) {
 			found = true
 		}
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("read versions of %s: %w", date, err)
 	}
@@ -196,25 +242,42 @@ func (h *Handler) read(ctx context.Context, q query) (Daily, error) {
 	case !found:
 		return out, errNotFound(fmt.Sprintf("no version %d of the daily click report for %s; the latest is %d", q.version, date, out.LatestVersion))
 	}
-	ads, err := h.conn.Query(ctx, `SELECT ad_id, exact_count, billable_count FROM click_reports_daily
-		WHERE date = ? AND version = ? AND ad_id > ? ORDER BY ad_id LIMIT ?`, q.date, out.Version, q.after, q.limit+1)
-	if err != nil {
-		return out, fmt.Errorf("read rows of %s version %d: %w", date, out.Version, err)
-	}
-	defer ads.Close()
-	for ads.Next() {
-		var a AdCount
-		if err := ads.Scan(&a.AdID, &a.ExactCount, &a.BillableCount); err != nil {
-			return out, fmt.Errorf("scan rows of %s version %d: %w", date, out.Version, err)
-		}
-		out.Ads = append(out.Ads, a)
-	}
-	if err := ads.Err(); err != nil {
-		return out, fmt.Errorf("read rows of %s version %d: %w", date, out.Version, err)
-	}
-	if len(out.Ads) > q.limit {
-		out.Ads = out.Ads[:q.limit]
-		out.NextAfter = out.Ads[q.limit-1].AdID
-	}
 	return out, nil
 }
+
+// page reads a page of rows (a key, its exact and billable count) with the statement sql, which
+// asks for one row more than q.limit to learn whether another page follows.
+func (h *Handler) page(ctx context.Context, out *Daily, q query, sql string, args ...any) error {
+	rows, err := h.conn.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("read rows of %s version %d by %s: %w", out.Date, out.Version, q.by, err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var g GroupCount
+		if err := rows.Scan(&g.Value, &g.ExactCount, &g.BillableCount); err != nil {
+			return fmt.Errorf("scan rows of %s version %d by %s: %w", out.Date, out.Version, q.by, err)
+		}
+		keys = append(keys, g.Value)
+		if q.by == ByAd {
+			out.Ads = append(out.Ads, AdCount{AdID: g.Value, ExactCount: g.ExactCount, BillableCount: g.BillableCount})
+		} else {
+			out.Groups = append(out.Groups, g)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read rows of %s version %d by %s: %w", out.Date, out.Version, q.by, err)
+	}
+	if len(keys) > q.limit {
+		out.Ads, out.Groups = trim(out.Ads, q.limit), trim(out.Groups, q.limit)
+		out.NextAfter = keys[q.limit-1]
+	}
+	if q.by == ByAd && out.Ads == nil {
+		out.Ads = []AdCount{} // a day by ad always lists its ads, even none
+	}
+	return nil
+}
+
+// trim cuts s to n elements (nil stays nil).
+func trim[T any](s []T, n int) []T { return s[:min(n, len(s))] }

@@ -62,6 +62,17 @@ func rows(t *testing.T, ctx context.Context, conn driver.Conn, version uint32, a
 	}
 }
 
+// groups writes a version's rows by dimension, as the job does after its ad rows.
+func groups(t *testing.T, ctx context.Context, conn driver.Conn, version uint32, dimension string, gs ...GroupCount) {
+	t.Helper()
+	for _, g := range gs {
+		if err := conn.Exec(ctx, `INSERT INTO click_reports_by (date, version, dimension, value, exact_count, billable_count)
+			VALUES (?, ?, ?, ?, ?, ?)`, day, version, dimension, g.Value, g.ExactCount, g.BillableCount); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func commit(t *testing.T, ctx context.Context, conn driver.Conn, version uint32, tot Totals) {
 	t.Helper()
 	if err := conn.Exec(ctx, `INSERT INTO click_report_versions
@@ -82,12 +93,15 @@ func TestDailyReport(t *testing.T) {
 	srv := serve(t, conn)
 	v1 := []AdCount{{"ad-a", 3, 2}, {"ad-b", 5, 5}, {"ad-c", 1, 0}}
 	v2 := []AdCount{{"ad-a", 3, 1}, {"ad-b", 5, 5}, {"ad-c", 1, 0}}
+	byCampaign := []GroupCount{{"camp-1", 8, 6}, {"camp-2", 1, 0}}
+	byDevice := []GroupCount{{"desktop", 2, 1}, {"phone", 6, 5}, {"tablet", 1, 0}}
 
 	type want struct {
 		code      int
 		version   uint32
 		latest    uint32
 		ads       []AdCount
+		groups    []GroupCount
 		nextAfter string
 		errIn     string
 	}
@@ -107,8 +121,12 @@ func TestDailyReport(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.Version != w.version || d.LatestVersion != w.latest || !slices.Equal(d.Ads, w.ads) || d.NextAfter != w.nextAfter || !d.Final || d.Date != "2026-11-28" {
-			t.Fatalf("GET %s: got %+v; want version %d latest %d ads %+v next %q", path, d, w.version, w.latest, w.ads, w.nextAfter)
+		if d.Version != w.version || d.LatestVersion != w.latest || !slices.Equal(d.Ads, w.ads) || !slices.Equal(d.Groups, w.groups) ||
+			d.NextAfter != w.nextAfter || !d.Final || d.Date != "2026-11-28" {
+			t.Fatalf("GET %s: got %+v; want version %d latest %d ads %+v groups %+v next %q", path, d, w.version, w.latest, w.ads, w.groups, w.nextAfter)
+		}
+		if (w.ads != nil) != strings.Contains(body, `"ads":[`) || (w.groups != nil) != strings.Contains(body, `"groups":[`) {
+			t.Fatalf("GET %s: got %s; want ads listed only by ad, groups only by campaign or device", path, body)
 		}
 	}
 	steps := []struct {
@@ -126,10 +144,22 @@ func TestDailyReport(t *testing.T) {
 		{"version 2 complete is the latest", func() { rows(t, ctx, conn, 2, v2[2]); commit(t, ctx, conn, 2, Totals{3, 9, 6}) },
 			"/v1/reports/daily/2026-11-28", want{code: 200, version: 2, latest: 2, ads: v2}},
 		{"version 1 still there", func() {}, "/v1/reports/daily/2026-11-28?version=1", want{code: 200, version: 1, latest: 2, ads: v1}},
-		{"first page", func() {}, "/v1/reports/daily/2026-11-28?limit=2", want{code: 200, version: 2, latest: 2, ads: v2[:2], nextAfter: "ad-b"}},
-		{"last page", func() {}, "/v1/reports/daily/2026-11-28?version=2&limit=2&after=ad-b", want{code: 200, version: 2, latest: 2, ads: v2[2:]}},
-		{"exact page end", func() {}, "/v1/reports/daily/2026-11-28?limit=3", want{code: 200, version: 2, latest: 2, ads: v2}},
-		{"unknown version", func() {}, "/v1/reports/daily/2026-11-28?version=3", want{code: 404, errIn: "no version 3 of the daily click report for 2026-11-28; the latest is 2"}},
+		{"by campaign, of a version with no breakdown", func() {}, "/v1/reports/daily/2026-11-28?by=campaign",
+			want{code: 404, errIn: "version 2 of the daily click report for 2026-11-28 has no breakdown by campaign"}},
+		{"by campaign", func() {
+			rows(t, ctx, conn, 3, v2...)
+			groups(t, ctx, conn, 3, "campaign", byCampaign...)
+			groups(t, ctx, conn, 3, "device", byDevice...)
+			commit(t, ctx, conn, 3, Totals{3, 9, 6})
+		}, "/v1/reports/daily/2026-11-28?by=campaign", want{code: 200, version: 3, latest: 3, groups: byCampaign}},
+		{"by device, a page", func() {}, "/v1/reports/daily/2026-11-28?by=device&limit=1&after=desktop",
+			want{code: 200, version: 3, latest: 3, groups: byDevice[1:2], nextAfter: "phone"}},
+		{"by ad is the default", func() {}, "/v1/reports/daily/2026-11-28?by=ad&version=3", want{code: 200, version: 3, latest: 3, ads: v2}},
+		{"by something else", func() {}, "/v1/reports/daily/2026-11-28?by=country", want{code: 400, errIn: `"field":"by"`}},
+		{"first page", func() {}, "/v1/reports/daily/2026-11-28?version=2&limit=2", want{code: 200, version: 2, latest: 3, ads: v2[:2], nextAfter: "ad-b"}},
+		{"last page", func() {}, "/v1/reports/daily/2026-11-28?version=2&limit=2&after=ad-b", want{code: 200, version: 2, latest: 3, ads: v2[2:]}},
+		{"exact page end", func() {}, "/v1/reports/daily/2026-11-28?version=2&limit=3", want{code: 200, version: 2, latest: 3, ads: v2}},
+		{"unknown version", func() {}, "/v1/reports/daily/2026-11-28?version=4", want{code: 404, errIn: "no version 4 of the daily click report for 2026-11-28; the latest is 3"}},
 		{"another date", func() {}, "/v1/reports/daily/2026-11-27", want{code: 404, errIn: "no daily click report for 2026-11-27"}},
 		{"bad date", func() {}, "/v1/reports/daily/28-11-2026", want{code: 400, errIn: `"field":"date"`}},
 		{"impossible date", func() {}, "/v1/reports/daily/2026-02-30", want{code: 400, errIn: `"field":"date"`}},

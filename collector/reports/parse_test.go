@@ -14,6 +14,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("2026-11-28", "version=0")
 	f.Add("2026-11-28", "limit=100001&after=%00")
 	f.Add("x", "version=-1")
+	f.Add("2026-11-28", "by=device&after=phone")
+	f.Add("2026-11-28", "by=Campaign")
 	f.Fuzz(func(t *testing.T, date, query string) {
 		r := httptest.NewRequest("GET", "/v1/reports/daily/x", nil)
 		r.SetPathValue("date", date)
@@ -27,6 +29,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if q.limit < 1 || q.limit > MaxLimit {
 			t.Fatalf("limit %d accepted from %q", q.limit, query)
+		}
+		if q.by != ByAd && q.by != ByCampaign && q.by != ByDevice {
+			t.Fatalf("by %q accepted from %q", q.by, query)
 		}
 		vals, _ := url.ParseQuery(query)
 		if vals.Get("version") != "" && q.version == 0 {

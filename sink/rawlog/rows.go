@@ -33,13 +33,15 @@ func (r ViewKey) EventTS() int64      { return r.TS }
 func (r ViewKey) IsViewCount() bool { return r.SourceID != "" }
 
 // ClickKey is what the click report reads of a click: its place in the log, its time, its id,
-// its ad and its fraud score.
+// its ad, campaign and device, and its fraud score.
 type ClickKey struct {
 	Partition  int32    `parquet:"partition"`
 	Offset     int64    `parquet:"offset"`
 	TS         int64    `parquet:"ts,timestamp(millisecond)"`
 	ClickID    string   `parquet:"click_id"`
 	AdID       string   `parquet:"ad_id"`
+	CampaignID string   `parquet:"campaign_id"`
+	Device     string   `parquet:"device"`
 	FraudScore *float64 `parquet:"fraud_score,optional"`
 }
 
