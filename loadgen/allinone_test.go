@@ -61,6 +61,10 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 		if rep.Errors != 0 || v.Status503 != 0 {
 			t.Errorf("got %d errors, %d 503s; want none", rep.Errors, v.Status503)
 		}
+		// The server is this test process: its CPU over the run, per view accepted.
+		if want := rep.ServerCPU / float64(v.AcceptedEvents) * 1e6; rep.ServerCPU <= 0 || rep.ServerCPUPerEventUs != want {
+			t.Errorf("got server CPU %g s, %g us per event; want some, over the %d views (%g)", rep.ServerCPU, rep.ServerCPUPerEventUs, v.AcceptedEvents, want)
+		}
 	})
 	t.Run("clicks", func(t *testing.T) {
 		rep := runLoad(t, ctx, "--url", api, "--brokers", brokers, "--scenario", "clicks",

@@ -59,15 +59,21 @@ type Report struct {
 	ElapsedS  float64   `json:"elapsed_s"` // until every stream, probe and drain ended
 	// CPU seconds this process used: on a shared machine, the share the server did not get
 	// (in tests, where the pipeline runs in the same process, it is everything).
-	GeneratorCPU float64       `json:"generator_cpu_s"`
-	Views        *ViewsReport  `json:"views,omitempty"`
-	Clicks       *ViewsReport  `json:"clicks,omitempty"`
-	ViewCounts   *ViewsReport  `json:"view_counts,omitempty"`
-	Reads        *StreamReport `json:"reads,omitempty"`
-	Likes        *LikesReport  `json:"likes,omitempty"`
-	Counters     *ViewsReport  `json:"counters,omitempty"`
-	CounterReads *StreamReport `json:"counter_reads,omitempty"`
-	Errors       int           `json:"errors"` // every unexpected outcome of every stream
+	GeneratorCPU float64 `json:"generator_cpu_s"`
+	// ServerCPU is the CPU seconds the server at URL used from just before the load to the end
+	// of the drain (its /metrics' process_cpu_seconds_total; 0 when it does not expose it), and
+	// ServerCPUPerEventUs that over the events accepted by every write stream (views, clicks,
+	// view counts, counter adds, like changes), or over the reads served when nothing wrote.
+	ServerCPU           float64       `json:"server_cpu_s,omitempty"`
+	ServerCPUPerEventUs float64       `json:"server_cpu_us_per_event,omitempty"`
+	Views               *ViewsReport  `json:"views,omitempty"`
+	Clicks              *ViewsReport  `json:"clicks,omitempty"`
+	ViewCounts          *ViewsReport  `json:"view_counts,omitempty"`
+	Reads               *StreamReport `json:"reads,omitempty"`
+	Likes               *LikesReport  `json:"likes,omitempty"`
+	Counters            *ViewsReport  `json:"counters,omitempty"`
+	CounterReads        *StreamReport `json:"counter_reads,omitempty"`
+	Errors              int           `json:"errors"` // every unexpected outcome of every stream
 }
 
 // LikesReport is what the likes scenario measured.
@@ -182,6 +188,7 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 	}
 
 	rep := &Report{Scenario: c.Scenarios.String(), URL: c.URL, RunID: prefix, DurationS: c.Duration.Seconds()}
+	server0, serverOK := serverCPU(ctx, web, c.URL)
 	cpu0 := cpuTime()
 	// A short lead lets every worker reach its first sleep before slot 0 is due.
 	start := time.Now().Add(50 * time.Millisecond)
@@ -231,6 +238,12 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 
 	rep.ElapsedS = time.Since(start).Seconds()
 	rep.GeneratorCPU = (cpuTime() - cpu0).Seconds()
+	if server1, ok := serverCPU(ctx, web, c.URL); ok && serverOK {
+		rep.ServerCPU = server1 - server0
+		if n := rep.events(); n > 0 {
+			rep.ServerCPUPerEventUs = rep.ServerCPU / float64(n) * 1e6
+		}
+	}
 	for _, r := range []*ViewsReport{rep.Views, rep.Clicks, rep.ViewCounts, rep.Counters} {
 		if r != nil {
 			rep.Errors += r.Errors + r.Lag.Errors + r.Visibility.Errors
@@ -249,6 +262,29 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// events is what the server's CPU is divided by: the events every write stream had accepted,
+// or, when nothing wrote, the reads answered.
+func (r *Report) events() int64 {
+	var n int64
+	for _, v := range []*ViewsReport{r.Views, r.Clicks, r.ViewCounts, r.Counters} {
+		if v != nil {
+			n += v.AcceptedEvents
+		}
+	}
+	if r.Likes != nil {
+		n += r.Likes.Changes.OK
+	}
+	if n > 0 {
+		return n
+	}
+	for _, s := range []*StreamReport{r.Reads, r.CounterReads} {
+		if s != nil {
+			n += s.OK
+		}
+	}
+	return n
 }
 
 func printProgress(w io.Writer, every time.Duration, start, end time.Time, done <-chan struct{}, streams []*viewsRun, reads *openLoop, likes *likesStreams) {

@@ -22,28 +22,47 @@ type viewsMetrics struct {
 // running as its own process serves them on its own admin address).
 // prefix names the path's metrics: "tally_views_" or "tally_clicks_".
 func scrapeViewsMetrics(ctx context.Context, cl *http.Client, base, prefix string) viewsMetrics {
-	// /metrics is not part of the API, so it is read with the API client's connections but
-	// without it.
-	var buf bytes.Buffer
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return viewsMetrics{}
-	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		return viewsMetrics{}
-	}
-	defer resp.Body.Close()
-	if _, err := buf.ReadFrom(resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+	text, ok := scrape(ctx, cl, base)
+	if !ok {
 		return viewsMetrics{}
 	}
 	var m viewsMetrics
 	var ok1, ok2, ok3 bool
-	m.records, ok1 = metricSum(buf.Bytes(), prefix+"records_total")
-	m.flushSum, ok2 = metricSum(buf.Bytes(), prefix+"flush_seconds_sum")
-	m.flushCount, ok3 = metricSum(buf.Bytes(), prefix+"flush_seconds_count")
+	m.records, ok1 = metricSum(text, prefix+"records_total")
+	m.flushSum, ok2 = metricSum(text, prefix+"flush_seconds_sum")
+	m.flushCount, ok3 = metricSum(text, prefix+"flush_seconds_count")
 	m.ok = ok1 && ok2 && ok3
 	return m
+}
+
+// serverCPU reads the CPU seconds the process serving base has used (process_cpu_seconds_total
+// at its /metrics: the whole all-in-one but its redis-server child, or one collector); ok is
+// false when the server does not expose it there.
+func serverCPU(ctx context.Context, cl *http.Client, base string) (float64, bool) {
+	text, ok := scrape(ctx, cl, base)
+	if !ok {
+		return 0, false
+	}
+	return metricSum(text, "process_cpu_seconds_total")
+}
+
+// scrape reads base's /metrics. /metrics is not part of the API, so it is read with the API
+// client's connections but without it.
+func scrape(ctx context.Context, cl *http.Client, base string) ([]byte, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, false
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		return nil, false
+	}
+	return buf.Bytes(), true
 }
 
 // metricSum adds up every sample of metric name (all label sets) in a Prometheus text

@@ -31,6 +31,10 @@ func WriteText(w io.Writer, r *Report) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("load: %s against %s, run %s, %.0fs of load (%.1fs with drain and probes); the generator used %.1f CPU s",
 		r.Scenario, r.URL, r.RunID, r.DurationS, r.ElapsedS, r.GeneratorCPU)
+	if r.ServerCPU > 0 {
+		p("server      %.1f CPU s over the load and the drain, %.2f CPU-us per accepted event (process_cpu_seconds_total at %s/metrics: the all-in-one without its redis-server, or that collector alone)",
+			r.ServerCPU, r.ServerCPUPerEventUs, r.URL)
+	}
 	var samples []string
 	for _, st := range []struct {
 		name, unit, path, metrics string

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tallypipeline/tally/allinone"
+	"github.com/tallypipeline/tally/platform/buildinfo"
 	"github.com/tallypipeline/tally/platform/cli"
 	"github.com/tallypipeline/tally/platform/config"
 	"github.com/tallypipeline/tally/platform/lifecycle"
@@ -53,7 +52,7 @@ func Start(t testing.TB, flags ...string) *Running {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runner := lifecycle.NewRunner(logger)
-	env := cli.Env{Config: &cfg, Logger: logger, Registry: prometheus.NewRegistry(), Runner: runner, Now: time.Now}
+	env := cli.Env{Config: &cfg, Logger: logger, Registry: cli.NewRegistry(buildinfo.Read()), Runner: runner, Now: time.Now}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Running{Config: &cfg, Settings: &settings, API: "http://" + addrs[2], cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- runner.Run(ctx, 20*time.Second, allinone.AllInOne(env, &settings, io.Discard)...) }()

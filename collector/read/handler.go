@@ -321,31 +321,20 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 		return api.BadRequest(w, err)
 	}
 	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
-	var unique Unique
+	var unique *Unique // day granularity only: the sketches are kept per item and UTC day
 	if err == nil && q.Granularity == Day {
-		unique, err = h.src.uniqueViewers(r.Context(), id, q.From, q.To)
+		var u Unique
+		u, err = h.src.uniqueViewers(r.Context(), id, q.From, q.To)
+		unique = &u
 	}
 	if err != nil {
 		h.logger.Warn("read series", "item_id", id, "granularity", q.Granularity, "from", q.From, "to", q.To, "err", err)
 		return api.Unavailable(w, "series are unavailable right now; retry later")
 	}
-	if unique.Bad > 0 {
+	if unique != nil && unique.Bad > 0 {
 		h.logger.Warn("stored sketches that do not decode left out of unique viewers", "item_id", id, "count", unique.Bad)
 	}
-	points := make([]Point, 0, q.Points())
-	step := q.Granularity.Step()
-	for t := q.From; t.Before(q.To); t = t.Add(step) {
-		p := Point{T: t, Views: got[t.Unix()]}
-		if q.Granularity == Day {
-			n := unique.Days[t.Unix()]
-			p.UniqueViewers = &n
-		}
-		points = append(points, p)
-	}
-	var rangeUnique *uint64
-	if q.Granularity == Day {
-		rangeUnique = &unique.Range
-	}
+	points, rangeUnique := seriesPoints(q, got, unique)
 	return api.JSON(w, http.StatusOK, struct {
 		ItemID        string      `json:"item_id"`
 		Granularity   Granularity `json:"granularity"`
@@ -354,6 +343,24 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 		Points        []Point     `json:"points"`
 		UniqueViewers *uint64     `json:"unique_viewers,omitempty"`
 	}{id, q.Granularity, q.From, q.To, points, rangeUnique})
+}
+
+// seriesPoints lays views out over q's buckets, zero where none were counted, each with its
+// unique viewers when unique holds them, and returns the range's unique viewers (nil without).
+func seriesPoints(q SeriesQuery, views map[int64]uint64, unique *Unique) ([]Point, *uint64) {
+	points := make([]Point, 0, q.Points())
+	for t := q.From; t.Before(q.To); t = t.Add(q.Granularity.Step()) {
+		p := Point{T: t, Views: views[t.Unix()]}
+		if unique != nil {
+			n := unique.Days[t.Unix()]
+			p.UniqueViewers = &n
+		}
+		points = append(points, p)
+	}
+	if unique == nil {
+		return points, nil
+	}
+	return points, &unique.Range
 }
 
 // SeriesQuery is a validated series request: [From, To) aligned to Granularity.

@@ -103,9 +103,7 @@ func Run(c Command) int {
 		return 2
 	}
 	logger.Info("build", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "go", build.GoVersion)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	build.Register(reg)
+	reg := NewRegistry(build)
 	runner := lifecycle.NewRunner(logger)
 	ps, err := parts(Env{Config: &cfg, Logger: logger, Registry: reg, Runner: runner, Now: time.Now})
 	if err != nil {
@@ -119,6 +117,15 @@ func Run(c Command) int {
 		return 1
 	}
 	return 0
+}
+
+// NewRegistry returns a binary's metrics registry: the Go runtime's and the process's metrics
+// (process_cpu_seconds_total, which `load` reads) and build's tally_build_info.
+func NewRegistry(build buildinfo.Info) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build.Register(reg)
+	return reg
 }
 
 // procs is the GOMAXPROCS a process runs with: perCPU times Go's default (the CPUs the process
