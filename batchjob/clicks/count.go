@@ -78,9 +78,12 @@ type Tally struct {
 	clicks    map[string]first
 	verdicts  map[string]verdictState // the winning verdict of held clicks that have one
 	// places are the distinct (ad, campaign, device) of the clicks held: a click's first
-	// occurrence decides which it counts under in each of the report's groupings.
-	places     []place
-	placeIndex map[place]uint32
+	// occurrence decides which it counts under in each of the report's groupings. They are
+	// found through the ad (one string lookup; an ad has few campaigns and devices).
+	places   []place
+	ads      []string
+	adIndex  map[string]uint32
+	adPlaces [][]uint32 // by ad index: its places
 
 	audit      string  // the ad whose occurrences are kept (Audit), "" for none
 	auditClick []Click // the audited ad's occurrences, in the order read
@@ -99,7 +102,7 @@ type TallyStats struct {
 func NewTally(day time.Time, rules Rules, audit string) *Tally {
 	d := DayOf(day)
 	return &Tally{day: d.UnixMilli(), next: d.AddDate(0, 0, 1).UnixMilli(), rules: rules,
-		clicks: map[string]first{}, verdicts: map[string]verdictState{}, placeIndex: map[place]uint32{}, audit: audit}
+		clicks: map[string]first{}, verdicts: map[string]verdictState{}, adIndex: map[string]uint32{}, audit: audit}
 }
 
 // DayOf returns the UTC midnight that opens t's day.
@@ -137,19 +140,30 @@ func (t *Tally) AddClicks(cs []Click) {
 	}
 }
 
-// place is what a click was shown under, as the report groups clicks: its ad, its campaign
-// and the device it came from.
-type place struct{ ad, campaign, device string }
+// place is what a click was shown under, as the report groups clicks: its ad (index into
+// Tally.ads), its campaign and the device it came from.
+type place struct {
+	ad               uint32
+	campaign, device string
+}
 
 func (t *Tally) placeOf(c *Click) uint32 {
-	k := place{c.AdID, c.CampaignID, c.Device}
-	i, ok := t.placeIndex[k]
+	ad, ok := t.adIndex[c.AdID]
 	if !ok {
-		i = uint32(len(t.places))
-		k = place{strings.Clone(k.ad), strings.Clone(k.campaign), strings.Clone(k.device)}
-		t.places = append(t.places, k)
-		t.placeIndex[k] = i
+		ad = uint32(len(t.ads))
+		id := strings.Clone(c.AdID)
+		t.ads = append(t.ads, id)
+		t.adIndex[id] = ad
+		t.adPlaces = append(t.adPlaces, nil)
 	}
+	for _, i := range t.adPlaces[ad] {
+		if p := &t.places[i]; p.campaign == c.CampaignID && p.device == c.Device {
+			return i
+		}
+	}
+	i := uint32(len(t.places))
+	t.places = append(t.places, place{ad, strings.Clone(c.CampaignID), strings.Clone(c.Device)})
+	t.adPlaces[ad] = append(t.adPlaces[ad], i)
 	return i
 }
 
@@ -244,11 +258,18 @@ func (t *Tally) Rows() ([]Row, Breakdown, DayStats) {
 			st.Duplicates--
 		}
 	}
-	byAd := t.group(exact, billable, func(p place) string { return p.ad })
-	rows := make([]Row, len(byAd))
-	for i, g := range byAd {
-		rows[i] = Row{AdID: g.Value, ExactCount: g.ExactCount, BillableCount: g.BillableCount}
+	var rows []Row
+	for ad, ps := range t.adPlaces {
+		r := Row{AdID: t.ads[ad]}
+		for _, i := range ps {
+			r.ExactCount += exact[i]
+			r.BillableCount += billable[i]
+		}
+		if r.ExactCount > 0 {
+			rows = append(rows, r)
+		}
 	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].AdID < rows[j].AdID })
 	st.Ads = uint64(len(rows))
 	return rows, Breakdown{
 		Campaigns: t.group(exact, billable, func(p place) string { return p.campaign }),
@@ -323,7 +344,7 @@ func (t *Tally) Audit() []AuditLine {
 		case f.occurrence != (occurrence{c.TS, c.Partition, c.Offset}):
 			l.Status = StatusDuplicate
 			l.Why = "repeat of the click at " + time.UnixMilli(f.ts).UTC().Format(time.RFC3339Nano)
-			if ad := t.places[f.place].ad; ad != c.AdID {
+			if ad := t.ads[t.places[f.place].ad]; ad != c.AdID {
 				l.Why += " for ad " + ad
 			}
 		default:

@@ -125,7 +125,7 @@ func tally(ctx context.Context, day time.Time, d Deps, audit string) (*Tally, lo
 		return nil, logread.Stats{}, fmt.Errorf("read clicks of %s: %w", day.Format(time.DateOnly), err)
 	}
 	d.Logger.Info("clicks read", "records", cs.Records, "undecodable", cs.Undecodable, "in_range", t.Stats().Clicks,
-		"click_ids", len(t.clicks), "ad_campaign_devices", len(t.places))
+		"click_ids", len(t.clicks), "ads", len(t.ads), "ad_campaign_devices", len(t.places))
 	vs, err := d.Source.Verdicts(ctx, from, func(n int64, b []Verdict) error { t.AddVerdicts(b); count(n); return nil })
 	if err != nil {
 		return nil, logread.Stats{}, fmt.Errorf("read fraud verdicts for %s: %w", day.Format(time.DateOnly), err)
