@@ -8,6 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/schemas"
 )
 
@@ -30,7 +31,7 @@ func writeVersion(ctx context.Context, conn driver.Conn, rep *Report, rows []Row
 		return fmt.Errorf("read last click report version of %s: %w", day.Format(time.DateOnly), err)
 	}
 	rep.Version = version
-	err := insertRows(ctx, conn, "INSERT INTO click_reports_daily (date, version, ad_id, exact_count, billable_count, computed_at)", rows,
+	err := chclient.InsertBlocks(ctx, conn, "INSERT INTO click_reports_daily (date, version, ad_id, exact_count, billable_count, computed_at)", rowsPerInsert, rows,
 		func(r Row) []any { return []any{day, version, r.AdID, r.ExactCount, r.BillableCount, rep.ComputedAt} })
 	for _, g := range []struct {
 		dimension string
@@ -39,7 +40,7 @@ func writeVersion(ctx context.Context, conn driver.Conn, rep *Report, rows []Row
 		if err != nil {
 			break
 		}
-		err = insertRows(ctx, conn, "INSERT INTO click_reports_by (date, version, dimension, value, exact_count, billable_count)", g.groups,
+		err = chclient.InsertBlocks(ctx, conn, "INSERT INTO click_reports_by (date, version, dimension, value, exact_count, billable_count)", rowsPerInsert, g.groups,
 			func(r Group) []any { return []any{day, version, g.dimension, r.Value, r.ExactCount, r.BillableCount} })
 	}
 	if err != nil {
@@ -52,27 +53,6 @@ func writeVersion(ctx context.Context, conn driver.Conn, rep *Report, rows []Row
 		rep.Day.Duplicates, rep.Day.Fraud, uint64(rep.Read.Records))
 	if err != nil {
 		return fmt.Errorf("insert click report version %d of %s: %w", version, day.Format(time.DateOnly), err)
-	}
-	return nil
-}
-
-// insertRows inserts rows with the statement insert, rowsPerInsert to a block, each row's
-// columns as values says.
-func insertRows[R any](ctx context.Context, conn driver.Conn, insert string, rows []R, values func(R) []any) error {
-	for i := 0; i < len(rows); i += rowsPerInsert {
-		b, err := conn.PrepareBatch(ctx, insert)
-		if err != nil {
-			return fmt.Errorf("prepare %s: %w", insert, err)
-		}
-		for _, r := range rows[i:min(i+rowsPerInsert, len(rows))] {
-			if err := b.Append(values(r)...); err != nil {
-				b.Abort()
-				return fmt.Errorf("append a row to %s: %w", insert, err)
-			}
-		}
-		if err := b.Send(); err != nil {
-			return fmt.Errorf("%s: %w", insert, err)
-		}
 	}
 	return nil
 }

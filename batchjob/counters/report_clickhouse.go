@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // rowsPerInsert bounds one INSERT of report rows; namesPerQuery one IN list of counter names.
@@ -61,23 +63,15 @@ func writeVersion(ctx context.Context, conn driver.Conn, rep *Report, rows []Row
 		return fmt.Errorf("read last counter report version of %s on %s: %w", ns, day.Format(time.DateOnly), err)
 	}
 	rep.Version = version
-	for i := 0; i < len(rows); i += rowsPerInsert {
-		b, err := conn.PrepareBatch(ctx, `INSERT INTO counter_reports_daily
-			(ns, generation, date, version, name, adds, clears, duplicates, end_count, before, stored, computed_at)`)
-		if err != nil {
-			return fmt.Errorf("prepare counter report rows insert: %w", err)
-		}
-		for _, r := range rows[i:min(i+rowsPerInsert, len(rows))] {
-			if err := b.Append(ns, rep.Generation, day, version, r.Name, r.Adds, r.Clears, r.Duplicates, r.Count, r.Before, r.Stored, rep.ComputedAt); err != nil {
-				b.Abort()
-				return fmt.Errorf("append counter report row of %s: %w", r.Name, err)
-			}
-		}
-		if err := b.Send(); err != nil {
-			return fmt.Errorf("insert counter report rows of %s on %s version %d: %w", ns, day.Format(time.DateOnly), version, err)
-		}
+	err := chclient.InsertBlocks(ctx, conn, `INSERT INTO counter_reports_daily
+		(ns, generation, date, version, name, adds, clears, duplicates, end_count, before, stored, computed_at)`, rowsPerInsert, rows,
+		func(r Row) []any {
+			return []any{ns, rep.Generation, day, version, r.Name, r.Adds, r.Clears, r.Duplicates, r.Count, r.Before, r.Stored, rep.ComputedAt}
+		})
+	if err != nil {
+		return fmt.Errorf("write counter report rows of %s on %s version %d: %w", ns, day.Format(time.DateOnly), version, err)
 	}
-	err := conn.Exec(ctx, `INSERT INTO counter_report_versions
+	err = conn.Exec(ctx, `INSERT INTO counter_report_versions
 		(ns, generation, date, version, started_at, computed_at, counters, differing, adds, clears, duplicates, records_read, undecodable)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		ns, rep.Generation, day, version, rep.StartedAt, rep.ComputedAt, uint64(rep.Counters), uint64(len(rep.Differing)),
