@@ -156,6 +156,13 @@ func TestDailyReport(t *testing.T) {
 			want{code: 200, version: 3, latest: 3, groups: byDevice[1:2], nextAfter: "phone"}},
 		{"by ad is the default", func() {}, "/v1/reports/daily/2026-11-28?by=ad&version=3", want{code: 200, version: 3, latest: 3, ads: v2}},
 		{"by something else", func() {}, "/v1/reports/daily/2026-11-28?by=country", want{code: 400, errIn: `"field":"by"`}},
+		// What an attacker might try on the new parameter: case, quoting, a Unicode space, a
+		// second value, SQL in after.
+		{"by in capitals", func() {}, "/v1/reports/daily/2026-11-28?by=Campaign", want{code: 400, errIn: `"field":"by"`}},
+		{"by quoted", func() {}, "/v1/reports/daily/2026-11-28?by=%27campaign%27", want{code: 400, errIn: `"field":"by"`}},
+		{"by with an em space", func() {}, "/v1/reports/daily/2026-11-28?by=campaign%E2%80%83", want{code: 400, errIn: `"field":"by"`}},
+		{"by given twice: the first counts", func() {}, "/v1/reports/daily/2026-11-28?by=country&by=campaign", want{code: 400, errIn: `"field":"by"`}},
+		{"after with SQL", func() {}, "/v1/reports/daily/2026-11-28?by=device&after=x%27%20OR%201%3D1--", want{code: 400, errIn: `"field":"after"`}},
 		{"first page", func() {}, "/v1/reports/daily/2026-11-28?version=2&limit=2", want{code: 200, version: 2, latest: 3, ads: v2[:2], nextAfter: "ad-b"}},
 		{"last page", func() {}, "/v1/reports/daily/2026-11-28?version=2&limit=2&after=ad-b", want{code: 200, version: 2, latest: 3, ads: v2[2:]}},
 		{"exact page end", func() {}, "/v1/reports/daily/2026-11-28?version=2&limit=3", want{code: 200, version: 2, latest: 3, ads: v2}},
