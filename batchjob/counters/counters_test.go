@@ -86,12 +86,15 @@ type fixture struct {
 	ns   string
 	db   string
 	conn driver.Conn
+	// clickhouse are the command's flags that reach conn's engine and database.
+	clickhouse []string
 }
 
 func newFixture(t *testing.T, ctx context.Context, name, mode string) *fixture {
 	t.Helper()
 	f := &fixture{db: "counters_" + name}
 	f.conn = infra.DB(t, ctx, f.db)
+	f.clickhouse = []string{"--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword, "--clickhouse.database", f.db}
 	if _, err := migrate.Apply(ctx, f.conn, infra.Logger); err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +116,9 @@ func (f *fixture) namespace(t *testing.T, ctx context.Context, name, mode string
 
 // argv is the command's arguments to recount day with args.
 func (f *fixture) argv(day time.Time, args ...string) []string {
-	return append(append([]string{"counters", "--date", day.Format(time.DateOnly)}, args...),
-		"--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
-		"--clickhouse.database", f.db, "--redis.addr", infra.Redis.Addr(), "--log.level", "info")
+	argv := append([]string{"counters", "--date", day.Format(time.DateOnly)}, args...)
+	argv = append(argv, f.clickhouse...)
+	return append(argv, "--kafka.brokers", infra.Kafka.Addr(), "--redis.addr", infra.Redis.Addr(), "--log.level", "info")
 }
 
 // run runs the command on day with args and returns its exit code and output.
@@ -300,40 +303,12 @@ func TestKillAtRandomThenRerun(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
 	defer rdb.Close()
 	day := base.AddDate(0, 0, 3) // a day of its own: the other tests' records are not read
-	const counters = 150_000     // rows enough for the write to take a while
-	produceAdds(t, ctx, f.ns, day, counters)
-	if err := f.conn.Exec(ctx, `INSERT INTO counter_deltas (partition, epoch, end_offset, ns, generation, name, minute, delta, expires)
-		SELECT 0, 1, 1, ?, 7, concat('c', toString(number)), ?, 1, now() + INTERVAL 90 DAY FROM numbers(?)`, f.ns, day.Add(time.Hour), counters); err != nil {
-		t.Fatal(err)
-	}
+	f.seed(t, ctx, day, killCounters)
 	args := []string{"--namespace", f.ns, "--batchjob.lock_ttl", "3s"}
-	// complete checks, in the engine (reading 150,000 rows into the test costs seconds under
-	// -race), that the visible version holds every counter, each with its one add.
-	complete := func(t *testing.T, when string) uint32 {
-		t.Helper()
-		var version uint32
-		var rows, right uint64
-		if err := f.conn.QueryRow(ctx, `SELECT any(version), count(), countIf(adds = 1 AND clears = 0 AND duplicates = 0 AND end_count = 1 AND stored = 1)
-			FROM counter_reports_final WHERE ns = ? AND date = ?`, f.ns, day).Scan(&version, &rows, &right); err != nil {
-			t.Fatal(err)
-		}
-		if rows != counters || right != counters {
-			t.Fatalf("%s: got version %d with %d counters, %d of them 1 add, end 1, stored 1; want a complete version of %d", when, version, rows, right, counters)
-		}
-		return version
-	}
 
 	// The first run: how long the whole run and its write (from the line below to its exit) take.
-	const writing = "writing counter report"
-	started := time.Now()
-	cmd := exec.CommandContext(ctx, bin, f.argv(day, args...)...)
-	testinfra.StartUntil(t, cmd, writing)
-	wrote := time.Now()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("first run: %v", err)
-	}
-	took, writeTook := time.Since(started), time.Since(wrote)
-	seen := complete(t, "after the first run")
+	took, writeTook := f.timeRun(t, ctx, day, args)
+	seen := f.complete(t, ctx, day, "after the first run")
 
 	kills := []struct {
 		name  string
@@ -346,12 +321,8 @@ func TestKillAtRandomThenRerun(t *testing.T) {
 	for _, k := range kills {
 		t.Run(k.name, func(t *testing.T) {
 			f.kill(t, ctx, f.argv(day, args...), k.after, k.delay)
-			var partial uint64
-			if err := f.conn.QueryRow(ctx, `SELECT count() FROM counter_reports_daily WHERE ns = ? AND date = ? AND version > ?`, f.ns, day, seen).Scan(&partial); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("killed %v after %q (a whole run took %v): it left %d rows beyond version %d", k.delay, k.after, took, partial, seen)
-			seen = complete(t, "after kill -9")
+			t.Logf("killed %v after %q (a whole run took %v): it left %d rows beyond version %d", k.delay, k.after, took, f.beyond(t, ctx, day, seen), seen)
+			seen = f.complete(t, ctx, day, "after kill -9")
 			if code, out := f.run(t, day, args...); code != 3 && code != 0 {
 				t.Fatalf("rerun at once: got exit %d; want 3 while the dead run's lock lasts, or 0 if it ended before the kill:\n%s", code, out)
 			}
@@ -359,17 +330,83 @@ func TestKillAtRandomThenRerun(t *testing.T) {
 				n, err := rdb.Exists(ctx, LockKey).Result()
 				return err == nil && n == 0, fmt.Sprint(n, err)
 			})
-			code, out := f.run(t, day, args...)
-			if code != 0 {
-				t.Fatalf("rerun: got exit %d; want 0:\n%s", code, out)
-			}
-			version := complete(t, "after the rerun")
-			if version <= seen || !strings.Contains(out, fmt.Sprintf("version %d: %d counters, 0 differ", version, counters)) {
-				t.Fatalf("after the rerun: got version %d (%d before it) and output\n%s\nwant a newer complete version, reported", version, seen, out)
-			}
-			seen = version
+			seen = f.rerun(t, ctx, day, args, seen)
 		})
 	}
+}
+
+// killCounters is how many counters the kill tests' report holds: rows enough for its write to
+// take a while (two INSERTs of rowsPerInsert).
+const killCounters = 150_000
+
+// writing is the line the command logs before it writes a report.
+const writing = "writing counter report"
+
+// seed logs one add of 1 to each of n counters of f's namespace on day, and stores the same in
+// counter_deltas, so that a run finds them all equal.
+func (f *fixture) seed(t *testing.T, ctx context.Context, day time.Time, n int) {
+	t.Helper()
+	produceAdds(t, ctx, f.ns, day, n)
+	if err := f.conn.Exec(ctx, `INSERT INTO counter_deltas (partition, epoch, end_offset, ns, generation, name, minute, delta, expires)
+		SELECT 0, 1, 1, ?, 7, concat('c', toString(number)), ?, 1, now() + INTERVAL 90 DAY FROM numbers(?)`, f.ns, day.Add(time.Hour), n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// timeRun runs the command to its end and returns how long the whole run and its write (from
+// the writing line to its exit) took.
+func (f *fixture) timeRun(t *testing.T, ctx context.Context, day time.Time, args []string) (run, write time.Duration) {
+	t.Helper()
+	started := time.Now()
+	cmd := exec.CommandContext(ctx, bin, f.argv(day, args...)...)
+	testinfra.StartUntil(t, cmd, writing)
+	wrote := time.Now()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	return time.Since(started), time.Since(wrote)
+}
+
+// complete checks, in the engine (reading killCounters rows into the test costs seconds under
+// -race), that the visible version of day's report holds every counter, each with its one add,
+// and returns the version.
+func (f *fixture) complete(t *testing.T, ctx context.Context, day time.Time, when string) uint32 {
+	t.Helper()
+	var version uint32
+	var rows, right uint64
+	if err := f.conn.QueryRow(ctx, `SELECT any(version), count(), countIf(adds = 1 AND clears = 0 AND duplicates = 0 AND end_count = 1 AND stored = 1)
+		FROM counter_reports_final WHERE ns = ? AND date = ?`, f.ns, day).Scan(&version, &rows, &right); err != nil {
+		t.Fatal(err)
+	}
+	if rows != killCounters || right != killCounters {
+		t.Fatalf("%s: got version %d with %d counters, %d of them 1 add, end 1, stored 1; want a complete version of %d", when, version, rows, right, killCounters)
+	}
+	return version
+}
+
+// beyond returns how many report rows of day a dead run left beyond version seen.
+func (f *fixture) beyond(t *testing.T, ctx context.Context, day time.Time, seen uint32) uint64 {
+	t.Helper()
+	var n uint64
+	if err := f.conn.QueryRow(ctx, `SELECT count() FROM counter_reports_daily WHERE ns = ? AND date = ? AND version > ?`, f.ns, day, seen).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// rerun runs the command again, expects it to write a complete version newer than seen and say
+// so, and returns that version.
+func (f *fixture) rerun(t *testing.T, ctx context.Context, day time.Time, args []string, seen uint32) uint32 {
+	t.Helper()
+	code, out := f.run(t, day, args...)
+	if code != 0 {
+		t.Fatalf("rerun: got exit %d; want 0:\n%s", code, out)
+	}
+	version := f.complete(t, ctx, day, "after the rerun")
+	if version <= seen || !strings.Contains(out, fmt.Sprintf("version %d: %d counters, 0 differ", version, killCounters)) {
+		t.Fatalf("after the rerun: got version %d (%d before it) and output\n%s\nwant a newer complete version, reported", version, seen, out)
+	}
+	return version
 }
 
 // kill starts the command with argv and kill -9s it delay after it logs a line containing after
