@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/axiomhq/hyperloglog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -534,7 +533,7 @@ func (a *Aggregator) writeRollups(ctx context.Context, only map[int32]bool) erro
 type sketchWrite struct {
 	parts []*partition
 	ends  []offsetRow // parallel to parts
-	taken []map[sketchKey]*hyperloglog.Sketch
+	taken [][]takenDelta
 	done  chan struct{}
 	err   error
 }
@@ -559,10 +558,7 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	if err := a.Retry(ctx, "load sketches", func() error { return a.store.loadSketches(ctx, parts) }); err != nil {
 		return err
 	}
-	rows, est, err := sketchDeltaRows(parts, now)
-	if err != nil {
-		return err
-	}
+	rows, est := sketchDeltaRows(parts, now)
 	w := &sketchWrite{parts: parts, done: make(chan struct{})}
 	for _, p := range parts {
 		w.ends = append(w.ends, offsetRow{p.id, p.epoch, p.next})

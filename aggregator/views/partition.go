@@ -49,14 +49,16 @@ type sketchKey struct {
 }
 
 type sketch struct {
+	key    sketchKey
 	hll    *hyperloglog.Sketch
 	loaded bool // merged with the stored version, so writing it loses nothing
-	// delta holds the viewers inserted since the sketch's last delta write (nil: none, the
-	// sketch is clean), and unfolded says that a delta was written since the whole sketch was
-	// last folded into unique_viewers (migration 012): such a sketch stays in memory until its
-	// fold.
-	delta    *hyperloglog.Sketch
+	// delta holds the viewers inserted since the sketch's last delta write (empty: the sketch
+	// is clean), and unfolded says that a delta was written since the whole sketch was last
+	// folded into unique_viewers (migration 012): such a sketch stays in memory until its fold.
+	delta    viewerDelta
 	unfolded bool
+	// listed says the sketch is in its partition's listed: it owes the next sketch write a row.
+	listed bool
 	// estimate is hll's last computed estimate, fresh the inserts since (see current).
 	estimate    uint64
 	fresh       uint64
@@ -99,8 +101,14 @@ type partition struct {
 	// edgeViews is how many more views than records the batch's counted view counts carry
 	// (their counts less one each), for the counted-views metric.
 	edgeViews uint64
-	// sketches touched since assignment; clean ones idle for a while are dropped.
+	// sketches touched since assignment; clean ones idle for a while are dropped. A sketch
+	// write's work follows the sketches touched, not all those held (at a million items,
+	// millions): unloaded are those created since the last load of stored versions, listed
+	// those that owe the next write a row (a delta, or an estimate skipped while they took
+	// viewers).
 	sketches  map[sketchKey]*sketch
+	unloaded  []*sketch
+	listed    []*sketch
 	lastEvict time.Time
 	poison    int                 // records set aside in this batch
 	dead      []deadletter.Letter // their dead letters, written before the batch (deadletter.go)
@@ -185,8 +193,8 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 	if ds.all == nil || ds.all.evicted {
 		ds.all = p.sketch(sketchKey{v.ItemID, allTime})
 	}
-	ds.insert(h, now)
-	ds.all.insert(h, now)
+	p.insert(ds, h, now)
+	p.insert(ds.all, h, now)
 	if !counted {
 		return
 	}
@@ -218,29 +226,104 @@ func (p *partition) processCount(offset int64, value []byte) {
 	}
 }
 
-// sketch returns the sketch of k, created empty if the partition holds none.
+// sketch returns the sketch of k, created empty (and unloaded) if the partition holds none.
 func (p *partition) sketch(k sketchKey) *sketch {
 	s := p.sketches[k]
 	if s == nil {
-		s = &sketch{hll: hyperloglog.New14()}
+		s = &sketch{key: k, hll: hyperloglog.New14()}
 		p.sketches[k] = s
+		p.unloaded = append(p.unloaded, s)
 	}
 	return s
+}
+
+// insert adds a viewer to s, one of p's sketches, by its viewerHash.
+func (p *partition) insert(s *sketch, h uint64, now time.Time) {
+	p.list(s)
+	s.insert(h, now)
+}
+
+// loadedAll records that every sketch created so far holds its stored version.
+func (p *partition) loadedAll() {
+	for _, s := range p.unloaded {
+		s.loaded = true
+	}
+	clear(p.unloaded)
+	p.unloaded = p.unloaded[:0]
+}
+
+// list puts s among the sketches that owe the next sketch write a row.
+func (p *partition) list(s *sketch) {
+	if !s.listed {
+		s.listed = true
+		p.listed = append(p.listed, s)
+	}
 }
 
 // insert adds a viewer by its viewerHash.
 func (s *sketch) insert(h uint64, now time.Time) {
 	s.hll.InsertHash(h)
-	if s.delta == nil {
-		s.delta = hyperloglog.New14()
-	}
-	s.delta.InsertHash(h)
+	s.delta.add(h)
 	s.fresh++
 	s.touched = now
 }
 
 // dirty reports whether the sketch took viewers since its last delta write.
-func (s *sketch) dirty() bool { return s.delta != nil }
+func (s *sketch) dirty() bool { return !s.delta.empty() }
+
+// viewerDelta holds the viewers a sketch took since its last delta write: their hashes while
+// few, a sketch of them past deltaHashes, so that a delta held through failed writes stays
+// small. Hashes rather than a sketch from the first viewer: at a million items nearly every
+// touched key takes one or two viewers per interval, and a sketch of its own cost five
+// allocations each; the write encodes the delta beside the consume loop.
+type viewerDelta struct {
+	hashes []uint64
+	hll    *hyperloglog.Sketch
+}
+
+// deltaHashes is how many hashes a delta holds before it turns into a sketch (4 KiB; a dense
+// sketch is 16).
+const deltaHashes = 512
+
+func (d *viewerDelta) add(h uint64) {
+	if d.hll != nil {
+		d.hll.InsertHash(h)
+		return
+	}
+	d.hashes = append(d.hashes, h)
+	if len(d.hashes) >= deltaHashes {
+		d.hll = d.sketch()
+		d.hashes = nil
+	}
+}
+
+func (d viewerDelta) empty() bool { return d.hll == nil && len(d.hashes) == 0 }
+
+// merge adds o's viewers to d.
+func (d *viewerDelta) merge(o viewerDelta) error {
+	for _, h := range o.hashes {
+		d.add(h)
+	}
+	if o.hll == nil {
+		return nil
+	}
+	if d.hll == nil {
+		d.hll, d.hashes = d.sketch(), nil
+	}
+	return d.hll.Merge(o.hll)
+}
+
+// sketch returns the delta's viewers as a sketch: its own, or a new one of its hashes.
+func (d viewerDelta) sketch() *hyperloglog.Sketch {
+	if d.hll != nil {
+		return d.hll
+	}
+	s := hyperloglog.New14()
+	for _, h := range d.hashes {
+		s.InsertHash(h)
+	}
+	return s
+}
 
 // estimateEvery is how long a sketch's estimate is reused while it takes new viewers. An
 // estimate costs a pass over the sketch (a sparse sketch's pending inserts merged into its
@@ -313,8 +396,8 @@ func (p *partition) sketchesPending(now time.Time) bool {
 	if p.next > p.sketched {
 		return true
 	}
-	for _, s := range p.sketches {
-		if s.owesEstimate(now) {
+	for _, s := range p.listed {
+		if !s.evicted && s.owesEstimate(now) {
 			return true
 		}
 	}
@@ -322,18 +405,27 @@ func (p *partition) sketchesPending(now time.Time) bool {
 }
 
 // takeDeltas hands over the sketches' deltas for writing, leaving them clean (their viewers
-// are then owed to unique_viewers by the next fold), and drops folded sketches idle for longer
-// than idle (a later view reloads the stored version before its next delta is written). The
-// sketch checkpoint moves only once the write succeeds; if it fails, restoreDeltas gives the
-// deltas back.
-func (p *partition) takeDeltas(now time.Time, idle time.Duration) map[sketchKey]*hyperloglog.Sketch {
-	taken := map[sketchKey]*hyperloglog.Sketch{}
-	for k, s := range p.sketches {
+// are then owed to unique_viewers by the next fold), and keeps listed only the sketches that
+// still owe an estimate. It drops the folded sketches idle for longer than idle (a later view
+// reloads the stored version before its next delta is written). The sketch
+// checkpoint moves only once the write succeeds; if it fails, restoreDeltas gives the deltas
+// back.
+func (p *partition) takeDeltas(now time.Time, idle time.Duration) []takenDelta {
+	var taken []takenDelta
+	kept := p.listed[:0]
+	for _, s := range p.listed {
 		if s.dirty() {
-			taken[k] = s.delta
-			s.delta, s.unfolded = nil, true
+			taken = append(taken, takenDelta{s, s.delta})
+			s.delta, s.unfolded = viewerDelta{}, true
 		}
-		if !s.unfolded && now.Sub(s.touched) > idle {
+		if s.listed = !s.evicted && s.fresh > 0; s.listed {
+			kept = append(kept, s)
+		}
+	}
+	clear(p.listed[len(kept):])
+	p.listed = kept
+	for k, s := range p.sketches {
+		if !s.unfolded && !s.dirty() && now.Sub(s.touched) > idle {
 			delete(p.sketches, k)
 			s.evicted = true
 		}
@@ -341,19 +433,27 @@ func (p *partition) takeDeltas(now time.Time, idle time.Duration) map[sketchKey]
 	return taken
 }
 
+// takenDelta is a delta takeDeltas handed over, and its sketch.
+type takenDelta struct {
+	s     *sketch
+	delta viewerDelta
+}
+
 // restoreDeltas gives back deltas taken for a write that failed, so that the next write holds
 // them. A sketch no longer in memory was folded since, with them, and dropped: nothing is owed.
-func (p *partition) restoreDeltas(taken map[sketchKey]*hyperloglog.Sketch) error {
-	for k, d := range taken {
-		s := p.sketches[k]
-		switch {
-		case s == nil:
-		case s.delta == nil:
-			s.delta = d
-		default:
-			if err := s.delta.Merge(d); err != nil {
-				return fmt.Errorf("restore sketch delta of %s day %d: %w", k.item, k.day, err)
-			}
+func (p *partition) restoreDeltas(taken []takenDelta) error {
+	for _, t := range taken {
+		s := t.s
+		if s.evicted {
+			continue
+		}
+		p.list(s)
+		if s.delta.empty() {
+			s.delta = t.delta
+			continue
+		}
+		if err := s.delta.merge(t.delta); err != nil {
+			return fmt.Errorf("restore sketch delta of %s day %d: %w", s.key.item, s.key.day, err)
 		}
 	}
 	return nil

@@ -24,6 +24,18 @@ func BenchmarkPartitionProcessNewPairs(b *testing.B) {
 	benchProcess(b, 1_000_000, 10_000_000)
 }
 
+// BenchmarkPartitionProcessManyItems is the same work over 1,000,000 items with none hot, as in
+// the million-item load: nearly every record creates an item's two sketches, and every
+// 100,000 records a sketch write takes their deltas. Run it with -benchtime 1000000x.
+func BenchmarkPartitionProcessManyItems(b *testing.B) {
+	recs := make([][]byte, 1_000_000)
+	t0 := time.Now().UnixMilli()
+	for i := range recs {
+		recs[i] = schemas.AppendView(nil, schemas.View{ItemID: "item-" + strconv.Itoa(i*7919%len(recs)), ViewerID: "viewer-" + strconv.Itoa(i), TS: t0 + int64(i)})
+	}
+	runProcess(b, recs)
+}
+
 func benchProcess(b *testing.B, n, viewers int) {
 	recs := make([][]byte, n)
 	t0 := time.Now().UnixMilli()
@@ -94,11 +106,11 @@ func BenchmarkSketchInterval(b *testing.B) {
 			for range b.N {
 				now = now.Add(5 * time.Second)
 				for _, sk := range sketches {
-					sk.delta = nil
+					sk.delta = viewerDelta{}
 					for range 50 {
 						sk.insert(next(), time.Time{})
 					}
-					if _, err := sk.delta.MarshalBinary(); err != nil {
+					if _, err := sk.delta.sketch().MarshalBinary(); err != nil {
 						b.Fatal(err)
 					}
 					sk.current(now)
@@ -116,12 +128,13 @@ func BenchmarkSketchDeltaRows(b *testing.B) {
 	now := time.Now()
 	for i := range 200_000 {
 		sk := p.sketch(sketchKey{item: "item-" + strconv.Itoa(i), day: int32(i % 2)})
-		sk.insert(uint64(i)*0x9e3779b97f4a7c15, now)
+		p.insert(sk, uint64(i)*0x9e3779b97f4a7c15, now)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, _, err := sketchDeltaRows([]*partition{p}, now); err != nil {
+		rows, _ := sketchDeltaRows([]*partition{p}, now)
+		if err := encodeSketchRows(rows); err != nil {
 			b.Fatal(err)
 		}
 	}

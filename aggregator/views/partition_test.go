@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/viewersketch"
 )
 
 func view(item, viewer string, ts int64) []byte {
@@ -318,7 +320,11 @@ func TestRestoreDeltasAfterAFailedWrite(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
 			p.process(0, view("i", "a", ts), t0)
+			sketchDeltaRows([]*partition{p}, t0) // as the write does: the estimates are computed
 			taken := p.takeDeltas(t0, time.Minute)
+			if len(p.listed) != 0 {
+				t.Fatalf("got %d sketches listed after their deltas were taken; want none", len(p.listed))
+			}
 			if len(taken) != 2 || !p.sketchesPending(t0) {
 				t.Fatalf("got %d deltas taken, sketches pending %v; want 2 (day and all time) and true (checkpoint not moved)", len(taken), p.sketchesPending(t0))
 			}
@@ -335,11 +341,75 @@ func TestRestoreDeltasAfterAFailedWrite(t *testing.T) {
 			all := p.sketches[sketchKey{"i", allTime}]
 			var got uint64
 			if all != nil && all.dirty() {
-				got = all.delta.Estimate()
+				got = all.delta.sketch().Estimate()
 			}
 			if got != tt.want {
 				t.Errorf("got %d viewers in the all-time delta; want %d", got, tt.want)
 			}
+			rows, _ := sketchDeltaRows([]*partition{p}, t0)
+			if owed := tt.want > 0; owed != slices.ContainsFunc(rows, func(r sketchRow) bool { return r.key == sketchKey{"i", allTime} }) {
+				t.Errorf("got rows %+v for the next write; want the all-time delta among them: %v", rows, owed)
+			}
 		})
+	}
+}
+
+// A delta holds its viewers' hashes up to deltaHashes, then a sketch; merged or not, it holds
+// every viewer it took, and each row encodes its own delta alone (the scratch sketch is reset).
+func TestViewerDelta(t *testing.T) {
+	h := uint64(11)
+	next := func() uint64 { h = h*6364136223846793005 + 1442695040888963407; return h }
+	tests := []struct {
+		name string
+		a, b int // viewers of the delta and of the one merged into it
+	}{
+		{"few", 3, 0},
+		{"at the bound", deltaHashes, 0},
+		{"few merged into few", 10, 20},
+		{"many merged into few", 5, 2 * deltaHashes},
+		{"few merged into many", 2 * deltaHashes, 5},
+		{"many merged into many", 600, 900},
+	}
+	var rows []sketchRow
+	var want []uint64
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var d, o viewerDelta
+			all := hyperloglog.New14()
+			for range tt.a {
+				x := next()
+				d.add(x)
+				all.InsertHash(x)
+			}
+			for range tt.b {
+				x := next()
+				o.add(x)
+				all.InsertHash(x)
+			}
+			if err := d.merge(o); err != nil {
+				t.Fatal(err)
+			}
+			spilled := tt.a+tt.b >= deltaHashes
+			if (d.hll != nil) != spilled || len(d.hashes) >= deltaHashes || d.hll != nil && len(d.hashes) > 0 {
+				t.Errorf("got %d hashes and sketch %v; want a sketch alone: %v", len(d.hashes), d.hll != nil, spilled)
+			}
+			if got, want := d.sketch().Estimate(), all.Estimate(); got != want {
+				t.Errorf("got %d viewers; want %d", got, want)
+			}
+			rows = append(rows, sketchRow{key: sketchKey{tt.name, 1}, delta: d}, sketchRow{key: sketchKey{tt.name, 2}})
+			want = append(want, all.Estimate(), 0)
+		})
+	}
+	if err := encodeSketchRows(rows); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		sk, err := viewersketch.Decode([]byte(r.blob))
+		if err != nil {
+			t.Fatalf("row %d (%v): %v", i, r.key, err)
+		}
+		if got := sk.Estimate(); got != want[i] {
+			t.Errorf("row %d (%v) encodes %d viewers; want %d", i, r.key, got, want[i])
+		}
 	}
 }

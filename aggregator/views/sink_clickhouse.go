@@ -182,13 +182,16 @@ func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
 func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 	want := map[string][]*partition{}
 	for _, p := range parts {
-		for k, sk := range p.sketches {
-			if !sk.loaded && !slices.Contains(want[k.item], p) {
+		for _, sk := range p.unloaded {
+			if k := sk.key; !sk.loaded && !sk.evicted && !slices.Contains(want[k.item], p) {
 				want[k.item] = append(want[k.item], p)
 			}
 		}
 	}
 	if len(want) == 0 {
+		for _, p := range parts {
+			p.loadedAll()
+		}
 		return nil
 	}
 	// After an assignment every item of the partition is unloaded: read them in bounded rounds,
@@ -204,9 +207,7 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 		}
 	}
 	for _, p := range parts {
-		for _, sk := range p.sketches {
-			sk.loaded = true
-		}
+		p.loadedAll()
 	}
 	return nil
 }
@@ -319,67 +320,81 @@ func mergeInto(parts []*partition, k sketchKey, blob string, of func(*partition)
 }
 
 // sketchRow is one row of unique_viewer_deltas: a sketch's viewers added since its last delta
-// write, encoded, and the whole sketch's estimate.
+// write (encoded into blob by encodeSketchRows) and the whole sketch's estimate.
 type sketchRow struct {
 	partition int32
 	epoch     uint64
 	end       int64
 	key       sketchKey
+	delta     viewerDelta
 	blob      string
 	viewers   uint64
 }
 
-// sketchDeltaRows encodes, for every dirty sketch of parts, the viewers added since its last
-// delta write, with the estimate of the whole sketch, tagged with the partition's offset and
-// epoch. A sketch that owes an estimate (owesEstimate) gets a row with an empty delta. It also
+// sketchDeltaRows returns, for every sketch of parts that owes a row (owesRow), the viewers it
+// added since its last delta write, with the estimate of the whole sketch, tagged with the
+// partition's offset and epoch; a sketch that only owes an estimate gets an empty delta. It also
 // returns the all-time estimates, by item. It reads the sketches, so it runs under the
-// aggregator's lock; the rows are written without it (insertSketchDeltas).
-func sketchDeltaRows(parts []*partition, now time.Time) ([]sketchRow, map[string]uint64, error) {
-	empty, err := hyperloglog.New14().MarshalBinary()
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode an empty sketch: %w", err)
-	}
-	// Sized first: at a million items the rows of one write run to hundreds of thousands, and
-	// growing the slice and the map as they fill cost more than the counting pass.
-	n, all := 0, 0
+// aggregator's lock; the rows are encoded and written without it (encodeSketchRows,
+// insertSketchDeltas).
+func sketchDeltaRows(parts []*partition, now time.Time) ([]sketchRow, map[string]uint64) {
+	n := 0
 	for _, p := range parts {
-		for k, sk := range p.sketches {
-			if sk.owesRow(now) {
-				n++
-				if k.day == allTime {
-					all++
-				}
-			}
-		}
+		n += len(p.listed)
 	}
 	rows := make([]sketchRow, 0, n)
-	est := make(map[string]uint64, all)
+	est := make(map[string]uint64, n/2)
 	for _, p := range parts {
-		for k, sk := range p.sketches {
-			blob := empty
-			switch {
-			case sk.dirty():
-				if blob, err = sk.delta.MarshalBinary(); err != nil {
-					return nil, nil, fmt.Errorf("encode sketch delta of %s: %w", k.item, err)
-				}
-			case !sk.owesEstimate(now):
+		for _, sk := range p.listed {
+			if sk.evicted || !sk.owesRow(now) {
 				continue
 			}
 			n := sk.current(now)
-			rows = append(rows, sketchRow{p.id, p.epoch, p.next, k, string(blob), n})
-			if k.day == allTime {
-				est[k.item] = n
+			rows = append(rows, sketchRow{partition: p.id, epoch: p.epoch, end: p.next, key: sk.key, delta: sk.delta, viewers: n})
+			if sk.key.day == allTime {
+				est[sk.key.item] = n
 			}
 		}
 	}
-	return rows, est, nil
+	return rows, est
 }
 
-// insertSketchDeltas stores rows. They count only while no newer owner claimed their partition
-// (migration 012).
+// encodeSketchRows encodes the delta of each row not yet encoded into its blob (an encoded sketch
+// is never empty), so that a retried write encodes nothing again. A delta of hashes goes through
+// one scratch sketch, reset for each: fewer than deltaHashes keep it sparse, as a new one.
+func encodeSketchRows(rows []sketchRow) error {
+	scratch := hyperloglog.New14()
+	var buf []byte
+	var err error
+	for i := range rows {
+		r := &rows[i]
+		if r.blob != "" {
+			continue
+		}
+		sk := r.delta.hll
+		if sk == nil {
+			scratch.Reset()
+			for _, h := range r.delta.hashes {
+				scratch.InsertHash(h)
+			}
+			sk = scratch
+		}
+		if buf, err = sk.AppendBinary(buf[:0]); err != nil {
+			return fmt.Errorf("encode sketch delta of %s: %w", r.key.item, err)
+		}
+		r.blob = string(buf)
+	}
+	return nil
+}
+
+// insertSketchDeltas encodes rows and stores them. They count only while no newer owner claimed
+// their partition (migration 012).
 func (s *store) insertSketchDeltas(ctx context.Context, rows []sketchRow, now time.Time) error {
 	if len(rows) == 0 {
 		return nil
+	}
+	if err := encodeSketchRows(rows); err != nil {
+		return err
 	}
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)")
 	if err != nil {
