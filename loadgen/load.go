@@ -244,24 +244,33 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 			rep.ServerCPUPerEventUs = rep.ServerCPU / float64(n) * 1e6
 		}
 	}
+	if rep.Likes != nil {
+		rep.Likes.NegativeLikes = likes.negative.Load()
+	}
+	rep.Errors = rep.errors()
+	return rep, nil
+}
+
+// errors sums the errors of every stream of the report.
+func (rep *Report) errors() int {
+	var n int
 	for _, r := range []*ViewsReport{rep.Views, rep.Clicks, rep.ViewCounts, rep.Counters} {
 		if r != nil {
-			rep.Errors += r.Errors + r.Lag.Errors + r.Visibility.Errors
+			n += r.Errors + r.Lag.Errors + r.Visibility.Errors
 		}
 	}
 	for _, r := range []*StreamReport{rep.Reads, rep.CounterReads} {
 		if r != nil {
-			rep.Errors += r.Errors
+			n += r.Errors
 		}
 	}
 	if rep.Likes != nil {
-		rep.Likes.NegativeLikes = likes.negative.Load()
-		rep.Errors += rep.Likes.Changes.Errors
+		n += rep.Likes.Changes.Errors
 		if rep.Likes.LikedBy != nil {
-			rep.Errors += rep.Likes.LikedBy.Errors
+			n += rep.Likes.LikedBy.Errors
 		}
 	}
-	return rep, nil
+	return n
 }
 
 // events is what the server's CPU is divided by: the events every write stream had accepted,
