@@ -195,7 +195,7 @@ func ParseArgs(args []string, usage io.Writer) (Config, error) {
 	fs.IntVar(&c.LikedByIDs, "liked-by-ids", 20, "likes: item ids per GET /v1/users/{id}/likes (1..100)")
 
 	fs.StringVar(&c.CounterMode, "counter-mode", "eventual", "counters: the mode of the run's namespace (named by the run id): best_effort, eventual or accurate")
-	fs.IntVar(&c.CounterRate, "counter-rate", 50000, "counters: target adds per second (batches to POST /v1/namespaces/{ns}/adds, each add with its own token)")
+	fs.IntVar(&c.CounterRate, "counter-rate", 50000, "counters: target adds per second (batches to POST /v1/namespaces/{ns}/adds, each add with its own token); 0: reads alone (--counter-read-rate), no consumer lag sampled, e.g. against a do-nothing floor server")
 	fs.IntVar(&c.CounterBatch, "counter-batch", 500, "counters: adds per request (1..1000)")
 	fs.IntVar(&c.CounterConcurrency, "counter-concurrency", 4, "counters: concurrent posters")
 	fs.Float64Var(&c.CounterHotShare, "counter-hot-share", 1, "counters: share of adds to the one hot counter (0..1), the rest over --counter-names counters")
@@ -254,9 +254,9 @@ func (c Config) validate() error {
 	case !c.Remote && !loopback(u.Hostname()):
 		bad("url", "host %q is not a loopback address; load is only sent to this machine unless --remote", u.Hostname())
 	}
-	if c.Scenarios.Views || c.Scenarios.Clicks || c.Scenarios.ViewCounts || c.Scenarios.Counters {
+	if c.Scenarios.Views || c.Scenarios.Clicks || c.Scenarios.ViewCounts || c.Scenarios.Counters && c.CounterRate > 0 {
 		if len(c.Brokers) == 0 {
-			bad("brokers", "is empty; the views, clicks, view-counts and counters scenarios sample consumer lag")
+			bad("brokers", "is empty; the views, clicks, view-counts and counters (with adds) scenarios sample consumer lag")
 		}
 		for _, b := range c.Brokers {
 			host, _, err := net.SplitHostPort(b)
@@ -329,7 +329,10 @@ func (c Config) validate() error {
 		if c.CounterMode != "best_effort" && c.CounterMode != "eventual" && c.CounterMode != "accurate" {
 			bad("counter-mode", "got %q; want best_effort, eventual or accurate", c.CounterMode)
 		}
-		inRange("counter-rate", c.CounterRate, 1, maxRate)
+		inRange("counter-rate", c.CounterRate, 0, maxRate)
+		if c.CounterRate == 0 && c.CounterReadRate == 0 {
+			bad("counter-rate", "got 0 with --counter-read-rate 0; want adds, reads or both")
+		}
 		inRange("counter-batch", c.CounterBatch, 1, 1000)
 		inRange("counter-concurrency", c.CounterConcurrency, 1, maxConcurrency)
 		inRange("counter-names", c.CounterNames, 1, 10_000_000)

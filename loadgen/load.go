@@ -181,7 +181,9 @@ func Run(ctx context.Context, c Config, progress io.Writer) (*Report, error) {
 		if _, err := api.PutNamespace(ctx, ns, client.NamespaceSpec{Mode: client.CounterMode(c.CounterMode)}); err != nil {
 			return nil, fmt.Errorf("create the counters namespace %s: %w", ns, err)
 		}
-		ctrs = newViewsRun(ctx, c, countersStream(c, prefix), api, web, prefix)
+		if c.CounterRate > 0 {
+			ctrs = newViewsRun(ctx, c, countersStream(c, prefix), api, web, prefix)
+		}
 		if c.CounterReadRate > 0 {
 			ctrReads = counterReadsStream(c, api, prefix)
 		}
