@@ -180,9 +180,6 @@ func (s *Service) Check(context.Context) error {
 	return nil
 }
 
-// Tracker returns the state (for tests and benchmarks).
-func (s *Service) Tracker() *tracker.Tracker { return s.tr }
-
 func (s *Service) consume(ctx context.Context) {
 	lastSave := time.Now()
 	dirty := false // records read since the last save

@@ -199,7 +199,7 @@ func TestRefusedRecordsSetAsideOnce(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			if !end.atOrBefore(cp.at) {
+			if end.clicks > cp.at.clicks || end.verdicts > cp.at.verdicts {
 				behind = append(behind, fmt.Sprintf("partition %d at %+v of %+v", id, cp.at, end))
 			}
 		}

@@ -90,9 +90,6 @@ type offsets struct {
 	clicks, verdicts int64
 }
 
-// atOrBefore reports whether every record below o is below p too.
-func (o offsets) atOrBefore(p offsets) bool { return o.clicks <= p.clicks && o.verdicts <= p.verdicts }
-
 // partition is the state of one assigned partition of both topics.
 type partition struct {
 	id        int32

@@ -60,18 +60,10 @@ func Unavailable(w http.ResponseWriter, msg string) int {
 	return Error(w, http.StatusServiceUnavailable, "", msg)
 }
 
-// PublicError is an error whose message is meant for clients as is: a state they can act on,
-// such as a rebuild in progress. Other errors (a store's error text names internal addresses,
-// databases and tables) are logged and answered with a generic message.
-type PublicError string
-
-func (e PublicError) Error() string { return string(e) }
-
-// Public marks the message as fit for clients.
-func (PublicError) Public() {}
-
-// Public is an error whose message is meant for clients as is; packages outside the collector
-// (likestate) mark theirs with a Public method instead of importing PublicError.
+// Public is an error whose message is meant for clients as is: a state they can act on, such as
+// a rebuild in progress. Other errors (a store's error text names internal addresses, databases
+// and tables) are logged and answered with a generic message. Packages outside the collector
+// (likestate) mark theirs with a Public method, importing nothing of it.
 type Public interface {
 	error
 	Public()

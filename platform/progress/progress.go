@@ -76,9 +76,6 @@ func (m *Meter) Add(n int64) { m.done.Add(n) }
 // SetTotal sets the total once it is known.
 func (m *Meter) SetTotal(n int64) { m.total.Store(n) }
 
-// Done is how many units are done.
-func (m *Meter) Done() int64 { return m.done.Load() }
-
 func (m *Meter) run() {
 	t := time.NewTicker(m.opts.Every)
 	defer t.Stop()
