@@ -69,29 +69,43 @@ func source() *KafkaSource {
 
 type fixture struct {
 	day  time.Time
-	db   string
 	conn driver.Conn
-	rdb  *redis.Client
-	api  *httptest.Server
+	// clickhouse are the command's flags that reach conn's engine and database.
+	clickhouse []string
+	rdb        *redis.Client
+	api        *httptest.Server
 }
 
 func newFixture(t testing.TB, ctx context.Context, name string, dayOffset int) *fixture {
 	t.Helper()
-	f := &fixture{day: base.AddDate(0, 0, dayOffset), db: "clicks_" + name}
+	db := "clicks_" + name
+	return newFixtureOn(t, ctx, infra.DB(t, ctx, db), dayOffset,
+		"--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword, "--clickhouse.database", db)
+}
+
+// newFixtureOn is newFixture on conn, which the command reaches with the flags clickhouse.
+func newFixtureOn(t testing.TB, ctx context.Context, conn driver.Conn, dayOffset int, clickhouse ...string) *fixture {
+	t.Helper()
+	f := &fixture{day: base.AddDate(0, 0, dayOffset), conn: conn, clickhouse: clickhouse}
 	f.rdb = redis.NewClient(&redis.Options{Addr: infra.Redis.Addr()})
 	t.Cleanup(func() { f.rdb.Close() })
 	if err := f.rdb.Del(ctx, LockKey).Err(); err != nil {
 		t.Fatal(err)
 	}
-	f.conn = infra.DB(t, ctx, f.db)
 	if _, err := migrate.Apply(ctx, f.conn, infra.Logger); err != nil {
 		t.Fatal(err)
 	}
+	f.serveReports(t)
+	return f
+}
+
+// serveReports serves the billing API on f.conn until the test ends.
+func (f *fixture) serveReports(t testing.TB) {
 	mux := http.NewServeMux()
 	reports.New(reports.Options{ClickHouse: f.conn, Logger: infra.Logger}).Register(api.NewRouter(mux, prometheus.NewRegistry()))
-	f.api = httptest.NewServer(mux)
-	t.Cleanup(func() { f.api.Client().CloseIdleConnections(); f.api.Close() })
-	return f
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { srv.Client().CloseIdleConnections(); srv.Close() })
+	f.api = srv
 }
 
 func (f *fixture) deps() Deps {
@@ -100,8 +114,8 @@ func (f *fixture) deps() Deps {
 }
 
 func (f *fixture) args(extra ...string) []string {
-	return append(append([]string{}, extra...), "--kafka.brokers", infra.Kafka.Addr(), "--clickhouse.addr", infra.ClickHouse.Addr(), "--clickhouse.password", testinfra.ClickHousePassword,
-		"--clickhouse.database", f.db, "--redis.addr", infra.Redis.Addr(), "--log.level", "info",
+	args := append(append([]string{}, extra...), f.clickhouse...)
+	return append(args, "--kafka.brokers", infra.Kafka.Addr(), "--redis.addr", infra.Redis.Addr(), "--log.level", "info",
 		"--collector.future_bound", early.String(), "--collector.late_bound", late.String())
 }
 
