@@ -23,7 +23,9 @@ func TestClickHouseKilledWhileWriting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	eng := engineproc.Start(t)
-	f := newFixtureOn(t, ctx, eng.Open(t, ctx), 25, eng.Flags...)
+	// Day 35: between the days of the files before and after this one, as the tests' days
+	// increase in file order (the Kafka source finds a day's stretch of the log by record time).
+	f := newFixtureOn(t, ctx, eng.Open(t, ctx), 35, eng.Flags...)
 	// Many ads, so that the write takes a while.
 	produce(t, ctx, genDay(f.day, 100_000, 80_000, 5))
 	want := oracle(t, ctx, f.day)
