@@ -213,17 +213,11 @@ func (g *Guard) Wrap(next http.Handler, routes []Route) http.Handler {
 
 type ctxKey int
 
-const (
-	keyIDCtx ctxKey = iota
-	userCtx
-)
+const keyIDCtx ctxKey = 0
 
 // KeyID is the id of the API key that authorized the request, "" when none did (public route,
 // or auth off).
 func KeyID(ctx context.Context) string { s, _ := ctx.Value(keyIDCtx).(string); return s }
-
-// User is the user a verified user token named, "" when the route took none.
-func User(ctx context.Context) string { s, _ := ctx.Value(userCtx).(string); return s }
 
 func (g *Guard) serve(w http.ResponseWriter, r *http.Request, rt Route, next http.Handler) {
 	if rt.Scope == Public {
@@ -268,7 +262,6 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, rt Route, next htt
 				fmt.Sprintf("is %q but the user token is for another user", want))
 			return
 		}
-		ctx = context.WithValue(ctx, userCtx, user)
 	}
 	g.requests.WithLabelValues(k.id, "ok").Inc()
 	next.ServeHTTP(w, r.WithContext(ctx))
