@@ -69,7 +69,7 @@ type metrics struct {
 	snapshotSeconds      prometheus.Histogram
 	snapshotErrors       prometheus.Counter
 	keys, entries        prometheus.GaugeFunc
-	late                 prometheus.CounterFunc
+	late, dayLate        prometheus.CounterFunc
 	lag                  prometheus.Gauge
 }
 
@@ -133,15 +133,17 @@ func New(ctx context.Context, cfg Config, out *Outputs, now func() time.Time, lo
 			func() float64 { return float64(tr.Stats().Keys) }),
 		entries: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_topk_bucket_counts", Help: "(key, bucket) counts held by the exact windows."},
 			func() float64 { return float64(tr.Stats().Entries) }),
-		late: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_topk_dropped_events_total", Help: "Events whose bucket had already left its exact window when they arrived (counted by no list)."},
+		late: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_topk_dropped_events_total", Help: "Events no exact window (1m, 1h) took: late beyond the hour, or too far ahead (the 24h list still counts those of its hours)."},
 			func() float64 { return float64(tr.Stats().Dropped) }),
+		dayLate: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tally_topk_day_dropped_events_total", Help: "Events whose hour was outside the 24h window when they arrived (counted by no list)."},
+			func() float64 { return float64(tr.Stats().DayDropped) }),
 	}
 	for _, k := range schemas.CountKinds {
 		s.m.applied.WithLabelValues(k.String())
 	}
 	s.m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tally_topk_lag_records", Help: "Counted records published but not yet read by topk, at the last publish."})
 	reg.MustRegister(s.m.lag, s.m.applied, s.m.skipped, s.m.undecodable, s.m.publishSeconds, s.m.publishErrors, s.m.snapshotSeconds, s.m.snapshotErrors,
-		s.m.keys, s.m.entries, s.m.late)
+		s.m.keys, s.m.entries, s.m.late, s.m.dayLate)
 	s.lastPublish.Store(now().UnixMilli())
 	return s, nil
 }

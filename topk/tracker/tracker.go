@@ -169,13 +169,16 @@ func list(kind schemas.CountKind, name string, at time.Time, from, to int64) sch
 		From: time.Unix(from, 0).UTC(), To: time.Unix(to, 0).UTC(), Entries: []schemas.TopEntry{}}
 }
 
-// Stats are sizes for metrics.
+// Stats are sizes and drops for metrics.
 type Stats struct {
-	Keys, Entries int
-	Dropped       uint64 // counts of buckets already out of reach (late beyond their window)
+	Keys, Entries int // held by the exact windows
+	// Dropped counts the events no exact window took (their buckets had left the 1h window, or
+	// were too far ahead); the 24h window counts them while their hour is in it. DayDropped
+	// counts those whose hour was out of the 24h window too (or ahead of it): no list counts them.
+	Dropped, DayDropped uint64
 }
 
-// Stats sums the sizes of every kind's exact windows.
+// Stats sums the sizes and drops of every kind's windows.
 func (t *Tracker) Stats() Stats {
 	var st Stats
 	for _, ks := range t.kinds {
@@ -183,6 +186,7 @@ func (t *Tracker) Stats() Stats {
 		st.Keys += s.Keys
 		st.Entries += s.Entries
 		st.Dropped += s.Dropped
+		st.DayDropped += ks.day.Dropped()
 	}
 	return st
 }

@@ -140,3 +140,43 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// TestLateEventsDropped: an event whose bucket left the exact windows is dropped by them once
+// (not once per window) but counted by the 24h list while its hour is in it; one older than
+// that (or too far ahead) is counted by no list, and said so apart.
+func TestLateEventsDropped(t *testing.T) {
+	tests := []struct {
+		name                string
+		age                 time.Duration // before t0
+		dropped, dayDropped uint64
+		inDay               bool
+	}{
+		{"in the last minute", 30 * time.Second, 0, 0, true},
+		{"half an hour late: the 1h window takes it", 30 * time.Minute, 0, 0, true},
+		{"two hours late", 2 * time.Hour, 5, 0, true},
+		{"two days late", 48 * time.Hour, 5, 5, false},
+		{"a day ahead", -24 * time.Hour, 5, 5, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := New(Options{Shards: 4, Counters: 64}, t0)
+			c := schemas.BucketCount{Key: "late", Second: t0.Add(-tt.age).Unix(), Count: 5}
+			if !tr.Apply(0, 0, batch(schemas.CountItems, 0, 1, 10, c)[0]) {
+				t.Fatal("got the chunk refused; want it applied")
+			}
+			st := tr.Stats()
+			if st.Dropped != tt.dropped || st.DayDropped != tt.dayDropped {
+				t.Errorf("got dropped %d by the exact windows and %d by the 24h one; want %d and %d", st.Dropped, st.DayDropped, tt.dropped, tt.dayDropped)
+			}
+			ls, err := tr.Lists(schemas.CountItems, 10, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			day := ls[len(ls)-1]
+			inDay := len(day.Entries) == 1 && day.Entries[0].Key == "late" && day.Entries[0].Count == 5
+			if inDay != tt.inDay {
+				t.Errorf("got %s list %+v; want the event in it: %v", day.Window, day.Entries, tt.inDay)
+			}
+		})
+	}
+}

@@ -94,7 +94,9 @@ type shard struct {
 	ks   []keyState
 	free []int32 // free slots of ks
 	wins []win
-	// dropped counts what arrived after its bucket had left the window (late beyond the window).
+	// dropped counts the events no window took: their buckets had left every window (late
+	// beyond the widest) or were too far ahead. One a narrower window missed but a wider one
+	// took is still in a list.
 	dropped uint64
 }
 
@@ -135,15 +137,17 @@ func (sh *shard) add(key string, sec int64, n uint64) {
 	for w := range sh.wins {
 		i = sh.put(w, floorDiv(sec, sh.wins[w].spec.BucketSeconds), key, n, i)
 	}
+	if i < 0 {
+		sh.dropped += n
+	}
 }
 
-// put adds n to key's count in window w's bucket b, unless b is out of the window's reach
-// (dropped). i is key's slot if the caller has it, else -1; put returns it (-1 if dropped and
-// never created).
+// put adds n to key's count in window w's bucket b, unless b is out of the window's reach.
+// i is key's slot if the caller has it, else -1; put returns it (-1 while no window took the
+// count).
 func (sh *shard) put(w int, b int64, key string, n uint64, i int32) int32 {
 	wn := &sh.wins[w]
 	if b < wn.end-wn.spec.Buckets || b >= wn.end+MaxAhead*wn.spec.Buckets {
-		sh.dropped += n
 		return i
 	}
 	if i < 0 {
@@ -300,8 +304,8 @@ func (h *minHeap) Pop() any {
 
 // Stats are sizes for metrics.
 type Stats struct {
-	Keys, Entries int // keys held; (key, bucket) counts held
-	Dropped       uint64
+	Keys, Entries int    // keys held; (key, bucket) counts held
+	Dropped       uint64 // events no window took
 }
 
 // Stats counts what the set holds.
