@@ -78,7 +78,6 @@ const (
 	Day    Granularity = "day"
 )
 
-// step is the bucket width; table and column say where the buckets are stored.
 // Step is the length of one bucket.
 func (g Granularity) Step() time.Duration {
 	switch g {
@@ -93,6 +92,7 @@ func (g Granularity) Step() time.Duration {
 	}
 }
 
+// table says where the views of g's buckets are stored.
 func (g Granularity) table() (table, column string) {
 	switch g {
 	case Second:
