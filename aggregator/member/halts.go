@@ -69,7 +69,9 @@ func (h *halts) remove(tp topicPartition) bool {
 	return true
 }
 
-// due returns the halted partitions when it is time to look for decisions on them.
+// due returns copies of the halted partitions when it is time to look for decisions on them.
+// The held halts never change once added: readiness formats them from another goroutine while
+// the poll loop updates its copies.
 func (h *halts) due(now time.Time) []*halt.Halt {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -77,7 +79,12 @@ func (h *halts) due(now time.Time) []*halt.Halt {
 		return nil
 	}
 	h.next = now.Add(decisionsEvery)
-	return slices.Collect(maps.Values(h.held))
+	out := make([]*halt.Halt, 0, len(h.held))
+	for _, x := range h.held {
+		c := *x
+		out = append(out, &c)
+	}
+	return out
 }
 
 // checkLogs compares each resumed checkpoint with its log's bounds. A partition whose checkpoint
