@@ -77,9 +77,12 @@ func (c *Client) MintClickIDs(ctx context.Context, adID string, n int) (MintedCl
 	return out, err
 }
 
-// ClickSeries is a zero-filled series of an ad's clicks by event time.
+// ClickSeries is a zero-filled series of clicks by event time: an ad's, a campaign's or a
+// device's (the one of AdID, CampaignID and Device that is set).
 type ClickSeries struct {
-	AdID        string       `json:"ad_id"`
+	AdID        string       `json:"ad_id,omitempty"`
+	CampaignID  string       `json:"campaign_id,omitempty"`
+	Device      string       `json:"device,omitempty"`
 	Granularity Granularity  `json:"granularity"`
 	From        time.Time    `json:"from"`
 	To          time.Time    `json:"to"`
@@ -97,9 +100,24 @@ type ClickPoint struct {
 
 // AdClicks reads an ad's click series (GET /v1/ads/{id}/clicks); Second is refused.
 func (c *Client) AdClicks(ctx context.Context, adID string, q SeriesQuery) (ClickSeries, error) {
+	return c.clickSeries(ctx, "/v1/ads/"+url.PathEscape(adID)+"/clicks", q)
+}
+
+// CampaignClicks reads a campaign's click series, summed over its ads
+// (GET /v1/campaigns/{id}/clicks); Second is refused.
+func (c *Client) CampaignClicks(ctx context.Context, campaignID string, q SeriesQuery) (ClickSeries, error) {
+	return c.clickSeries(ctx, "/v1/campaigns/"+url.PathEscape(campaignID)+"/clicks", q)
+}
+
+// DeviceClicks reads a device's click series, summed over every ad (GET /v1/devices/{device}/clicks);
+// Second is refused.
+func (c *Client) DeviceClicks(ctx context.Context, device string, q SeriesQuery) (ClickSeries, error) {
+	return c.clickSeries(ctx, "/v1/devices/"+url.PathEscape(device)+"/clicks", q)
+}
+
+func (c *Client) clickSeries(ctx context.Context, path string, q SeriesQuery) (ClickSeries, error) {
 	var out ClickSeries
-	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/ads/" + url.PathEscape(adID) + "/clicks",
-		query: q.values(), want: http.StatusOK, out: &out})
+	err := c.call(ctx, request{method: http.MethodGet, path: path, query: q.values(), want: http.StatusOK, out: &out})
 	return out, err
 }
 

@@ -54,6 +54,20 @@ func TestReadQueries(t *testing.T) {
 			_, err := c.DailyReport(context.Background(), time.Date(2026, 3, 14, 0, 0, 0, 0, time.UTC), ReportQuery{By: ReportByDevice, After: "desktop"})
 			return err
 		}, "/v1/reports/daily/2026-03-14?after=desktop&by=device"},
+		{"ad clicks", func(c *Client) error {
+			_, err := c.AdClicks(context.Background(), "ad-7", SeriesQuery{Granularity: Hour})
+			return err
+		},
+			"/v1/ads/ad-7/clicks?granularity=hour"},
+		{"campaign clicks", func(c *Client) error {
+			_, err := c.CampaignClicks(context.Background(), "cmp 1", SeriesQuery{Granularity: Day})
+			return err
+		}, "/v1/campaigns/cmp%201/clicks?granularity=day"},
+		{"device clicks", func(c *Client) error {
+			_, err := c.DeviceClicks(context.Background(), "ios", SeriesQuery{})
+			return err
+		},
+			"/v1/devices/ios/clicks"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

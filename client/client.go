@@ -101,7 +101,7 @@ func DefaultHTTPClient(timeout time.Duration, conns int) *http.Client {
 
 // request is one API call: what to send and what a success is.
 type request struct {
-	method, path string
+	method, path string // path: its segments escaped (url.PathEscape)
 	query        url.Values
 	body         []byte
 	contentType  string
@@ -158,8 +158,15 @@ func retryable(err error) bool {
 }
 
 func (c *Client) once(ctx context.Context, r request) error {
+	// r.path holds escaped segments (an id may carry any byte): kept as they are in the
+	// request line, unescaped in Path.
 	u := *c.base
-	u.Path += r.path
+	u.RawPath = u.EscapedPath() + r.path
+	p, err := url.PathUnescape(u.RawPath)
+	if err != nil {
+		return fmt.Errorf("%s %s: build request: %w", r.method, r.path, err)
+	}
+	u.Path = p
 	if len(r.query) > 0 {
 		u.RawQuery = r.query.Encode()
 	}
