@@ -277,6 +277,7 @@ func setRetention(ctx context.Context, conn driver.Conn, c *aggregatorconf.Setti
 		{"views_by_day", "day", days(c.TTLDays)},
 		{"click_deltas", "minute", days(c.TTLMinutes)},
 		{"clicks_by_hour", "hour", days(c.TTLDays)},
+		{"click_group_hours", "hour", days(c.TTLDays)},
 		{"clicks_counted", "toDateTime(ts)", days(c.Clicks.CountedTTL)},
 		{"click_verdicts", "toDateTime(decided_at)", days(c.Clicks.CountedTTL)},
 	} {

@@ -136,8 +136,8 @@ func postClicks(ctx context.Context, api string, n int, posted *atomic.Int64) er
 		if rng.IntN(10) == 0 {
 			score = fmt.Sprintf(`,"fraud_score":%.2f`, rng.Float64())
 		}
-		fmt.Fprintf(&clicks, `{"type":"click","click_id":%q,"ad_id":%q,"campaign_id":"c1","user_hash":"u%d","ip_hash":"h%d","device":"web","ts":%d%s}`+"\n",
-			id, ad, rng.IntN(1000), rng.IntN(1000), ts, score)
+		fmt.Fprintf(&clicks, `{"type":"click","click_id":%q,"ad_id":%q,"campaign_id":%q,"user_hash":"u%d","ip_hash":"h%d","device":%q,"ts":%d%s}`+"\n",
+			id, ad, clickCampaign(ad), rng.IntN(1000), rng.IntN(1000), clickDevice(id), ts, score)
 		if len(recent) < 5000 {
 			recent = append(recent, sent{id, ad})
 		} else {
@@ -251,7 +251,7 @@ func verifyClicks(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.O
 		return behind == "", "behind:" + behind
 	})
 	all, fraud := countedClicks(t, ctx, cl, ends)
-	want := byMinute(all, fraud)
+	want := byMinute(all, fraud, func(c oracleClick) string { return c.ad })
 	gotMinutes, err := clickCounts(ctx, conn, `SELECT ad_id, toInt64(toUnixTimestamp(minute)), sum(clicks), sum(billable) FROM click_deltas WHERE ad_id != '' GROUP BY ad_id, minute`)
 	if err != nil {
 		t.Fatal(err)
@@ -265,14 +265,7 @@ func verifyClicks(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.O
 	if d := diffClicks(gotMinutes, want); len(d) > 0 {
 		t.Errorf("%d (ad, minute) buckets differ from the oracle: %v", len(d), d[:min(len(d), 10)])
 	}
-	wantHours := map[adMinute]clickCount{}
-	for k, c := range want {
-		h := adMinute{k.ad, k.minute - k.minute%3600}
-		s := wantHours[h]
-		s.clicks += c.clicks
-		s.billable += c.billable
-		wantHours[h] = s
-	}
+	wantHours := hoursOf(want)
 	var d []string
 	testinfra.WaitFor(t, time.Minute, "hour rollups match the oracle", func() (bool, string) {
 		got, err := clickCounts(ctx, conn, `SELECT ad_id, toInt64(toUnixTimestamp(hour)), clicks, billable FROM clicks_by_hour FINAL`)
@@ -282,7 +275,59 @@ func verifyClicks(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.O
 		d = diffClicks(got, wantHours)
 		return len(d) == 0, fmt.Sprint(d[:min(len(d), 10)])
 	})
+	verifyClickGroups(t, ctx, conn, all, fraud)
 	return all
+}
+
+// clickCampaign and clickDevice are what the posted clicks carry: the campaign follows from
+// the ad, the device from the click id, so that a click posted again carries the same ones.
+func clickCampaign(ad string) string { return "cmp-" + strconv.Itoa(len(ad)%3) }
+
+func clickDevice(id string) string { return []string{"web", "ios", "android"}[int(id[len(id)-1])%3] }
+
+// verifyClickGroups compares every (campaign, minute), (device, minute) and, once rolled up,
+// (campaign, hour) and (device, hour) with the oracle: the sums over each group's ads.
+func verifyClickGroups(t *testing.T, ctx context.Context, conn driver.Conn, all []oracleClick, fraud map[string]bool) {
+	t.Helper()
+	for _, g := range []struct {
+		column string
+		key    func(oracleClick) string
+	}{
+		{"campaign_id", func(c oracleClick) string { return clickCampaign(c.ad) }},
+		{"device", func(c oracleClick) string { return clickDevice(c.id) }},
+	} {
+		want := byMinute(all, fraud, g.key)
+		got, err := clickCounts(ctx, conn, `SELECT `+g.column+`, toInt64(toUnixTimestamp(minute)), sum(clicks), sum(billable)
+			FROM click_deltas WHERE ad_id != '' GROUP BY `+g.column+`, minute`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffClicks(got, want); len(d) > 0 {
+			t.Errorf("%d (%s, minute) buckets differ from the oracle: %v", len(d), g.column, d[:min(len(d), 10)])
+		}
+		testinfra.WaitFor(t, time.Minute, g.column+" hours match the oracle", func() (bool, string) {
+			got, err := clickCounts(ctx, conn, `SELECT `+g.column+`, toInt64(toUnixTimestamp(hour)) AS h, sum(c), sum(b) FROM (
+					SELECT campaign_id, device, ad_id, hour, argMax(clicks, version) AS c, argMax(billable, version) AS b
+					FROM click_group_hours GROUP BY campaign_id, device, ad_id, hour
+				) GROUP BY `+g.column+`, h`)
+			if err != nil {
+				return false, err.Error()
+			}
+			d := diffClicks(got, hoursOf(want))
+			return len(d) == 0, fmt.Sprint(d[:min(len(d), 10)])
+		})
+	}
+}
+
+// hoursOf sums per-minute counts per hour.
+func hoursOf(minutes map[adMinute]clickCount) map[adMinute]clickCount {
+	out := map[adMinute]clickCount{}
+	for k, c := range minutes {
+		h := adMinute{k.ad, k.minute - k.minute%3600}
+		s := out[h]
+		out[h] = clickCount{s.clicks + c.clicks, s.billable + c.billable}
+	}
+	return out
 }
 
 func clickCounts(ctx context.Context, conn driver.Conn, q string) (map[adMinute]clickCount, error) {
@@ -321,11 +366,12 @@ func diffClicks(got, want map[adMinute]clickCount) []string {
 	return out
 }
 
-// byMinute sums the oracle's clicks per (ad, minute), counted and billable.
-func byMinute(all []oracleClick, fraud map[string]bool) map[adMinute]clickCount {
+// byMinute sums the oracle's clicks per (key, minute), counted and billable: key is what a click
+// counts under (its ad, campaign or device).
+func byMinute(all []oracleClick, fraud map[string]bool, key func(oracleClick) string) map[adMinute]clickCount {
 	out := map[adMinute]clickCount{}
 	for _, c := range all {
-		k := adMinute{c.ad, floorDiv(c.ts, 60_000) * 60}
+		k := adMinute{key(c), floorDiv(c.ts, 60_000) * 60}
 		s := out[k]
 		s.clicks++
 		if !fraud[c.id] {

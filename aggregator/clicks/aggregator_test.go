@@ -44,13 +44,19 @@ type event struct {
 	verdict *schemas.FraudVerdict
 }
 
+// clk is a click of ad; its campaign follows from the ad (two campaigns share the ads) and its
+// device from the click id, so that retries of a click carry the same ones.
 func clk(ad, id string, at time.Duration, score float64) event {
-	c := schemas.Click{ClickID: id, AdID: ad, CampaignID: "c", UserHash: "u", IPHash: "i", Device: "web", TS: base.Add(at).UnixMilli()}
+	c := schemas.Click{ClickID: id, AdID: ad, CampaignID: campaignOf(ad), UserHash: "u", IPHash: "i", Device: deviceOf(id), TS: base.Add(at).UnixMilli()}
 	if score >= 0 {
 		c.FraudScore, c.HasFraudScore = score, true
 	}
 	return event{click: &c}
 }
+
+func campaignOf(ad string) string { return fmt.Sprintf("cmp-%d", ad[len(ad)-1]%2) }
+
+func deviceOf(id string) string { return []string{"web", "ios", "android"}[int(id[len(id)-1])%3] }
 
 func vrd(ad, id string, v schemas.Verdict, decided time.Duration) event {
 	return event{verdict: &schemas.FraudVerdict{ClickID: id, AdID: ad, Verdict: v, Reason: "test", DecidedAt: base.Add(decided).UnixMilli()}}
@@ -64,7 +70,7 @@ func oracle(log []event, window, grace time.Duration, threshold float64) map[min
 	out := map[minuteKey]delta{}
 	for id, cs := range countedClicks {
 		for _, c := range cs {
-			k := minuteKey{c.ad, floorDiv(c.ts, 60_000) * 60}
+			k := minuteKey{group{c.ad, campaignOf(c.ad), deviceOf(id)}, floorDiv(c.ts, 60_000) * 60}
 			d := out[k]
 			d.clicks++
 			v, have := latest[id]
@@ -185,8 +191,8 @@ func records(topic string, id int32, from int, values [][]byte) []*kgo.Record {
 
 func minutes(t *testing.T, ctx context.Context, conn driver.Conn) map[minuteKey]delta {
 	t.Helper()
-	rows, err := conn.Query(ctx, `SELECT ad_id, toInt64(toUnixTimestamp(minute)), sum(clicks), sum(billable) FROM click_deltas
-		WHERE ad_id != '' GROUP BY ad_id, minute`)
+	rows, err := conn.Query(ctx, `SELECT ad_id, campaign_id, device, toInt64(toUnixTimestamp(minute)), sum(clicks), sum(billable) FROM click_deltas
+		WHERE ad_id != '' GROUP BY ad_id, campaign_id, device, minute`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +201,7 @@ func minutes(t *testing.T, ctx context.Context, conn driver.Conn) map[minuteKey]
 	for rows.Next() {
 		var k minuteKey
 		var d delta
-		if err := rows.Scan(&k.ad, &k.minute, &d.clicks, &d.billable); err != nil {
+		if err := rows.Scan(&k.ad, &k.campaign, &k.device, &k.minute, &d.clicks, &d.billable); err != nil {
 			t.Fatal(err)
 		}
 		if d != (delta{}) {
@@ -205,22 +211,48 @@ func minutes(t *testing.T, ctx context.Context, conn driver.Conn) map[minuteKey]
 	return out
 }
 
+// hours returns the rolled-up hours per group (click_group_hours), after checking that each
+// ad's hours (clicks_by_hour) are the sums of its groups'.
 func hours(t *testing.T, ctx context.Context, conn driver.Conn) map[hourKey]delta {
 	t.Helper()
-	rows, err := conn.Query(ctx, `SELECT ad_id, toInt64(toUnixTimestamp(hour)), clicks, billable FROM clicks_by_hour FINAL`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[hourKey]delta{}
-	for rows.Next() {
-		var k hourKey
-		var d delta
-		if err := rows.Scan(&k.ad, &k.hour, &d.clicks, &d.billable); err != nil {
+	read := func(q string) map[hourKey]delta {
+		rows, err := conn.Query(ctx, q)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if d != (delta{}) {
-			out[k] = d
+		defer rows.Close()
+		out := map[hourKey]delta{}
+		for rows.Next() {
+			var k hourKey
+			var d delta
+			if err := rows.Scan(&k.ad, &k.campaign, &k.device, &k.hour, &d.clicks, &d.billable); err != nil {
+				t.Fatal(err)
+			}
+			if d != (delta{}) {
+				out[k] = d
+			}
+		}
+		return out
+	}
+	groups := read(`SELECT ad_id, campaign_id, device, toInt64(toUnixTimestamp(hour)), clicks, billable FROM click_group_hours FINAL`)
+	ads := read(`SELECT ad_id, '', '', toInt64(toUnixTimestamp(hour)), clicks, billable FROM clicks_by_hour FINAL`)
+	if d := diff(ads, adHours(groups)); d != "[]" {
+		t.Errorf("hours per ad are not the sums of their groups: %s", d)
+	}
+	return groups
+}
+
+// adHours sums hours per ad (the group's campaign and device left empty).
+func adHours(m map[hourKey]delta) map[hourKey]delta {
+	out := map[hourKey]delta{}
+	for k, d := range m {
+		a := hourKey{group{ad: k.ad}, k.hour}
+		s := out[a]
+		out[a] = delta{s.clicks + d.clicks, s.billable + d.billable}
+	}
+	for k, d := range out {
+		if d == (delta{}) {
+			delete(out, k)
 		}
 	}
 	return out
@@ -229,7 +261,7 @@ func hours(t *testing.T, ctx context.Context, conn driver.Conn) map[hourKey]delt
 func hoursOf(m map[minuteKey]delta) map[hourKey]delta {
 	out := map[hourKey]delta{}
 	for k, d := range m {
-		h := hourKey{k.ad, k.minute - k.minute%3600}
+		h := hourKey{k.group, k.minute - k.minute%3600}
 		s := out[h]
 		s.clicks += d.clicks
 		s.billable += d.billable
@@ -286,12 +318,16 @@ func TestMinuteCountsFollowTheStreamingRule(t *testing.T) {
 		vrd("a1", "k1", schemas.VerdictFraud, 3*time.Hour),    // both counted k1 clicks lose billable
 		vrd("a2", "k9", schemas.VerdictFraud, time.Hour),      // no such click
 	}
+	at := func(ad, campaign, device string, minute time.Duration) minuteKey {
+		return minuteKey{group{ad, campaign, device}, base.Add(minute).Unix()}
+	}
 	want := map[minuteKey]delta{
-		{"a1", base.Unix()}:                       {clicks: 2, billable: 0}, // k1 fraud, k2 over
-		{"a1", base.Add(time.Minute).Unix()}:      {clicks: 1, billable: 0}, // k3 fraud
-		{"a1", base.Add(2 * time.Minute).Unix()}:  {clicks: 1, billable: 1}, // k4 valid at last
-		{"a2", base.Add(3 * time.Minute).Unix()}:  {clicks: 1, billable: 1},
-		{"a1", base.Add(20 * time.Minute).Unix()}: {clicks: 1, billable: 0}, // k1 fraud
+		at("a1", "cmp-1", "ios", 0):                 {clicks: 1, billable: 0}, // k1 fraud
+		at("a1", "cmp-1", "android", 0):             {clicks: 1, billable: 0}, // k2 over
+		at("a1", "cmp-1", "web", time.Minute):       {clicks: 1, billable: 0}, // k3 fraud
+		at("a1", "cmp-1", "ios", 2*time.Minute):     {clicks: 1, billable: 1}, // k4 valid at last
+		at("a2", "cmp-0", "android", 3*time.Minute): {clicks: 1, billable: 1},
+		at("a1", "cmp-1", "ios", 20*time.Minute):    {clicks: 1, billable: 0}, // k1 fraud
 	}
 	if got := oracle(log, testCfg.Window, testCfg.Grace, testCfg.FraudThreshold); diff(got, want) != "[]" {
 		t.Fatalf("oracle disagrees with the hand count: %s", diff(got, want))

@@ -1,5 +1,5 @@
 // Package clicks turns the clicks and fraud_verdicts topics into exactly-once provisional click
-// counts per ad and event-time minute in ClickHouse: count (after dedupe of click ids) and
+// counts per ad, campaign and device and event-time minute in ClickHouse: count (after dedupe of click ids) and
 // billable_count (minus clicks a fraud verdict condemns, and clicks whose fraud_score is over
 // the configured threshold), with late verdicts correcting the minute their click was counted
 // in, and hour rollups recomputed from the minutes (design and proof: docs/EXACTLY_ONCE.md,
@@ -11,7 +11,7 @@
 // partition p of both. Each partition's state is its dedupe window, the batch since the last
 // flush and a cache of recent verdicts. A flush writes, per partition, the dead letters of the
 // batch's refused records and its counted clicks and verdicts (rows and facts a replay writes
-// again identically), then the (ad, minute) deltas with the partition's checkpoint (both end
+// again identically), then the (ad, campaign, device, minute) deltas with the partition's checkpoint (both end
 // offsets) in one INSERT, then, every rollup interval, the full values of the touched hours. On
 // assignment the checkpoint, the dedupe window and the verdict cache are loaded back, and hours
 // the last owner may not have rolled up are recomputed.
@@ -30,13 +30,19 @@ import (
 	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
+// group is what a click counts under: its ad, its campaign and its device. Clicks counted
+// before the groups were kept have an empty campaign and device.
+type group struct {
+	ad, campaign, device string
+}
+
 type minuteKey struct {
-	ad     string
+	group
 	minute int64 // Unix seconds, a multiple of 60
 }
 
 type hourKey struct {
-	ad   string
+	group
 	hour int64 // Unix seconds, a multiple of 3600
 }
 
@@ -46,7 +52,8 @@ type delta struct {
 
 // counted is one click counted in the pending batch, and whether it is counted billable now.
 type counted struct {
-	ad, id    string
+	group
+	id        string
 	ts        int64
 	offset    int64 // in the clicks topic: identical clicks (a repeat past the hold) are two rows
 	scoreOver bool
@@ -132,8 +139,8 @@ func newPartition(id int32, window, grace, hold int64, threshold float64) *parti
 	}
 }
 
-func (p *partition) delta(ad string, ts int64) *delta {
-	k := minuteKey{ad, floorDiv(ts, 60_000) * 60}
+func (p *partition) delta(g group, ts int64) *delta {
+	k := minuteKey{g, floorDiv(ts, 60_000) * 60}
 	d := p.deltas[k]
 	if d == nil {
 		d = &delta{}
@@ -165,11 +172,12 @@ func (p *partition) click(offset int64, key, value []byte) {
 	over := c.HasFraudScore && c.FraudScore > p.threshold
 	v, have := p.latest[c.ClickID]
 	b := billable(over, v, have)
-	d := p.delta(c.AdID, c.TS)
+	g := group{c.AdID, c.CampaignID, c.Device}
+	d := p.delta(g, c.TS)
 	d.clicks++
 	d.billable += b2i(b)
 	p.byID[c.ClickID] = append(p.byID[c.ClickID], len(p.counted))
-	p.counted = append(p.counted, counted{ad: c.AdID, id: c.ClickID, ts: c.TS, offset: offset, scoreOver: over, billable: b})
+	p.counted = append(p.counted, counted{group: g, id: c.ClickID, ts: c.TS, offset: offset, scoreOver: over, billable: b})
 }
 
 // verdict queues the verdict record at offset; verdicts are resolved at flush (resolve), when the
@@ -188,7 +196,7 @@ func (p *partition) verdict(offset int64, key, value []byte) {
 
 // storedClick is a click counted in an earlier batch, as clicks_counted holds it.
 type storedClick struct {
-	ad        string
+	group
 	ts        int64
 	scoreOver bool
 }
@@ -223,14 +231,14 @@ func (p *partition) resolve(before map[string]verdictState, stored map[string][]
 		prev, had := before[id]
 		for _, c := range stored[id] {
 			if d := b2i(billable(c.scoreOver, f, true)) - b2i(billable(c.scoreOver, prev, had)); d != 0 {
-				p.delta(c.ad, c.ts).billable += d
+				p.delta(c.group, c.ts).billable += d
 			}
 		}
 		for _, i := range p.byID[id] {
 			c := &p.counted[i]
 			nb := billable(c.scoreOver, f, true)
 			if d := b2i(nb) - b2i(c.billable); d != 0 {
-				p.delta(c.ad, c.ts).billable += d
+				p.delta(c.group, c.ts).billable += d
 			}
 			c.billable = nb
 		}
@@ -266,7 +274,7 @@ func (p *partition) Batched() int  { return p.records }
 func (p *partition) markFlushed() {
 	p.flushed = p.next
 	for k := range p.deltas {
-		p.dirty[hourKey{k.ad, k.minute - k.minute%3600}] = struct{}{}
+		p.dirty[hourKey{k.group, k.minute - k.minute%3600}] = struct{}{}
 	}
 	clear(p.deltas)
 	clear(p.byID)

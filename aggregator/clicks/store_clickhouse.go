@@ -46,10 +46,10 @@ func (s store) loadCheckpoint(ctx context.Context, p int32, invalid string) (che
 	return cp, nil
 }
 
-// hoursAfter lists the (ad, hour) buckets of partition p's batches that end beyond rolled or
-// match extra (zombie batches): the hours whose rollups are not vouched for.
+// hoursAfter lists the (ad, campaign, device, hour) buckets of partition p's batches that end
+// beyond rolled or match extra (zombie batches): the hours whose rollups are not vouched for.
 func (s store) hoursAfter(ctx context.Context, p int32, rolled offsets, extra string) ([]hourKey, error) {
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT ad_id, toInt64(toUnixTimestamp(toStartOfHour(minute))) FROM click_deltas
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT ad_id, campaign_id, device, toInt64(toUnixTimestamp(toStartOfHour(minute))) FROM click_deltas
 		WHERE partition = ? AND ad_id != '' AND (clicks_end > ? OR verdicts_end > ? OR (%s))`, extra), uint16(p), rolled.clicks, rolled.verdicts)
 	if err != nil {
 		return nil, fmt.Errorf("find unrolled hours of click partition %d: %w", p, err)
@@ -58,7 +58,7 @@ func (s store) hoursAfter(ctx context.Context, p int32, rolled offsets, extra st
 	var out []hourKey
 	for rows.Next() {
 		var k hourKey
-		if err := rows.Scan(&k.ad, &k.hour); err != nil {
+		if err := rows.Scan(&k.ad, &k.campaign, &k.device, &k.hour); err != nil {
 			return nil, fmt.Errorf("scan unrolled hour: %w", err)
 		}
 		out = append(out, k)
@@ -119,7 +119,7 @@ func (s store) loadVerdicts(ctx context.Context, p int32, at offsets, ids []stri
 // merges a replay's copy of a row, not two clicks: each row carries its click's offset).
 func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []string) (map[string][]storedClick, error) {
 	ctx = chclient.FitList(ctx, ids, 1)
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT click_id, click_offset, ad_id, toUnixTimestamp64Milli(ts), score_over FROM clicks_counted
+	rows, err := s.conn.Query(ctx, `SELECT DISTINCT click_id, click_offset, ad_id, campaign_id, device, toUnixTimestamp64Milli(ts), score_over FROM clicks_counted
 		WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND click_id IN (?)`, uint16(p), at.clicks, at.verdicts, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load counted clicks of partition %d: %w", p, err)
@@ -131,7 +131,7 @@ func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []strin
 		var c storedClick
 		var over uint8
 		var offset int64
-		if err := rows.Scan(&id, &offset, &c.ad, &c.ts, &over); err != nil {
+		if err := rows.Scan(&id, &offset, &c.ad, &c.campaign, &c.device, &c.ts, &over); err != nil {
 			return nil, fmt.Errorf("scan counted click: %w", err)
 		}
 		c.scoreOver = over == 1
@@ -143,14 +143,14 @@ func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []strin
 // writeFacts writes the counted clicks and verdicts of parts' pending batches, tagged with the
 // batch. Written before the deltas; a replay writes the same facts again.
 func (s store) writeFacts(ctx context.Context, parts []*partition) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO clicks_counted (partition, clicks_end, verdicts_end, ad_id, click_id, ts, score_over, click_offset)")
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO clicks_counted (partition, clicks_end, verdicts_end, ad_id, campaign_id, device, click_id, ts, score_over, click_offset)")
 	if err != nil {
 		return fmt.Errorf("prepare counted clicks insert: %w", err)
 	}
 	defer b.Abort()
 	for _, p := range parts {
 		for _, c := range p.counted {
-			if err := b.Append(uint16(p.id), p.next.clicks, p.next.verdicts, c.ad, c.id, time.UnixMilli(c.ts), b2i(c.scoreOver), c.offset); err != nil {
+			if err := b.Append(uint16(p.id), p.next.clicks, p.next.verdicts, c.ad, c.campaign, c.device, c.id, time.UnixMilli(c.ts), b2i(c.scoreOver), c.offset); err != nil {
 				return fmt.Errorf("append counted click: %w", err)
 			}
 		}
@@ -190,25 +190,25 @@ func (s store) writeFacts(ctx context.Context, parts []*partition) error {
 
 // writeDeltas writes every pending batch of parts, deltas and marker, in one INSERT.
 func (s store) writeDeltas(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, `INSERT INTO click_deltas (partition, epoch, clicks_end, verdicts_end, watermark, rolled_clicks, rolled_verdicts, ad_id, minute, clicks, billable)`)
+	b, err := s.conn.PrepareBatch(ctx, `INSERT INTO click_deltas (partition, epoch, clicks_end, verdicts_end, watermark, rolled_clicks, rolled_verdicts, ad_id, campaign_id, device, minute, clicks, billable)`)
 	if err != nil {
 		return fmt.Errorf("prepare click deltas insert: %w", err)
 	}
 	defer b.Abort()
 	for _, p := range parts {
 		wm := time.UnixMilli(max(p.win.Watermark(), 0))
-		row := func(ad string, minute time.Time, d delta) error {
-			return b.Append(uint16(p.id), p.epoch, p.next.clicks, p.next.verdicts, wm, p.rolled.clicks, p.rolled.verdicts, ad, minute, d.clicks, d.billable)
+		row := func(g group, minute time.Time, d delta) error {
+			return b.Append(uint16(p.id), p.epoch, p.next.clicks, p.next.verdicts, wm, p.rolled.clicks, p.rolled.verdicts, g.ad, g.campaign, g.device, minute, d.clicks, d.billable)
 		}
 		for k, d := range p.deltas {
 			if d.clicks == 0 && d.billable == 0 {
 				continue
 			}
-			if err := row(k.ad, time.Unix(k.minute, 0), *d); err != nil {
+			if err := row(k.group, time.Unix(k.minute, 0), *d); err != nil {
 				return fmt.Errorf("append click delta: %w", err)
 			}
 		}
-		if err := row("", now.Truncate(time.Minute), delta{}); err != nil {
+		if err := row(group{}, now.Truncate(time.Minute), delta{}); err != nil {
 			return fmt.Errorf("append click marker: %w", err)
 		}
 	}
@@ -231,12 +231,60 @@ func (s store) batchWritten(ctx context.Context, p int32, epoch uint64, end offs
 
 // rollUp recomputes the full value of each hour in hours from click_deltas and writes it with
 // its version (the version of the partition it belongs to), so a later write (a newer
-// checkpoint) replaces it and an equal one is the same value. An hour with no deltas left (its
+// checkpoint) replaces it and an equal one is the same value: per group into click_group_hours,
+// and per ad, the sum of the ad's groups, into clicks_by_hour. An hour with no deltas left (its
 // only batch was a zombie's) is written as zero. invalid excludes zombie batches.
 func (s store) rollUp(ctx context.Context, hours []hourKey, versions []uint64, invalid string) error {
 	if len(hours) == 0 {
 		return nil
 	}
+	sums, err := s.sumHours(ctx, hours, invalid)
+	if err != nil {
+		return err
+	}
+	type adHour struct {
+		ad   string
+		hour int64
+	}
+	type row struct {
+		clicks, billable int64
+		version          uint64
+	}
+	groupRows := make([][]any, len(hours))
+	adRows := map[adHour]*row{}
+	var adOrder []adHour
+	for i, h := range hours {
+		d := sums[h]
+		groupRows[i] = []any{h.campaign, h.device, h.ad, time.Unix(h.hour, 0), d.clicks, d.billable, versions[i]}
+		k := adHour{h.ad, h.hour}
+		if adRows[k] == nil {
+			adRows[k] = &row{}
+			adOrder = append(adOrder, k)
+		}
+		adRows[k].version = max(adRows[k].version, versions[i])
+	}
+	for k, d := range sums {
+		if r := adRows[adHour{k.ad, k.hour}]; r != nil {
+			r.clicks += d.clicks
+			r.billable += d.billable
+		}
+	}
+	adValues := make([][]any, len(adOrder))
+	for i, k := range adOrder {
+		r := adRows[k]
+		adValues[i] = []any{k.ad, time.Unix(k.hour, 0), r.clicks, r.billable, r.version}
+	}
+	asIs := func(v []any) []any { return v }
+	if err := chclient.InsertBlocks(ctx, s.conn, "INSERT INTO click_group_hours (campaign_id, device, ad_id, hour, clicks, billable, version)", len(groupRows), groupRows, asIs); err != nil {
+		return err
+	}
+	return chclient.InsertBlocks(ctx, s.conn, "INSERT INTO clicks_by_hour (ad_id, hour, clicks, billable, version)", len(adValues), adValues, asIs)
+}
+
+// sumHours sums click_deltas outside invalid per (ad, campaign, device, hour) over the ads of
+// hours and the hours' span: every group of those ads, not only the hours' own, since an ad's
+// hour in clicks_by_hour is the sum of all its groups.
+func (s store) sumHours(ctx context.Context, hours []hourKey, invalid string) (map[hourKey]delta, error) {
 	lo, hi := hours[0].hour, hours[0].hour
 	ads := map[string]bool{}
 	var adList []string
@@ -247,41 +295,26 @@ func (s store) rollUp(ctx context.Context, hours []hourKey, versions []uint64, i
 			adList = append(adList, h.ad)
 		}
 	}
-	// The ads and the hours' span select the rows; the hours wanted are picked out below
-	// (a literal list of (ad, hour) tuples costs the server more to parse than the rows cost).
-	rows, err := s.conn.Query(chclient.FitList(ctx, adList, 1), fmt.Sprintf(`SELECT ad_id, toInt64(toUnixTimestamp(toStartOfHour(minute))) AS hs, sum(clicks), sum(billable)
+	// The ads and the hours' span select the rows; the hours wanted are picked out by the
+	// caller (a literal list of tuples costs the server more to parse than the rows cost).
+	rows, err := s.conn.Query(chclient.FitList(ctx, adList, 1), fmt.Sprintf(`SELECT ad_id, campaign_id, device, toInt64(toUnixTimestamp(toStartOfHour(minute))) AS hs, sum(clicks), sum(billable)
 		FROM click_deltas WHERE ad_id IN (?) AND minute >= toDateTime(%d) AND minute < toDateTime(%d) AND NOT (%s)
-		GROUP BY ad_id, hs`, lo, hi+3600, invalid), adList)
+		GROUP BY ad_id, campaign_id, device, hs`, lo, hi+3600, invalid), adList)
 	if err != nil {
-		return fmt.Errorf("sum %d click hours: %w", len(hours), err)
+		return nil, fmt.Errorf("sum %d click hours: %w", len(hours), err)
 	}
+	defer rows.Close()
 	sums := make(map[hourKey]delta, len(hours))
 	for rows.Next() {
 		var k hourKey
 		var d delta
-		if err := rows.Scan(&k.ad, &k.hour, &d.clicks, &d.billable); err != nil {
-			rows.Close()
-			return fmt.Errorf("scan click hour: %w", err)
+		if err := rows.Scan(&k.ad, &k.campaign, &k.device, &k.hour, &d.clicks, &d.billable); err != nil {
+			return nil, fmt.Errorf("scan click hour: %w", err)
 		}
 		sums[k] = d
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read click hours: %w", err)
+		return nil, fmt.Errorf("read click hours: %w", err)
 	}
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO clicks_by_hour (ad_id, hour, clicks, billable, version)")
-	if err != nil {
-		return fmt.Errorf("prepare click hours insert: %w", err)
-	}
-	defer b.Abort()
-	for i, h := range hours {
-		d := sums[h]
-		if err := b.Append(h.ad, time.Unix(h.hour, 0), d.clicks, d.billable, versions[i]); err != nil {
-			return fmt.Errorf("append click hour: %w", err)
-		}
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert click hours: %w", err)
-	}
-	return nil
+	return sums, nil
 }

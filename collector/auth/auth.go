@@ -158,6 +158,8 @@ func CollectorRoutes() []Route {
 		{Pattern: "POST /v1/ads/{ad_id}/click-ids", Scope: ScopeIngest},
 		{Pattern: "POST /v1/fraud-verdicts", Scope: ScopeFraud},
 		{Pattern: "GET /v1/ads/{ad_id}/clicks", Scope: ScopeRead},
+		{Pattern: "GET /v1/campaigns/{campaign_id}/clicks", Scope: ScopeRead},
+		{Pattern: "GET /v1/devices/{device}/clicks", Scope: ScopeRead},
 		{Pattern: "GET /v1/items/{item_id}/counts", Scope: ScopeRead},
 		{Pattern: "GET /v1/counts", Scope: ScopeRead},
 		{Pattern: "GET /v1/items/{item_id}/views", Scope: ScopeRead},

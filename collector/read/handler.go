@@ -123,7 +123,9 @@ func (h *Handler) Register(r *api.Router) {
 	r.Handle("GET /v1/items/{item_id}/counts", "item_counts", h.itemCounts)
 	r.Handle("GET /v1/counts", "counts", h.batchCounts)
 	r.Handle("GET /v1/items/{item_id}/views", "series", h.series)
-	r.Handle("GET /v1/ads/{ad_id}/clicks", "click_series", h.clickSeries)
+	r.Handle("GET /v1/ads/{ad_id}/clicks", "click_series", h.clickSeries(ByAd))
+	r.Handle("GET /v1/campaigns/{campaign_id}/clicks", "campaign_click_series", h.clickSeries(ByCampaign))
+	r.Handle("GET /v1/devices/{device}/clicks", "device_click_series", h.clickSeries(ByDevice))
 	r.Handle("GET /v1/top", "top", h.top)
 }
 
