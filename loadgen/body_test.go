@@ -176,3 +176,34 @@ func TestViewCountBatchFill(t *testing.T) {
 		t.Errorf("got %d lines with %d distinct seqs; want 500 and 500", lines, len(seqs))
 	}
 }
+
+// Load clicks parse as the collector parses them, each ad always in one campaign, and spread
+// over every device.
+func TestClickBatchFill(t *testing.T) {
+	b := newClickBatch("run1", 2000)
+	b.fill(rand.New(rand.NewPCG(1, 2)), 0.5, 1500, 1000)
+	now := time.Now()
+	campaignOfAd := map[string]string{}
+	devices := map[string]int{}
+	lines := 0
+	sc := bufio.NewScanner(bytes.NewReader(b.body()))
+	for sc.Scan() {
+		lines++
+		c, err := schemas.ParseClickJSON(sc.Bytes(), true, now, schemas.TimeBounds{Future: time.Minute, Late: time.Hour})
+		if err != nil {
+			t.Fatalf("line %d %q: %v", lines, sc.Text(), err)
+		}
+		if cmp, ok := campaignOfAd[c.AdID]; ok && cmp != c.CampaignID {
+			t.Fatalf("line %d: ad %s in campaign %s; want %s, as before", lines, c.AdID, c.CampaignID, cmp)
+		}
+		campaignOfAd[c.AdID] = c.CampaignID
+		devices[c.Device]++
+	}
+	campaigns := map[string]bool{}
+	for _, cmp := range campaignOfAd {
+		campaigns[cmp] = true
+	}
+	if lines != 2000 || len(devices) != deviceCount || len(campaigns) < campaignCount/2 {
+		t.Errorf("got %d lines, %d devices, %d campaigns; want 2000, %d and at least %d", lines, len(devices), len(campaigns), deviceCount, campaignCount/2)
+	}
+}
