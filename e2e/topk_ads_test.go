@@ -23,7 +23,8 @@ import (
 // window still holds some when checked), a fifth double taps of a recent click seconds later
 // (the click-id rule counts them once), some repeats of an id 12 minutes earlier (outside the
 // 10-minute window: counted again) and some up to 30 minutes late. Ads follow a Zipf law, so the
-// lists have a head and ties in the tail.
+// lists have a head and ties in the tail. Campaign and device follow clickCampaign and
+// clickDevice, as the crash tests' oracle expects.
 func postRecentClicks(ctx context.Context, api string, n, perSecond int, posted *atomic.Int64) error {
 	const batch = 500
 	client := &http.Client{Timeout: 60 * time.Second}
@@ -52,7 +53,8 @@ func postRecentClicks(ctx context.Context, api string, n, perSecond int, posted 
 		case r < 7:
 			c.ts = now - rng.Int64N(30*eoEventMinute)
 		}
-		fmt.Fprintf(&buf, `{"type":"click","click_id":%q,"ad_id":%q,"campaign_id":"c1","user_hash":"u1","ip_hash":"h1","device":"web","ts":%d}`+"\n", c.id, c.ad, c.ts)
+		fmt.Fprintf(&buf, `{"type":"click","click_id":%q,"ad_id":%q,"campaign_id":%q,"user_hash":"u1","ip_hash":"h1","device":%q,"ts":%d}`+"\n",
+			c.id, c.ad, clickCampaign(c.ad), clickDevice(c.id), c.ts)
 		if len(recent) < 2000 {
 			recent = append(recent, c)
 		} else {
