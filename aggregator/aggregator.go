@@ -105,7 +105,7 @@ func (w *wiring) publisher() lifecycle.Part {
 				return err
 			}
 			pub, err := counted.New(ctx, counted.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Partitions: cfg.Kafka.Partitions,
-				Durability: cfg.Kafka.Durability(), Producer: cfg.Kafka.Producer(10000)}, w.e.Logger, w.e.Registry)
+				Durability: cfg.Kafka.Durability(), Producer: cfg.Kafka.Producer(10000), Encoding: cfg.Kafka.Encoding()}, w.e.Logger, w.e.Registry)
 			if err != nil {
 				return err
 			}

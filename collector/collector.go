@@ -190,6 +190,7 @@ func (w *wiring) producer() lifecycle.Part {
 				MaxConcurrentBodies: s.MaxConcurrentBodies,
 				ClickKeys:           keys,
 				MaxRenderAge:        s.ClickIDs.MaxRenderAge,
+				Encoding:            cfg.Kafka.Encoding(),
 			}, w.cl, w.e.Now, w.e.Logger, w.e.Registry).Register(w.routes)
 			return nil
 		},
@@ -214,7 +215,7 @@ func (w *wiring) likes() lifecycle.Part {
 		Name: "likes handler and applier",
 		Start: func(context.Context) error {
 			likes.NewHandler(likes.HandlerOptions{Store: w.likeStore, Producer: w.cl, Topic: schemas.TopicLikes, ProduceTimeout: cfg.Kafka.ProduceTimeout,
-				Now: w.e.Now, Logger: w.e.Logger}).Register(w.routes)
+				Encoding: cfg.Kafka.Encoding(), Now: w.e.Now, Logger: w.e.Logger}).Register(w.routes)
 			dial, err := cfg.Kafka.Security().Options()
 			if err != nil {
 				return err

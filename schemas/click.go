@@ -2,7 +2,6 @@ package schemas
 
 import (
 	"fmt"
-	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -141,13 +140,8 @@ func checkReason(s string) error {
 	return nil
 }
 
-// scoreBits and scoreFromBits carry a score through the wire format bit for bit.
-func scoreBits(f float64) uint64     { return math.Float64bits(f) }
-func scoreFromBits(b uint64) float64 { return math.Float64frombits(b) }
-
-// RecordAdID returns the ad id a click or fraud-verdict record value names, reading the wire
-// format only as far as that field (both kinds carry a time, the click id, then the ad id) and
-// checking only it, so that a record refused for another field still says its ad: reports on
+// RecordAdID returns the ad id a click or fraud-verdict record value names, checking only that
+// field, so that a record refused for another field still says its ad: reports on
 // refused records (dead letters) use it. ok is false when the value is not a record of either
 // kind up to its ad id, or the ad id is not a valid id.
 func RecordAdID(b []byte) (ad string, ok bool) {
@@ -155,14 +149,8 @@ func RecordAdID(b []byte) (ad string, ok bool) {
 	if kind != KindClick && kind != KindFraudVerdict {
 		return "", false
 	}
-	r, err := header(b, kind)
-	if err != nil {
-		return "", false
-	}
-	r.int64()
-	r.string()
-	ad = r.string()
-	if r.err != nil || CheckID("ad_id", ad, true) != nil {
+	ad, ok = recordAdID(b, kind)
+	if !ok || CheckID("ad_id", ad, true) != nil {
 		return "", false
 	}
 	return ad, true

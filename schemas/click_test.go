@@ -172,7 +172,7 @@ func TestClickWire(t *testing.T) {
 		{"truncated", AppendClick(nil, good)[:20], "truncated"},
 		{"score out of range", AppendClick(nil, Click{ClickID: "k", AdID: "a", CampaignID: "c", UserHash: "u", IPHash: "i", Device: "d", TS: MinEventTS, FraudScore: 2, HasFraudScore: true}), "fraud_score"},
 		{"empty ad", AppendClick(nil, Click{ClickID: "k", CampaignID: "c", UserHash: "u", IPHash: "i", Device: "d", TS: MinEventTS}), "ad_id"},
-		{"bad flag", append(AppendClick(nil, clicks[0])[:len(AppendClick(nil, clicks[0]))-1], 7), "flag"},
+		{"score of the wrong wire type", rawRecord(KindClick, inner(AppendClick(nil, clicks[0])), []byte{8 << 3, 1}), "field 8 has wire type 0"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -314,12 +314,12 @@ func TestRecordAdID(t *testing.T) {
 		{"click refused for its time", edit(func(c *Click) { c.TS = 0 }), "ad-7"},
 		{"click refused for its device", edit(func(c *Click) { c.Device = "" }), "ad-7"},
 		{"verdict refused for its verdict", AppendFraudVerdict(nil, FraudVerdict{ClickID: "k", AdID: "ad-7", Verdict: 9, DecidedAt: MinEventTS}), "ad-7"},
-		{"cut after the ad", AppendClick(nil, click)[:2+8+2+5], "ad-7"},
-		{"cut inside the ad", AppendClick(nil, click)[:2+8+2+3], ""},
+		{"cut", AppendClick(nil, click)[:12], ""},
 		{"empty ad", edit(func(c *Click) { c.AdID = "" }), ""},
 		{"invalid ad", edit(func(c *Click) { c.AdID = "a/b" }), ""},
 		{"view", AppendView(nil, View{ItemID: "ad-7", ViewerID: "v", TS: MinEventTS}), ""},
-		{"unknown wire version", append([]byte{9}, AppendClick(nil, click)[1:]...), ""},
+		{"not a record", append([]byte{9}, AppendClick(nil, click)[1:]...), ""},
+		{"version 1", appendClickV1(nil, click), "ad-7"},
 		{"garbage", []byte("junk"), ""},
 		{"empty", nil, ""},
 	}

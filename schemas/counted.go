@@ -2,11 +2,11 @@ package schemas
 
 import (
 	"cmp"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // The counted topic: what the aggregators counted, after their dedupe rules, published once a
@@ -111,111 +111,131 @@ func CountedRecords(kind CountKind, b BatchID, counts []BucketCount) []Counted {
 	return out
 }
 
+// minEventSecond is MinEventTS in seconds.
 const minEventSecond = MinEventTS / 1000
+
+// sizeCount is the encoded size of one BucketCount message.
+func sizeCount(e BucketCount) int {
+	return sizeString(e.Key) + sizeVarint(uint64(e.Second)) + sizeVarint(e.Count)
+}
 
 // AppendCounted appends c's wire encoding to dst.
 func AppendCounted(dst []byte, c Counted) []byte {
-	dst = append(dst, wireVersion, byte(KindCounted), byte(c.Kind))
-	dst = binary.AppendUvarint(dst, uint64(c.Batch.Partition))
-	dst = binary.AppendUvarint(dst, c.Batch.Epoch)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(c.Batch.Start))
-	dst = binary.BigEndian.AppendUint64(dst, uint64(c.Batch.End))
-	dst = binary.AppendUvarint(dst, uint64(c.Chunk))
-	dst = binary.AppendUvarint(dst, uint64(c.Chunks))
-	dst = binary.AppendUvarint(dst, uint64(len(c.Counts)))
+	size := sizeVarint(uint64(c.Kind)) + sizeVarint(uint64(int64(c.Batch.Partition))) + sizeVarint(c.Batch.Epoch) +
+		sizeVarint(uint64(c.Batch.Start)) + sizeVarint(uint64(c.Batch.End)) + sizeVarint(uint64(c.Chunk)) + sizeVarint(uint64(c.Chunks))
 	for _, e := range c.Counts {
-		dst = appendString(dst, e.Key)
-		dst = binary.AppendUvarint(dst, uint64(e.Second-minEventSecond))
-		dst = binary.AppendUvarint(dst, e.Count)
+		size += 1 + protowire.SizeBytes(sizeCount(e))
+	}
+	dst = appendMessageHeader(dst, protowire.Number(KindCounted), size)
+	dst = appendVarint(dst, 1, uint64(c.Kind))
+	dst = appendVarint(dst, 2, uint64(int64(c.Batch.Partition)))
+	dst = appendVarint(dst, 3, c.Batch.Epoch)
+	dst = appendVarint(dst, 4, uint64(c.Batch.Start))
+	dst = appendVarint(dst, 5, uint64(c.Batch.End))
+	dst = appendVarint(dst, 6, uint64(c.Chunk))
+	dst = appendVarint(dst, 7, uint64(c.Chunks))
+	for _, e := range c.Counts {
+		dst = appendMessageHeader(dst, 8, sizeCount(e))
+		dst = appendString(dst, 1, e.Key)
+		dst = appendVarint(dst, 2, uint64(e.Second))
+		dst = appendVarint(dst, 3, e.Count)
 	}
 	return dst
 }
 
-// DecodeCounted reads and validates a counted record. Everything a reader relies on is
-// checked, since anyone able to write to the topic can put bytes there: a known kind, a sane
-// batch identity, keys that pass CheckID, seconds in the event-time range, positive counts,
-// and counts in strictly increasing (key, second) order (so no pair repeats and a batch's
-// chunks are the same on every publish).
+// DecodeCounted reads and validates a counted record (check says what is checked).
 func DecodeCounted(b []byte) (Counted, error) {
-	r, err := header(b, KindCounted)
+	if isV1(b) {
+		return decodeCountedV1(b)
+	}
+	r, err := openRecord(b, KindCounted)
 	if err != nil {
 		return Counted{}, err
 	}
 	var c Counted
-	c.Kind = CountKind(r.byte())
-	part := r.uvarint()
-	c.Batch.Epoch = r.uvarint()
-	c.Batch.Start = r.int64()
-	c.Batch.End = r.int64()
-	chunk, chunks, n := r.uvarint(), r.uvarint(), r.uvarint()
-	if r.err == nil {
-		switch {
-		case c.Kind != CountItems && c.Kind != CountAds:
-			r.err = fmt.Errorf("unknown count kind %d", uint8(c.Kind))
-		case part > math.MaxInt32:
-			r.err = fmt.Errorf("partition %d out of range", part)
-		case c.Batch.Start < 0 || c.Batch.End < c.Batch.Start:
-			r.err = fmt.Errorf("offsets [%d, %d) are not a range", c.Batch.Start, c.Batch.End)
-		case chunks < 1 || chunks > math.MaxUint32 || chunk >= chunks:
-			r.err = fmt.Errorf("chunk %d of %d", chunk, chunks)
-		case n > MaxCountedChunk:
-			r.err = fmt.Errorf("%d counts; want at most %d", n, MaxCountedChunk)
-		}
-	}
-	c.Batch.Partition, c.Chunk, c.Chunks = int32(part), uint32(chunk), uint32(chunks)
-	if r.err == nil && n > 0 {
-		c.Counts = make([]BucketCount, 0, min(n, uint64(len(r.s)/3)+1))
-	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		e := BucketCount{Key: r.string()}
-		sec := r.uvarint()
-		e.Count = r.uvarint()
-		if r.err != nil {
-			break
-		}
-		if err := CheckID("key", e.Key, true); err != nil {
-			r.err = fmt.Errorf("count %d: %w", i, err)
-			break
-		}
-		if sec >= uint64(MaxEventTS/1000-minEventSecond) {
-			r.err = fmt.Errorf("count %d: second out of range", i)
-			break
-		}
-		e.Second = int64(sec) + minEventSecond
-		if e.Count == 0 {
-			r.err = fmt.Errorf("count %d: zero count", i)
-			break
-		}
-		if k := len(c.Counts); k > 0 {
-			prev := c.Counts[k-1]
-			if prev.Key > e.Key || prev.Key == e.Key && prev.Second >= e.Second {
-				r.err = fmt.Errorf("count %d: (%q, %d) is not after (%q, %d)", i, e.Key, e.Second, prev.Key, prev.Second)
+	for r.next() {
+		switch r.num {
+		case 1:
+			c.Kind = CountKind(r.small(math.MaxUint8))
+		case 2:
+			c.Batch.Partition = int32(r.varint()) // an int32 is sign-extended to 64 bits
+		case 3:
+			c.Batch.Epoch = r.varint()
+		case 4:
+			c.Batch.Start = int64(r.varint())
+		case 5:
+			c.Batch.End = int64(r.varint())
+		case 6:
+			c.Chunk = uint32(r.small(math.MaxUint32))
+		case 7:
+			c.Chunks = uint32(r.small(math.MaxUint32))
+		case 8:
+			if len(c.Counts) == MaxCountedChunk {
+				r.err = fmt.Errorf("more than %d counts", MaxCountedChunk)
 				break
 			}
+			c.Counts = append(c.Counts, decodeCount(r.message(), &r.err))
+		default:
+			r.skip()
 		}
-		c.Counts = append(c.Counts, e)
 	}
-	if err := r.done(); err != nil {
-		return Counted{}, err
-	}
-	return c, nil
+	return c, finish(&r, c.check)
 }
 
-var errVarint = errors.New("malformed varint")
+// decodeCount reads one BucketCount message; a failure goes to *err.
+func decodeCount(r pbReader, err *error) BucketCount {
+	var e BucketCount
+	for r.next() {
+		switch r.num {
+		case 1:
+			e.Key = r.string()
+		case 2:
+			e.Second = int64(r.varint())
+		case 3:
+			e.Count = r.varint()
+		default:
+			r.skip()
+		}
+	}
+	if r.err != nil && *err == nil {
+		*err = r.err
+	}
+	return e
+}
 
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
+// check validates everything a reader of a counted record relies on, since anyone able to
+// write to the topic can put bytes there: a known kind, a sane batch identity, keys that pass
+// CheckID, seconds in the event-time range, positive counts, and counts in strictly increasing
+// (key, second) order (so no pair repeats and a batch's chunks are the same on every publish).
+func (c Counted) check() error {
+	switch {
+	case c.Kind != CountItems && c.Kind != CountAds:
+		return fmt.Errorf("unknown count kind %d", uint8(c.Kind))
+	case c.Batch.Partition < 0:
+		return fmt.Errorf("partition %d out of range", c.Batch.Partition)
+	case c.Batch.Start < 0 || c.Batch.End < c.Batch.Start:
+		return fmt.Errorf("offsets [%d, %d) are not a range", c.Batch.Start, c.Batch.End)
+	case c.Chunks < 1 || c.Chunk >= c.Chunks:
+		return fmt.Errorf("chunk %d of %d", c.Chunk, c.Chunks)
+	case len(c.Counts) > MaxCountedChunk:
+		return fmt.Errorf("%d counts; want at most %d", len(c.Counts), MaxCountedChunk)
 	}
-	v, k := uvarint(r.s)
-	if k == 0 {
-		r.fail()
-		return 0
+	for i, e := range c.Counts {
+		if err := CheckID("key", e.Key, true); err != nil {
+			return fmt.Errorf("count %d: %w", i, err)
+		}
+		if e.Second < minEventSecond || e.Second >= MaxEventTS/1000 {
+			return fmt.Errorf("count %d: second out of range", i)
+		}
+		if e.Count == 0 {
+			return fmt.Errorf("count %d: zero count", i)
+		}
+		if i > 0 {
+			prev := c.Counts[i-1]
+			if prev.Key > e.Key || prev.Key == e.Key && prev.Second >= e.Second {
+				return fmt.Errorf("count %d: (%q, %d) is not after (%q, %d)", i, e.Key, e.Second, prev.Key, prev.Second)
+			}
+		}
 	}
-	if k < 0 {
-		r.err = errVarint
-		return 0
-	}
-	r.s = r.s[k:]
-	return v
+	return nil
 }

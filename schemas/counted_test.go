@@ -73,7 +73,7 @@ func TestCountedRejects(t *testing.T) {
 		{"empty", nil, "truncated"},
 		{"a view", AppendView(nil, View{"i", "v", "", sec * 1000}), "is a view"},
 		{"truncated", good[:len(good)-1], "truncated"},
-		{"trailing", append(append([]byte{}, good...), 0), "trailing"},
+		{"trailing", append(append([]byte{}, good...), 0), "1 bytes after the message"},
 		{"kind", rec(func(c *Counted) { c.Kind = 9 }), "unknown count kind"},
 		{"range", rec(func(c *Counted) { c.Batch.Start = 30 }), "not a range"},
 		{"chunk", rec(func(c *Counted) { c.Chunk = 1 }), "chunk 1 of 1"},
@@ -84,7 +84,13 @@ func TestCountedRejects(t *testing.T) {
 		{"order", rec(func(c *Counted) { c.Counts[0].Key = "c" }), "is not after"},
 		{"repeat", rec(func(c *Counted) { c.Counts[1] = c.Counts[0] }), "is not after"},
 		{"year 2100", rec(func(c *Counted) { c.Counts[1].Second = MaxEventTS / 1000 }), "second out of range"},
-		{"varint overflow", append(good[:3:3], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f), "malformed varint"},
+		{"varint overflow", rawRecord(KindCounted, []byte{1 << 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}), "overflow"},
+		{"too many counts", rec(func(c *Counted) {
+			c.Counts = make([]BucketCount, MaxCountedChunk+1)
+			for i := range c.Counts {
+				c.Counts[i] = BucketCount{Key: "k", Second: sec + int64(i), Count: 1}
+			}
+		}), "more than 5000 counts"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,7 +107,7 @@ func TestCountedRejects(t *testing.T) {
 func FuzzDecodeCounted(f *testing.F) {
 	f.Add(AppendCounted(nil, Counted{Kind: CountAds, Batch: BatchID{0, 1, 0, 5}, Chunks: 1, Counts: []BucketCount{{"ad", sec, 4}}}))
 	f.Add(AppendCounted(nil, Counted{Kind: CountItems, Batch: BatchID{7, 0, 5, 5}, Chunk: 1, Chunks: 2}))
-	f.Add([]byte{wireVersion, byte(KindCounted), 1, 0x80})
+	f.Add([]byte{wireV1, byte(KindCounted), 1, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCounted(b)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxIDLen bounds every id (item, viewer, user, event) in bytes.
@@ -122,7 +123,7 @@ func (v View) checkStored() error {
 }
 
 // checkStored validates a like read back from the log: item and user ids and a request id of at
-// most MaxIDLen bytes. Its time is the server's and only informative, so any is accepted.
+// most MaxIDLen bytes of UTF-8. Its time is the server's and only informative, so any is accepted.
 func (l Like) checkStored() error {
 	if err := CheckID("item_id", l.ItemID, true); err != nil {
 		return err
@@ -132,6 +133,9 @@ func (l Like) checkStored() error {
 	}
 	if len(l.RequestID) > MaxIDLen {
 		return &FieldError{"request_id", fmt.Sprintf("is %d bytes; at most %d allowed", len(l.RequestID), MaxIDLen)}
+	}
+	if !utf8.ValidString(l.RequestID) {
+		return &FieldError{"request_id", "is not UTF-8"} // a Protobuf string must be
 	}
 	return nil
 }

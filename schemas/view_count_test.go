@@ -138,7 +138,7 @@ func TestViewCountWire(t *testing.T) {
 func FuzzDecodeViewCount(f *testing.F) {
 	f.Add(AppendViewCount(nil, ViewCount{ItemID: "i", Second: 1796039940, Count: 7, SourceID: "e", Seq: 3}))
 	f.Add(AppendView(nil, View{"i", "v", "e", 1796039940000}))
-	f.Add([]byte{wireVersion, byte(KindViewCount)})
+	f.Add([]byte{wireV1, byte(KindViewCount)})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeViewCount(b)
 		if err != nil {

@@ -72,7 +72,7 @@ func TestRefusedRecordsSetAsideOnce(t *testing.T) {
 	}{
 		{schemas.TopicClicks, []byte(ad), good("k1", 0), ""},
 		{schemas.TopicClicks, []byte(ad), good("k2", time.Minute), ""},
-		{schemas.TopicClicks, []byte(ad), []byte("junk"), "unknown wire version"},
+		{schemas.TopicClicks, []byte(ad), []byte("junk"), "not a tally record"},
 		{schemas.TopicClicks, []byte(ad), nil, "truncated record"},
 		{schemas.TopicClicks, []byte(ad), badClick(func(c *schemas.Click) { c.ClickID = "" }), "click_id: is required"},
 		{schemas.TopicClicks, []byte(ad), good("k1", 30*time.Second), ""}, // a double tap: a duplicate, not refused
@@ -83,7 +83,7 @@ func TestRefusedRecordsSetAsideOnce(t *testing.T) {
 		{schemas.TopicClicks, nil, []byte{1, byte(schemas.KindClick), 0xff}, "truncated record"}, // no key: any partition
 		{schemas.TopicClicks, []byte(ad), good("k4", 3*time.Minute), ""},
 		{schemas.TopicFraudVerdicts, []byte(ad), schemas.AppendFraudVerdict(nil, verdict("k2", schemas.VerdictFraud)), ""},
-		{schemas.TopicFraudVerdicts, []byte(ad), []byte("\x00\x00garbage"), "unknown wire version"},
+		{schemas.TopicFraudVerdicts, []byte(ad), []byte("\x00\x00garbage"), "registry framing"},
 		{schemas.TopicFraudVerdicts, []byte(ad), badVerdict(func(v *schemas.FraudVerdict) { v.Verdict = 7 }), "verdict: is verdict(7)"},
 		{schemas.TopicFraudVerdicts, []byte(ad), badVerdict(func(v *schemas.FraudVerdict) { v.DecidedAt = 0 }), "decided_at"},
 		{schemas.TopicFraudVerdicts, []byte(ad), badVerdict(func(v *schemas.FraudVerdict) { v.Reason = "bot\x07" }), "reason"},

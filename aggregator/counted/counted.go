@@ -37,6 +37,8 @@ type Config struct {
 	// kafka.min_insync), like the source topics: topk's input must survive a broker's loss.
 	Durability kafka.Durability
 	Producer   kafka.Producer // the publisher's bounds and codec
+	// Encoding is the record format (kafka.record_format).
+	Encoding schemas.Encoding
 }
 
 // Topic is what an aggregator needs of the counted topic: a *Publisher, or in tests one that
@@ -99,7 +101,7 @@ func (p *Publisher) Publish(ctx context.Context, kind schemas.CountKind, b schem
 	}
 	key := []byte(schemas.CountedKey(kind, b.Partition))
 	for _, c := range schemas.CountedRecords(kind, b, counts) {
-		r := &kgo.Record{Topic: schemas.TopicCounted, Partition: b.Partition, Key: key, Value: schemas.AppendCounted(nil, c)}
+		r := &kgo.Record{Topic: schemas.TopicCounted, Partition: b.Partition, Key: key, Value: p.cfg.Encoding.AppendCounted(nil, c)}
 		if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 			return fmt.Errorf("publish %s batch of partition %d ending at %d, chunk %d/%d: %w", kind, b.Partition, b.End, c.Chunk+1, c.Chunks, err)
 		}

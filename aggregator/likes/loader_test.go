@@ -246,7 +246,7 @@ func TestLoaderSetsAsideBadRecords(t *testing.T) {
 		}
 		dead = append(dead, fmt.Sprintf("%d %s", off, reason))
 	}
-	want := []string{"1 decode like: unknown wire version 106", "2 decode like: user_id: is required", "3 decode like: user_id: has character '/' at byte 1; allowed: letters, digits and _ . : @ -"}
+	want := []string{"1 decode like: not a tally record", "2 decode like: user_id: is required", "3 decode like: user_id: has character '/' at byte 1; allowed: letters, digits and _ . : @ -"}
 	if fmt.Sprint(dead) != fmt.Sprint(want) {
 		t.Errorf("got dead letters %q; want %q", dead, want)
 	}

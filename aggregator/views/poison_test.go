@@ -36,7 +36,7 @@ func TestPoisonRecordsSetAside(t *testing.T) {
 		{good("a"), ""},
 		{schemas.AppendView(nil, schemas.View{ItemID: item, ViewerID: "b", TS: year2200}), "ts: is"},
 		{schemas.AppendView(nil, schemas.View{ItemID: item, ViewerID: "c", TS: -5000}), "ts: is"},
-		{[]byte("junk"), "wire version"},
+		{[]byte("junk"), "not a tally record"},
 		{schemas.AppendView(nil, schemas.View{ItemID: item, ViewerID: "", TS: now.UnixMilli()}), "viewer_id: is required"},
 		{good("d"), ""},
 	}

@@ -119,14 +119,22 @@ func (f *fixture) args(extra ...string) []string {
 		"--collector.future_bound", early.String(), "--collector.late_bound", late.String())
 }
 
-// record is a record to produce: the collector stamps it when it produces, which is when
-// the click or verdict arrived.
+// clickRec and verdictRec are records to produce: the collector stamps them when it produces,
+// which is when the click or verdict arrived. Records of odd arrival milliseconds are in the
+// format before Protobuf, as in a day the upgrade to it ran through.
 func clickRec(c schemas.Click, arrived time.Time) *kgo.Record {
-	return &kgo.Record{Topic: schemas.TopicClicks, Key: []byte(c.AdID), Value: schemas.AppendClick(nil, c), Timestamp: arrived}
+	return &kgo.Record{Topic: schemas.TopicClicks, Key: []byte(c.AdID), Value: encodingAt(arrived).AppendClick(nil, c), Timestamp: arrived}
 }
 
 func verdictRec(v schemas.FraudVerdict, arrived time.Time) *kgo.Record {
-	return &kgo.Record{Topic: schemas.TopicFraudVerdicts, Key: []byte(v.AdID), Value: schemas.AppendFraudVerdict(nil, v), Timestamp: arrived}
+	return &kgo.Record{Topic: schemas.TopicFraudVerdicts, Key: []byte(v.AdID), Value: encodingAt(arrived).AppendFraudVerdict(nil, v), Timestamp: arrived}
+}
+
+func encodingAt(arrived time.Time) schemas.Encoding {
+	if arrived.UnixMilli()%2 == 1 {
+		return schemas.EncodingV1
+	}
+	return schemas.EncodingProtobuf
 }
 
 // genDay makes a day's log: n clicks over ads ads, with repeats 30 s and 20 minutes later,

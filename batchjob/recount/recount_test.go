@@ -97,7 +97,12 @@ func writeScenario(t *testing.T, st store.Store) map[string]int64 {
 			if v.p != p {
 				continue
 			}
-			values = append(values, schemas.AppendView(nil, schemas.View{ItemID: v.item, ViewerID: v.viewer, EventID: fmt.Sprint(i), TS: day.Add(v.at).UnixMilli()}))
+			// Every other view in the format before Protobuf, as in a day the upgrade ran through.
+			enc := schemas.EncodingProtobuf
+			if i%2 == 1 {
+				enc = schemas.EncodingV1
+			}
+			values = append(values, enc.AppendView(nil, schemas.View{ItemID: v.item, ViewerID: v.viewer, EventID: fmt.Sprint(i), TS: day.Add(v.at).UnixMilli()}))
 			if v.counted {
 				want[v.item]++
 			}

@@ -59,7 +59,7 @@ func (h *Handler) serveClick(w http.ResponseWriter, r *http.Request) int {
 		h.events.WithLabelValues("click", "rejected").Inc()
 		return api.BadRequest(w, err)
 	}
-	if err := h.produce(r.Context(), []*kgo.Record{newRecordBuilder(1, 0).click(c)}); err != nil {
+	if err := h.produce(r.Context(), []*kgo.Record{newRecordBuilder(h.cfg.Encoding, 1, 0).click(c)}); err != nil {
 		h.events.WithLabelValues("click", "unavailable").Inc()
 		return h.unavailable(w, err)
 	}
@@ -122,7 +122,7 @@ func (h *Handler) mintClickIDs(w http.ResponseWriter, r *http.Request) int {
 // click returns c's record: topic clicks, keyed by ad_id.
 func (rb *recordBuilder) click(c schemas.Click) *kgo.Record {
 	start, mid := rb.key(c.AdID)
-	rb.buf = schemas.AppendClick(rb.buf, c)
+	rb.buf = rb.enc.AppendClick(rb.buf, c)
 	return rb.record(schemas.TopicClicks, start, mid)
 }
 
@@ -130,6 +130,6 @@ func (rb *recordBuilder) click(c schemas.Click) *kgo.Record {
 // the partition that counted the click.
 func (rb *recordBuilder) verdict(v schemas.FraudVerdict) *kgo.Record {
 	start, mid := rb.key(v.AdID)
-	rb.buf = schemas.AppendFraudVerdict(rb.buf, v)
+	rb.buf = rb.enc.AppendFraudVerdict(rb.buf, v)
 	return rb.record(schemas.TopicFraudVerdicts, start, mid)
 }

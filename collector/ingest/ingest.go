@@ -39,6 +39,8 @@ type Config struct {
 	// another ad, or rendered longer than MaxRenderAge ago: 400); nil accepts unsigned ids.
 	ClickKeys    *schemas.ClickIDKeys
 	MaxRenderAge time.Duration
+	// Encoding is the record format (kafka.record_format).
+	Encoding schemas.Encoding
 }
 
 // Handler serves POST /v1/views, /v1/events, /v1/view-counts, /v1/clicks,
@@ -127,7 +129,7 @@ func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) int {
 		h.events.WithLabelValues("view", "rejected").Inc()
 		return api.BadRequest(w, err)
 	}
-	if err := h.produce(r.Context(), []*kgo.Record{viewRecord(v)}); err != nil {
+	if err := h.produce(r.Context(), []*kgo.Record{viewRecord(h.cfg.Encoding, v)}); err != nil {
 		h.events.WithLabelValues("view", "unavailable").Inc()
 		return h.unavailable(w, err)
 	}
@@ -299,14 +301,15 @@ func (h *Handler) unavailable(w http.ResponseWriter, err error) int {
 }
 
 // viewRecord returns v's record as recordBuilder.view builds it.
-func viewRecord(v schemas.View) *kgo.Record {
-	return &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: schemas.AppendView(nil, v)}
+func viewRecord(enc schemas.Encoding, v schemas.View) *kgo.Record {
+	return &kgo.Record{Topic: schemas.TopicViews, Key: []byte(v.ItemID), Value: enc.AppendView(nil, v)}
 }
 
 // recordBuilder makes the Kafka records of one batch in two buffers, one for the records and
 // one for their keys and values, instead of three allocations per view. A builder is reused
 // (Handler.builders) once Kafka has acknowledged all its records, never before.
 type recordBuilder struct {
+	enc  schemas.Encoding
 	recs []kgo.Record
 	buf  []byte
 }
@@ -314,15 +317,15 @@ type recordBuilder struct {
 // newRecordBuilder sizes for up to n records and about size bytes of keys and values (a
 // batch's body is a fair guess: a view's wire form is shorter than its JSON line, its key
 // aside); beyond either it allocates more, leaving built records where they are.
-func newRecordBuilder(n, size int) *recordBuilder {
-	return &recordBuilder{recs: make([]kgo.Record, 0, n), buf: make([]byte, 0, size)}
+func newRecordBuilder(enc schemas.Encoding, n, size int) *recordBuilder {
+	return &recordBuilder{enc: enc, recs: make([]kgo.Record, 0, n), buf: make([]byte, 0, size)}
 }
 
 // recordBuilder returns an empty builder for about n records of size bytes, reused if one is free.
 func (h *Handler) recordBuilder(n, size int) *recordBuilder {
 	rb, _ := h.builders.Get().(*recordBuilder)
 	if rb == nil || cap(rb.recs) < n || cap(rb.buf) < size {
-		return newRecordBuilder(n, size)
+		return newRecordBuilder(h.cfg.Encoding, n, size)
 	}
 	rb.recs, rb.buf = rb.recs[:0], rb.buf[:0]
 	return rb
@@ -331,7 +334,7 @@ func (h *Handler) recordBuilder(n, size int) *recordBuilder {
 // view returns v's record, as viewRecord builds it.
 func (rb *recordBuilder) view(v schemas.View) *kgo.Record {
 	start, mid := rb.key(v.ItemID)
-	rb.buf = schemas.AppendView(rb.buf, v)
+	rb.buf = rb.enc.AppendView(rb.buf, v)
 	return rb.record(schemas.TopicViews, start, mid)
 }
 

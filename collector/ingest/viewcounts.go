@@ -26,6 +26,6 @@ func (h *Handler) serveViewCounts(w http.ResponseWriter, r *http.Request) int {
 // and counts, and every retry of one count, land in one partition and one dedupe window.
 func (rb *recordBuilder) viewCount(c schemas.ViewCount) *kgo.Record {
 	start, mid := rb.key(c.ItemID)
-	rb.buf = schemas.AppendViewCount(rb.buf, c)
+	rb.buf = rb.enc.AppendViewCount(rb.buf, c)
 	return rb.record(schemas.TopicViews, start, mid)
 }

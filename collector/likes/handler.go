@@ -36,6 +36,7 @@ type Handler struct {
 	cl             *kgo.Client
 	topic          string
 	produceTimeout time.Duration
+	enc            schemas.Encoding
 	now            func() time.Time
 	logger         *slog.Logger
 	readyUntil     atomic.Int64 // Unix nanoseconds until which the last readiness check stands
@@ -48,6 +49,7 @@ type HandlerOptions struct {
 	Topic    string      // the likes topic, written before Store
 	// ProduceTimeout bounds the wait for Kafka's acknowledgement.
 	ProduceTimeout time.Duration
+	Encoding       schemas.Encoding // the record format (kafka.record_format)
 	Now            func() time.Time
 	Logger         *slog.Logger
 }
@@ -55,7 +57,7 @@ type HandlerOptions struct {
 // NewHandler returns a handler writing changes to o.Topic through o.Producer before applying
 // them to o.Store.
 func NewHandler(o HandlerOptions) *Handler {
-	return &Handler{store: o.Store, cl: o.Producer, topic: o.Topic, produceTimeout: o.ProduceTimeout, now: o.Now, logger: o.Logger}
+	return &Handler{store: o.Store, cl: o.Producer, topic: o.Topic, produceTimeout: o.ProduceTimeout, enc: o.Encoding, now: o.Now, logger: o.Logger}
 }
 
 // Register adds the likes routes to r.
@@ -106,7 +108,7 @@ func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int
 	}
 	l := schemas.Like{ItemID: item, UserID: user, Liked: liked, TS: h.now().UnixMilli(), RequestID: requestID(r)}
 	pctx, cancel := context.WithTimeout(r.Context(), h.produceTimeout)
-	rec, err := h.cl.ProduceSync(pctx, &kgo.Record{Topic: h.topic, Key: []byte(item), Value: schemas.AppendLike(nil, l)}).First()
+	rec, err := h.cl.ProduceSync(pctx, &kgo.Record{Topic: h.topic, Key: []byte(item), Value: h.enc.AppendLike(nil, l)}).First()
 	cancel()
 	if err != nil {
 		h.logger.Warn("likes: kafka did not acknowledge", "item_id", item, "user_id", user, "err", err)

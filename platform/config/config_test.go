@@ -95,6 +95,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"gc only at a limit that is off", nil, []string{"--runtime.gc_percent", "-1", "--runtime.memory_limit", "off"}, "runtime.gc_percent"},
 		{"memory limit not a size", nil, []string{"--runtime.memory_limit", "lots"}, `runtime.memory_limit: got "lots"`},
 		{"unknown compression", nil, []string{"--kafka.compression", "lz5"}, `kafka.compression: compression "lz5"`},
+		{"unknown record format", nil, []string{"--kafka.record_format", "json"}, `kafka.record_format: record format "json"; want protobuf or v1`},
 		{"unknown file key", nil, []string{"--config", typo}, `"comp.adr"`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},

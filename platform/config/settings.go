@@ -14,6 +14,7 @@ import (
 	"github.com/tallypipeline/tally/platform/kafka"
 	"github.com/tallypipeline/tally/platform/redisclient"
 	"github.com/tallypipeline/tally/platform/tlsconf"
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Config is the shared sections, read by every tally binary; a component's own section is
@@ -70,6 +71,7 @@ type Kafka struct {
 	ProduceTimeout time.Duration `mapstructure:"produce_timeout"`
 	MaxBuffered    int           `mapstructure:"max_buffered_records"`
 	Compression    string        `mapstructure:"compression"`
+	RecordFormat   string        `mapstructure:"record_format"`
 	SASL           KafkaSASL     `mapstructure:"sasl"`
 	TLS            tlsconf.Files `mapstructure:"tls"`
 }
@@ -116,13 +118,19 @@ func (k Kafka) Durability() kafka.Durability {
 	return kafka.Durability{ReplicationFactor: k.Replication, MinInsyncReplicas: k.MinInsync}
 }
 
-// Security is how Kafka clients authenticate and protect their link (kafka.Security.Options).
 // Producer is how the components' producers produce: bounds and codec (validated at load).
 func (k Kafka) Producer(maxBuffered int) kafka.Producer {
 	codec, _ := kafka.ParseCompression(k.Compression)
 	return kafka.Producer{MaxBuffered: maxBuffered, DeliveryTimeout: k.ProduceTimeout, Codec: codec}
 }
 
+// Encoding is the format the components write records in (validated at load).
+func (k Kafka) Encoding() schemas.Encoding {
+	e, _ := schemas.ParseEncoding(k.RecordFormat)
+	return e
+}
+
+// Security is how Kafka clients authenticate and protect their link (kafka.Security.Options).
 func (k Kafka) Security() kafka.Security {
 	return kafka.Security{SASLMechanism: k.SASL.Mechanism, Username: k.SASL.Username, Password: k.SASL.Password, TokenFile: k.SASL.TokenFile, TLS: k.TLS}
 }
@@ -150,6 +158,7 @@ func settings() []Setting {
 		{"kafka.produce_timeout", 10 * time.Second, "how long an ingest request waits for Kafka before answering 503"},
 		{"kafka.max_buffered_records", 200000, "producer buffer bound; beyond it ingest answers 503 instead of queueing"},
 		{"kafka.compression", "none", "codec of the record batches tally produces: none, lz4, zstd, snappy or gzip (consumers need nothing)"},
+		{"kafka.record_format", "protobuf", "format of the records tally writes: protobuf (tally.v1.Record, schemas/proto/tally.proto), or v1, the format before it, only while a rolling upgrade still runs readers that read nothing else (every reader reads both)"},
 		{"kafka.sasl.mechanism", "", "SASL mechanism for kafka.brokers: empty (none), SCRAM-SHA-256, SCRAM-SHA-512, or, over TLS only, PLAIN or OAUTHBEARER"},
 		{"kafka.sasl.username", "", "SASL user (SCRAM, PLAIN)"},
 		{"kafka.sasl.password", "", "SASL password (SCRAM, PLAIN)"},
@@ -242,6 +251,9 @@ func (c Config) validate(sections []Section) error {
 	}
 	if _, err := kafka.ParseCompression(c.Kafka.Compression); err != nil {
 		bad("kafka.compression", "%v", err)
+	}
+	if _, err := schemas.ParseEncoding(c.Kafka.RecordFormat); err != nil {
+		bad("kafka.record_format", "%v", err)
 	}
 	if c.ClickHouse.Addr != "" {
 		CheckHostPort(bad, "clickhouse.addr", c.ClickHouse.Addr)
