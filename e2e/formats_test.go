@@ -17,7 +17,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -29,7 +28,7 @@ import (
 
 // TestTopicsDecodeWithTheShippedSchema reads the records of every Protobuf topic as a team
 // outside tally would, with nothing of tally but schemas/proto/tally.proto: kcat fetches them
-// and protoc decodes each, and ClickHouse reads the views topic's records through its Protobuf
+// from the embedded broker and protoc decodes each, and ClickHouse reads the views topic's records through its Protobuf
 // format.
 func TestTopicsDecodeWithTheShippedSchema(t *testing.T) {
 	for _, tool := range []string{"kcat", "protoc"} {
@@ -62,16 +61,11 @@ func TestTopicsDecodeWithTheShippedSchema(t *testing.T) {
 		schemas.TopicFraudVerdicts: {`verdict: VERDICT_FRAUD`, `reason: "bot"`},
 		schemas.TopicCounted:       {`kind: COUNT_KIND_ITEMS`, `key: "fmt-item"`, `kind: COUNT_KIND_ADS`, `key: "fmt-ad"`},
 	}
-	plain, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
 	var views [][]byte
 	for topic, want := range wants {
 		var text string
 		waitFor(t, time.Minute, "kcat and protoc read "+topic, func() bool {
-			records := kcatRecords(t, r, plain, topic)
+			records := kcatRecords(t, r, topic)
 			text = protocDecode(t, proto, records)
 			if topic == schemas.TopicViews {
 				views = records
@@ -92,14 +86,14 @@ func containsAll(s string, subs []string) bool {
 	return true
 }
 
-// kcatRecords copies every record of topic from the all-in-one's broker to plain, a broker
-// without SASL, and fetches them from there with kcat, each value prefixed with its length.
-// The copy is there because kcat's librdkafka starts SASL with a SaslHandshake v0, which kfake
-// (the embedded broker) does not serve; a real cluster serves both.
-func kcatRecords(t *testing.T, r *allinonetest.Running, plain *kfake.Cluster, topic string) [][]byte {
+// kcatRecords fetches every record of topic from the all-in-one's broker with kcat, logged in
+// as its SASL user, each value prefixed with its length.
+func kcatRecords(t *testing.T, r *allinonetest.Running, topic string) [][]byte {
 	t.Helper()
-	copied := copyTopic(t, r, plain, topic)
-	cmd := exec.Command("kcat", "-C", "-b", plain.ListenAddrs()[0], "-t", copied, "-o", "beginning", "-e", "-q", "-f", "%R%s")
+	sec := r.Config.Kafka.Security()
+	cmd := exec.Command("kcat", "-C", "-b", strings.Join(r.Config.Kafka.Brokers, ","), "-t", topic, "-o", "beginning", "-e", "-q",
+		"-f", "%R%s", "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms="+sec.SASLMechanism,
+		"-X", "sasl.username="+sec.Username, "-X", "sasl.password="+sec.Password)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -116,29 +110,6 @@ func kcatRecords(t *testing.T, r *allinonetest.Running, plain *kfake.Cluster, to
 		out = out[4+n:]
 	}
 	return records
-}
-
-// copyTopic copies the records the all-in-one's topic holds now to a new topic on plain and
-// returns its name.
-func copyTopic(t *testing.T, r *allinonetest.Running, plain *kfake.Cluster, topic string) string {
-	t.Helper()
-	values := topicValues(t, kafkaConn{addr: r.Config.Kafka.Brokers[0], sec: r.Config.Kafka.Security()}, topic)
-	copied := fmt.Sprintf("%s-%d", topic, time.Now().UnixNano())
-	dst, err := kgo.NewClient(kgo.SeedBrokers(plain.ListenAddrs()...), kgo.DefaultProduceTopic(copied))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	ctx := context.Background()
-	if _, err := kadm.NewClient(dst).CreateTopic(ctx, 1, 1, nil, copied); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range values {
-		if err := dst.ProduceSync(ctx, &kgo.Record{Value: v}).FirstErr(); err != nil {
-			t.Fatalf("copy %s: %v", topic, err)
-		}
-	}
-	return copied
 }
 
 // protocDecode decodes each record as a tally.v1.Record with protoc and returns the texts.

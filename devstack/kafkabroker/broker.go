@@ -1,8 +1,8 @@
 // Package kafkabroker runs the embedded Kafka broker of the all-in-one and the tests: kfake
 // brokers speaking the real protocol (one, or a cluster of several in one process, so that
-// topics can be replicated), persisted under a data directory. It links kfake, so only
-// the all-in-one and tests import it. A Broker is owned by whoever called Start and stops with
-// Close.
+// topics can be replicated), persisted under a data directory, with a SASL login that librdkafka
+// clients accept too (handshake.go). It links kfake, so only the all-in-one and tests import
+// it. A Broker is owned by whoever called Start and stops with Close.
 package kafkabroker
 
 import (
@@ -70,7 +70,11 @@ func Start(o Options) (*Broker, error) {
 			if err != nil {
 				return nil, err
 			}
-			return net.Listen(network, net.JoinHostPort(host, p))
+			ln, err := net.Listen(network, net.JoinHostPort(host, p))
+			if err != nil || o.User == "" {
+				return ln, err
+			}
+			return handshakeListener{ln}, nil // librdkafka's SASL login (handshake.go)
 		}),
 	}
 	if o.SyncWrites {
