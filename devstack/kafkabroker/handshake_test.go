@@ -3,6 +3,7 @@ package kafkabroker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tallypipeline/tally/platform/kafka"
 )
@@ -79,6 +81,69 @@ func TestLibrdkafkaLogsIn(t *testing.T) {
 			}
 			if !tt.ok && err == nil {
 				t.Errorf("kcat read %q with a wrong password; want a refusal", got)
+			}
+		})
+	}
+}
+
+// FuzzHandshakeRewrite feeds the rewriter arbitrary request bytes and answer frames: it must
+// not panic, and what it writes is the frame unchanged or a frame whose size prefix is right.
+func FuzzHandshakeRewrite(f *testing.F) {
+	reqFrame := binary.BigEndian.AppendUint32(nil, 8)
+	reqFrame = binary.BigEndian.AppendUint16(reqFrame, keyApiVersions)
+	reqFrame = binary.BigEndian.AppendUint16(reqFrame, 3)
+	reqFrame = binary.BigEndian.AppendUint32(reqFrame, 7)
+	f.Add(reqFrame, int16(3))
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.Version = 3
+	resp.ApiKeys = append(resp.ApiKeys, kmsg.ApiVersionsResponseApiKey{ApiKey: keySASLHandshake, MinVersion: 1, MaxVersion: 1})
+	body := resp.AppendTo(nil)
+	frame := binary.BigEndian.AppendUint32(nil, uint32(4+len(body)))
+	frame = binary.BigEndian.AppendUint32(frame, 7)
+	f.Add(append(frame, body...), int16(3))
+	f.Fuzz(func(t *testing.T, b []byte, version int16) {
+		c := &handshakeConn{pending: map[int32]int16{}}
+		c.observe(b)
+		if len(b) < 8 {
+			return
+		}
+		out := listHandshakeV0(b, version)
+		if !bytes.Equal(out, b) && int(binary.BigEndian.Uint32(out)) != len(out)-4 {
+			t.Fatalf("rewrote %x to %x: size prefix %d; want %d", b, out, binary.BigEndian.Uint32(out), len(out)-4)
+		}
+	})
+}
+
+// TestHandshakeRewrite checks the answer a librdkafka client gets: SaslHandshake from version 0.
+func TestHandshakeRewrite(t *testing.T) {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.Version = 3
+	resp.ApiKeys = []kmsg.ApiVersionsResponseApiKey{{ApiKey: 0, MinVersion: 0, MaxVersion: 11}, {ApiKey: keySASLHandshake, MinVersion: 1, MaxVersion: 1}}
+	body := resp.AppendTo(nil)
+	frame := binary.BigEndian.AppendUint32(nil, uint32(4+len(body)))
+	frame = binary.BigEndian.AppendUint32(frame, 7)
+	frame = append(frame, body...)
+	tests := []struct {
+		name    string
+		version int16
+		wantMin int16
+	}{
+		{"asked in the answer's version", 3, 0},
+		{"asked in another version", 0, 1}, // not what the frame holds: passed on as it is
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := listHandshakeV0(frame, tt.version)
+			got := kmsg.NewPtrApiVersionsResponse()
+			got.Version = 3
+			if err := got.ReadFrom(out[8:]); err != nil {
+				t.Fatal(err)
+			}
+			if k := got.ApiKeys[1]; k.MinVersion != tt.wantMin || k.MaxVersion != 1 || got.ApiKeys[0].MaxVersion != 11 {
+				t.Errorf("got keys %+v; want SaslHandshake %d..1 and the others unchanged", got.ApiKeys, tt.wantMin)
+			}
+			if n := int(binary.BigEndian.Uint32(out)); n != len(out)-4 {
+				t.Errorf("size prefix %d; want %d", n, len(out)-4)
 			}
 		})
 	}
