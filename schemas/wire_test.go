@@ -75,7 +75,7 @@ func samples() []struct {
 		enc []byte
 	}, len(xs))
 	for i, x := range xs {
-		out[i].x, out[i].enc = x, encodeAny(EncodingProtobuf, x)
+		out[i].x, out[i].enc = x, encodeAny(Encoding{}, x)
 	}
 	return out
 }

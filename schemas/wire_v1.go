@@ -11,7 +11,7 @@ import (
 // (1, never the first byte of a Protobuf message), a kind byte, then the kind's fields. Strings
 // are a uvarint length and the bytes; times are 8-byte big-endian Unix milliseconds. It is
 // decoded so that logs written before Protobuf are still read, and written only under
-// EncodingV1, while a rolling upgrade still runs readers that know nothing else.
+// Encoding.V1, while a rolling upgrade still runs readers that know nothing else.
 const wireV1 = 1
 
 // isV1 reports whether b is a version 1 record.

@@ -1,7 +1,9 @@
 package schemas
 
 import (
+	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -46,24 +48,49 @@ func TestDecodeReadsVersion1(t *testing.T) {
 func TestEncodings(t *testing.T) {
 	for _, s := range samples() {
 		t.Run(reflect.TypeOf(s.x).Name(), func(t *testing.T) {
-			for _, e := range []Encoding{EncodingProtobuf, EncodingV1} {
+			for _, e := range []Encoding{{}, {V1: true}, {SchemaID: 42}} {
 				b := encodeAny(e, s.x)
-				if isV1(b) != (e == EncodingV1) {
-					t.Errorf("encoding %d wrote %x", e, b)
+				wantFirst := b[0] // a Protobuf tag
+				switch {
+				case e.V1:
+					wantFirst = wireV1
+				case e.SchemaID != 0:
+					wantFirst = 0
+					if !bytes.Equal(b[:6], []byte{0, 0, 0, 0, 42, 0}) || !bytes.Equal(b[6:], s.enc) {
+						t.Errorf("%+v wrote %x; want the framing of id 42, then %x", e, b, s.enc)
+					}
+				}
+				if b[0] != wantFirst || e == (Encoding{}) && !bytes.Equal(b, s.enc) {
+					t.Errorf("%+v wrote %x", e, b)
 				}
 				if got, err := decodeAny(s.x, b); err != nil || !reflect.DeepEqual(got, s.x) {
-					t.Errorf("encoding %d: got %+v, %v; want %+v", e, got, err, s.x)
+					t.Errorf("%+v: got %+v, %v; want %+v", e, got, err, s.x)
 				}
 			}
 		})
 	}
-	for _, tt := range []struct {
-		in   string
-		want Encoding
-		err  bool
-	}{{"", EncodingProtobuf, false}, {"protobuf", EncodingProtobuf, false}, {"v1", EncodingV1, false}, {"json", 0, true}} {
-		if got, err := ParseEncoding(tt.in); got != tt.want || (err != nil) != tt.err {
-			t.Errorf("ParseEncoding(%q): got %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.err)
+}
+
+func TestParseEncoding(t *testing.T) {
+	tests := []struct {
+		format  string
+		id      int64
+		want    Encoding
+		wantErr string
+	}{
+		{"", 0, Encoding{}, ""},
+		{"protobuf", 0, Encoding{}, ""},
+		{"protobuf", 7, Encoding{SchemaID: 7}, ""},
+		{"v1", 0, Encoding{V1: true}, ""},
+		{"v1", 7, Encoding{}, "no schema id"},
+		{"json", 0, Encoding{}, `record format "json"`},
+		{"protobuf", -1, Encoding{}, "schema id -1"},
+		{"protobuf", 1 << 31, Encoding{}, "schema id 2147483648"},
+	}
+	for _, tt := range tests {
+		got, err := ParseEncoding(tt.format, tt.id)
+		if got != tt.want || (err == nil) != (tt.wantErr == "") || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("ParseEncoding(%q, %d): got %+v, %v; want %+v, error %q", tt.format, tt.id, got, err, tt.want, tt.wantErr)
 		}
 	}
 }

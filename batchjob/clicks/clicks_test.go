@@ -131,10 +131,7 @@ func verdictRec(v schemas.FraudVerdict, arrived time.Time) *kgo.Record {
 }
 
 func encodingAt(arrived time.Time) schemas.Encoding {
-	if arrived.UnixMilli()%2 == 1 {
-		return schemas.EncodingV1
-	}
-	return schemas.EncodingProtobuf
+	return schemas.Encoding{V1: arrived.UnixMilli()%2 == 1}
 }
 
 // genDay makes a day's log: n clicks over ads ads, with repeats 30 s and 20 minutes later,

@@ -98,10 +98,7 @@ func writeScenario(t *testing.T, st store.Store) map[string]int64 {
 				continue
 			}
 			// Every other view in the format before Protobuf, as in a day the upgrade ran through.
-			enc := schemas.EncodingProtobuf
-			if i%2 == 1 {
-				enc = schemas.EncodingV1
-			}
+			enc := schemas.Encoding{V1: i%2 == 1}
 			values = append(values, enc.AppendView(nil, schemas.View{ItemID: v.item, ViewerID: v.viewer, EventID: fmt.Sprint(i), TS: day.Add(v.at).UnixMilli()}))
 			if v.counted {
 				want[v.item]++

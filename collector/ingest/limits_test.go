@@ -203,7 +203,7 @@ func TestParseBatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			recs, rejected, err := parseBatch([]byte(tt.body), tt.maxLines, now, bounds, newRecordBuilder(schemas.EncodingProtobuf, 0, 0))
+			recs, rejected, err := parseBatch([]byte(tt.body), tt.maxLines, now, bounds, newRecordBuilder(schemas.Encoding{}, 0, 0))
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("got error %v; want error %v", err, tt.wantErr)
 			}
@@ -282,7 +282,7 @@ func FuzzParseBatch(f *testing.F) {
 	bounds := schemas.TimeBounds{Future: 5 * time.Minute, Late: 24 * time.Hour}
 	f.Fuzz(func(t *testing.T, body []byte, maxLines uint8) {
 		max := int(maxLines%8) + 1
-		recs, rejected, err := parseBatch(body, max, now, bounds, newRecordBuilder(schemas.EncodingProtobuf, 0, 0))
+		recs, rejected, err := parseBatch(body, max, now, bounds, newRecordBuilder(schemas.Encoding{}, 0, 0))
 		nonBlank, last := 0, 0
 		for n := range lines(body) {
 			nonBlank++

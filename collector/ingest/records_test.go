@@ -34,7 +34,7 @@ func TestRecordBuilderMatchesViewRecord(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rb := newRecordBuilder(schemas.EncodingProtobuf, tt.n, tt.size)
+			rb := newRecordBuilder(schemas.Encoding{}, tt.n, tt.size)
 			var views []schemas.View
 			var got []*kgo.Record
 			for i := range 50 {
@@ -43,7 +43,7 @@ func TestRecordBuilderMatchesViewRecord(t *testing.T) {
 				got = append(got, rb.view(v))
 			}
 			for i, v := range views {
-				want := viewRecord(schemas.EncodingProtobuf, v)
+				want := viewRecord(schemas.Encoding{}, v)
 				if got[i].Topic != want.Topic || !bytes.Equal(got[i].Key, want.Key) || !bytes.Equal(got[i].Value, want.Value) {
 					t.Errorf("record %d: got %s %q %x; want %s %q %x", i, got[i].Topic, got[i].Key, got[i].Value, want.Topic, want.Key, want.Value)
 				}

@@ -96,6 +96,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"memory limit not a size", nil, []string{"--runtime.memory_limit", "lots"}, `runtime.memory_limit: got "lots"`},
 		{"unknown compression", nil, []string{"--kafka.compression", "lz5"}, `kafka.compression: compression "lz5"`},
 		{"unknown record format", nil, []string{"--kafka.record_format", "json"}, `kafka.record_format: record format "json"; want protobuf or v1`},
+		{"schema id with v1", nil, []string{"--kafka.record_format", "v1", "--kafka.schema_id", "7"}, `kafka.schema_id: record format v1 has no schema id; got 7`},
 		{"unknown file key", nil, []string{"--config", typo}, `"comp.adr"`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},

@@ -72,6 +72,7 @@ type Kafka struct {
 	MaxBuffered    int           `mapstructure:"max_buffered_records"`
 	Compression    string        `mapstructure:"compression"`
 	RecordFormat   string        `mapstructure:"record_format"`
+	SchemaID       int64         `mapstructure:"schema_id"`
 	SASL           KafkaSASL     `mapstructure:"sasl"`
 	TLS            tlsconf.Files `mapstructure:"tls"`
 }
@@ -126,7 +127,7 @@ func (k Kafka) Producer(maxBuffered int) kafka.Producer {
 
 // Encoding is the format the components write records in (validated at load).
 func (k Kafka) Encoding() schemas.Encoding {
-	e, _ := schemas.ParseEncoding(k.RecordFormat)
+	e, _ := schemas.ParseEncoding(k.RecordFormat, k.SchemaID)
 	return e
 }
 
@@ -159,6 +160,7 @@ func settings() []Setting {
 		{"kafka.max_buffered_records", 200000, "producer buffer bound; beyond it ingest answers 503 instead of queueing"},
 		{"kafka.compression", "none", "codec of the record batches tally produces: none, lz4, zstd, snappy or gzip (consumers need nothing)"},
 		{"kafka.record_format", "protobuf", "format of the records tally writes: protobuf (tally.v1.Record, schemas/proto/tally.proto), or v1, the format before it, only while a rolling upgrade still runs readers that read nothing else (every reader reads both)"},
+		{"kafka.schema_id", 0, "the id your schema registry gave schemas/proto/tally.proto (deploy/README.md): protobuf records then carry the registry's framing, as its deserializers expect; 0: plain Protobuf"},
 		{"kafka.sasl.mechanism", "", "SASL mechanism for kafka.brokers: empty (none), SCRAM-SHA-256, SCRAM-SHA-512, or, over TLS only, PLAIN or OAUTHBEARER"},
 		{"kafka.sasl.username", "", "SASL user (SCRAM, PLAIN)"},
 		{"kafka.sasl.password", "", "SASL password (SCRAM, PLAIN)"},
@@ -252,8 +254,10 @@ func (c Config) validate(sections []Section) error {
 	if _, err := kafka.ParseCompression(c.Kafka.Compression); err != nil {
 		bad("kafka.compression", "%v", err)
 	}
-	if _, err := schemas.ParseEncoding(c.Kafka.RecordFormat); err != nil {
+	if _, err := schemas.ParseEncoding(c.Kafka.RecordFormat, 0); err != nil {
 		bad("kafka.record_format", "%v", err)
+	} else if _, err := schemas.ParseEncoding(c.Kafka.RecordFormat, c.Kafka.SchemaID); err != nil {
+		bad("kafka.schema_id", "%v", err)
 	}
 	if c.ClickHouse.Addr != "" {
 		CheckHostPort(bad, "clickhouse.addr", c.ClickHouse.Addr)
