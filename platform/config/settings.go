@@ -158,7 +158,7 @@ func settings() []Setting {
 		{"kafka.views_retention", 7 * 24 * time.Hour, "how long the views, clicks and fraud_verdicts topics keep records (the sink's files keep them after); the likes topic is always kept forever"},
 		{"kafka.produce_timeout", 10 * time.Second, "how long an ingest request waits for Kafka before answering 503"},
 		{"kafka.max_buffered_records", 200000, "producer buffer bound; beyond it ingest answers 503 instead of queueing"},
-		{"kafka.compression", "none", "codec of the record batches tally produces: none, lz4, zstd, snappy or gzip (consumers need nothing)"},
+		{"kafka.compression", "lz4", "codec of the record batches tally produces: lz4, zstd, snappy, gzip or none (consumers need nothing)"},
 		{"kafka.record_format", "protobuf", "format of the records tally writes: protobuf (tally.v1.Record, schemas/proto/tally.proto), or v1, the format before it, only while a rolling upgrade still runs readers that read nothing else (every reader reads both)"},
 		{"kafka.schema_id", 0, "the id your schema registry gave schemas/proto/tally.proto (deploy/README.md): protobuf records then carry the registry's framing, as its deserializers expect; 0: plain Protobuf"},
 		{"kafka.sasl.mechanism", "", "SASL mechanism for kafka.brokers: empty (none), SCRAM-SHA-256, SCRAM-SHA-512, or, over TLS only, PLAIN or OAUTHBEARER"},
