@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,7 +60,7 @@ var ErrVersion = errors.New("version requested")
 //
 // A YAML file may hold sections this binary does not read (one file for every binary): a
 // top-level map no setting of this binary lives under is left alone; inside the sections it
-// reads, every key must be declared.
+// reads, every key must be declared. TALLY_ variables are checked the same way.
 func Load(name string, args []string, sections ...Section) (Config, error) {
 	all := settings()
 	for _, sec := range sections {
@@ -92,6 +93,9 @@ func Load(name string, args []string, sections ...Section) (Config, error) {
 		return Config{}, fmt.Errorf("config: unexpected argument %q", fs.Arg(0))
 	}
 
+	if err := checkEnvKeys(all, os.Environ()); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
 	v := viper.New()
 	for _, s := range all {
 		v.SetDefault(s.Key, s.Default)
@@ -221,6 +225,38 @@ func checkFileKeys(all []Setting, m map[string]any, prefix string) error {
 		if !isSetting(all, key) {
 			return fmt.Errorf("unknown key %q", key)
 		}
+	}
+	return nil
+}
+
+// checkEnvKeys rejects TALLY_ variables that name no setting inside a section this binary
+// reads, as checkFileKeys does for the file: TALLY_KAFKA_COMPRESSON would otherwise be ignored
+// without a word. A variable under another binary's section (one environment for every
+// binary) is left alone, and so are those of no section (TALLY_CONFIG, the scripts' own).
+func checkEnvKeys(all []Setting, environ []string) error {
+	known := map[string]bool{}
+	sections := map[string]bool{}
+	for _, s := range all {
+		known[EnvName(s.Key)] = true
+		top, _, _ := strings.Cut(s.Key, ".")
+		sections[EnvName(top)+"_"] = true
+	}
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if known[name] || !strings.HasPrefix(name, EnvPrefix+"_") {
+			continue
+		}
+		for prefix := range sections {
+			if strings.HasPrefix(name, prefix) {
+				unknown = append(unknown, name)
+				break
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("unknown environment variable %s: no setting has that name (config.example.yaml lists them; TALLY_ + key upper-cased, dots as underscores)", strings.Join(unknown, ", "))
 	}
 	return nil
 }

@@ -55,6 +55,8 @@ func TestLoadPrecedence(t *testing.T) {
 		{"flag beats env", map[string]string{"TALLY_COMP_ADDR": "127.0.0.1:1002"}, []string{"--config", file, "--comp.addr", "127.0.0.1:1003"}, func(c Config, k comp) (any, any) { return k.Addr, "127.0.0.1:1003" }},
 		{"env list", map[string]string{"TALLY_KAFKA_BROKERS": "x:1,y:2"}, nil, func(c Config, k comp) (any, any) { return strings.Join(c.Kafka.Brokers, ","), "x:1,y:2" }},
 		{"env config file", map[string]string{"TALLY_CONFIG": file}, nil, func(c Config, k comp) (any, any) { return k.MaxLines, 7 }},
+		// Another binary's section, and variables of no section, are not this binary's to check.
+		{"env of other sections", map[string]string{"TALLY_OTHER_ANYTHING": "1", "TALLY_CACHE_DIR": "/tmp"}, nil, func(c Config, k comp) (any, any) { return k.Addr, "127.0.0.1:8080" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +91,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"bad addr", nil, []string{"--comp.addr", "nohostport"}, "comp.addr"},
 		{"section check", nil, []string{"--comp.flush_interval", "0s"}, "comp.flush_interval"},
 		{"bad env int", map[string]string{"TALLY_KAFKA_PARTITIONS": "many"}, nil, "partitions"},
+		{"env typo", map[string]string{"TALLY_KAFKA_COMPRESSON": "zstd", "TALLY_COMP_ADR": "x"}, nil, "unknown environment variable TALLY_COMP_ADR, TALLY_KAFKA_COMPRESSON"},
 		{"out of range", nil, []string{"--kafka.partitions", "0"}, "kafka.partitions"},
 		{"negative scheduler slots", nil, []string{"--runtime.procs_per_cpu", "-1"}, "runtime.procs_per_cpu"},
 		{"zero gc percent", nil, []string{"--runtime.gc_percent", "0"}, "runtime.gc_percent"},
