@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -18,7 +20,7 @@ func TestBinariesAnswerVersionAndHelp(t *testing.T) {
 		commands  []string // named by --help
 	}{
 		{"pipeline run", bins.pipeline, []string{"pipeline run", "pipeline infra"}},
-		{"collector", bins.collector, []string{"collector keys", "collector token"}},
+		{"collector", bins.collector, []string{"collector keys", "collector token", "collector schema"}},
 		{"aggregator", bins.aggregator, []string{"aggregator resume", "aggregator migrate"}},
 		{"batchjob", bins.batchjob, []string{"batchjob likes", "batchjob clicks", "batchjob views", "batchjob counters"}},
 	}
@@ -55,5 +57,24 @@ func TestAggregatorMigratePrints(t *testing.T) {
 	err = exec.Command(bins.aggregator, "migrate", "drop").Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Errorf("migrate drop: got %v; want exit status 2", err)
+	}
+}
+
+// `collector schema` prints the shipped tally.proto; an argument is a usage error.
+func TestCollectorSchemaPrintsTheProto(t *testing.T) {
+	bins, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("../schemas/proto/tally.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bins.collector, "schema").Output(); err != nil || string(out) != string(want) {
+		t.Errorf("collector schema: got %v and %d bytes; want schemas/proto/tally.proto (%d bytes)", err, len(out), len(want))
+	}
+	var exit *exec.ExitError
+	if err := exec.Command(bins.collector, "schema", "extra").Run(); !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Errorf("collector schema extra: got %v; want exit status 2", err)
 	}
 }
