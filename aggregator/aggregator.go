@@ -57,7 +57,7 @@ type wiring struct {
 	e    cli.Env
 	s    *aggregatorconf.Settings
 	conn driver.Conn
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	// pubTo is the counted topic (topk's input), which takes both streams' batches; nil when
 	// not published.
 	pubTo counted.Topic

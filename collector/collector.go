@@ -79,7 +79,7 @@ type wiring struct {
 	cl        *kgo.Client
 	likeStore *likestate.Store
 	conn      driver.Conn
-	rdb       *redis.Client
+	rdb       redis.UniversalClient
 }
 
 // stores opens ClickHouse and Redis and registers the reads.

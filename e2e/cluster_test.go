@@ -9,43 +9,90 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/config"
+	"github.com/tallypipeline/tally/platform/redisclient"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // TestClusterStaysExact runs the pipeline as a cluster of processes: three Kafka brokers (in the
 // infra process; the topics get 3 replicas and min.insync.replicas 2), two collectors, three
-// aggregators, Redis as a primary and a replica watched by three Sentinels. Views are posted
-// through both collectors (the second sends the first's events again: retries through another
-// collector), and meanwhile every partition leader moves (twice), an aggregator is SIGKILLed
-// for good and a fourth joins (the test waits until its partitions have moved), the Redis
-// primary is SIGKILLed (the Sentinels promote the replica) and a collector is SIGKILLed and
-// started again, while counter adds go through that collector with the client's retries (every
-// accurate add-and-get must answer the exact sum at once), and like changes go through both
-// collectors in turn. Afterwards every (item, second) total,
-// rollup bucket and item total the API answers (Redis, after the failover) equals the oracle
-// computed from the log, every eventual counter holds exactly its adds, the likes log ends in
-// the state of the last acknowledged change of every pair and the API answers that state, and
-// the test prints how long the API's count reads were refused around the faults.
+// aggregators, and Redis in each topology tally supports beside one server: a primary and a
+// replica watched by three Sentinels, and a Redis Cluster of three primaries with a replica
+// each. Views are posted through both collectors (the second sends the first's events again:
+// retries through another collector), and meanwhile every partition leader moves (twice), an
+// aggregator is SIGKILLed for good and a fourth joins (the test waits until its partitions have
+// moved), Redis primaries are SIGKILLed (the Sentinel-watched one; in the Cluster, the one
+// serving the view totals and then the one serving the like state, each replaced by its
+// replica) and a collector is SIGKILLed and started again, while counter adds go through that
+// collector with the client's retries (every accurate add-and-get must answer the exact sum at
+// once), and like changes go through both collectors in turn. Then Redis loses all its data
+// (FLUSHALL on every primary) and the test waits until the view totals are rebuilt from
+// ClickHouse and the like state from the log. Afterwards every (item, second) total, rollup
+// bucket and item total the API answers (from Redis) equals the oracle computed from the log,
+// every eventual counter holds exactly its adds, the likes log ends in the state of the last
+// acknowledged change of every pair and the API answers that state, and the test prints how
+// long the API's count reads were refused around the faults.
 func TestClusterStaysExact(t *testing.T) {
+	const pw = "cluster-test-redis-password"
+	topologies := []struct {
+		name  string
+		start func(t *testing.T) (flags []string, killPrimaries []func(t *testing.T))
+	}{
+		{"sentinel", func(t *testing.T) ([]string, []func(*testing.T)) {
+			r := testinfra.StartSentinelRedis(t, t.TempDir(), pw)
+			flags := []string{"--redis.addr", strings.Join(r.Sentinels, ","), "--redis.sentinel_master", r.Master, "--redis.password", pw}
+			return flags, []func(*testing.T){func(*testing.T) { r.Primary.Kill() }}
+		}},
+		{"cluster", func(t *testing.T) ([]string, []func(*testing.T)) {
+			r := testinfra.StartRedisCluster(t, t.TempDir(), pw)
+			// A cluster replaces a dead primary only while most primaries live, so each kill
+			// waits for the replica's promotion before the next one.
+			kill := func(key string) func(*testing.T) {
+				return func(t *testing.T) {
+					victim := r.PrimaryOf(t, key)
+					victim.Kill()
+					killed := time.Now()
+					testinfra.WaitFor(t, 30*time.Second, "a replica promoted in place of "+victim.Addr, func() (bool, string) {
+						return r.PrimaryOf(t, key) != victim, "still " + victim.Addr
+					})
+					t.Logf("the cluster promoted a replica %s after the primary serving %s died", time.Since(killed).Round(100*time.Millisecond), key)
+				}
+			}
+			return []string{"--redis.addr", r.Addrs(), "--redis.cluster", "--redis.password", pw},
+				[]func(*testing.T){kill("t1:{views}:ready"), kill(likestate.ReadyKey)}
+		}},
+	}
+	for _, tt := range topologies {
+		t.Run(tt.name, func(t *testing.T) {
+			flags, kills := tt.start(t)
+			clusterStaysExact(t, flags, kills)
+		})
+	}
+}
+
+// clusterStaysExact is TestClusterStaysExact on the Redis that redisFlags name, whose primaries
+// killPrimaries SIGKILL, one after another.
+func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*testing.T)) {
 	n := 80_000
 	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
 		n, _ = strconv.Atoi(s)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	const redisPassword = "cluster-test-redis-password"
-	redis := testinfra.StartSentinelRedis(t, t.TempDir(), redisPassword)
-	c := startClusterWith(t, clusterOptions{aggregators: 3, collectors: 2, kafkaBrokers: 3, redis: redis, redisPassword: redisPassword})
+	c := startClusterWith(t, clusterOptions{aggregators: 3, collectors: 2, kafkaBrokers: 3, redis: redisFlags})
 	cl, err := c.kc.client(slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -90,13 +137,15 @@ func TestClusterStaysExact(t *testing.T) {
 	c.addAggregator(t)
 	t.Logf("aggregator-0 SIGKILLed for good and aggregator-3 started after %d views, %d counter adds", posted.Load(), addsSent.Load())
 	t.Logf("every partition of the aggregators' groups owned by a live member %s after the kill", waitGroupsWhole(t, ctx, cl, "agg-0", killed))
-	at(0.4)
-	redis.Primary.Kill()
-	t.Logf("redis primary SIGKILLed after %d views, %d counter adds", posted.Load(), addsSent.Load())
-	at(0.5)
+	for i, kill := range killPrimaries {
+		at(0.4 + 0.1*float64(i))
+		t.Logf("SIGKILL redis primary %d after %d views, %d counter adds", i, posted.Load(), addsSent.Load())
+		kill(t)
+	}
+	at(0.65)
 	c.infra.signal(syscall.SIGUSR1)
 	t.Logf("leaders moved again after %d views", posted.Load())
-	at(0.6)
+	at(0.7)
 	_ = c.colls[1].stop(syscall.SIGKILL, 10*time.Second)
 	time.Sleep(time.Second)
 	if err := c.colls[1].start(); err != nil {
@@ -122,9 +171,43 @@ func TestClusterStaysExact(t *testing.T) {
 	if longest > 15*time.Second {
 		t.Errorf("count reads refused for %s in a row; want at most 15 s", longest.Round(10*time.Millisecond))
 	}
+	waitRebuiltAfterFlush(t, ctx, redisFlags)
 	verifyExact(t, ctx, c.kc, c.ch, c.api)
 	waitCountersExact(t, ctx, cc, *wantAdds)
 	verifyLikes(t, ctx, c.kc, c.apis[0], likes)
+}
+
+// waitRebuiltAfterFlush empties the Redis redisFlags name (FLUSHALL on every primary, as a
+// Redis that lost its data) and waits until the aggregators have rebuilt the view totals from
+// ClickHouse and the collectors the like state from the log (their ready markers set again).
+func waitRebuiltAfterFlush(t *testing.T, ctx context.Context, redisFlags []string) {
+	t.Helper()
+	cfg, err := config.Load("test", redisFlags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := redisclient.New(cfg.Redis.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	flush := func(ctx context.Context, c *redis.Client) error { return c.FlushAll(ctx).Err() }
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, flush)
+	} else {
+		err = rdb.FlushAll(ctx).Err()
+	}
+	if err != nil {
+		t.Fatalf("flush redis: %v", err)
+	}
+	flushed := time.Now()
+	for _, key := range []string{"t1:{views}:ready", likestate.ReadyKey} {
+		testinfra.WaitFor(t, 2*time.Minute, key+" set again after FLUSHALL", func() (bool, string) {
+			n, err := rdb.Exists(ctx, key).Result()
+			return err == nil && n == 1, fmt.Sprint(n, err)
+		})
+		t.Logf("%s set again %s after FLUSHALL", key, time.Since(flushed).Round(100*time.Millisecond))
+	}
 }
 
 // waitGroupsWhole waits until each aggregator group (views, clicks, counters) is stable with

@@ -272,10 +272,9 @@ type clusterOptions struct {
 	aggregators, collectors int
 	aggFlags                []string // every aggregator's further flags
 	kafkaBrokers            int      // brokers of the infra process's Kafka cluster; 0 means 1
-	// redis, if set, is the Redis every process uses (through its Sentinels) instead of the
-	// infra process's own; redisPassword is its password.
-	redis         *testinfra.SentinelRedis
-	redisPassword string
+	// redis, if set, are the flags naming the Redis every process uses (a Sentinel-watched
+	// primary, a Redis Cluster) instead of the infra process's own.
+	redis []string
 }
 
 func startClusterWith(t *testing.T, o clusterOptions) *cluster {
@@ -287,11 +286,7 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	dir := t.TempDir()
 	c := &cluster{kafka: testinfra.MustFreeAddr(t), clickhouse: testinfra.MustFreeAddr(t)}
 	common := []string{"--data_dir", dir, "--kafka.partitions", strconv.Itoa(eoPartitions), "--log.level", "info"}
-	var redisFlags []string
-	if o.redis != nil {
-		redisFlags = []string{"--redis.addr", strings.Join(o.redis.Sentinels, ","), "--redis.sentinel_master", o.redis.Master,
-			"--redis.password", o.redisPassword}
-	}
+	redisFlags := o.redis
 	_, redisPort, _ := strings.Cut(testinfra.MustFreeAddr(t), ":")
 	if o.kafkaBrokers > 1 {
 		c.kafka = "127.0.0.1:0" // free ports for each; the env file says which

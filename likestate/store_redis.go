@@ -18,9 +18,16 @@ import (
 // The item's total is kept in one plain key, which every script that changes a set sets to the
 // sum of the item's set sizes in the same atomic step; a feed page's totals are then one MGET of
 // one key per item (a plain key read costs Redis a fraction of a scripted SCARD, and one key per
-// item a sixteenth of one per shard). The scripts touch all of an item's keys at once, so the
-// layout needs one Redis node (not a cluster).
+// item a sixteenth of one per shard).
 const Shards = 16
+
+// Every key of the like state starts with the hash tag {likes}, so in a Redis Cluster the whole
+// state sits in one slot, on one primary and its replicas. That is what the state's guarantees
+// rest on: a script touches an item's sets, its total and ReadyKey at once (one slot), and an
+// applied mark vouches for the changes before it only when both travel in one replication
+// stream (AppliedKey). A cluster still spreads the pipeline's other states (view totals, click
+// totals, counters) over its nodes; one state's load is bound by one node's.
+const tag = "{likes}:"
 
 // Redis keys outside the per-item shards.
 const (
@@ -30,17 +37,17 @@ const (
 	// the log over what Redis holds (the replay sets every item's total key), so an upgrade
 	// needs no manual step once the old collectors are stopped (docs/ARCHITECTURE.md, which
 	// also says what each earlier version left in Redis).
-	ReadyKey = "likes:ready:3"
+	ReadyKey = tag + "ready:4"
 	// rebuildingKey is the lease of the rebuild in progress (its token, with a TTL the rebuild
 	// keeps extending): one applier rebuilds at a time, and a FLUSHALL during a rebuild removes
 	// it, so that rebuild cannot mark an incomplete state ready.
-	rebuildingKey = "likes:rebuilding"
+	rebuildingKey = tag + "rebuilding"
 )
 
 // AppliedKey holds the offset up to which the applier applied partition p of the log (the
 // offset after the last record of its last batch): the mark that tells the applier, after a
 // Redis failover, whether the promoted replica lost changes it had applied (Mark).
-func AppliedKey(p int32) string { return "likes:applied:" + strconv.Itoa(int(p)) }
+func AppliedKey(p int32) string { return tag + "applied:" + strconv.Itoa(int(p)) }
 
 // ErrNotReady means the serving state is being rebuilt from the log. Its message is meant for
 // clients as is (it says Public, which the collector's API checks for): a state they can act on.
@@ -181,20 +188,19 @@ return {1, cur}
 // Shard is the shard of an item's likers that holds user.
 func Shard(user string) int { return int(xxhash.Sum64String(user) % Shards) }
 
-// UsersKey is the set of users liking item in shard. The hash tag {item:shard} keeps a pair's
-// set and offsets in one cluster slot while an item's shards spread over slots.
+// UsersKey is the set of users liking item in shard.
 func UsersKey(item string, shard int) string {
-	return "likes:{" + item + ":" + strconv.Itoa(shard) + "}:users"
+	return tag + item + ":" + strconv.Itoa(shard) + ":users"
 }
 
 // OffsetsKey is the hash user -> offset of the last applied log record, for item's shard.
 func OffsetsKey(item string, shard int) string {
-	return "likes:{" + item + ":" + strconv.Itoa(shard) + "}:off"
+	return tag + item + ":" + strconv.Itoa(shard) + ":off"
 }
 
 // TotalKey holds item's total: the sum of its users sets' sizes (absent when all are empty).
 func TotalKey(item string) string {
-	return "likes:{" + item + "}:total"
+	return tag + item + ":total"
 }
 
 // itemKeys are the keys of the scripts that change (item, a user of shard): the shard's users
@@ -211,7 +217,7 @@ func itemKeys(item string, shard int) []string {
 
 // Store reads and writes the like serving state in Redis.
 type Store struct {
-	rdb                                  *redis.Client
+	rdb                                  redis.UniversalClient
 	apply, repair, recount, finish, mark *redis.Script
 	handled                              *handled // offsets applied by Apply, for the applier to skip
 }
@@ -221,7 +227,7 @@ type Store struct {
 func (s *Store) Unapplied(recs []Record) []Record { return s.handled.unapplied(recs) }
 
 // NewStore returns a store on rdb, which the caller keeps and closes.
-func NewStore(rdb *redis.Client) *Store {
+func NewStore(rdb redis.UniversalClient) *Store {
 	return &Store{
 		rdb:     rdb,
 		apply:   redis.NewScript(applyScript),

@@ -21,7 +21,7 @@ import (
 //     a consumer reading it from the start ends with the latest list of each.
 //   - ClickHouse: topk_snapshots, each list's first HistoryK entries, for dashboards and history.
 type Outputs struct {
-	Redis      *redis.Client
+	Redis      redis.UniversalClient
 	Kafka      *kgo.Client
 	ClickHouse driver.Conn
 	HistoryK   int

@@ -166,7 +166,7 @@ func applied(t *testing.T) []schemas.Counted {
 }
 
 // redisLists reads every published list, or nil if one is missing or older than since.
-func redisLists(t *testing.T, rdb *redis.Client, since time.Time) []schemas.TopList {
+func redisLists(t *testing.T, rdb redis.UniversalClient, since time.Time) []schemas.TopList {
 	t.Helper()
 	var out []schemas.TopList
 	for _, k := range schemas.CountKinds {

@@ -27,7 +27,7 @@ func Parts(e cli.Env, s *Settings, admin lifecycle.Admin) []lifecycle.Part {
 	cfg, runner, logger, reg, now := e.Config, e.Runner, e.Logger, e.Registry, e.Now
 	logger = logger.With("component", "topk")
 	var conn driver.Conn
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	var prod *kgo.Client
 	var svc *Service
 	parts := []lifecycle.Part{

@@ -40,8 +40,8 @@ const LockKey = "batchjob:clicks:lock"
 // Deps is what a run reads and writes.
 type Deps struct {
 	Source     Source
-	ClickHouse driver.Conn   // database with the migrations applied
-	Redis      *redis.Client // for the run lock
+	ClickHouse driver.Conn           // database with the migrations applied
+	Redis      redis.UniversalClient // for the run lock
 	LockTTL    time.Duration
 	Rules      Rules
 	// Lookback is how long before the day the clicks are read to find repeats of earlier

@@ -53,9 +53,9 @@ var ErrNotLogged = errors.New("namespace does not log its adds")
 // Deps is what a run reads and writes.
 type Deps struct {
 	Log        logread.Reader
-	Topic      string        // schemas.TopicCounterEvents but in tests
-	ClickHouse driver.Conn   // database with the migrations applied
-	Redis      *redis.Client // for the run lock
+	Topic      string                // schemas.TopicCounterEvents but in tests
+	ClickHouse driver.Conn           // database with the migrations applied
+	Redis      redis.UniversalClient // for the run lock
 	LockTTL    time.Duration
 	// Progress is given the records to read and counts them as they are read (nil: not
 	// counted).

@@ -42,10 +42,10 @@ type Deps struct {
 	// Files is the sink's store; when it holds the topic's files the log is read from them and
 	// from Kafka beyond them (replayFiles), else from Kafka alone.
 	Files      store.Store
-	SinkGroup  string           // the sink's consumer group (sink.group), whose commits say which flushes are complete
-	ClickHouse driver.Conn      // database with the migrations applied
-	Store      *likestate.Store // the like serving state
-	Redis      *redis.Client    // for the run lock
+	SinkGroup  string                // the sink's consumer group (sink.group), whose commits say which flushes are complete
+	ClickHouse driver.Conn           // database with the migrations applied
+	Store      *likestate.Store      // the like serving state
+	Redis      redis.UniversalClient // for the run lock
 	LockTTL    time.Duration
 	// Progress counts the log records read (nil: not counted).
 	Progress *progress.Meter

@@ -36,7 +36,7 @@ type Lock struct {
 
 // Acquire takes the lock at key or fails with ErrLocked. The returned context ends when ctx
 // does or when the lock is lost (cause ErrLost); the run must stop then.
-func Acquire(ctx context.Context, rdb *redis.Client, key string, ttl time.Duration, logger *slog.Logger) (*Lock, context.Context, error) {
+func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, ttl time.Duration, logger *slog.Logger) (*Lock, context.Context, error) {
 	held, ok, err := lease.Take(ctx, rdb, key, ttl)
 	if err != nil {
 		return nil, nil, err
@@ -80,7 +80,7 @@ func (l *Lock) Release(ctx context.Context) error {
 
 // Hold runs fn under the lock at key: fn's context ends if the lock is lost, and then Hold
 // returns the ErrLost cause rather than fn's error. The lock is released when fn returns.
-func Hold(ctx context.Context, rdb *redis.Client, key string, ttl time.Duration, logger *slog.Logger, fn func(context.Context) error) error {
+func Hold(ctx context.Context, rdb redis.UniversalClient, key string, ttl time.Duration, logger *slog.Logger, fn func(context.Context) error) error {
 	lock, runCtx, err := Acquire(ctx, rdb, key, ttl, logger)
 	if err != nil {
 		return err

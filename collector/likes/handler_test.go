@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/collector/api"
@@ -271,9 +272,9 @@ func TestRebuildAfterFlushAll(t *testing.T) {
 	}
 }
 
-// A Redis holding the previous layout (sets, offsets and per-shard size keys, no total keys, the
-// previous marker) is rebuilt on its own: the replay sets every item's total key, and the
-// totals then agree with the log.
+// A Redis holding the previous layout (layout 3: each item's keys spread over its shards' hash
+// tags, the previous marker and applied marks) is rebuilt on its own: the replay writes the
+// current layout's keys, and the totals then agree with the log.
 func TestRebuildUpgradesLayout(t *testing.T) {
 	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "upgrade")
@@ -286,15 +287,43 @@ func TestRebuildUpgradesLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keys, err := e.rdb.Keys(ctx, "likes:{*}:total").Result()
-	if err != nil || len(keys) != len(items) {
-		t.Fatalf("got total keys %v, %v; want one per item", keys, err)
-	}
-	if err := e.rdb.Del(ctx, append(keys, likestate.ReadyKey)...).Err(); err != nil {
+	keys, err := e.rdb.Keys(ctx, "{likes}:*").Result()
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The previous layout's marker and a size key of it.
-	if err := e.rdb.MSet(ctx, "likes:ready:2", "1", "likes:{s:3}:n", "2").Err(); err != nil {
+	// Give every key its layout-3 name (likes:{item:k}:users, likes:{item:k}:off,
+	// likes:{item}:total, likes:ready:3, likes:applied:<p>), all in one MULTI so that the
+	// applier never sees half of it.
+	renames, renamed := map[string]string{}, 0
+	for _, k := range keys {
+		rest := strings.TrimPrefix(k, "{likes}:")
+		var old string
+		switch parts := strings.Split(rest, ":"); {
+		case rest == "ready:4":
+			old = "likes:ready:3"
+		case rest == "rebuilding":
+			old = "likes:rebuilding"
+		case parts[0] == "applied":
+			old = "likes:" + rest
+		case len(parts) == 3 && (parts[2] == "users" || parts[2] == "off"):
+			old = "likes:{" + parts[0] + ":" + parts[1] + "}:" + parts[2]
+		case len(parts) == 2 && parts[1] == "total":
+			old = "likes:{" + parts[0] + "}:total"
+			renamed++
+		default:
+			t.Fatalf("key %q is not of the like layout", k)
+		}
+		renames[k] = old
+	}
+	if renamed != len(items) {
+		t.Fatalf("got %d total keys in %v; want one per item", renamed, keys)
+	}
+	if _, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for k, old := range renames {
+			p.Rename(ctx, k, old)
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitRebuilt(t, ctx, "s", logState(t, e.topic))

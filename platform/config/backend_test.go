@@ -40,6 +40,10 @@ func TestBackendSecurityChecks(t *testing.T) {
 		{"sentinel master for the embedded server", []string{"--redis.sentinel_master", "tally"}, "redis.sentinel_master: is set but redis.addr is empty"},
 		{"a sentinel without a port", []string{"--redis.addr", "s1:26379,s2", "--redis.sentinel_master", "tally"}, `redis.addr: got "s2"; want host:port`},
 		{"two servers without a sentinel master", append(servers, "--redis.addr", "a:6379,b:6379"), `redis.addr: got "a:6379,b:6379"; want host:port`},
+		{"redis cluster nodes", []string{"--kafka.brokers", "k:9093", "--clickhouse.addr", "c:8443", "--redis.addr", "n1:6379, n2:6379", "--redis.cluster"}, ""},
+		{"redis cluster for the embedded server", []string{"--redis.cluster"}, "redis.cluster: is set but redis.addr is empty"},
+		{"redis cluster with a sentinel master", []string{"--redis.addr", "n1:6379", "--redis.cluster", "--redis.sentinel_master", "tally"}, "redis.cluster: and redis.sentinel_master are both set"},
+		{"a cluster node without a port", []string{"--redis.addr", "n1:6379,n2", "--redis.cluster"}, `redis.addr: got "n2"; want host:port`},
 		{"sentinel password without a master", append(servers, "--redis.sentinel_password", "sp"), "redis.sentinel_password: is set but redis.sentinel_master is empty"},
 		{"clickhouse tls for the embedded engine", []string{"--clickhouse.tls.enabled"}, "clickhouse.tls.enabled: is set but clickhouse.addr is empty"},
 	}

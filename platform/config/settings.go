@@ -101,6 +101,7 @@ func (c ClickHouse) Options() chclient.Options {
 
 type Redis struct {
 	Addr             string        `mapstructure:"addr"`
+	Cluster          bool          `mapstructure:"cluster"`
 	SentinelMaster   string        `mapstructure:"sentinel_master"`
 	SentinelPassword string        `mapstructure:"sentinel_password"`
 	Username         string        `mapstructure:"username"`
@@ -110,7 +111,7 @@ type Redis struct {
 
 // Options is what redisclient.New needs of these settings.
 func (r Redis) Options() redisclient.Options {
-	return redisclient.Options{Addr: r.Addr, SentinelMaster: r.SentinelMaster, SentinelPassword: r.SentinelPassword,
+	return redisclient.Options{Addr: r.Addr, Cluster: r.Cluster, SentinelMaster: r.SentinelMaster, SentinelPassword: r.SentinelPassword,
 		Username: r.Username, Password: r.Password, TLS: r.TLS}
 }
 
@@ -182,7 +183,8 @@ func settings() []Setting {
 		{"clickhouse.tls.key_file", "", "PEM key of clickhouse.tls.cert_file"},
 		{"clickhouse.tls.server_name", "", "name ClickHouse's certificate must carry; empty: the host dialled"},
 
-		{"redis.addr", "", "Redis host:port (with redis.sentinel_master: the Sentinels', comma-separated); empty starts a local redis-server under data_dir (all-in-one only)"},
+		{"redis.addr", "", "Redis host:port (with redis.sentinel_master: the Sentinels', with redis.cluster: some of the cluster's nodes, comma-separated); empty starts a local redis-server under data_dir (all-in-one only)"},
+		{"redis.cluster", false, "redis.addr names nodes of a Redis Cluster; the client sends each command to the node serving its key and follows the cluster through failovers"},
 		{"redis.sentinel_master", "", "name the Sentinels monitor the Redis primary under; set, the client asks the Sentinels in redis.addr for the primary and follows it through failovers"},
 		{"redis.sentinel_password", "", "the Sentinels' own password (their requirepass); empty: none"},
 		{"redis.username", "", "Redis ACL user; empty with a password: the default user (requirepass)"},
@@ -295,14 +297,18 @@ func CheckHostPort(bad Bad, key, v string) {
 }
 
 // validateRedisAddr checks redis.addr: one host:port, or with redis.sentinel_master the
-// Sentinels' list.
+// Sentinels' list, or with redis.cluster the cluster nodes' list.
 func (c Config) validateRedisAddr(bad Bad) {
 	r := c.Redis
 	switch {
+	case r.Cluster && r.SentinelMaster != "":
+		bad("redis.cluster", "and redis.sentinel_master are both set; a Redis Cluster fails over on its own, without Sentinels")
+	case r.Cluster && r.Addr == "":
+		bad("redis.cluster", "is set but redis.addr is empty; list some of the cluster's nodes there (host:port,host:port,...)")
 	case r.SentinelMaster != "" && r.Addr == "":
 		bad("redis.sentinel_master", "is set but redis.addr is empty; list the Sentinels there (host:port,host:port,...)")
-	case r.SentinelMaster != "":
-		for _, a := range r.Options().SentinelAddrs() {
+	case r.Cluster || r.SentinelMaster != "":
+		for _, a := range r.Options().Addrs() {
 			CheckHostPort(bad, "redis.addr", a)
 		}
 	case r.SentinelPassword != "":

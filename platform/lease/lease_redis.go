@@ -35,7 +35,7 @@ return 0
 
 // Lease is one owner's hold on a key.
 type Lease struct {
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	key   string
 	token string
 	ttl   time.Duration
@@ -43,7 +43,7 @@ type Lease struct {
 
 // Take takes key for ttl under a new token. ok is false, with a nil Lease, when another owner
 // holds it.
-func Take(ctx context.Context, rdb *redis.Client, key string, ttl time.Duration) (l *Lease, ok bool, err error) {
+func Take(ctx context.Context, rdb redis.UniversalClient, key string, ttl time.Duration) (l *Lease, ok bool, err error) {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	l = &Lease{rdb: rdb, key: key, token: hex.EncodeToString(b), ttl: ttl}

@@ -1,9 +1,12 @@
 // Package redisclient opens the go-redis client a process shares for all its Redis work, with
 // options that turn a Redis that is down into a quick error (and a request into a quick 503)
-// rather than a long wait: to one server, or to the primary a set of Sentinels names, followed
+// rather than a long wait: to one server; to the primary a set of Sentinels names, followed
 // through failovers (go-redis's failover client asks the Sentinels again when the primary
-// stops answering or turns replica). The client is safe for concurrent use; whoever opens it
-// closes it.
+// stops answering or turns replica); or to a Redis Cluster, whose client sends each command to
+// the node serving its key's slot and learns the slots again after a failover or a MOVED
+// answer. Every caller sees a redis.UniversalClient, so its code is the same in each topology
+// as long as each command and script keeps to one slot (the callers' key layouts say how). The
+// client is safe for concurrent use; whoever opens it closes it.
 package redisclient
 
 import (
@@ -20,8 +23,11 @@ import (
 // Options say where Redis is and how to authenticate to it and protect the link.
 type Options struct {
 	// Addr is the server's host:port; with SentinelMaster set, the Sentinels' host:port list,
+	// and with Cluster, some of the cluster's nodes (the client learns the rest from them),
 	// comma-separated.
 	Addr string
+	// Cluster says Addr names nodes of a Redis Cluster.
+	Cluster bool
 	// SentinelMaster, when set, is the name the Sentinels monitor the primary under: the client
 	// asks them where it is, and asks again after a failover.
 	SentinelMaster string
@@ -32,8 +38,8 @@ type Options struct {
 	TLS              tlsconf.Files
 }
 
-// SentinelAddrs are the Sentinels' addresses of a SentinelMaster's Addr.
-func (o Options) SentinelAddrs() []string {
+// Addrs are Addr's addresses: the server's, the Sentinels' or the cluster nodes'.
+func (o Options) Addrs() []string {
 	var out []string
 	for _, a := range strings.Split(o.Addr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -51,7 +57,7 @@ func Open(addr string) *redis.Client {
 
 // New is Open with o's credentials and TLS; an error says what in o is wrong. A wrong password
 // or an untrusted server shows up on the first call, not here.
-func New(o Options) (*redis.Client, error) {
+func New(o Options) (redis.UniversalClient, error) {
 	if o.Username != "" && o.Password == "" {
 		return nil, fmt.Errorf("redis %s: user %q needs a password", o.Addr, o.Username)
 	}
@@ -59,16 +65,42 @@ func New(o Options) (*redis.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis %s TLS: %w", o.Addr, err)
 	}
-	if o.SentinelMaster == "" {
+	switch {
+	case o.Cluster && o.SentinelMaster != "":
+		return nil, fmt.Errorf("redis %s: a Redis Cluster has no Sentinel primary (%q)", o.Addr, o.SentinelMaster)
+	case o.Cluster:
+		return newCluster(o, tc)
+	case o.SentinelMaster == "":
 		return redis.NewClient(clientOptions(o, tc)), nil
 	}
-	if len(o.SentinelAddrs()) == 0 {
+	if len(o.Addrs()) == 0 {
 		return nil, fmt.Errorf("redis primary %q: no Sentinel addresses", o.SentinelMaster)
 	}
 	c := clientOptions(o, tc)
 	return redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs(), SentinelPassword: o.SentinelPassword,
+		MasterName: o.SentinelMaster, SentinelAddrs: o.Addrs(), SentinelPassword: o.SentinelPassword,
 		Username: c.Username, Password: c.Password, TLSConfig: c.TLSConfig,
+		DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout, PoolSize: c.PoolSize,
+		MaxRetries: c.MaxRetries, DialerRetries: c.DialerRetries, DialerRetryTimeout: c.DialerRetryTimeout,
+	}), nil
+}
+
+// clusterReload is how old the client's map of slots to nodes may be before a command makes it
+// ask the cluster again (in the background, one CLUSTER SLOTS). A dead primary answers no MOVED,
+// so without this the client would keep dialling it until go-redis's default of a minute.
+const clusterReload = time.Second
+
+// newCluster is New's client of a Redis Cluster, with clientOptions' timeouts and retries for
+// each node. After a primary dies its slots are refused until the cluster has promoted a
+// replica (cluster-node-timeout and the election) and the client has reloaded its slot map
+// (clusterReload, or at once on a MOVED answer).
+func newCluster(o Options, tc *tls.Config) (redis.UniversalClient, error) {
+	if len(o.Addrs()) == 0 {
+		return nil, fmt.Errorf("redis cluster: no node addresses in redis.addr")
+	}
+	c := clientOptions(o, tc)
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: o.Addrs(), ClusterStateReloadInterval: clusterReload, Username: c.Username, Password: c.Password, TLSConfig: c.TLSConfig,
 		DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout, PoolSize: c.PoolSize,
 		MaxRetries: c.MaxRetries, DialerRetries: c.DialerRetries, DialerRetryTimeout: c.DialerRetryTimeout,
 	}), nil

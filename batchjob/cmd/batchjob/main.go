@@ -192,7 +192,7 @@ type env struct {
 	ctx    context.Context
 	stop   context.CancelFunc
 	conn   driver.Conn
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	dial   []kgo.Opt
 }
 
