@@ -275,6 +275,7 @@ func setRetention(ctx context.Context, conn driver.Conn, c *aggregatorconf.Setti
 		{"views_by_minute", "minute", days(c.TTLMinutes)},
 		{"views_by_hour", "hour", days(c.TTLDays)},
 		{"views_by_day", "day", days(c.TTLDays)},
+		{"unique_viewers_by_hour", "hour", days(c.TTLDays)},
 		{"click_deltas", "minute", days(c.TTLMinutes)},
 		{"clicks_by_hour", "hour", days(c.TTLDays)},
 		{"click_group_hours", "hour", days(c.TTLDays)},

@@ -73,6 +73,17 @@ func checkClient(t *testing.T, api string, conn driver.Conn) {
 		}
 		return err == nil && s.Granularity == client.Hour && sum == 22, fmt.Sprintf("got %+v (sum %d), %v; want hourly points summing to 22", s, sum, err)
 	})
+	// Unique viewers per hour and over the range, from the hour registers written with the
+	// sketches, before the rollups the series waited for.
+	var hours int64
+	for _, p := range s.Points {
+		if p.UniqueViewers != nil {
+			hours += *p.UniqueViewers
+		}
+	}
+	if s.UniqueViewers == nil || *s.UniqueViewers != 22 || hours != 22 {
+		t.Errorf("hourly series: got %+v (hours' unique viewers summing to %d); want 22 unique viewers over the range and summed", s, hours)
+	}
 	// Unique viewers per day and over the range, from the day sketches written with the all-time
 	// one the count above read.
 	s, err = c.Views(ctx, "client-item", client.SeriesQuery{From: now.Add(-24 * time.Hour), Granularity: client.Day})

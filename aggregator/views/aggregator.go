@@ -23,6 +23,7 @@ import (
 	"github.com/tallypipeline/tally/aggregator/flushpace"
 	"github.com/tallypipeline/tally/platform/totals"
 	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/viewerhours"
 )
 
 // Config tunes aggregation.
@@ -534,13 +535,14 @@ type sketchWrite struct {
 	parts []*partition
 	ends  []offsetRow // parallel to parts
 	taken [][]takenDelta
+	hours []map[hourKey]*viewerhours.Registers
 	done  chan struct{}
 	err   error
 }
 
-// writeSketches starts writing the deltas of the dirty sketches of parts, then their sketch
-// checkpoints, beside the consume loop. The order matters: a checkpoint only ever vouches for
-// sketches already stored. The rows are built here, under the lock, and the sketches left
+// writeSketches starts writing the hour registers and the deltas of the dirty sketches of parts,
+// then their sketch checkpoints, beside the consume loop. The order matters: a checkpoint only
+// ever vouches for sketches already stored. The rows are built here, under the lock, and the sketches left
 // clean; the partitions' sketch checkpoints in memory move when settleSketches finds the write
 // done.
 //
@@ -563,6 +565,7 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	for _, p := range parts {
 		w.ends = append(w.ends, offsetRow{p.id, p.epoch, p.next})
 		w.taken = append(w.taken, p.takeDeltas(now, a.cfg.SketchIdle))
+		w.hours = append(w.hours, p.takeHours())
 	}
 	a.sketching = w
 	// The goroutine records its progress at the flush's time rather than call the clock beside
@@ -570,8 +573,11 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	at := func() time.Time { return now }
 	go func() {
 		defer close(w.done)
-		// Two retries, so that a failed checkpoint insert (one row per partition) does not
+		// Retried apart, so that a failed checkpoint insert (one row per partition) does not
 		// write every delta again.
+		if w.err = a.RetryAt(ctx, "write unique viewers by hour", at, func() error { return a.store.insertHours(ctx, w.hours) }); w.err != nil {
+			return
+		}
 		if w.err = a.RetryAt(ctx, "write sketch deltas", at, func() error { return a.store.insertSketchDeltas(ctx, rows, now) }); w.err != nil {
 			return
 		}
@@ -608,6 +614,7 @@ func (a *Aggregator) settleSketches(wait bool) error {
 	}
 	for i, p := range w.parts {
 		if w.err != nil {
+			p.restoreHours(w.hours[i])
 			if err := p.restoreDeltas(w.taken[i]); err != nil {
 				return err
 			}

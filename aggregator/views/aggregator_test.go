@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/schemas/viewerhours"
 	"github.com/tallypipeline/tally/schemas/viewersketch"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
@@ -37,6 +39,30 @@ func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
 		t.Fatal(err)
 	}
 	return conn
+}
+
+// hourSketch estimates item's unique viewers from its stored hour sketches (migration 022).
+func hourSketch(t *testing.T, ctx context.Context, conn driver.Conn, item string) uint64 {
+	t.Helper()
+	var regs, ranks []uint16
+	if err := conn.QueryRow(ctx, `SELECT m.1, arrayMap(x -> toUInt16(x), m.2) FROM
+		(SELECT maxMap(registers) AS m FROM unique_viewers_by_hour WHERE item_id = ?)`, item).Scan(&regs, &ranks); err != nil {
+		t.Fatal(err)
+	}
+	var r viewerhours.Registers
+	for i := range regs {
+		r.Set(regs[i], uint8(ranks[i]))
+	}
+	return r.Estimate()
+}
+
+// viewersSketch is the estimate of an hour sketch of the viewers prefix0 to prefix(n-1).
+func viewersSketch(prefix string, n int) uint64 {
+	var r viewerhours.Registers
+	for i := range n {
+		r.Add(viewerHash(prefix + strconv.Itoa(i)))
+	}
+	return r.Estimate()
 }
 
 // queryUint runs q, which returns one unsigned number.
@@ -84,6 +110,13 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 			sketchCheckpoint := func() uint64 {
 				return query("SELECT toUInt64(max(end_offset)) FROM sketch_checkpoints WHERE partition = ?", uint16(tt.partition))
 			}
+			// The hour's sketch (written with the deltas) holds exactly the first n viewers.
+			byHour := func(n int) {
+				t.Helper()
+				if got, want := hourSketch(t, ctx, conn, item), viewersSketch("viewer-", n); got != want {
+					t.Errorf("got an hour sketch estimating %d viewers; want %d, that of the first %d", got, want, n)
+				}
+			}
 			first := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
 			if resume, err := assignViews(first, ctx, []int32{tt.partition}); err != nil || len(resume) != 0 {
 				t.Fatalf("got resume %v, %v; want none (no checkpoint yet)", resume, err)
@@ -108,6 +141,7 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 			if got := uniques(); got != uint64(tt.sketchedAt) {
 				t.Errorf("got %d unique viewers stored before the crash; want %d", got, tt.sketchedAt)
 			}
+			byHour(int(tt.sketchedAt))
 
 			second := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
 			resume, err := assignViews(second, ctx, []int32{tt.partition})
@@ -125,6 +159,7 @@ func TestCrashBetweenSketchWritesReplaysIntoSketchesOnly(t *testing.T) {
 			if got := uniques(); got != 100 {
 				t.Errorf("got %d unique viewers after the replay; want 100", got)
 			}
+			byHour(100)
 			if got := sketchCheckpoint(); got != 100 {
 				t.Errorf("got sketch checkpoint %d; want 100", got)
 			}
@@ -628,5 +663,8 @@ func TestSketchWriteCutShortIsWrittenAtStop(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("got %d all-time delta rows at offset 60; want 1", n)
+	}
+	if got, want := hourSketch(t, ctx, conn, item), viewersSketch("v", 60); got != want {
+		t.Errorf("got an hour sketch estimating %d viewers; want %d, that of all 60 (the 50 of the cut write given back)", got, want)
 	}
 }

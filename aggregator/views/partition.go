@@ -32,6 +32,7 @@ import (
 	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/dedupe"
+	"github.com/tallypipeline/tally/schemas/viewerhours"
 )
 
 // allTime is the day number under which the all-time sketch of an item is stored (1970-01-01;
@@ -110,8 +111,11 @@ type partition struct {
 	unloaded  []*sketch
 	listed    []*sketch
 	lastEvict time.Time
-	poison    int                 // records set aside in this batch
-	dead      []deadletter.Letter // their dead letters, written before the batch (deadletter.go)
+	// hours are the unique-viewer registers per (item, hour) set since the last sketch write
+	// (hours.go).
+	hours  map[hourKey]*viewerhours.Registers
+	poison int                 // records set aside in this batch
+	dead   []deadletter.Letter // their dead letters, written before the batch (deadletter.go)
 
 	// Fencing (docs/EXACTLY_ONCE.md, "Zombie aggregators"): the epoch this owner claimed, the
 	// checkpoint it claimed from, the claims that decide which batches are valid, and the
@@ -158,6 +162,7 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 		sketched:   sketched,
 		deltas:     make(map[deltaKey]uint64),
 		sketches:   make(map[sketchKey]*sketch),
+		hours:      make(map[hourKey]*viewerhours.Registers),
 		undone:     make(map[batchRef]time.Time),
 		rollups:    make(map[deltaKey]int64),
 		redisEnd:   -1,
@@ -195,6 +200,7 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 	}
 	p.insert(ds, h, now)
 	p.insert(ds.all, h, now)
+	p.addHour(v.ItemID, int32(floorDiv(v.TS, 3_600_000)), h)
 	if !counted {
 		return
 	}

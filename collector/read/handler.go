@@ -305,8 +305,8 @@ func (h *Handler) runBatch(ctx context.Context, b *fallbackBatch) {
 	}
 }
 
-// Point is one bucket of a series. UniqueViewers is given at day granularity only: the sketches
-// are kept per item and UTC day.
+// Point is one bucket of a series. UniqueViewers is given at hour and day granularity only: the
+// sketches are kept per item and hour and per item and UTC day.
 type Point struct {
 	T             time.Time `json:"t"`
 	Views         uint64    `json:"views"`
@@ -323,11 +323,13 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 		return api.BadRequest(w, err)
 	}
 	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
-	var unique *Unique // day granularity only: the sketches are kept per item and UTC day
-	if err == nil && q.Granularity == Day {
+	var unique *Unique // hours and days only: the sketches are kept per item and hour and day
+	if err == nil {
 		var u Unique
-		u, err = h.src.uniqueViewers(r.Context(), id, q.From, q.To)
-		unique = &u
+		var ok bool
+		if u, ok, err = h.src.uniqueViewers(r.Context(), id, q.Granularity, q.From, q.To); ok {
+			unique = &u
+		}
 	}
 	if err != nil {
 		h.logger.Warn("read series", "item_id", id, "granularity", q.Granularity, "from", q.From, "to", q.To, "err", err)
@@ -354,7 +356,7 @@ func seriesPoints(q SeriesQuery, views map[int64]uint64, unique *Unique) ([]Poin
 	for t := q.From; t.Before(q.To); t = t.Add(q.Granularity.Step()) {
 		p := Point{T: t, Views: views[t.Unix()]}
 		if unique != nil {
-			n := unique.Days[t.Unix()]
+			n := unique.Buckets[t.Unix()]
 			p.UniqueViewers = &n
 		}
 		points = append(points, p)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/axiomhq/hyperloglog"
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/tallypipeline/tally/platform/totals"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/migrate"
+	"github.com/tallypipeline/tally/schemas/viewerhours"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
@@ -641,8 +643,56 @@ func TestUniqueViewersByDay(t *testing.T) {
 		Points        []map[string]any
 		UniqueViewers *uint64 `json:"unique_viewers"`
 	}
-	url = fmt.Sprintf("%s/v1/items/u-a/views?granularity=hour&from=%d&to=%d", srv.URL, day.UnixMilli(), day.Add(time.Hour).UnixMilli())
+	url = fmt.Sprintf("%s/v1/items/u-a/views?granularity=minute&from=%d&to=%d", srv.URL, day.UnixMilli(), day.Add(time.Hour).UnixMilli())
 	if code := getJSON(t, url, &hourly); code != 200 || hourly.UniqueViewers != nil || hourly.Points[0]["unique_viewers"] != nil {
-		t.Errorf("got %d with %+v at hour granularity; want 200 without unique viewers", code, hourly)
+		t.Errorf("got %d with %+v at minute granularity; want 200 without unique viewers", code, hourly)
+	}
+}
+
+// TestUniqueViewersByHour: at hour granularity each hour's unique viewers are the union of the
+// register rows sent for it (a repeated row counts no viewer twice), an hour without rows has
+// none, and the range's are the union of its hours (viewers of two hours counted once).
+func TestUniqueViewersByHour(t *testing.T) {
+	now := testinfra.RecentNoon()
+	conn, srv := newTestHandler(t, &clock{t: now})
+	ctx := context.Background()
+	hour := now.Truncate(time.Hour)
+	send := func(h time.Time, from, to int) {
+		t.Helper()
+		var r viewerhours.Registers
+		for i := from; i < to; i++ {
+			r.Add(xxhash.Sum64String(fmt.Sprintf("viewer-%d", i)))
+		}
+		regs, ranks := r.Pairs()
+		wide := make([]uint16, len(ranks)) // a []uint8 binds as a string
+		for i, r := range ranks {
+			wide[i] = uint16(r)
+		}
+		if err := conn.Exec(ctx, "INSERT INTO unique_viewers_by_hour (item_id, hour, registers) VALUES ('h-a', ?, (?, ?))", h, regs, wide); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(hour.Add(-2*time.Hour), 0, 600)
+	send(hour.Add(-2*time.Hour), 400, 1000)
+	send(hour, 900, 1300)
+	send(hour, 900, 1300)
+	send(hour.Add(time.Hour), 0, 5000) // outside the range
+
+	var got struct {
+		Points        []Point
+		UniqueViewers *uint64 `json:"unique_viewers"`
+	}
+	url := fmt.Sprintf("%s/v1/items/h-a/views?granularity=hour&from=%d&to=%d", srv.URL, hour.Add(-2*time.Hour).UnixMilli(), hour.UnixMilli())
+	if code := getJSON(t, url, &got); code != 200 || len(got.Points) != 3 || got.UniqueViewers == nil {
+		t.Fatalf("got %d with %+v; want 200 and 3 points with unique viewers", code, got)
+	}
+	near := func(got *uint64, want float64) bool { return got != nil && math.Abs(float64(*got)-want) <= 0.02*want }
+	for i, want := range []float64{1000, 0, 400} {
+		if p := got.Points[i]; (want == 0 && (p.UniqueViewers == nil || *p.UniqueViewers != 0)) || (want > 0 && !near(p.UniqueViewers, want)) {
+			t.Errorf("hour %d: got %v unique viewers; want %v within 2%%", i, p.UniqueViewers, want)
+		}
+	}
+	if !near(got.UniqueViewers, 1300) { // 0..1000 and 900..1300
+		t.Errorf("got %d unique viewers over the range; want 1300 within 2%%", *got.UniqueViewers)
 	}
 }

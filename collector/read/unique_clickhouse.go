@@ -7,26 +7,75 @@ import (
 
 	"github.com/axiomhq/hyperloglog"
 
+	"github.com/tallypipeline/tally/schemas/viewerhours"
 	"github.com/tallypipeline/tally/schemas/viewersketch"
 )
 
-// Unique is an item's unique viewers over a range of whole UTC days: per day (keyed by its
-// midnight, Unix seconds; days without viewers absent) and over the whole range.
+// Unique is an item's unique viewers over a range of whole hours or UTC days: per bucket (keyed
+// by its start, Unix seconds; buckets without viewers absent) and over the whole range.
 type Unique struct {
-	Days  map[int64]uint64
-	Range uint64
-	// Bad counts stored sketches left out because they do not decode (the aggregators set the
-	// same rows aside in dead_letters when they load them).
+	Buckets map[int64]uint64
+	Range   uint64
+	// Bad counts stored day sketches left out because they do not decode (the aggregators set
+	// the same rows aside in dead_letters when they load them).
 	Bad int
 }
 
-// uniqueViewers reads item's unique viewers per UTC day of [from, to) and over the range from
+// uniqueViewers reads item's unique viewers per bucket of g in [from, to) and over the range:
+// days from the aggregators' day sketches, hours from the registers ClickHouse keeps per item
+// and hour. Seconds and minutes have no sketches: ok is false.
+func (s source) uniqueViewers(ctx context.Context, item string, g Granularity, from, to time.Time) (u Unique, ok bool, err error) {
+	switch g {
+	case Day:
+		u, err = s.uniqueDays(ctx, item, from, to)
+	case Hour:
+		u, err = s.uniqueHours(ctx, item, from, to)
+	default:
+		return Unique{}, false, nil
+	}
+	return u, err == nil, err
+}
+
+// uniqueHours reads item's unique viewers per hour of [from, to) and over the range from the
+// registers the views aggregators send per item and hour (migration 022, package
+// viewerhours): each hour's rows merged by ClickHouse, the range the union of its hours.
+func (s source) uniqueHours(ctx context.Context, item string, from, to time.Time) (Unique, error) {
+	rows, err := s.conn.Query(ctx, `SELECT toInt64(toUnixTimestamp(hour)), m.1, arrayMap(x -> toUInt16(x), m.2) FROM (
+			SELECT hour, maxMap(registers) AS m FROM unique_viewers_by_hour
+			WHERE item_id = ? AND hour >= ? AND hour < ? GROUP BY hour)`+stopAt(ctx), item, from.UTC(), to.UTC())
+	if err != nil {
+		return Unique{}, fmt.Errorf("query unique viewers of %s by hour: %w", item, err)
+	}
+	defer rows.Close()
+	u := Unique{Buckets: map[int64]uint64{}}
+	var all viewerhours.Registers
+	for rows.Next() {
+		var t int64
+		var regs, ranks []uint16
+		if err := rows.Scan(&t, &regs, &ranks); err != nil {
+			return Unique{}, fmt.Errorf("scan unique viewers of %s by hour: %w", item, err)
+		}
+		var r viewerhours.Registers
+		for i := range min(len(regs), len(ranks)) {
+			r.Set(regs[i], uint8(min(ranks[i], 255)))
+		}
+		u.Buckets[t] = r.Estimate()
+		all.Merge(&r)
+	}
+	if err := rows.Err(); err != nil {
+		return Unique{}, fmt.Errorf("read unique viewers of %s by hour: %w", item, err)
+	}
+	u.Range = all.Estimate()
+	return u, nil
+}
+
+// uniqueDays reads item's unique viewers per UTC day of [from, to) and over the range from
 // the sketches the views aggregators keep per item and day: each day's latest whole sketch
 // (unique_viewers) and the deltas written since its partition's last fold (unique_viewer_deltas
 // above sketch_folds; migration 012). A day is the union of its rows, the range the union of its
 // days. A union counts no viewer twice, so a delta already folded, or written twice, changes
 // nothing. The all-time sketch (day 1970-01-01) is not a day's.
-func (s source) uniqueViewers(ctx context.Context, item string, from, to time.Time) (Unique, error) {
+func (s source) uniqueDays(ctx context.Context, item string, from, to time.Time) (Unique, error) {
 	rows, err := s.conn.Query(ctx, `SELECT toInt64(toUnixTimestamp(toDateTime(day, 'UTC'))), sketch FROM (
 			SELECT day, argMax(sketch, updated_at) AS sketch FROM unique_viewers
 			WHERE item_id = ? AND day >= ? AND day < ? AND day > toDate(0) GROUP BY day
@@ -62,10 +111,10 @@ func (s source) uniqueViewers(ctx context.Context, item string, from, to time.Ti
 	if err := rows.Err(); err != nil {
 		return Unique{}, fmt.Errorf("read unique viewers of %s: %w", item, err)
 	}
-	u.Days = make(map[int64]uint64, len(days))
+	u.Buckets = make(map[int64]uint64, len(days))
 	all := hyperloglog.New14()
 	for day, sk := range days {
-		u.Days[day] = sk.Estimate()
+		u.Buckets[day] = sk.Estimate()
 		if err := all.Merge(sk); err != nil {
 			return Unique{}, fmt.Errorf("merge unique viewers of %s: %w", item, err)
 		}
