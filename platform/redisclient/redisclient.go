@@ -52,11 +52,11 @@ func (o Options) Addrs() []string {
 // Open returns a client for the Redis at addr, without authentication or TLS (the embedded
 // redis-server's). It does not connect: a Redis that is down makes calls fail until it is back.
 func Open(addr string) *redis.Client {
-	return redis.NewClient(clientOptions(Options{Addr: addr}, nil))
+	return redis.NewClient(universal(Options{Addr: addr}, nil).Simple())
 }
 
-// New is Open with o's credentials and TLS; an error says what in o is wrong. A wrong password
-// or an untrusted server shows up on the first call, not here.
+// New is Open with o's credentials and TLS, and o's topology; an error says what in o is
+// wrong. A wrong password or an untrusted server shows up on the first call, not here.
 func New(o Options) (redis.UniversalClient, error) {
 	if o.Username != "" && o.Password == "" {
 		return nil, fmt.Errorf("redis %s: user %q needs a password", o.Addr, o.Username)
@@ -65,61 +65,47 @@ func New(o Options) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis %s TLS: %w", o.Addr, err)
 	}
+	u := universal(o, tc)
 	switch {
 	case o.Cluster && o.SentinelMaster != "":
 		return nil, fmt.Errorf("redis %s: a Redis Cluster has no Sentinel primary (%q)", o.Addr, o.SentinelMaster)
+	case (o.Cluster || o.SentinelMaster != "") && len(u.Addrs) == 0:
+		return nil, fmt.Errorf("redis: no Sentinel or cluster node addresses in %q", o.Addr)
 	case o.Cluster:
-		return newCluster(o, tc)
-	case o.SentinelMaster == "":
-		return redis.NewClient(clientOptions(o, tc)), nil
+		c := u.Cluster()
+		c.ClusterStateReloadInterval = clusterReload
+		return redis.NewClusterClient(c), nil
+	case o.SentinelMaster != "":
+		return redis.NewFailoverClient(u.Failover()), nil
 	}
-	if len(o.Addrs()) == 0 {
-		return nil, fmt.Errorf("redis primary %q: no Sentinel addresses", o.SentinelMaster)
-	}
-	c := clientOptions(o, tc)
-	return redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName: o.SentinelMaster, SentinelAddrs: o.Addrs(), SentinelPassword: o.SentinelPassword,
-		Username: c.Username, Password: c.Password, TLSConfig: c.TLSConfig,
-		DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout, PoolSize: c.PoolSize,
-		MaxRetries: c.MaxRetries, DialerRetries: c.DialerRetries, DialerRetryTimeout: c.DialerRetryTimeout,
-	}), nil
+	return redis.NewClient(u.Simple()), nil
 }
 
-// clusterReload is how old the client's map of slots to nodes may be before a command makes it
-// ask the cluster again (in the background, one CLUSTER SLOTS). A dead primary answers no MOVED,
-// so without this the client would keep dialling it until go-redis's default of a minute.
+// clusterReload is how old a cluster client's map of slots to nodes may be before a command
+// makes it ask the cluster again (in the background, one CLUSTER SLOTS). After a primary dies
+// its slots are refused until the cluster has promoted a replica (cluster-node-timeout and the
+// election) and the client has reloaded its map; a dead primary answers no MOVED, so without
+// this the client would keep dialling it until go-redis's default of a minute.
 const clusterReload = time.Second
 
-// newCluster is New's client of a Redis Cluster, with clientOptions' timeouts and retries for
-// each node. After a primary dies its slots are refused until the cluster has promoted a
-// replica (cluster-node-timeout and the election) and the client has reloaded its slot map
-// (clusterReload, or at once on a MOVED answer).
-func newCluster(o Options, tc *tls.Config) (redis.UniversalClient, error) {
-	if len(o.Addrs()) == 0 {
-		return nil, fmt.Errorf("redis cluster: no node addresses in redis.addr")
-	}
-	c := clientOptions(o, tc)
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: o.Addrs(), ClusterStateReloadInterval: clusterReload, Username: c.Username, Password: c.Password, TLSConfig: c.TLSConfig,
-		DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout, PoolSize: c.PoolSize,
-		MaxRetries: c.MaxRetries, DialerRetries: c.DialerRetries, DialerRetryTimeout: c.DialerRetryTimeout,
-	}), nil
-}
-
-func clientOptions(o Options, tc *tls.Config) *redis.Options {
-	return &redis.Options{
-		Addr:         o.Addr,
-		Username:     o.Username,
-		Password:     o.Password,
-		TLSConfig:    tc,
-		DialTimeout:  2 * time.Second,
-		ReadTimeout:  2 * time.Second,
-		WriteTimeout: 2 * time.Second,
-		PoolSize:     64,
+// universal is every topology's options: go-redis derives the single-server, failover and
+// cluster clients' options from them.
+func universal(o Options, tc *tls.Config) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:            o.Addrs(),
+		MasterName:       o.SentinelMaster,
+		SentinelPassword: o.SentinelPassword,
+		Username:         o.Username,
+		Password:         o.Password,
+		TLSConfig:        tc,
+		DialTimeout:      2 * time.Second,
+		ReadTimeout:      2 * time.Second,
+		WriteTimeout:     2 * time.Second,
+		PoolSize:         64,
 		// One retry: the commands sent are idempotent (cache writes, like applies by offset),
 		// so one replayed after a lost reply is harmless, but a Redis that is down must turn
-		// into a quick error. During a failover that error lasts until the Sentinels have
-		// promoted a replica and the failover client has asked them.
+		// into a quick error. During a failover that error lasts until the Sentinels (or the
+		// cluster) have promoted a replica and the client has learned it.
 		MaxRetries:         1,
 		DialerRetries:      1,
 		DialerRetryTimeout: 50 * time.Millisecond,

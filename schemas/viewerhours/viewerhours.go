@@ -86,12 +86,16 @@ func (r *Registers) Empty() bool { return r.dense == nil && len(r.sparse) == 0 }
 
 // Pairs returns the set registers and their ranks, by register, as the stored rows hold them.
 func (r *Registers) Pairs() (regs []uint16, ranks []uint8) {
+	if r.dense == nil {
+		slices.Sort(r.sparse) // register<<8 | rank orders by register
+	}
 	r.each(func(reg uint16, rank uint8) {
 		regs, ranks = append(regs, reg), append(ranks, rank)
 	})
 	return regs, ranks
 }
 
+// each calls fn with every set register: in register order when dense, as stored when sparse.
 func (r *Registers) each(fn func(reg uint16, rank uint8)) {
 	if r.dense != nil {
 		for reg, rank := range r.dense {
@@ -101,9 +105,7 @@ func (r *Registers) each(fn func(reg uint16, rank uint8)) {
 		}
 		return
 	}
-	s := slices.Clone(r.sparse)
-	slices.Sort(s)
-	for _, e := range s {
+	for _, e := range r.sparse {
 		fn(uint16(e>>8), uint8(e))
 	}
 }
