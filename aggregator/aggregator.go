@@ -287,6 +287,11 @@ func setRetention(ctx context.Context, conn driver.Conn, c *aggregatorconf.Setti
 			return fmt.Errorf("set retention of %s: %w", t.table, err)
 		}
 	}
+	// An hour's minute registers are kept as long as the minutes' views.
+	q := fmt.Sprintf("ALTER TABLE unique_viewers_by_hour MODIFY COLUMN minutes TTL hour + INTERVAL %d DAY SETTINGS materialize_ttl_after_modify = 0", days(c.TTLMinutes))
+	if err := conn.Exec(ctx, q); err != nil {
+		return fmt.Errorf("set retention of unique_viewers_by_hour's minutes: %w", err)
+	}
 	return nil
 }
 

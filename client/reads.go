@@ -80,9 +80,9 @@ func (q SeriesQuery) values() url.Values {
 	return v
 }
 
-// Series is a zero-filled series of views by event time. At Hour and Day granularity it carries
-// the unique viewers of each bucket and of the whole range (HyperLogLog estimates, about 0.8%
-// standard error); nil at finer granularities, whose buckets have no sketches of their own.
+// Series is a zero-filled series of views by event time. At Minute, Hour and Day granularity it
+// carries the unique viewers of each bucket and of the whole range (HyperLogLog estimates, about
+// 0.8% standard error); nil at Second granularity, whose buckets have no sketches of their own.
 type Series struct {
 	ItemID        string      `json:"item_id"`
 	Granularity   Granularity `json:"granularity"`
@@ -96,7 +96,7 @@ type Series struct {
 type Point struct {
 	T             time.Time `json:"t"`
 	Views         int64     `json:"views"`
-	UniqueViewers *int64    `json:"unique_viewers,omitempty"` // at Hour and Day granularity
+	UniqueViewers *int64    `json:"unique_viewers,omitempty"` // at Minute, Hour and Day granularity
 }
 
 // Views reads an item's views series (GET /v1/items/{id}/views).

@@ -73,29 +73,25 @@ func checkClient(t *testing.T, api string, conn driver.Conn) {
 		}
 		return err == nil && s.Granularity == client.Hour && sum == 22, fmt.Sprintf("got %+v (sum %d), %v; want hourly points summing to 22", s, sum, err)
 	})
-	// Unique viewers per hour and over the range, from the hour registers written with the
-	// sketches, before the rollups the series waited for.
-	var hours int64
-	for _, p := range s.Points {
-		if p.UniqueViewers != nil {
-			hours += *p.UniqueViewers
+	// Unique viewers per bucket and over the range: hours from the hour registers written with
+	// the sketches, before the rollups the series waited for; minutes from the minute registers
+	// in the same rows; days from the day sketches written with the all-time one the count
+	// above read.
+	checkUnique := func(s client.Series, err error) {
+		t.Helper()
+		var sum int64
+		for _, p := range s.Points {
+			if p.UniqueViewers != nil {
+				sum += *p.UniqueViewers
+			}
+		}
+		if err != nil || s.UniqueViewers == nil || *s.UniqueViewers != 22 || sum != 22 {
+			t.Errorf("%s series: got %+v (buckets' unique viewers summing to %d), %v; want 22 unique viewers over the range and summed", s.Granularity, s, sum, err)
 		}
 	}
-	if s.UniqueViewers == nil || *s.UniqueViewers != 22 || hours != 22 {
-		t.Errorf("hourly series: got %+v (hours' unique viewers summing to %d); want 22 unique viewers over the range and summed", s, hours)
-	}
-	// Unique viewers per day and over the range, from the day sketches written with the all-time
-	// one the count above read.
-	s, err = c.Views(ctx, "client-item", client.SeriesQuery{From: now.Add(-24 * time.Hour), Granularity: client.Day})
-	var days int64
-	for _, p := range s.Points {
-		if p.UniqueViewers != nil {
-			days += *p.UniqueViewers
-		}
-	}
-	if err != nil || s.UniqueViewers == nil || *s.UniqueViewers != 22 || days != 22 {
-		t.Errorf("daily series: got %+v (days' unique viewers summing to %d), %v; want 22 unique viewers over the range and summed", s, days, err)
-	}
+	checkUnique(s, nil)
+	checkUnique(c.Views(ctx, "client-item", client.SeriesQuery{From: now.Add(-time.Hour), Granularity: client.Minute}))
+	checkUnique(c.Views(ctx, "client-item", client.SeriesQuery{From: now.Add(-24 * time.Hour), Granularity: client.Day}))
 	liked, err := c.Liked(ctx, "cu1", "client-item", "other")
 	if err != nil || !liked["client-item"] || liked["other"] {
 		t.Errorf("Liked: got %v, %v; want client-item only", liked, err)

@@ -454,21 +454,23 @@ func verifyExact(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.Op
 	}
 	// An estimate skipped while an item took viewers is written within 30 s (estimateEvery)
 	// and a sketch interval.
-	// The union of an item's hour sketches holds every viewer of the log as well.
+	// The unions of an item's hour sketches and of its minute sketches hold every viewer of the
+	// log as well.
 	t.Run("unique viewers within HyperLogLog error", func(t *testing.T) {
 		for _, item := range []string{"item-hot", "item-1", "item-2"} {
 			want := float64(len(oracle.viewers[item]))
-			var est, hours uint64
+			var est, hours, minutes uint64
 			ok := false
 			for deadline := time.Now().Add(time.Minute); !ok && time.Now().Before(deadline); time.Sleep(time.Second) {
 				err := conn.QueryRow(ctx, "SELECT viewers FROM unique_viewers_latest WHERE item_id = ? AND day = toDate(0)", item).Scan(&est)
 				if err == nil {
-					hours, err = hourSketchesUnion(ctx, conn, item)
+					hours, minutes, err = hourSketchesUnion(ctx, conn, item)
 				}
-				ok = err == nil && math.Abs(float64(est)-want) <= 0.03*want+3 && math.Abs(float64(hours)-want) <= 0.03*want+3
+				ok = err == nil && math.Abs(float64(est)-want) <= 0.03*want+3 && math.Abs(float64(hours)-want) <= 0.03*want+3 &&
+					math.Abs(float64(minutes)-want) <= 0.03*want+3
 			}
 			if !ok {
-				t.Errorf("%s: got %d unique viewers all-time and %d over its hours; want %.0f within 3%%", item, est, hours, want)
+				t.Errorf("%s: got %d unique viewers all-time, %d over its hours and %d over its minutes; want %.0f within 3%%", item, est, hours, minutes, want)
 				for _, q := range []string{
 					"SELECT toString(tuple(toString(updated_at), viewers)) FROM unique_viewers WHERE item_id = '" + item + "' AND day = toDate(0) ORDER BY updated_at DESC LIMIT 8",
 					"SELECT toString(tuple(partition, end_offset, toString(written_at), viewers)) FROM unique_viewer_deltas WHERE item_id = '" + item + "' AND day = toDate(0) ORDER BY written_at DESC LIMIT 8",
@@ -483,18 +485,24 @@ func verifyExact(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.Op
 	})
 }
 
-// hourSketchesUnion estimates the viewers of item's hour sketches together (migration 022).
-func hourSketchesUnion(ctx context.Context, conn driver.Conn, item string) (uint64, error) {
-	var regs, ranks []uint16
-	if err := conn.QueryRow(ctx, `SELECT m.1, arrayMap(x -> toUInt16(x), m.2) FROM
-		(SELECT maxMap(registers) AS m FROM unique_viewers_by_hour WHERE item_id = ?)`, item).Scan(&regs, &ranks); err != nil {
-		return 0, err
+// hourSketchesUnion estimates the viewers of item's hour sketches together (migration 022)
+// and of its minute sketches together (023).
+func hourSketchesUnion(ctx context.Context, conn driver.Conn, item string) (hours, minutes uint64, err error) {
+	var regs, ranks, minuteRanks []uint16
+	var keys []uint32
+	if err := conn.QueryRow(ctx, `SELECT h.1, arrayMap(x -> toUInt16(x), h.2), m.1, arrayMap(x -> toUInt16(x), m.2) FROM
+		(SELECT maxMap(registers) AS h, maxMap(minutes) AS m FROM unique_viewers_by_hour WHERE item_id = ?)`, item).Scan(&regs, &ranks, &keys, &minuteRanks); err != nil {
+		return 0, 0, err
 	}
-	var r viewerhours.Registers
+	var h, m viewerhours.Registers
 	for i := range regs {
-		r.Set(regs[i], uint8(ranks[i]))
+		h.Set(regs[i], uint8(ranks[i]))
 	}
-	return r.Estimate(), nil
+	for i, k := range keys {
+		_, reg, _ := viewerhours.SplitKey(k)
+		m.Set(reg, uint8(minuteRanks[i]))
+	}
+	return h.Estimate(), m.Estimate(), nil
 }
 
 // keyedTotals reads (key, total) rows of q.

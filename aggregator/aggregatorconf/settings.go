@@ -56,7 +56,7 @@ func (*Settings) Settings() []config.Setting {
 		{Key: "aggregator.sketch_fold_interval", Default: 10 * time.Minute, Help: "how often each sketch with deltas has its whole version rewritten into unique_viewers, spread over the interval (readers union the deltas since; at most a day: the deltas are kept 2 days)"},
 		{Key: "aggregator.max_batch", Default: 200000, Help: "records per partition batch before an early flush"},
 		{Key: "aggregator.ttl_seconds", Default: 7 * day, Help: "retention of per-second totals"},
-		{Key: "aggregator.ttl_minutes", Default: 90 * day, Help: "retention of per-minute totals"},
+		{Key: "aggregator.ttl_minutes", Default: 90 * day, Help: "retention of per-minute totals and unique-viewer sketches"},
 		{Key: "aggregator.ttl_days", Default: 730 * day, Help: "retention of per-hour and per-day totals"},
 		{Key: "aggregator.publish_counted", Default: true, Help: "publish each durable batch's deduplicated counts to the counted topic, topk's input"},
 	}

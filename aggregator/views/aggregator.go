@@ -535,7 +535,7 @@ type sketchWrite struct {
 	parts []*partition
 	ends  []offsetRow // parallel to parts
 	taken [][]takenDelta
-	hours []map[hourKey]*viewerhours.Registers
+	hours []map[hourKey]*viewerhours.Hour
 	done  chan struct{}
 	err   error
 }

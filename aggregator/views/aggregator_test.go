@@ -41,17 +41,27 @@ func openMigrated(t *testing.T, ctx context.Context, db string) driver.Conn {
 	return conn
 }
 
-// hourSketch estimates item's unique viewers from its stored hour sketches (migration 022).
+// hourSketch estimates item's unique viewers from its stored hour sketches (migration 022),
+// and fails t unless the union of its stored minute sketches (migration 023) estimates the same.
 func hourSketch(t *testing.T, ctx context.Context, conn driver.Conn, item string) uint64 {
 	t.Helper()
 	var regs, ranks []uint16
-	if err := conn.QueryRow(ctx, `SELECT m.1, arrayMap(x -> toUInt16(x), m.2) FROM
-		(SELECT maxMap(registers) AS m FROM unique_viewers_by_hour WHERE item_id = ?)`, item).Scan(&regs, &ranks); err != nil {
+	var keys []uint32
+	var minuteRanks []uint16
+	if err := conn.QueryRow(ctx, `SELECT h.1, arrayMap(x -> toUInt16(x), h.2), m.1, arrayMap(x -> toUInt16(x), m.2) FROM
+		(SELECT maxMap(registers) AS h, maxMap(minutes) AS m FROM unique_viewers_by_hour WHERE item_id = ?)`, item).Scan(&regs, &ranks, &keys, &minuteRanks); err != nil {
 		t.Fatal(err)
 	}
-	var r viewerhours.Registers
+	var r, minutes viewerhours.Registers
 	for i := range regs {
 		r.Set(regs[i], uint8(ranks[i]))
+	}
+	for i, k := range keys {
+		_, reg, _ := viewerhours.SplitKey(k)
+		minutes.Set(reg, uint8(minuteRanks[i]))
+	}
+	if got, want := minutes.Estimate(), r.Estimate(); got != want {
+		t.Errorf("%s: got %d unique viewers over its minutes; want %d, as over its hours", item, got, want)
 	}
 	return r.Estimate()
 }

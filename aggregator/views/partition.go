@@ -111,9 +111,9 @@ type partition struct {
 	unloaded  []*sketch
 	listed    []*sketch
 	lastEvict time.Time
-	// hours are the unique-viewer registers per (item, hour) set since the last sketch write
+	// hours are the unique-viewer registers per (item, hour), minute by minute, set since the last sketch write
 	// (hours.go).
-	hours  map[hourKey]*viewerhours.Registers
+	hours  map[hourKey]*viewerhours.Hour
 	poison int                 // records set aside in this batch
 	dead   []deadletter.Letter // their dead letters, written before the batch (deadletter.go)
 
@@ -162,7 +162,7 @@ func newPartition(id int32, window, grace time.Duration, flushed, sketched int64
 		sketched:   sketched,
 		deltas:     make(map[deltaKey]uint64),
 		sketches:   make(map[sketchKey]*sketch),
-		hours:      make(map[hourKey]*viewerhours.Registers),
+		hours:      make(map[hourKey]*viewerhours.Hour),
 		undone:     make(map[batchRef]time.Time),
 		rollups:    make(map[deltaKey]int64),
 		redisEnd:   -1,
@@ -200,7 +200,7 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 	}
 	p.insert(ds, h, now)
 	p.insert(ds.all, h, now)
-	p.addHour(v.ItemID, int32(floorDiv(v.TS, 3_600_000)), h)
+	p.addMinute(v.ItemID, v.TS, h)
 	if !counted {
 		return
 	}

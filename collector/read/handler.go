@@ -305,8 +305,8 @@ func (h *Handler) runBatch(ctx context.Context, b *fallbackBatch) {
 	}
 }
 
-// Point is one bucket of a series. UniqueViewers is given at hour and day granularity only: the
-// sketches are kept per item and hour and per item and UTC day.
+// Point is one bucket of a series. UniqueViewers is given at minute, hour and day granularity:
+// the sketches are kept per item and minute, hour and UTC day, none per second.
 type Point struct {
 	T             time.Time `json:"t"`
 	Views         uint64    `json:"views"`
@@ -323,7 +323,7 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) int {
 		return api.BadRequest(w, err)
 	}
 	got, err := h.src.series(r.Context(), id, q.Granularity, q.From, q.To)
-	var unique *Unique // hours and days only: the sketches are kept per item and hour and day
+	var unique *Unique // minutes, hours and days: seconds have no sketches
 	if err == nil {
 		var u Unique
 		var ok bool

@@ -643,56 +643,83 @@ func TestUniqueViewersByDay(t *testing.T) {
 		Points        []map[string]any
 		UniqueViewers *uint64 `json:"unique_viewers"`
 	}
-	url = fmt.Sprintf("%s/v1/items/u-a/views?granularity=minute&from=%d&to=%d", srv.URL, day.UnixMilli(), day.Add(time.Hour).UnixMilli())
+	url = fmt.Sprintf("%s/v1/items/u-a/views?granularity=second&from=%d&to=%d", srv.URL, day.UnixMilli(), day.Add(time.Minute).UnixMilli())
 	if code := getJSON(t, url, &hourly); code != 200 || hourly.UniqueViewers != nil || hourly.Points[0]["unique_viewers"] != nil {
-		t.Errorf("got %d with %+v at minute granularity; want 200 without unique viewers", code, hourly)
+		t.Errorf("got %d with %+v at second granularity; want 200 without unique viewers", code, hourly)
 	}
 }
 
-// TestUniqueViewersByHour: at hour granularity each hour's unique viewers are the union of the
-// register rows sent for it (a repeated row counts no viewer twice), an hour without rows has
-// none, and the range's are the union of its hours (viewers of two hours counted once).
-func TestUniqueViewersByHour(t *testing.T) {
+// TestUniqueViewersByHourAndMinute: at hour granularity each hour's unique viewers are the union
+// of the register rows sent for it (a repeated row counts no viewer twice), an hour without rows
+// has none, and the range's are the union of its hours (viewers of two hours counted once); at
+// minute granularity the same of each minute's registers, kept in its hour's rows, and the
+// range's leave out the minutes of its first hour before from.
+func TestUniqueViewersByHourAndMinute(t *testing.T) {
 	now := testinfra.RecentNoon()
 	conn, srv := newTestHandler(t, &clock{t: now})
 	ctx := context.Background()
 	hour := now.Truncate(time.Hour)
-	send := func(h time.Time, from, to int) {
+	send := func(h time.Time, minute, from, to int) {
 		t.Helper()
-		var r viewerhours.Registers
+		var r viewerhours.Hour
 		for i := from; i < to; i++ {
-			r.Add(xxhash.Sum64String(fmt.Sprintf("viewer-%d", i)))
+			r.Add(minute, xxhash.Sum64String(fmt.Sprintf("viewer-%d", i)))
 		}
-		regs, ranks := r.Pairs()
-		wide := make([]uint16, len(ranks)) // a []uint8 binds as a string
-		for i, r := range ranks {
-			wide[i] = uint16(r)
-		}
-		if err := conn.Exec(ctx, "INSERT INTO unique_viewers_by_hour (item_id, hour, registers) VALUES ('h-a', ?, (?, ?))", h, regs, wide); err != nil {
+		regs, ranks, keys, minuteRanks := r.Pairs()
+		if err := conn.Exec(ctx, "INSERT INTO unique_viewers_by_hour (item_id, hour, registers, minutes) VALUES ('h-a', ?, (?, ?), (?, ?))",
+			h, regs, widen(ranks), keys, widen(minuteRanks)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	send(hour.Add(-2*time.Hour), 0, 600)
-	send(hour.Add(-2*time.Hour), 400, 1000)
-	send(hour, 900, 1300)
-	send(hour, 900, 1300)
-	send(hour.Add(time.Hour), 0, 5000) // outside the range
+	send(hour.Add(-2*time.Hour), 5, 0, 600)
+	send(hour.Add(-2*time.Hour), 6, 400, 1000)
+	send(hour, 0, 900, 1300)
+	send(hour, 0, 900, 1300)
+	send(hour.Add(time.Hour), 0, 0, 5000) // outside the ranges
 
-	var got struct {
-		Points        []Point
-		UniqueViewers *uint64 `json:"unique_viewers"`
+	near := func(got *uint64, want float64) bool {
+		return got != nil && (want == 0 && *got == 0 || want > 0 && math.Abs(float64(*got)-want) <= 0.02*want)
 	}
-	url := fmt.Sprintf("%s/v1/items/h-a/views?granularity=hour&from=%d&to=%d", srv.URL, hour.Add(-2*time.Hour).UnixMilli(), hour.UnixMilli())
-	if code := getJSON(t, url, &got); code != 200 || len(got.Points) != 3 || got.UniqueViewers == nil {
-		t.Fatalf("got %d with %+v; want 200 and 3 points with unique viewers", code, got)
+	tests := []struct {
+		name        string
+		granularity string
+		from, to    time.Time
+		points      map[int]float64 // by index; the other points want 0
+		n           int
+		rangeWant   float64
+	}{
+		{"hours", "hour", hour.Add(-2 * time.Hour), hour, map[int]float64{0: 1000, 2: 400}, 3, 1300},
+		{"minutes of one hour", "minute", hour.Add(-2*time.Hour + 5*time.Minute), hour.Add(-2*time.Hour + 7*time.Minute), map[int]float64{0: 600, 1: 600}, 3, 1000},
+		{"minutes over three hours, from within the first", "minute", hour.Add(-2*time.Hour + 6*time.Minute), hour.Add(time.Minute),
+			map[int]float64{0: 600, 114: 400}, 116, 900}, // 400..1000 and 900..1300
 	}
-	near := func(got *uint64, want float64) bool { return got != nil && math.Abs(float64(*got)-want) <= 0.02*want }
-	for i, want := range []float64{1000, 0, 400} {
-		if p := got.Points[i]; (want == 0 && (p.UniqueViewers == nil || *p.UniqueViewers != 0)) || (want > 0 && !near(p.UniqueViewers, want)) {
-			t.Errorf("hour %d: got %v unique viewers; want %v within 2%%", i, p.UniqueViewers, want)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got struct {
+				Points        []Point
+				UniqueViewers *uint64 `json:"unique_viewers"`
+			}
+			url := fmt.Sprintf("%s/v1/items/h-a/views?granularity=%s&from=%d&to=%d", srv.URL, tt.granularity, tt.from.UnixMilli(), tt.to.UnixMilli())
+			if code := getJSON(t, url, &got); code != 200 || len(got.Points) != tt.n || got.UniqueViewers == nil {
+				t.Fatalf("got %d with %d points, range unique viewers %v; want 200, %d points and unique viewers", code, len(got.Points), got.UniqueViewers, tt.n)
+			}
+			for i, p := range got.Points {
+				if want := tt.points[i]; !near(p.UniqueViewers, want) {
+					t.Errorf("point %d (%s): got %v unique viewers; want %v within 2%%", i, p.T, p.UniqueViewers, want)
+				}
+			}
+			if !near(got.UniqueViewers, tt.rangeWant) {
+				t.Errorf("got %d unique viewers over the range; want %v within 2%%", *got.UniqueViewers, tt.rangeWant)
+			}
+		})
 	}
-	if !near(got.UniqueViewers, 1300) { // 0..1000 and 900..1300
-		t.Errorf("got %d unique viewers over the range; want 1300 within 2%%", *got.UniqueViewers)
+}
+
+// widen returns ranks as uint16s: a []uint8 binds as a string.
+func widen(ranks []uint8) []uint16 {
+	wide := make([]uint16, len(ranks))
+	for i, r := range ranks {
+		wide[i] = uint16(r)
 	}
+	return wide
 }

@@ -11,8 +11,9 @@ import (
 	"github.com/tallypipeline/tally/schemas/viewersketch"
 )
 
-// Unique is an item's unique viewers over a range of whole hours or UTC days: per bucket (keyed
-// by its start, Unix seconds; buckets without viewers absent) and over the whole range.
+// Unique is an item's unique viewers over a range of whole minutes, hours or UTC days: per
+// bucket (keyed by its start, Unix seconds; buckets without viewers absent) and over the whole
+// range.
 type Unique struct {
 	Buckets map[int64]uint64
 	Range   uint64
@@ -22,48 +23,65 @@ type Unique struct {
 }
 
 // uniqueViewers reads item's unique viewers per bucket of g in [from, to) and over the range:
-// days from the aggregators' day sketches, hours from the registers ClickHouse keeps per item
-// and hour. Seconds and minutes have no sketches: ok is false.
+// days from the aggregators' day sketches, hours and minutes from the registers ClickHouse
+// keeps per item and hour. Seconds have no sketches: ok is false.
 func (s source) uniqueViewers(ctx context.Context, item string, g Granularity, from, to time.Time) (u Unique, ok bool, err error) {
 	switch g {
 	case Day:
 		u, err = s.uniqueDays(ctx, item, from, to)
-	case Hour:
-		u, err = s.uniqueHours(ctx, item, from, to)
+	case Hour, Minute:
+		u, err = s.uniqueHours(ctx, item, g, from, to)
 	default:
 		return Unique{}, false, nil
 	}
 	return u, err == nil, err
 }
 
-// uniqueHours reads item's unique viewers per hour of [from, to) and over the range from the
-// registers the views aggregators send per item and hour (migration 022, package
-// viewerhours): each hour's rows merged by ClickHouse, the range the union of its hours.
-func (s source) uniqueHours(ctx context.Context, item string, from, to time.Time) (Unique, error) {
-	rows, err := s.conn.Query(ctx, `SELECT toInt64(toUnixTimestamp(hour)), m.1, arrayMap(x -> toUInt16(x), m.2) FROM (
-			SELECT hour, maxMap(registers) AS m FROM unique_viewers_by_hour
-			WHERE item_id = ? AND hour >= ? AND hour < ? GROUP BY hour)`+stopAt(ctx), item, from.UTC(), to.UTC())
+// uniqueHours reads item's unique viewers per hour or minute (g) of [from, to) and over the
+// range from the registers the views aggregators send per item and hour (migrations 022, 023,
+// package viewerhours): each hour's rows merged by ClickHouse, a minute's registers taken from
+// its hour's, the range the union of its buckets. An hour's registers are keyed by register, a
+// minute's by minute of the hour and register (viewerhours.MinuteKey).
+func (s source) uniqueHours(ctx context.Context, item string, g Granularity, from, to time.Time) (Unique, error) {
+	stored, keys, hourFrom := "registers", "arrayMap(k -> toUInt32(k), m.1)", from
+	if g == Minute {
+		stored, keys, hourFrom = "minutes", "m.1", from.Truncate(time.Hour)
+	}
+	rows, err := s.conn.Query(ctx, `SELECT toInt64(toUnixTimestamp(hour)), `+keys+`, arrayMap(x -> toUInt16(x), m.2) FROM (
+			SELECT hour, maxMap(`+stored+`) AS m FROM unique_viewers_by_hour
+			WHERE item_id = ? AND hour >= ? AND hour < ? GROUP BY hour)`+stopAt(ctx), item, hourFrom.UTC(), to.UTC())
 	if err != nil {
-		return Unique{}, fmt.Errorf("query unique viewers of %s by hour: %w", item, err)
+		return Unique{}, fmt.Errorf("query unique viewers of %s by %s: %w", item, g, err)
 	}
 	defer rows.Close()
-	u := Unique{Buckets: map[int64]uint64{}}
-	var all viewerhours.Registers
+	buckets := map[int64]*viewerhours.Registers{}
 	for rows.Next() {
-		var t int64
-		var regs, ranks []uint16
-		if err := rows.Scan(&t, &regs, &ranks); err != nil {
-			return Unique{}, fmt.Errorf("scan unique viewers of %s by hour: %w", item, err)
+		var hour int64
+		var keys []uint32
+		var ranks []uint16
+		if err := rows.Scan(&hour, &keys, &ranks); err != nil {
+			return Unique{}, fmt.Errorf("scan unique viewers of %s by %s: %w", item, g, err)
 		}
-		var r viewerhours.Registers
-		for i := range min(len(regs), len(ranks)) {
-			r.Set(regs[i], uint8(min(ranks[i], 255)))
+		for i := range min(len(keys), len(ranks)) {
+			minute, reg, ok := viewerhours.SplitKey(keys[i])
+			t := hour + int64(minute)*60
+			if !ok || t < from.Unix() || t >= to.Unix() {
+				continue
+			}
+			if buckets[t] == nil {
+				buckets[t] = new(viewerhours.Registers)
+			}
+			buckets[t].Set(reg, uint8(min(ranks[i], 255)))
 		}
-		u.Buckets[t] = r.Estimate()
-		all.Merge(&r)
 	}
 	if err := rows.Err(); err != nil {
-		return Unique{}, fmt.Errorf("read unique viewers of %s by hour: %w", item, err)
+		return Unique{}, fmt.Errorf("read unique viewers of %s by %s: %w", item, g, err)
+	}
+	u := Unique{Buckets: make(map[int64]uint64, len(buckets))}
+	var all viewerhours.Registers
+	for t, r := range buckets {
+		u.Buckets[t] = r.Estimate()
+		all.Merge(r)
 	}
 	u.Range = all.Estimate()
 	return u, nil

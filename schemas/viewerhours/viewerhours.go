@@ -1,7 +1,8 @@
-// Package viewerhours is the stored form of an item's unique viewers per hour (migration 022),
-// shared by the views aggregator, which writes the registers its views set, and the readers
-// that estimate from them: a HyperLogLog of 2^14 registers that ClickHouse keeps as a maxMap
-// state (register -> rank) per item and hour. A union of HyperLogLogs is the maximum of each
+// Package viewerhours is the stored form of an item's unique viewers per hour and per minute
+// (migrations 022, 023), shared by the views aggregator, which writes the registers its views
+// set (Hour), and the readers that estimate from them: a HyperLogLog of 2^14 registers that
+// ClickHouse keeps as a maxMap state (register -> rank) per item and hour, and beside it one
+// per minute of the hour (MinuteKey -> rank) in the same row. A union of HyperLogLogs is the maximum of each
 // register, which maxMap computes as ClickHouse merges parts, so rows written by any
 // aggregator, at any time and any number of times, add up to the hour's sketch without a fold;
 // a register written twice, or by a displaced owner for a viewer that was really seen, changes
