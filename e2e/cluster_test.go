@@ -34,17 +34,19 @@ import (
 // each. Views are posted through both collectors (the second sends the first's events again:
 // retries through another collector), and meanwhile every partition leader moves (twice), an
 // aggregator is SIGKILLed for good and a fourth joins (the test waits until its partitions have
-// moved), Redis primaries are SIGKILLed (the Sentinel-watched one; in the Cluster, the one
-// serving the view totals and then the one serving the like state, each replaced by its
-// replica) and a collector is SIGKILLed and started again, while counter adds go through that
-// collector with the client's retries (every accurate add-and-get must answer the exact sum at
-// once), and like changes go through both collectors in turn. Then Redis loses all its data
+// moved), a broker is removed for good (the group coordinators move with it), Redis primaries
+// are SIGKILLed (the Sentinel-watched one; in the Cluster, the one serving the view totals and
+// then the one serving the like state, each replaced by its replica) and a collector is
+// SIGKILLed and started again, while counter adds go through that collector with the client's
+// retries (every accurate add-and-get must answer the exact sum at once), like changes go
+// through both collectors in turn and clicks through the other. Then Redis loses all its data
 // (FLUSHALL on every primary) and the test waits until the view totals are rebuilt from
 // ClickHouse and the like state from the log. Afterwards every (item, second) total, rollup
 // bucket and item total the API answers (from Redis) equals the oracle computed from the log,
 // every eventual counter holds exactly its adds, the likes log ends in the state of the last
-// acknowledged change of every pair and the API answers that state, and the test prints how
-// long the API's count reads were refused around the faults.
+// acknowledged change of every pair and the API answers that state, every (ad, minute) click
+// count equals the log's, and the test prints how long the API's count reads were refused
+// around the faults.
 func TestClusterStaysExact(t *testing.T) {
 	const pw = "cluster-test-redis-password"
 	topologies := []struct {
@@ -112,10 +114,11 @@ func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*
 	// Counter adds (eventual, and accurate ones checked at each add) through the collector that
 	// is killed, behind the client's retries.
 	cc, addsSent, addsDone, wantAdds := goSendCounterAdds(t, ctx, c.apis[1], 1000)
-	// Like changes through both collectors in turn. Clicks are not in this test: their group's
-	// range balancer rebalances eagerly, and kfake left a member in it that never expired in
-	// 3 runs of about 15, two click partitions consumed by nobody (docs/SCALING.md).
+	// Like changes through both collectors in turn; clicks through the one that lives.
 	likes := goSendLikes(t, ctx, c.apis)
+	var clicksPosted atomic.Int64
+	clicksDone := make(chan error, 1)
+	go func() { clicksDone <- postRecentClicks(ctx, c.apis[0], max(1, n/10), 400, &clicksPosted) }()
 	var posted atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -137,6 +140,11 @@ func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*
 	c.addAggregator(t)
 	t.Logf("aggregator-0 SIGKILLed for good and aggregator-3 started after %d views, %d counter adds", posted.Load(), addsSent.Load())
 	t.Logf("every partition of the aggregators' groups owned by a live member %s after the kill", waitGroupsWhole(t, ctx, cl, "agg-0", killed))
+	at(0.3)
+	c.infra.signal(syscall.SIGUSR2)
+	removed := time.Now()
+	t.Logf("a broker removed for good (group coordinators moved) after %d views", posted.Load())
+	t.Logf("every partition of the aggregators' groups owned by a live member %s after the removal", waitGroupsWhole(t, ctx, cl, "agg-0", removed))
 	for i, kill := range killPrimaries {
 		at(0.4 + 0.1*float64(i))
 		t.Logf("SIGKILL redis primary %d after %d views, %d counter adds", i, posted.Load(), addsSent.Load())
@@ -165,7 +173,10 @@ func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*
 	if err := likes.stopAndWait(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d counter adds, %d like changes sent", addsSent.Load(), likes.sent.Load())
+	if err := <-clicksDone; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d counter adds, %d like changes, %d clicks sent", addsSent.Load(), likes.sent.Load(), clicksPosted.Load())
 	total, longest := refused()
 	t.Logf("count reads refused for %s in all, %s at the longest stretch", total.Round(10*time.Millisecond), longest.Round(10*time.Millisecond))
 	if longest > 15*time.Second {
@@ -175,6 +186,7 @@ func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*
 	verifyExact(t, ctx, c.kc, c.ch, c.api)
 	waitCountersExact(t, ctx, cc, *wantAdds)
 	verifyLikes(t, ctx, c.kc, c.apis[0], likes)
+	verifyClicks(t, ctx, c.kc, c.ch)
 }
 
 // waitRebuiltAfterFlush empties the Redis redisFlags name (FLUSHALL on every primary, as a

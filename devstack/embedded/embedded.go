@@ -49,7 +49,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 					return err
 				}
 				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: opts.KafkaAddr, Brokers: opts.KafkaBrokers,
-					SyncWrites: opts.KafkaSyncWrites, User: kafkaUser, Password: keys.kafka}); err != nil {
+					SyncWrites: opts.KafkaSyncWrites, User: kafkaUser, Password: keys.kafka, Logger: logger}); err != nil {
 					return err
 				}
 				cfg.Kafka.Brokers = k.Addrs()

@@ -1,28 +1,34 @@
 // Package kafkabroker runs the embedded Kafka broker of the all-in-one and the tests: kfake
 // brokers speaking the real protocol (one, or a cluster of several in one process, so that
 // topics can be replicated), persisted under a data directory, with a SASL login that librdkafka
-// clients accept too (handshake.go). It links kfake, so only the all-in-one and tests import
-// it. A Broker is owned by whoever called Start and stops with Close.
+// clients accept too (handshake.go), and a reaper of group members kfake fails to expire
+// (reaper.go). It links kfake, so only the all-in-one and tests import it. A Broker is owned by
+// whoever called Start; Close stops the reaper's goroutine and client, then the brokers.
 package kafkabroker
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/tallypipeline/tally/platform/kafka"
 )
 
 // Broker is an in-process Kafka broker speaking the real protocol, persisted under a directory.
 type Broker struct {
-	cluster *kfake.Cluster
-	addrs   []string
-	mu      sync.Mutex
-	nodes   []int32 // the brokers' node ids, in the order they started
+	cluster    *kfake.Cluster
+	stopReaper func()
+	addrs      []string
+	mu         sync.Mutex
+	nodes      []int32 // the brokers' node ids, in the order they started
 }
 
 // Options says where a broker keeps its data and listens.
@@ -39,6 +45,8 @@ type Options struct {
 	// User and Password, if set, are the one SASL SCRAM-SHA-256 user the broker accepts: any
 	// local process could otherwise produce events or read the log.
 	User, Password string
+	// Logger receives what the broker does on its own (reaper.go); nil discards it.
+	Logger *slog.Logger
 }
 
 // Start starts the kfake brokers as o says.
@@ -91,19 +99,45 @@ func Start(o Options) (*Broker, error) {
 	for i := range n {
 		b.nodes = append(b.nodes, int32(i))
 	}
+	if err := b.startReaper(o); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return b, nil
+}
+
+// startReaper starts the reaper of members kfake fails to expire (reaper.go), with a client of
+// its own to the brokers.
+func (e *Broker) startReaper(o Options) error {
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := newReaper(e.cluster, logger)
+	opts := []kgo.Opt{kgo.SeedBrokers(e.addrs...)}
+	if o.User != "" {
+		opts = append(opts, kgo.SASL(scram.Auth{User: o.User, Pass: o.Password}.AsSha256Mechanism()))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("embedded kafka: start the group member reaper: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.run(ctx, cl) }()
+	e.stopReaper = func() { cancel(); <-done; cl.Close() }
+	return nil
 }
 
 // MoveLeaders elects a new leader for every partition, as a broker restart or a controller's
 // rebalance does on a real cluster: clients get NOT_LEADER answers and find the new ones.
-// Group coordinators stay where they are: when kfake moves them, a group can keep a member that
-// never expires and whose partitions nobody consumes (docs/SCALING.md).
+// Group coordinators stay where they are.
 func (e *Broker) MoveLeaders() { e.cluster.ShufflePartitionLeaders() }
 
 // RemoveBroker takes the first broker started out of the cluster, as a broker lost for good: it
 // accepts no connection any more, its partitions get new leaders among the others, and on the
 // connections clients still hold it leads nothing. Group coordinators move with it (kfake hashes
-// groups over the brokers left; see MoveLeaders on what that can do to a group). It returns the
+// groups over the brokers left), and the groups' members find them again. It returns the
 // node id removed. The controller (kfake's last broker, which it never moves) stays, so the
 // last broker left is never removed.
 func (e *Broker) RemoveBroker() (int32, error) {
@@ -127,4 +161,7 @@ func (e *Broker) Addr() string { return e.addrs[0] }
 func (e *Broker) Addrs() []string { return e.addrs }
 
 // Close stops the broker; what was written stays in its data directory.
-func (e *Broker) Close() { e.cluster.Close() }
+func (e *Broker) Close() {
+	e.stopReaper()
+	e.cluster.Close()
+}

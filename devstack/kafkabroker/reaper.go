@@ -1,0 +1,147 @@
+package kafkabroker
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// reaper removes the members of classic consumer groups that kfake keeps although nothing has
+// been heard from them for twice their session timeout. kfake starts a member's session timer
+// only once an answer to it is delivered (group.reply), so a member whose process dies while
+// its first JoinGroup waits, and whose answer finds the connection closed, has none; when the
+// leader syncs before the pending-sync deadline it stays in the group for good, holding its
+// share of the partitions, which nobody consumes. A real coordinator expires it after its
+// session timeout. The reaper sees the group requests (a kfake control function that handles
+// nothing), describes the groups every sweep interval through a client of its own, and sends a
+// LeaveGroup naming the silent member, as an operator would. Twice the timeout leaves kfake's
+// own expiry, which covers every other case, to act first.
+type reaper struct {
+	mu      sync.Mutex
+	heard   map[memberKey]time.Time  // the last request naming the member, or when first described
+	session map[string]time.Duration // the longest session timeout a join of the group asked for
+	logger  *slog.Logger
+}
+
+type memberKey struct{ group, member string }
+
+const (
+	sweepEvery = time.Second
+	// defaultSession stands for the session timeout of a group no join was seen of since the
+	// broker started (a group restored from the data directory).
+	defaultSession = 45 * time.Second
+)
+
+func newReaper(c *kfake.Cluster, logger *slog.Logger) *reaper {
+	r := &reaper{heard: map[memberKey]time.Time{}, session: map[string]time.Duration{}, logger: logger}
+	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat} {
+		c.ControlKey(int16(k), r.observe)
+	}
+	return r
+}
+
+// observe notes the member a group request names; it handles nothing, so kfake goes on.
+func (r *reaper) observe(req kmsg.Request) (kmsg.Response, error, bool) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch q := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		r.session[q.Group] = max(r.session[q.Group], time.Duration(q.SessionTimeoutMillis)*time.Millisecond)
+		if q.MemberID != "" {
+			r.heard[memberKey{q.Group, q.MemberID}] = now
+		}
+	case *kmsg.SyncGroupRequest:
+		r.heard[memberKey{q.Group, q.MemberID}] = now
+	case *kmsg.HeartbeatRequest:
+		r.heard[memberKey{q.Group, q.MemberID}] = now
+	}
+	return nil, nil, false
+}
+
+// run sweeps every sweepEvery until ctx ends.
+func (r *reaper) run(ctx context.Context, cl *kgo.Client) {
+	adm := kadm.NewClient(cl)
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.sweep(ctx, adm, cl)
+		}
+	}
+}
+
+// sweep removes every member of a stable group silent for twice the group's session timeout.
+func (r *reaper) sweep(ctx context.Context, adm *kadm.Client, cl *kgo.Client) {
+	groups, err := adm.DescribeGroups(ctx)
+	if err != nil {
+		return // the next sweep tries again
+	}
+	now := time.Now()
+	for _, g := range groups {
+		if g.Err != nil || g.State != "Stable" {
+			continue
+		}
+		for _, m := range g.Members {
+			if silent := r.silence(g.Group, m.MemberID, now); silent > 0 {
+				r.remove(ctx, cl, g.Group, m, silent)
+			}
+		}
+	}
+	r.forget(groups)
+}
+
+// silence is how long member has been silent past twice its group's session timeout, or 0.
+func (r *reaper) silence(group, member string, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := memberKey{group, member}
+	last, ok := r.heard[k]
+	if !ok {
+		r.heard[k] = now
+		return 0
+	}
+	limit := r.session[group]
+	if limit == 0 {
+		limit = defaultSession
+	}
+	if d := now.Sub(last); d > 2*limit {
+		return d
+	}
+	return 0
+}
+
+// remove sends the LeaveGroup for member that its process never sent. It names the member id
+// alone: by its instance id it could remove a live member that took the id over since.
+func (r *reaper) remove(ctx context.Context, cl *kgo.Client, group string, m kadm.DescribedGroupMember, silent time.Duration) {
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = group
+	lm := kmsg.NewLeaveGroupRequestMember()
+	lm.MemberID = m.MemberID
+	req.Members = append(req.Members, lm)
+	_, err := req.RequestWith(ctx, cl)
+	r.logger.Warn("embedded kafka: removed a group member silent past its session timeout",
+		"group", group, "member", m.MemberID, "instance", m.InstanceID, "client", m.ClientID, "silent", silent.Round(time.Second), "err", err)
+}
+
+// forget drops what it heard of members no longer in described groups.
+func (r *reaper) forget(groups kadm.DescribedGroups) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.heard {
+		g, ok := groups[k.group]
+		if !ok || !slices.ContainsFunc(g.Members, func(m kadm.DescribedGroupMember) bool { return m.MemberID == k.member }) {
+			delete(r.heard, k)
+		}
+	}
+}
