@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh installs what the project needs on a fresh Debian machine, idempotently:
-# redis-server, chromium, protoc and kcat (apt; chromium for the live page's browser test, protoc
-# and kcat for the test that reads every topic with the shipped schema), the chDB engine library
+# redis-server, chromium, protoc, kcat and jq (apt; chromium for the live page's browser test,
+# protoc and kcat for the test that reads every topic with the shipped schema, jq for
+# scripts/feed-mix), the chDB engine library
 # (npm registry, cached outside the repo, checksum verified) and Go modules. A second run does
 # no network work.
 # It prints the environment to use as `export` lines on stdout; progress goes to stderr.
@@ -19,7 +20,7 @@ log() { echo "setup: $*" >&2; }
 
 ensure_apt() {
   local missing=()
-  for bin_pkg in "redis-server:redis-server" "redis-cli:redis-tools" "chromium:chromium" "protoc:protobuf-compiler" "kcat:kcat"; do
+  for bin_pkg in "redis-server:redis-server" "redis-cli:redis-tools" "chromium:chromium" "protoc:protobuf-compiler" "kcat:kcat" "jq:jq"; do
     command -v "${bin_pkg%%:*}" >/dev/null 2>&1 || missing+=("${bin_pkg#*:}")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
