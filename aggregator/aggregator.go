@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -267,6 +268,7 @@ func OpenClickHouse(ctx context.Context, cfg *config.Config, s *aggregatorconf.S
 // trimmed by later merges rather than rewritten now.
 func setRetention(ctx context.Context, conn driver.Conn, c *aggregatorconf.Settings) error {
 	days := func(d time.Duration) int { return int(d / (24 * time.Hour)) }
+	// A table's rows expire, or with "table.column" that column's values, the rows staying.
 	for _, t := range []struct {
 		table, column string
 		days          int
@@ -276,21 +278,21 @@ func setRetention(ctx context.Context, conn driver.Conn, c *aggregatorconf.Setti
 		{"views_by_hour", "hour", days(c.TTLDays)},
 		{"views_by_day", "day", days(c.TTLDays)},
 		{"unique_viewers_by_hour", "hour", days(c.TTLDays)},
+		{"unique_viewers_by_hour.minutes", "hour", days(c.TTLMinutes)}, // an hour's minutes, as long as the minutes' views
 		{"click_deltas", "minute", days(c.TTLMinutes)},
 		{"clicks_by_hour", "hour", days(c.TTLDays)},
 		{"click_group_hours", "hour", days(c.TTLDays)},
 		{"clicks_counted", "toDateTime(ts)", days(c.Clicks.CountedTTL)},
 		{"click_verdicts", "toDateTime(decided_at)", days(c.Clicks.CountedTTL)},
 	} {
-		q := fmt.Sprintf("ALTER TABLE %s MODIFY TTL %s + INTERVAL %d DAY SETTINGS materialize_ttl_after_modify = 0", t.table, t.column, t.days)
+		table, what := t.table, "MODIFY"
+		if tbl, col, ok := strings.Cut(t.table, "."); ok {
+			table, what = tbl, "MODIFY COLUMN "+col
+		}
+		q := fmt.Sprintf("ALTER TABLE %s %s TTL %s + INTERVAL %d DAY SETTINGS materialize_ttl_after_modify = 0", table, what, t.column, t.days)
 		if err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("set retention of %s: %w", t.table, err)
 		}
-	}
-	// An hour's minute registers are kept as long as the minutes' views.
-	q := fmt.Sprintf("ALTER TABLE unique_viewers_by_hour MODIFY COLUMN minutes TTL hour + INTERVAL %d DAY SETTINGS materialize_ttl_after_modify = 0", days(c.TTLMinutes))
-	if err := conn.Exec(ctx, q); err != nil {
-		return fmt.Errorf("set retention of unique_viewers_by_hour's minutes: %w", err)
 	}
 	return nil
 }

@@ -54,7 +54,10 @@ func (s source) uniqueHours(ctx context.Context, item string, g Granularity, fro
 		return Unique{}, fmt.Errorf("query unique viewers of %s by %s: %w", item, g, err)
 	}
 	defer rows.Close()
-	buckets := map[int64]*viewerhours.Registers{}
+	// A row holds one whole hour, so its buckets are estimated before the next row is read:
+	// what is held at once is one hour's sketches, whatever the range.
+	u := Unique{Buckets: map[int64]uint64{}}
+	var all viewerhours.Registers
 	for rows.Next() {
 		var hour int64
 		var keys []uint32
@@ -62,6 +65,7 @@ func (s source) uniqueHours(ctx context.Context, item string, g Granularity, fro
 		if err := rows.Scan(&hour, &keys, &ranks); err != nil {
 			return Unique{}, fmt.Errorf("scan unique viewers of %s by %s: %w", item, g, err)
 		}
+		buckets := map[int64]*viewerhours.Registers{}
 		for i := range min(len(keys), len(ranks)) {
 			minute, reg, ok := viewerhours.SplitKey(keys[i])
 			t := hour + int64(minute)*60
@@ -73,15 +77,13 @@ func (s source) uniqueHours(ctx context.Context, item string, g Granularity, fro
 			}
 			buckets[t].Set(reg, uint8(min(ranks[i], 255)))
 		}
+		for t, r := range buckets {
+			u.Buckets[t] = r.Estimate()
+			all.Merge(r)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return Unique{}, fmt.Errorf("read unique viewers of %s by %s: %w", item, g, err)
-	}
-	u := Unique{Buckets: make(map[int64]uint64, len(buckets))}
-	var all viewerhours.Registers
-	for t, r := range buckets {
-		u.Buckets[t] = r.Estimate()
-		all.Merge(r)
 	}
 	u.Range = all.Estimate()
 	return u, nil

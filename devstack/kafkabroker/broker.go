@@ -49,6 +49,10 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// maxSessionTimeout is the largest session timeout a group member may ask for (Kafka's
+// group.max.session.timeout.ms); it also bounds how long the reaper waits (reaper.go).
+const maxSessionTimeout = 5 * time.Minute
+
 // Start starts the kfake brokers as o says.
 func Start(o Options) (*Broker, error) {
 	dir, addr := o.Dir, o.Addr
@@ -73,6 +77,7 @@ func Start(o Options) (*Broker, error) {
 		kfake.DataDir(dir),
 		// Real brokers default to a 6 s minimum; one machine can afford faster failover.
 		kfake.GroupMinSessionTimeout(time.Second),
+		kfake.GroupMaxSessionTimeout(maxSessionTimeout),
 		kfake.ListenFn(func(network, address string) (net.Listener, error) {
 			_, p, err := net.SplitHostPort(address)
 			if err != nil {

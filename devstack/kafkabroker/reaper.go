@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -23,6 +24,12 @@ import (
 // nothing), describes the groups every sweep interval through a client of its own, and sends a
 // LeaveGroup naming the silent member, as an operator would. Twice the timeout leaves kfake's
 // own expiry, which covers every other case, to act first.
+//
+// kfake runs control functions before its SASL check, so the reaper also sees requests of
+// connections that never logged in; they are refused after. Such a request can only make the
+// reaper wait longer: naming a member keeps it heard, and a join's session timeout raises its
+// group's bound, to at most twice the broker's largest session timeout. Nothing it sends makes
+// the reaper remove a member that is heard from.
 type reaper struct {
 	mu      sync.Mutex
 	heard   map[memberKey]time.Time  // the last request naming the member, or when first described
@@ -54,7 +61,8 @@ func (r *reaper) observe(req kmsg.Request) (kmsg.Response, error, bool) {
 	defer r.mu.Unlock()
 	switch q := req.(type) {
 	case *kmsg.JoinGroupRequest:
-		r.session[q.Group] = max(r.session[q.Group], time.Duration(q.SessionTimeoutMillis)*time.Millisecond)
+		session := min(time.Duration(q.SessionTimeoutMillis)*time.Millisecond, maxSessionTimeout)
+		r.session[q.Group] = max(r.session[q.Group], session)
 		if q.MemberID != "" {
 			r.heard[memberKey{q.Group, q.MemberID}] = now
 		}
@@ -122,16 +130,31 @@ func (r *reaper) silence(group, member string, now time.Time) time.Duration {
 }
 
 // remove sends the LeaveGroup for member that its process never sent. It names the member id
-// alone: by its instance id it could remove a live member that took the id over since.
+// alone: by its instance id it could remove a live member that took the id over since. A
+// failed attempt is tried again after another twice the session timeout, not every sweep.
 func (r *reaper) remove(ctx context.Context, cl *kgo.Client, group string, m kadm.DescribedGroupMember, silent time.Duration) {
 	req := kmsg.NewPtrLeaveGroupRequest()
 	req.Group = group
 	lm := kmsg.NewLeaveGroupRequestMember()
 	lm.MemberID = m.MemberID
 	req.Members = append(req.Members, lm)
-	_, err := req.RequestWith(ctx, cl)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err == nil && len(resp.Members) == 1 {
+		err = kerr.ErrorForCode(resp.Members[0].ErrorCode)
+	}
+	if err != nil {
+		r.mu.Lock()
+		r.heard[memberKey{group, m.MemberID}] = time.Now()
+		r.mu.Unlock()
+		r.logger.Warn("embedded kafka: could not remove a group member silent past its session timeout",
+			"group", group, "member", m.MemberID, "silent", silent.Round(time.Second), "err", err)
+		return
+	}
 	r.logger.Warn("embedded kafka: removed a group member silent past its session timeout",
-		"group", group, "member", m.MemberID, "instance", m.InstanceID, "client", m.ClientID, "silent", silent.Round(time.Second), "err", err)
+		"group", group, "member", m.MemberID, "instance", m.InstanceID, "client", m.ClientID, "silent", silent.Round(time.Second))
 }
 
 // forget drops what it heard of members no longer in described groups.

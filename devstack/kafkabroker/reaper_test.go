@@ -187,3 +187,42 @@ func TestMemberDeadInItsFirstJoinIsRemoved(t *testing.T) {
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
+
+// Requests the reaper sees may come from connections that never logged in (kfake's control
+// functions run before its SASL check): whatever session timeout a join asks for, the reaper's
+// bound stays within twice the broker's largest, and a member named by nothing is reaped on it.
+func TestReaperBoundsForgedSessionTimeouts(t *testing.T) {
+	r := &reaper{heard: map[memberKey]time.Time{}, session: map[string]time.Duration{}}
+	tests := []struct {
+		name    string
+		session int32
+		want    time.Duration
+	}{
+		{"a member's own", 3000, 3 * time.Second},
+		{"a smaller one later", 1000, 3 * time.Second},
+		{"forged, a day", 86_400_000, maxSessionTimeout},
+		{"forged, the largest int32", 1<<31 - 1, maxSessionTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := kmsg.NewPtrJoinGroupRequest()
+			req.Group, req.SessionTimeoutMillis = "g", tt.session
+			if _, _, handled := r.observe(req); handled {
+				t.Fatalf("got the join handled; want kfake to handle it")
+			}
+			if got := r.session["g"]; got != tt.want {
+				t.Errorf("got a session bound of %s; want %s", got, tt.want)
+			}
+		})
+	}
+	start := time.Now()
+	if got := r.silence("g", "m", start); got != 0 {
+		t.Fatalf("first seen: got %s silent; want 0", got)
+	}
+	if got := r.silence("g", "m", start.Add(2*maxSessionTimeout-time.Second)); got != 0 {
+		t.Errorf("just within twice the largest session: got %s silent; want 0", got)
+	}
+	if got := r.silence("g", "m", start.Add(2*maxSessionTimeout+time.Second)); got == 0 {
+		t.Errorf("past twice the largest session: got 0; want the member reaped")
+	}
+}
