@@ -154,7 +154,8 @@ func (a *Aggregator) applyStoredBatches(ctx context.Context, p *partition, from 
 
 // fixTotals sets the Redis totals of items (of partition p) to what ClickHouse holds, after a
 // zombie's batches were undone there: an apply of theirs may have reached Redis before this
-// owner's guard refused it. Redis behind the checkpoint is rebuilt for the whole partition.
+// owner's guard refused it. Redis behind the checkpoint, or without the partition's guard, is
+// rebuilt for the whole partition.
 func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string) error {
 	if a.tot == nil {
 		return nil
@@ -171,7 +172,15 @@ func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string
 			values[it] = 0
 		}
 	}
-	return a.tot.Set(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.flushed, Chunk: totals.AllChunks}, values)
+	err = a.tot.Repair(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.flushed}, values)
+	var fenced *totals.FencedError
+	if err == nil || errors.As(err, &fenced) {
+		return err
+	}
+	// Redis lost what this owner applied (emptied, or failed over to a replica behind it):
+	// repaired alone, these items would be vouched for and the rest of the partition not.
+	a.logger.Warn("redis lost the partition's totals under a repair; rebuilding them from clickhouse", "partition", p.id, "err", err)
+	return a.rebuildTotals(ctx, []*partition{p})
 }
 
 // rebuildTotals sets every item total and unique estimate of parts from ClickHouse (the rollups,

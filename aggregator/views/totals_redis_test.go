@@ -15,8 +15,9 @@ import (
 
 // Redis's item totals equal ClickHouse's after each flush, after a crash between the ClickHouse
 // write and the Redis apply (the next owner applies the batch once), after Redis lost everything
-// (rebuilt from ClickHouse, and readers told to wait until then), and after an outage of Redis
-// alone (caught up from ClickHouse at a later flush).
+// (rebuilt from ClickHouse, and readers told to wait until then, also when it happens under a
+// correction after a zombie), and after an outage of Redis alone (caught up from ClickHouse at
+// a later flush).
 func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -100,6 +101,20 @@ func TestRedisTotalsFollowClickHouse(t *testing.T) {
 	}
 	post(b, 9)
 	check("after a rebuild", true)
+
+	// Redis comes back empty while the owner corrects one item after undoing a zombie's batch:
+	// the correction must not put the partition's guard back over the lost totals (the ready
+	// marker would then be set over a partition holding that one item); the partition is
+	// rebuilt whole.
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.fixTotals(ctx, heldPart(b, 0), items[:1]); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Second) // the sketch interval passes: the other partition is rebuilt
+	post(b, 4)
+	check("after a correction into an emptied redis", true)
 
 	// Redis unreachable for a while: counting in ClickHouse goes on, Redis catches up later.
 	// The sketch write beside the loop reads the totals store too: it ends before each swap.

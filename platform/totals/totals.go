@@ -9,6 +9,7 @@
 //	t1:{name}:v:{b}      hash item -> total, b = xxhash64(item) % Buckets
 //	t1:{name}:u:{b}      hash item -> unique-viewer estimate, same buckets
 //	t1:{name}:guard:{p}  hash epoch, end, chunk: the last chunk applied to partition p
+//	                     (pending alone while a rebuild is under way)
 //	t1:{name}:ready      marker: every partition has a guard, so the totals are whole
 //
 // Bucketed hashes rather than a key per item: Buckets is chosen so that a million items leave
@@ -25,7 +26,8 @@
 // *FencedError (a writer that lost its partition). A replayed batch is therefore skipped, and a
 // batch cut short by a crash resumes at its next chunk. A missing guard (Redis lost its data,
 // or the partition was never written) refuses Apply with a *NoGuardError: the caller rebuilds
-// the partition from ClickHouse with Set, which creates the guard. A caller that finds Redis
+// the partition from ClickHouse with Set, which creates the guard (Repair, which fixes a few
+// items of a whole partition, needs the guard and never creates it). A caller that finds Redis
 // holding totals of a partition it cannot vouch for (a guard of an epoch its source of truth
 // does not know) removes the guard and the ready marker together (Invalidate) and rebuilds;
 // Items lists what Redis holds, so that a rebuild also drops the items the source no longer
@@ -165,11 +167,24 @@ return {1, 0}
 `
 
 // setScript: KEYS[1] guard, KEYS[i] (i >= 2) buckets as in applyScript; ARGV[1] epoch,
-// ARGV[2] "1" to write the guard (epoch, ARGV[3] end, ARGV[4] chunk) after the values;
-// ARGV[2i+1], ARGV[2i+2] item i-1 and its value (0 deletes the field).
+// ARGV[2] the chunk's step, ARGV[3] end, ARGV[4] chunk; ARGV[2i+1], ARGV[2i+2] item i-1 and its
+// value (0 deletes the field). Steps of a rebuild: "b" begins it (marks the guard pending,
+// creating it), "" goes on and "e" ends it (writes epoch, end and chunk, drops the mark), both
+// only while the guard is there ("be" for one chunk), so that a Redis that lost its data
+// during a rebuild never gets a guard over part of the values. "r", a repair, needs the guard
+// at epoch and end already and leaves it as it is.
 const setScript = `#!lua
-local ge = redis.call('HGET', KEYS[1], 'epoch')
-if ge and tonumber(ARGV[1]) < tonumber(ge) then return {-1, ge} end
+local g = redis.call('HMGET', KEYS[1], 'epoch', 'end', 'pending')
+local step = ARGV[2]
+if g[1] and tonumber(ARGV[1]) < tonumber(g[1]) then return {-1, g[1]} end
+if step == 'r' then
+  if not g[1] then return {-2, 0} end
+  if tonumber(g[1]) ~= tonumber(ARGV[1]) or tonumber(g[2]) ~= tonumber(ARGV[3]) then return {-3, g[2]} end
+elseif string.sub(step, 1, 1) == 'b' then
+  redis.call('HSET', KEYS[1], 'pending', '1')
+elseif not g[3] then
+  return {-2, 0}
+end
 for i = 2, #KEYS do
   if ARGV[2*i+2] == '0' then
     redis.call('HDEL', KEYS[i], ARGV[2*i+1])
@@ -177,8 +192,9 @@ for i = 2, #KEYS do
     redis.call('HSET', KEYS[i], ARGV[2*i+1], ARGV[2*i+2])
   end
 end
-if ARGV[2] == '1' then
+if string.sub(step, -1) == 'e' then
   redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'end', ARGV[3], 'chunk', ARGV[4])
+  redis.call('HDEL', KEYS[1], 'pending')
 end
 return {1, 0}
 `
@@ -192,10 +208,11 @@ if tonumber(ARGV[1]) > tonumber(ge) then redis.call('HSET', KEYS[1], 'epoch', AR
 return {1, 0}
 `
 
-// readyScript: KEYS[1] marker, KEYS[2..] every partition's guard.
+// readyScript: KEYS[1] marker, KEYS[2..] every partition's guard (a guard only pending, its
+// rebuild under way, does not count).
 const readyScript = `#!lua
 for i = 2, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 0 then return 0 end
+  if redis.call('HEXISTS', KEYS[i], 'epoch') == 0 then return 0 end
 end
 redis.call('SET', KEYS[1], '1')
 return 1
@@ -331,10 +348,26 @@ func (s *Store) Claim(ctx context.Context, p int32, epoch uint64) error {
 }
 
 // Set overwrites the totals of the given items (0 deletes the field) and then sets p's guard to
-// g (g.Found is ignored), for rebuilds and repairs. It is chunked, not atomic as a whole:
-// callers hold the partition. Every chunk is refused with a *FencedError if the guard's epoch
-// is newer than g.Epoch.
+// g (g.Found is ignored), for rebuilds: the guard is created if missing. It is chunked, not
+// atomic as a whole: callers hold the partition. The first chunk marks the guard pending and
+// every later one needs it still there, so that Redis losing its data during the rebuild
+// refuses the rest with a *NoGuardError rather than end with a guard over part of the values.
+// Every chunk is refused with a *FencedError if the guard's epoch is newer than g.Epoch.
 func (s *Store) Set(ctx context.Context, p int32, g Guard, values map[string]int64) error {
+	return s.overwrite(ctx, p, g, values, false)
+}
+
+// Repair overwrites the totals of the given items as Set does, for a few items of a partition
+// whose totals are otherwise whole: the guard must already be at g.Epoch and g.End (else a
+// *NoGuardError, a *BehindError or a *FencedError, and the caller rebuilds the partition with
+// Set), and it stays as it is. A repair never creates a guard: in a Redis that lost its data
+// it would vouch for the repaired items alone.
+func (s *Store) Repair(ctx context.Context, p int32, g Guard, values map[string]int64) error {
+	return s.overwrite(ctx, p, g, values, true)
+}
+
+// overwrite is Set, or Repair when repair is true, chunk by chunk.
+func (s *Store) overwrite(ctx context.Context, p int32, g Guard, values map[string]int64, repair bool) error {
 	if err := checkExact(g.Epoch, g.End); err != nil {
 		return fmt.Errorf("set totals of partition %d: %w", p, err)
 	}
@@ -343,28 +376,54 @@ func (s *Store) Set(ctx context.Context, p int32, g Guard, values map[string]int
 		items = append(items, it)
 	}
 	slices.Sort(items)
-	gk := s.guardKey(p)
 	last := (len(items) - 1) / ChunkItems
 	for c, chunk := range chunks(items) {
-		keys := make([]string, 1, 1+len(chunk))
-		keys[0] = gk
-		setGuard := "0"
-		if c == last || len(items) == 0 {
-			setGuard = "1"
+		step := "r"
+		if !repair {
+			step = ""
+			if c == 0 {
+				step = "b"
+			}
+			if c == last || len(items) == 0 {
+				step += "e"
+			}
 		}
-		args := make([]any, 4, 4+2*len(chunk))
-		args[0], args[1], args[2], args[3] = g.Epoch, setGuard, g.End, g.Chunk
-		for _, it := range chunk {
-			keys = append(keys, s.viewsKey(bucket(it)))
-			args = append(args, it, values[it])
-		}
-		res, err := s.set.Run(ctx, s.rdb, keys, args...).Result()
-		if err == nil {
-			_, err = verdict(res, p, g.Epoch)
-		}
-		if err != nil {
+		if err := s.overwriteChunk(ctx, p, g, step, chunk, values); err != nil {
 			return fmt.Errorf("set totals of partition %d chunk %d: %w", p, c, err)
 		}
+	}
+	return nil
+}
+
+// overwriteChunk runs setScript's step on the items of one chunk.
+func (s *Store) overwriteChunk(ctx context.Context, p int32, g Guard, step string, chunk []string, values map[string]int64) error {
+	keys := make([]string, 1, 1+len(chunk))
+	keys[0] = s.guardKey(p)
+	args := make([]any, 4, 4+2*len(chunk))
+	args[0], args[1], args[2], args[3] = g.Epoch, step, g.End, g.Chunk
+	for _, it := range chunk {
+		keys = append(keys, s.viewsKey(bucket(it)))
+		args = append(args, it, values[it])
+	}
+	res, err := s.set.Run(ctx, s.rdb, keys, args...).Result()
+	if err != nil {
+		return err
+	}
+	code, err := verdict(res, p, g.Epoch)
+	if err != nil {
+		return err
+	}
+	return setRefusal(code, p, g, res)
+}
+
+// setRefusal is the error of setScript's answer code (nil when it wrote).
+func setRefusal(code int64, p int32, g Guard, res any) error {
+	switch code {
+	case -2:
+		return &NoGuardError{Partition: p}
+	case -3:
+		ge, _ := strconv.ParseInt(fmt.Sprint(res.([]any)[1]), 10, 64)
+		return &BehindError{Partition: p, After: g.End, GuardEnd: ge}
 	}
 	return nil
 }

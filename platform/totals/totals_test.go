@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -545,5 +547,108 @@ func TestApplyAfterRefusesWhatRedisLost(t *testing.T) {
 				t.Errorf("item-00000: got %d; want %d", v[0], tt.wantA)
 			}
 		})
+	}
+}
+
+// A repair fixes items of a partition whose totals are whole, and only then: in a Redis that
+// lost its data, or whose guard is not where the caller's checkpoint is, it writes nothing and
+// creates no guard (which would vouch for the repaired items alone and let the ready marker
+// be set over a partition without its other totals).
+func TestRepairNeedsTheGuard(t *testing.T) {
+	ctx := context.Background()
+	at := Guard{Epoch: 2, End: 50, Chunk: AllChunks}
+	tests := []struct {
+		name  string
+		guard *Guard // the partition's guard before the repair; nil: none
+		want  any    // the error type wanted; nil: the repair writes
+	}{
+		{"guard at the checkpoint", &at, nil},
+		{"no guard (redis emptied)", nil, &NoGuardError{}},
+		{"guard behind (failover to a replica)", &Guard{Epoch: 2, End: 40, Chunk: AllChunks}, &BehindError{}},
+		{"guard of an older epoch", &Guard{Epoch: 1, End: 50, Chunk: AllChunks}, &BehindError{}},
+		{"guard of a newer owner", &Guard{Epoch: 3, End: 60, Chunk: AllChunks}, &FencedError{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fresh(t)
+			if tt.guard != nil {
+				mustNil(t, s.Set(ctx, 0, *tt.guard, map[string]int64{"a": 1}))
+				mustNil(t, s.Set(ctx, 1, *tt.guard, nil))
+			}
+			err := s.Repair(ctx, 0, at, map[string]int64{"a": 7, "b": 3})
+			wantA, wantB := int64(7), int64(3)
+			switch want := tt.want.(type) {
+			case nil:
+				mustNil(t, err)
+			case *NoGuardError:
+				if !errors.As(err, &want) {
+					t.Fatalf("repair: got %v; want a *NoGuardError", err)
+				}
+				wantA, wantB = 0, 0
+			case *BehindError:
+				if !errors.As(err, &want) {
+					t.Fatalf("repair: got %v; want a *BehindError", err)
+				}
+				wantA, wantB = 1, 0
+			case *FencedError:
+				if !errors.As(err, &want) {
+					t.Fatalf("repair: got %v; want a *FencedError", err)
+				}
+				wantA, wantB = 1, 0
+			}
+			if v, _, _ := read(t, s, "a", "b"); v[0] != wantA || v[1] != wantB {
+				t.Errorf("totals after the repair: got %v; want [%d %d]", v, wantA, wantB)
+			}
+			g, err := s.Guard(ctx, 0)
+			mustNil(t, err)
+			if want := tt.guard; (want == nil && g.Found) || (want != nil && g != (Guard{Epoch: want.Epoch, End: want.End, Chunk: want.Chunk, Found: true})) {
+				t.Errorf("guard after the repair: got %+v; want %+v (unchanged)", g, want)
+			}
+			ready, err := s.MarkReadyIfComplete(ctx, 2)
+			mustNil(t, err)
+			if ready != (tt.guard != nil) {
+				t.Errorf("ready after the repair: got %v; want %v", ready, tt.guard != nil)
+			}
+		})
+	}
+}
+
+// A rebuild that Redis loses its data under, between two of its chunks, stops there: the rest
+// of the values and the guard are refused, so the partition stays without a guard (to be
+// rebuilt again) rather than holding a guard over the chunks written after the loss. A rebuild
+// under way does not count as a guard for the ready marker, nor for Apply.
+func TestSetLosesNothingMidway(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	g := Guard{Epoch: 1, End: 30, Chunk: AllChunks}
+	values := many(2100, 5) // three chunks
+	items := slices.Sorted(maps.Keys(values))
+	// The first chunk is written, then Redis loses its data; the next chunks are refused.
+	mustNil(t, s.overwriteChunk(ctx, 0, g, "b", items[:ChunkItems], values))
+	if ok, err := s.MarkReadyIfComplete(ctx, 1); ok || err != nil {
+		t.Errorf("ready during a rebuild: got %v, %v; want false", ok, err)
+	}
+	if _, err := s.Apply(ctx, 0, 1, Unchecked, 31, map[string]int64{"x": 1}); !errors.As(err, new(*NoGuardError)) {
+		t.Errorf("apply during a rebuild: got %v; want a *NoGuardError", err)
+	}
+	mustNil(t, rdb.FlushAll(ctx).Err())
+	for _, step := range []string{"", "e"} {
+		if err := s.overwriteChunk(ctx, 0, g, step, items[ChunkItems:2*ChunkItems], values); !errors.As(err, new(*NoGuardError)) {
+			t.Errorf("chunk %q after the loss: got %v; want a *NoGuardError", step, err)
+		}
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("keys after the refused chunks: got %d; want 0", n)
+	}
+	// Whole, the rebuild writes every value and the guard.
+	mustNil(t, s.Set(ctx, 0, g, values))
+	if got, _ := s.Guard(ctx, 0); got != (Guard{Epoch: 1, End: 30, Chunk: AllChunks, Found: true}) {
+		t.Errorf("guard after the rebuild: got %+v; want epoch 1, end 30, all chunks", got)
+	}
+	if v, _, _ := read(t, s, items[0], items[len(items)-1]); v[0] != 5 || v[1] != 5 {
+		t.Errorf("totals after the rebuild: got %v; want [5 5]", v)
+	}
+	if n := rdb.HLen(ctx, s.guardKey(0)).Val(); n != 3 {
+		t.Errorf("guard fields after the rebuild: got %d; want 3 (no pending mark left)", n)
 	}
 }
