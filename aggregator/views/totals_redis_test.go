@@ -2,7 +2,11 @@ package views
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -359,4 +363,147 @@ func TestReadableSecondsFromThePreviousFlushStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Redis loses its data at random ones of the aggregator's Redis calls (inside a rebuild
+// between its chunks, a catch-up, a batch's apply, a correction after a zombie, or between
+// them), twice a round, round after round: within two flushes after the last, Redis holds
+// exactly the views posted and is marked ready; it is never marked ready over partial totals.
+// The seed is logged.
+func TestRedisTotalsSurviveALossAnywhere(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_totals_loss_test")
+	rdb := freshRedis(t, ctx)
+	hook := &lossHook{lose: func() { rdb.FlushAll(context.Background()) }}
+	lossy := redisclient.Open(infra.Redis.Addr())
+	defer lossy.Close()
+	lossy.AddHook(hook)
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	const parts = 2
+	a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
+		MaxBatch: 100_000, SketchIdle: time.Minute, Totals: totals.New(lossy, "views")}, conn, now, infra.Logger, prometheus.NewRegistry())
+	a.SetPartitions(parts)
+	if _, err := assignViews(a, ctx, []int32{0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 0's 1,500 items make a rebuild of two chunks (totals.ChunkItems).
+	items := [parts][]string{itemsOf(0, parts, "loss-", 1500), itemsOf(1, parts, "loss-", 200)}
+	all := append(slices.Clone(items[0]), items[1]...)
+	want := map[string]int64{}
+	var next [parts]int64
+	post := func(p, n int) {
+		offs, vals := roundRobin(items[p], &next[p], n, clock.UnixMilli())
+		for i := range offs {
+			want[items[p][i%len(items[p])]]++
+		}
+		processAt(a, int32(p), offs, vals)
+	}
+	flush := func() {
+		t.Helper()
+		clock = clock.Add(time.Second) // a flush and a sketch interval: the totals check runs
+		if _, err := flushViews(a, ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	losses, calls := 0, int64(10)
+	for round := range 12 {
+		// Two losses at calls among as many as the last round made: the second may come inside
+		// what the first set off (a rebuild, a catch-up).
+		hook.arm(1+rng.Int64N(calls), 1+rng.Int64N(calls))
+		post(0, 1+rng.IntN(3000))
+		post(1, 1+rng.IntN(300))
+		flush()
+		if rng.IntN(2) == 0 {
+			// A correction after undoing a zombie's batch, of some of partition 0's items.
+			if err := a.settleSketches(true); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.fixTotals(ctx, heldPart(a, 0), items[0][:1+rng.IntN(len(items[0]))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flush()
+		lost, n := hook.arm()
+		calls = max(n, 1)
+		if lost {
+			losses++
+		}
+		flush()
+		flush()
+		views, ready := redisViewsReady(t, ctx, rdb, all)
+		if !ready {
+			t.Fatalf("round %d (redis lost its data: %v): got ready false two flushes later; want the totals rebuilt", round, lost)
+		}
+		for i, it := range all {
+			if views[i] != want[it] {
+				t.Fatalf("round %d (redis lost its data: %v): %s: got %d views in redis; want %d", round, lost, it, views[i], want[it])
+			}
+		}
+	}
+	if losses == 0 {
+		t.Fatal("got no round in which redis lost its data; want some (the armed call never came)")
+	}
+	t.Logf("%d of 12 rounds lost redis's data", losses)
+}
+
+// lossHook empties Redis (lose) right after each armed call, counting commands and pipelines
+// from the arming on.
+type lossHook struct {
+	lose  func()
+	calls atomic.Int64
+	at    atomic.Pointer[[]int64] // the calls after which to lose the data
+	lost  atomic.Bool
+}
+
+// arm loses the data after each of the calls at from now (none: never) and reports whether
+// the data was lost since the last arming and how many calls were made since.
+func (h *lossHook) arm(at ...int64) (bool, int64) {
+	h.at.Store(&at)
+	return h.lost.Swap(false), h.calls.Swap(0)
+}
+
+func (h *lossHook) after() {
+	n := h.calls.Add(1)
+	if at := h.at.Load(); at != nil && slices.Contains(*at, n) {
+		h.lose()
+		h.lost.Store(true)
+	}
+}
+
+func (h *lossHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lossHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after()
+		return err
+	}
+}
+
+func (h *lossHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.after()
+		return err
+	}
+}
+
+// redisViewsReady reads the views of items and the ready marker from the "views" totals.
+func redisViewsReady(t *testing.T, ctx context.Context, rdb *redis.Client, items []string) ([]int64, bool) {
+	t.Helper()
+	pipe := rdb.Pipeline()
+	res := totals.New(rdb, "views").Queue(ctx, pipe, items)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	views, _, ready, err := res()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return views, ready
 }
