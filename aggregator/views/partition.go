@@ -23,6 +23,7 @@ package views
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/axiomhq/hyperloglog"
@@ -50,9 +51,9 @@ type sketchKey struct {
 }
 
 type sketch struct {
-	key    sketchKey
-	hll    *hyperloglog.Sketch
-	loaded bool // merged with the stored version, so writing it loses nothing
+	key     sketchKey
+	viewers viewers
+	loaded  bool // merged with the stored version, so writing it loses nothing
 	// delta holds the viewers inserted since the sketch's last delta write (empty: the sketch
 	// is clean), and unfolded says that a delta was written since the whole sketch was last
 	// folded into unique_viewers (migration 012): such a sketch stays in memory until its fold.
@@ -60,7 +61,7 @@ type sketch struct {
 	unfolded bool
 	// listed says the sketch is in its partition's listed: it owes the next sketch write a row.
 	listed bool
-	// estimate is hll's last computed estimate, fresh the inserts since (see current).
+	// estimate is the viewers' last computed estimate, fresh the inserts since (see current).
 	estimate    uint64
 	fresh       uint64
 	estimatedAt time.Time
@@ -236,7 +237,7 @@ func (p *partition) processCount(offset int64, value []byte) {
 func (p *partition) sketch(k sketchKey) *sketch {
 	s := p.sketches[k]
 	if s == nil {
-		s = &sketch{key: k, hll: hyperloglog.New14()}
+		s = &sketch{key: k}
 		p.sketches[k] = s
 		p.unloaded = append(p.unloaded, s)
 	}
@@ -268,7 +269,7 @@ func (p *partition) list(s *sketch) {
 
 // insert adds a viewer by its viewerHash.
 func (s *sketch) insert(h uint64, now time.Time) {
-	s.hll.InsertHash(h)
+	s.viewers.add(h)
 	s.delta.add(h)
 	s.fresh++
 	s.touched = now
@@ -276,6 +277,64 @@ func (s *sketch) insert(h uint64, now time.Time) {
 
 // dirty reports whether the sketch took viewers since its last delta write.
 func (s *sketch) dirty() bool { return !s.delta.empty() }
+
+// viewers is a sketch's whole set of viewers: their hashes while at most fewViewers distinct,
+// a HyperLogLog sketch from then on. Most items of a large catalog take a handful of viewers a
+// day, and a sketch of their own cost each of them several allocations and hundreds of bytes
+// that the collector then scans. Below fewViewers the estimate is the count of distinct hashes,
+// which is what the sketch's sparse form answers for so few (bar two hashes alike in their
+// first 25 bits).
+type viewers struct {
+	few []uint64
+	hll *hyperloglog.Sketch
+}
+
+// fewViewers is how many distinct viewers a sketch holds as hashes (128 bytes).
+const fewViewers = 16
+
+func (v *viewers) add(h uint64) {
+	switch {
+	case v.hll != nil:
+		v.hll.InsertHash(h)
+	case slices.Contains(v.few, h):
+	case len(v.few) < fewViewers:
+		v.few = append(v.few, h)
+	default:
+		v.dense().InsertHash(h)
+	}
+}
+
+// dense turns v into its HyperLogLog sketch, for a stored sketch to be merged into, and
+// returns it.
+func (v *viewers) dense() *hyperloglog.Sketch {
+	if v.hll == nil {
+		v.hll = hyperloglog.New14()
+		for _, h := range v.few {
+			v.hll.InsertHash(h)
+		}
+		v.few = nil
+	}
+	return v.hll
+}
+
+func (v *viewers) estimate() uint64 {
+	if v.hll != nil {
+		return v.hll.Estimate()
+	}
+	return uint64(len(v.few))
+}
+
+// marshal encodes v in the stored form, a HyperLogLog sketch's.
+func (v *viewers) marshal() ([]byte, error) {
+	if v.hll != nil {
+		return v.hll.MarshalBinary()
+	}
+	s := hyperloglog.New14()
+	for _, h := range v.few {
+		s.InsertHash(h)
+	}
+	return s.MarshalBinary()
+}
 
 // viewerDelta holds the viewers a sketch took since its last delta write: their hashes while
 // few, a sketch of them past deltaHashes, so that a delta held through failed writes stays
@@ -356,7 +415,7 @@ func (s *sketch) current(now time.Time) uint64 {
 
 // estimateNow computes the sketch's estimate.
 func (s *sketch) estimateNow(now time.Time) uint64 {
-	s.estimate, s.fresh, s.estimatedAt = s.hll.Estimate(), 0, now
+	s.estimate, s.fresh, s.estimatedAt = s.viewers.estimate(), 0, now
 	return s.estimate
 }
 

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axiomhq/hyperloglog"
-
 	"github.com/tallypipeline/tally/schemas"
 )
 
@@ -93,7 +91,7 @@ func BenchmarkSketchInterval(b *testing.B) {
 			h := uint64(1)
 			next := func() uint64 { h = h*6364136223846793005 + 1442695040888963407; return h }
 			for i := range sketches {
-				sk := &sketch{hll: hyperloglog.New14()}
+				sk := &sketch{}
 				for range whole {
 					sk.insert(next(), time.Time{})
 				}

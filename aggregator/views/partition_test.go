@@ -129,7 +129,7 @@ func TestReplayBelowDeltasCheckpointOnlyFillsSketches(t *testing.T) {
 	}
 	for _, k := range []sketchKey{{"i", int32(ts / 86_400_000)}, {"i", allTime}} {
 		s := p.sketches[k]
-		if s == nil || s.hll.Estimate() != 4 {
+		if s == nil || s.viewers.estimate() != 4 {
 			t.Errorf("sketch %v: got %v; want 4 viewers (replayed ones included)", k, s)
 		}
 	}
@@ -203,7 +203,7 @@ func TestAllTimeSketchLookedUpAgainAfterEviction(t *testing.T) {
 	}
 	p.process(2, view("i", "c", ts), t1.Add(30*time.Second))
 	all := p.sketches[sketchKey{"i", allTime}]
-	if all == nil || all.hll.Estimate() != 1 || !all.dirty() {
+	if all == nil || all.viewers.estimate() != 1 || !all.dirty() {
 		t.Fatalf("got all-time sketch %+v after a view; want a dirty one holding 1 viewer", all)
 	}
 	if p.sketches[day].all != all {
@@ -259,7 +259,7 @@ func TestSketchEstimateRecomputed(t *testing.T) {
 	h := uint64(7)
 	next := func() uint64 { h = h*6364136223846793005 + 1442695040888963407; return h }
 	grown := func(n int) *sketch {
-		s := &sketch{hll: hyperloglog.New14()}
+		s := &sketch{}
 		for range n {
 			s.insert(next(), t0)
 		}
@@ -288,7 +288,7 @@ func TestSketchEstimateRecomputed(t *testing.T) {
 			}
 			got := s.current(t0.Add(tt.after))
 			if changed := got != before; changed != tt.changed {
-				t.Errorf("got %d after %d (changed %v); want changed %v (sketch's own %d)", got, before, changed, tt.changed, s.hll.Estimate())
+				t.Errorf("got %d after %d (changed %v); want changed %v (sketch's own %d)", got, before, changed, tt.changed, s.viewers.estimate())
 			}
 		})
 	}
@@ -411,5 +411,57 @@ func TestViewerDelta(t *testing.T) {
 		if got := sk.Estimate(); got != want[i] {
 			t.Errorf("row %d (%v) encodes %d viewers; want %d", i, r.key, got, want[i])
 		}
+	}
+}
+
+// A sketch's viewers are hashes while few and a HyperLogLog sketch beyond: either way its
+// estimate, its stored form and a stored sketch merged into it answer what a HyperLogLog sketch
+// of the same viewers answers from the first viewer on.
+func TestFewViewersActAsASketch(t *testing.T) {
+	h := uint64(11)
+	next := func() uint64 { h = h*6364136223846793005 + 1442695040888963407; return h }
+	for _, n := range []int{0, 1, 2, fewViewers - 1, fewViewers, fewViewers + 1, 100, 5000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			var v viewers
+			want := hyperloglog.New14()
+			for i := range n {
+				x := next()
+				v.add(x)
+				want.InsertHash(x)
+				if i%3 == 0 { // a viewer seen again
+					v.add(x)
+					want.InsertHash(x)
+				}
+			}
+			if got := v.hll == nil; got != (n <= fewViewers) {
+				t.Errorf("held as hashes: got %v; want %v with %d viewers", got, n <= fewViewers, n)
+			}
+			if got, w := v.estimate(), want.Estimate(); got != w {
+				t.Errorf("estimate: got %d; want %d as the sketch's", got, w)
+			}
+			blob, err := v.marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := viewersketch.Decode(blob)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, w := back.Estimate(), want.Estimate(); got != w {
+				t.Errorf("stored form's estimate: got %d; want %d", got, w)
+			}
+			stored := hyperloglog.New14()
+			for range 40 {
+				x := next()
+				stored.InsertHash(x)
+				want.InsertHash(x)
+			}
+			if err := v.dense().Merge(stored); err != nil {
+				t.Fatal(err)
+			}
+			if got, w := v.estimate(), want.Estimate(); got != w || v.few != nil {
+				t.Errorf("after a stored sketch merged in: got %d (hashes %d); want %d, no hashes", got, len(v.few), w)
+			}
+		})
 	}
 }

@@ -311,7 +311,7 @@ func mergeInto(parts []*partition, k sketchKey, blob string, of func(*partition)
 				return bad, nil
 			}
 		}
-		if err := sk.hll.Merge(stored); err != nil {
+		if err := sk.viewers.dense().Merge(stored); err != nil {
 			return nil, fmt.Errorf("merge stored sketch of %s day %d: %w", k.item, k.day, err)
 		}
 		sk.estimate = 0 // to be computed again
@@ -425,7 +425,7 @@ func (s *store) writeFolds(ctx context.Context, folds map[*partition][]sketchKey
 	for p, keys := range folds {
 		for _, k := range keys {
 			sk := p.sketches[k]
-			blob, err := sk.hll.MarshalBinary()
+			blob, err := sk.viewers.marshal()
 			if err != nil {
 				return fmt.Errorf("encode sketch of %s: %w", k.item, err)
 			}
