@@ -50,26 +50,28 @@ type sketchKey struct {
 	day  int32 // days since the Unix epoch; allTime for the all-time sketch
 }
 
+// sketch is one (item, day) sketch a partition holds. A million items hold two each, so its
+// fields are laid out small: times as Unix nanoseconds, the flags together.
 type sketch struct {
 	key     sketchKey
 	viewers viewers
-	loaded  bool // merged with the stored version, so writing it loses nothing
 	// delta holds the viewers inserted since the sketch's last delta write (empty: the sketch
-	// is clean), and unfolded says that a delta was written since the whole sketch was last
-	// folded into unique_viewers (migration 012): such a sketch stays in memory until its fold.
-	delta    viewerDelta
-	unfolded bool
-	// listed says the sketch is in its partition's listed: it owes the next sketch write a row.
-	listed bool
-	// estimate is the viewers' last computed estimate, fresh the inserts since (see current).
+	// is clean).
+	delta viewerDelta
+	// estimate is the viewers' last computed estimate, fresh the inserts since (see current),
+	// estimatedAt when it was computed and touched when the sketch last took a viewer.
 	estimate    uint64
 	fresh       uint64
-	estimatedAt time.Time
-	touched     time.Time
+	estimatedAt int64
+	touched     int64
 	// all is, for a day sketch, the item's all-time sketch, so that a record costs one map
 	// lookup rather than two; it is looked up again once evicted (dropped from the map).
-	all     *sketch
-	evicted bool
+	all *sketch
+	// loaded says the sketch is merged with its stored version, so writing it loses nothing;
+	// unfolded that a delta was written since the whole sketch was last folded into
+	// unique_viewers (migration 012): such a sketch stays in memory until its fold; listed
+	// that it is in its partition's listed: it owes the next sketch write a row.
+	loaded, unfolded, listed, evicted bool
 }
 
 // viewerHash is the 64-bit hash a viewer id enters the sketches with. It is the hash axiomhq's
@@ -272,7 +274,7 @@ func (s *sketch) insert(h uint64, now time.Time) {
 	s.viewers.add(h)
 	s.delta.add(h)
 	s.fresh++
-	s.touched = now
+	s.touched = now.UnixNano()
 }
 
 // dirty reports whether the sketch took viewers since its last delta write.
@@ -402,7 +404,7 @@ const estimateEvery = 30 * time.Second
 // below 100 (a few changed viewers are a visible change there), else once they reach 1% of it
 // and the last is older than estimateEvery.
 func (s *sketch) estimateDue(now time.Time) bool {
-	return s.estimate == 0 || s.fresh > 0 && (s.estimate < 100 || s.fresh*100 >= s.estimate && now.Sub(s.estimatedAt) >= estimateEvery)
+	return s.estimate == 0 || s.fresh > 0 && (s.estimate < 100 || s.fresh*100 >= s.estimate && now.UnixNano()-s.estimatedAt >= int64(estimateEvery))
 }
 
 // current returns the sketch's estimate, computed again when due.
@@ -415,7 +417,7 @@ func (s *sketch) current(now time.Time) uint64 {
 
 // estimateNow computes the sketch's estimate.
 func (s *sketch) estimateNow(now time.Time) uint64 {
-	s.estimate, s.fresh, s.estimatedAt = s.viewers.estimate(), 0, now
+	s.estimate, s.fresh, s.estimatedAt = s.viewers.estimate(), 0, now.UnixNano()
 	return s.estimate
 }
 
@@ -490,7 +492,7 @@ func (p *partition) takeDeltas(now time.Time, idle time.Duration) []takenDelta {
 	clear(p.listed[len(kept):])
 	p.listed = kept
 	for k, s := range p.sketches {
-		if !s.unfolded && !s.dirty() && now.Sub(s.touched) > idle {
+		if !s.unfolded && !s.dirty() && now.UnixNano()-s.touched > int64(idle) {
 			delete(p.sketches, k)
 			s.evicted = true
 		}
