@@ -46,7 +46,8 @@ func (h *Handler) verifyVerdict(v schemas.FraudVerdict, now time.Time) error {
 }
 
 func (h *Handler) serveClick(w http.ResponseWriter, r *http.Request) int {
-	body, code, err := h.readBody(w, r)
+	body, done, code, err := h.readBody(w, r)
+	defer done()
 	if err != nil {
 		return api.Error(w, code, "body", err.Error())
 	}

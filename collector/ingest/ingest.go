@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"iter"
 	"log/slog"
 	"net/http"
@@ -54,8 +53,9 @@ type Handler struct {
 	slots  chan struct{}
 	events *prometheus.CounterVec
 	busy   prometheus.Counter
-	// builders holds *recordBuilder of batches Kafka has acknowledged, for reuse.
-	builders sync.Pool
+	// builders holds *recordBuilder of batches Kafka has acknowledged, for reuse; bodies the
+	// *bytes.Buffer request bodies were read into (readBody).
+	builders, bodies sync.Pool
 }
 
 // New returns a handler producing to cl. now is the server clock used for absent or bounded ts.
@@ -120,7 +120,8 @@ type batchResponse struct {
 }
 
 func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) int {
-	body, code, err := h.readBody(w, r)
+	body, done, code, err := h.readBody(w, r)
+	defer done()
 	if err != nil {
 		return api.Error(w, code, "body", err.Error())
 	}
@@ -144,7 +145,8 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) int {
 // serveBatch answers an NDJSON body: parse turns it into records (built by rb) and per-line
 // rejections; the records are produced and the answer is 202 once Kafka has them all.
 func (h *Handler) serveBatch(w http.ResponseWriter, r *http.Request, parse func(body []byte, now time.Time, rb *recordBuilder) (batch, error)) int {
-	body, code, err := h.readBody(w, r)
+	body, done, code, err := h.readBody(w, r)
+	defer done()
 	if err != nil {
 		return api.Error(w, code, "body", err.Error())
 	}
@@ -256,32 +258,53 @@ func (h *Handler) parseEvents(body []byte, now time.Time, rb *recordBuilder) (ba
 
 // readBody reads at most MaxBodyBytes; beyond that the answer is 413, and a body still
 // arriving at the server's read deadline gets 408. Read errors are not echoed: they name the
-// server's and the client's addresses.
-func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+// server's and the client's addresses. The body is read into a buffer of the handler's pool,
+// sized from Content-Length when the client sent one, which done gives back: the caller calls
+// it (also after an error) once nothing reads the body any more. The parsers copy what they
+// keep, so that is once the body is parsed.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte, done func(), code int, err error) {
+	buf, _ := h.bodies.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	buf.Reset()
+	done = func() {
+		if buf.Cap() <= maxPooledBody {
+			h.bodies.Put(buf)
+		}
+	}
+	if n := r.ContentLength; n > 0 && n <= h.cfg.MaxBodyBytes {
+		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead spare before it sees EOF
+	}
+	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	switch {
 	case err == nil:
-		return b, 0, nil
+		return buf.Bytes(), done, 0, nil
 	case errors.As(err, &tooBig):
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("is larger than %d bytes", h.cfg.MaxBodyBytes)
+		return nil, done, http.StatusRequestEntityTooLarge, fmt.Errorf("is larger than %d bytes", h.cfg.MaxBodyBytes)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		w.Header().Set("Connection", "close")
-		return nil, http.StatusRequestTimeout, errors.New("was not received in time (collector.read_timeout); send it faster or in smaller batches")
+		return nil, done, http.StatusRequestTimeout, errors.New("was not received in time (collector.read_timeout); send it faster or in smaller batches")
 	default:
 		h.logger.Debug("ingest: read body", "err", err)
 		w.Header().Set("Connection", "close")
-		return nil, http.StatusBadRequest, errors.New("could not be read (connection closed or malformed chunked encoding)")
+		return nil, done, http.StatusBadRequest, errors.New("could not be read (connection closed or malformed chunked encoding)")
 	}
 }
+
+// maxPooledBody is the largest body buffer kept for reuse: the usual batch fits many times
+// over, and a rare huge body's buffer is left to the collector rather than held.
+const maxPooledBody = 4 << 20
 
 // produce hands every record to the producer and waits for Kafka's acknowledgement of each. It
 // returns at the first failure: a full producer buffer fails at once (TryProduce) instead of
 // blocking, and the records still in flight are cancelled with the request's context.
 func (h *Handler) produce(ctx context.Context, recs []*kgo.Record) error {
 	results := make(chan error, len(recs))
+	acked := func(_ *kgo.Record, err error) { results <- err } // one closure for all of them
 	for _, rec := range recs {
-		h.cl.TryProduce(ctx, rec, func(_ *kgo.Record, err error) { results <- err })
+		h.cl.TryProduce(ctx, rec, acked)
 	}
 	for range recs {
 		if err := <-results; err != nil {

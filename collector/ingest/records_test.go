@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -52,10 +53,12 @@ func TestRecordBuilderMatchesViewRecord(t *testing.T) {
 	}
 }
 
-// TestReusedBuildersKeepAcceptedRecords posts many batches at once, so record builders are
-// reused while other batches are in flight, and checks that Kafka holds every accepted view
-// exactly as posted: a builder reused before its records were acknowledged would overwrite them.
-func TestReusedBuildersKeepAcceptedRecords(t *testing.T) {
+// TestReusedBuffersKeepAcceptedRecords posts many batches of many sizes at once, so record
+// builders and body buffers are reused while other batches are parsed or in flight, and checks
+// that Kafka holds every accepted view exactly as posted and that each answer names its own
+// rejected line: a builder reused before its records were acknowledged, or a body buffer before
+// its body was parsed, would overwrite them.
+func TestReusedBuffersKeepAcceptedRecords(t *testing.T) {
 	k, err := kafkabroker.Start(kafkabroker.Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +74,7 @@ func TestReusedBuildersKeepAcceptedRecords(t *testing.T) {
 	if err := kafka.EnsureTopics(ctx, cl, 2, schemas.TopicViews); err != nil {
 		t.Fatal(err)
 	}
-	const posters, batches, lines = 8, 5, 200
+	const posters, batches, lines = 32, 5, 200
 	cfg := Config{MaxBodyBytes: 1 << 20, MaxLines: lines, MaxConcurrentBodies: posters, Bounds: schemas.TimeBounds{Future: time.Minute, Late: time.Hour}}
 	h := New(cfg, cl, time.Now, quiet, prometheus.NewRegistry())
 	mux := http.NewServeMux()
@@ -84,7 +87,8 @@ func TestReusedBuildersKeepAcceptedRecords(t *testing.T) {
 		wg.Go(func() {
 			for b := range batches {
 				var body strings.Builder
-				for l := range lines {
+				good := 1 + (p*37+b*53)%(lines-1) // and one bad line after them
+				for l := range good {
 					id := fmt.Sprintf("e-%d-%d-%d", p, b, l)
 					item, viewer := fmt.Sprintf("item-%d-%d", p, l%7), fmt.Sprintf("viewer-%d-%d-%d", p, b, l)
 					fmt.Fprintf(&body, `{"type":"view","item_id":%q,"viewer_id":%q,"event_id":%q}`+"\n", item, viewer, id)
@@ -92,14 +96,19 @@ func TestReusedBuildersKeepAcceptedRecords(t *testing.T) {
 					want[id] = item + "/" + viewer
 					mu.Unlock()
 				}
+				fmt.Fprintf(&body, `{"type":"view","item_id":"bad item %d-%d","viewer_id":"v"}`+"\n", p, b)
 				resp, err := http.Post(srv+"/v1/events", "application/x-ndjson", strings.NewReader(body.String()))
 				if err != nil {
 					t.Error(err)
 					return
 				}
+				var answer batchResponse
+				err = json.NewDecoder(resp.Body).Decode(&answer)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusAccepted {
-					t.Errorf("got %d; want 202", resp.StatusCode)
+				if err != nil || resp.StatusCode != http.StatusAccepted {
+					t.Errorf("got %d (%v); want 202", resp.StatusCode, err)
+				} else if answer.Accepted != good || len(answer.Rejected) != 1 || answer.Rejected[0].Line != good+1 {
+					t.Errorf("poster %d batch %d: got %+v; want %d accepted and line %d rejected", p, b, answer, good, good+1)
 				}
 			}
 		})
