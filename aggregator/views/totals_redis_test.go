@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/tallypipeline/tally/platform/redisclient"
 	"github.com/tallypipeline/tally/platform/totals"
+	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
 // Redis's item totals equal ClickHouse's after each flush, after a crash between the ClickHouse
@@ -375,7 +375,7 @@ func TestRedisTotalsSurviveALossAnywhere(t *testing.T) {
 	defer cancel()
 	conn := openMigrated(t, ctx, "views_totals_loss_test")
 	rdb := freshRedis(t, ctx)
-	hook := &lossHook{lose: func() { rdb.FlushAll(context.Background()) }}
+	hook := testinfra.FlushAllWith(rdb)
 	lossy := redisclient.Open(infra.Redis.Addr())
 	defer lossy.Close()
 	lossy.AddHook(hook)
@@ -414,7 +414,7 @@ func TestRedisTotalsSurviveALossAnywhere(t *testing.T) {
 	for round := range 12 {
 		// Two losses at calls among as many as the last round made: the second may come inside
 		// what the first set off (a rebuild, a catch-up).
-		hook.arm(1+rng.Int64N(calls), 1+rng.Int64N(calls))
+		hook.Arm(1+rng.Int64N(calls), 1+rng.Int64N(calls))
 		post(0, 1+rng.IntN(3000))
 		post(1, 1+rng.IntN(300))
 		flush()
@@ -428,7 +428,7 @@ func TestRedisTotalsSurviveALossAnywhere(t *testing.T) {
 			}
 		}
 		flush()
-		lost, n := hook.arm()
+		lost, n := hook.Arm()
 		calls = max(n, 1)
 		if lost {
 			losses++
@@ -449,48 +449,6 @@ func TestRedisTotalsSurviveALossAnywhere(t *testing.T) {
 		t.Fatal("got no round in which redis lost its data; want some (the armed call never came)")
 	}
 	t.Logf("%d of 12 rounds lost redis's data", losses)
-}
-
-// lossHook empties Redis (lose) right after each armed call, counting commands and pipelines
-// from the arming on.
-type lossHook struct {
-	lose  func()
-	calls atomic.Int64
-	at    atomic.Pointer[[]int64] // the calls after which to lose the data
-	lost  atomic.Bool
-}
-
-// arm loses the data after each of the calls at from now (none: never) and reports whether
-// the data was lost since the last arming and how many calls were made since.
-func (h *lossHook) arm(at ...int64) (bool, int64) {
-	h.at.Store(&at)
-	return h.lost.Swap(false), h.calls.Swap(0)
-}
-
-func (h *lossHook) after() {
-	n := h.calls.Add(1)
-	if at := h.at.Load(); at != nil && slices.Contains(*at, n) {
-		h.lose()
-		h.lost.Store(true)
-	}
-}
-
-func (h *lossHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *lossHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.after()
-		return err
-	}
-}
-
-func (h *lossHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		h.after()
-		return err
-	}
 }
 
 // redisViewsReady reads the views of items and the ready marker from the "views" totals.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/redisclient"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
@@ -127,4 +129,46 @@ func (e *env) restoreRedis(t *testing.T, ctx context.Context, saved map[string]s
 	if err != nil {
 		t.Fatalf("restore %d keys: %v", len(saved), err)
 	}
+}
+
+// Redis loses its data at random ones of the like state's Redis calls (the request path's
+// scripts, the applier's batches, a rebuild from the log under way), twice a round, round after
+// round, while changes go through the API, each retried until acknowledged (503 while the
+// state is rebuilt); after each round the state equals the log within a few CheckEvery. The
+// seed is logged.
+func TestLikeStateSurvivesALossAnywhere(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	e := newEnv(t, "loss")
+	flusher := redisclient.Open(infra.Redis.Addr())
+	defer flusher.Close()
+	loss := testinfra.FlushAllWith(flusher)
+	e.rdb.AddHook(loss)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	losses, calls := 0, int64(60)
+	const rounds = 6
+	for round := range rounds {
+		// Two losses at calls among as many as the last round made.
+		loss.Arm(1+rng.Int64N(calls), 1+rng.Int64N(calls))
+		deadline := time.Now().Add(30 * time.Second)
+		for range 30 {
+			item, user := fmt.Sprintf("item%d", rng.IntN(5)), fmt.Sprintf("user%d", rng.IntN(20))
+			if _, err := change(e.client, e.srv.URL, item, user, rng.IntN(3) != 0, deadline); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		lost, n := loss.Arm()
+		calls = max(n, 1)
+		if lost {
+			losses++
+		}
+		e.waitLog(t, ctx)
+	}
+	if losses == 0 {
+		t.Fatal("got no round in which redis lost its data; want some (the armed calls never came)")
+	}
+	t.Logf("%d of %d rounds lost redis's data", losses, rounds)
 }
