@@ -310,11 +310,7 @@ func (v *viewers) add(h uint64) {
 // returns it.
 func (v *viewers) dense() *hyperloglog.Sketch {
 	if v.hll == nil {
-		v.hll = hyperloglog.New14()
-		for _, h := range v.few {
-			v.hll.InsertHash(h)
-		}
-		v.few = nil
+		v.hll, v.few = sketchOf(v.few), nil
 	}
 	return v.hll
 }
@@ -331,11 +327,16 @@ func (v *viewers) marshal() ([]byte, error) {
 	if v.hll != nil {
 		return v.hll.MarshalBinary()
 	}
+	return sketchOf(v.few).MarshalBinary()
+}
+
+// sketchOf returns a new HyperLogLog sketch of the viewers with these hashes.
+func sketchOf(hashes []uint64) *hyperloglog.Sketch {
 	s := hyperloglog.New14()
-	for _, h := range v.few {
+	for _, h := range hashes {
 		s.InsertHash(h)
 	}
-	return s.MarshalBinary()
+	return s
 }
 
 // viewerDelta holds the viewers a sketch took since its last delta write: their hashes while
@@ -385,11 +386,7 @@ func (d viewerDelta) sketch() *hyperloglog.Sketch {
 	if d.hll != nil {
 		return d.hll
 	}
-	s := hyperloglog.New14()
-	for _, h := range d.hashes {
-		s.InsertHash(h)
-	}
-	return s
+	return sketchOf(d.hashes)
 }
 
 // estimateEvery is how long a sketch's estimate is reused while it takes new viewers. An

@@ -354,7 +354,7 @@ func (s *Store) Claim(ctx context.Context, p int32, epoch uint64) error {
 // refuses the rest with a *NoGuardError rather than end with a guard over part of the values.
 // Every chunk is refused with a *FencedError if the guard's epoch is newer than g.Epoch.
 func (s *Store) Set(ctx context.Context, p int32, g Guard, values map[string]int64) error {
-	return s.overwrite(ctx, p, g, values, false)
+	return s.overwrite(ctx, p, g, values, rebuild)
 }
 
 // Repair overwrites the totals of the given items as Set does, for a few items of a partition
@@ -363,11 +363,19 @@ func (s *Store) Set(ctx context.Context, p int32, g Guard, values map[string]int
 // Set), and it stays as it is. A repair never creates a guard: in a Redis that lost its data
 // it would vouch for the repaired items alone.
 func (s *Store) Repair(ctx context.Context, p int32, g Guard, values map[string]int64) error {
-	return s.overwrite(ctx, p, g, values, true)
+	return s.overwrite(ctx, p, g, values, repair)
 }
 
-// overwrite is Set, or Repair when repair is true, chunk by chunk.
-func (s *Store) overwrite(ctx context.Context, p int32, g Guard, values map[string]int64, repair bool) error {
+// overwriteKind says which of Set (rebuild) and Repair an overwrite is.
+type overwriteKind uint8
+
+const (
+	rebuild overwriteKind = iota
+	repair
+)
+
+// overwrite is Set or Repair, as kind says, chunk by chunk.
+func (s *Store) overwrite(ctx context.Context, p int32, g Guard, values map[string]int64, kind overwriteKind) error {
 	if err := checkExact(g.Epoch, g.End); err != nil {
 		return fmt.Errorf("set totals of partition %d: %w", p, err)
 	}
@@ -379,7 +387,7 @@ func (s *Store) overwrite(ctx context.Context, p int32, g Guard, values map[stri
 	last := (len(items) - 1) / ChunkItems
 	for c, chunk := range chunks(items) {
 		step := "r"
-		if !repair {
+		if kind == rebuild {
 			step = ""
 			if c == 0 {
 				step = "b"
