@@ -99,7 +99,7 @@ type metrics struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn, deadletter.New(now, logger, reg, schemas.TopicViews, sourceUniqueViewers, sourceUniqueViewerDeltas)}, tot: cfg.Totals, now: now, logger: logger,
+	a := &Aggregator{cfg: cfg, store: store{conn: conn, dead: deadletter.New(now, logger, reg, schemas.TopicViews, sourceUniqueViewers, sourceUniqueViewerDeltas)}, tot: cfg.Totals, now: now, logger: logger,
 		claims: fence.Table{Conn: conn, Name: "partition_claims", Starts: []string{"start_offset"}, Ends: viewColumns}}
 	t0 := now()
 	a.sketchSlot = flushpace.NewSlot(cfg.SketchInterval, t0.Add(cfg.SketchInterval))

@@ -17,27 +17,13 @@ var viewColumns = []string{"end_offset"}
 // writeBatchItems records the items of every pending batch of parts under the batch's end offset
 // and epoch. Written before the deltas; rewriting the same rows is harmless.
 func (s *store) writeBatchItems(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO batch_items (partition, end_offset, epoch, item_id, written_at)")
-	if err != nil {
-		return fmt.Errorf("prepare batch items insert: %w", err)
-	}
-	defer b.Abort()
+	b := &s.blocks.items
+	b.Lock()
+	defer b.Unlock()
 	for _, p := range parts {
-		seen := map[string]bool{}
-		for k := range p.deltas {
-			if seen[k.item] {
-				continue
-			}
-			seen[k.item] = true
-			if err := b.Append(uint16(p.id), p.next, p.epoch, k.item, now); err != nil {
-				return fmt.Errorf("append batch items of partition %d: %w", p.id, err)
-			}
-		}
+		b.add(p, now)
 	}
-	if b.Rows() == 0 {
-		return nil
-	}
-	if err := b.Send(); err != nil {
+	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO batch_items (partition, end_offset, epoch, item_id, written_at)", b.columns()...); err != nil {
 		return fmt.Errorf("insert batch items: %w", err)
 	}
 	return nil

@@ -54,22 +54,13 @@ func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
 		fmt.Fprintf(&token, " %d/%d/%d-%d", p.id, p.epoch, p.rolled, p.flushed)
 	}
 	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": token.String()}))
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO view_rollup_claimed (partition, epoch, item_id, second, views)")
-	if err != nil {
-		return fmt.Errorf("prepare rollup insert: %w", err)
-	}
-	defer b.Abort()
+	b := &s.blocks.rollups
+	b.Lock()
+	defer b.Unlock()
 	for _, p := range parts {
-		for k, n := range p.rollups {
-			if err := b.Append(uint16(p.id), p.epoch, k.item, time.Unix(k.second, 0).UTC(), n); err != nil {
-				return fmt.Errorf("append rollup row of partition %d: %w", p.id, err)
-			}
-		}
+		b.add(p)
 	}
-	if b.Rows() == 0 {
-		return nil
-	}
-	if err := b.Send(); err != nil {
+	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO view_rollup_claimed (partition, epoch, item_id, second, views)", b.columns()...); err != nil {
 		return fmt.Errorf("insert rollups: %w", err)
 	}
 	return nil

@@ -19,8 +19,9 @@ import (
 
 // store reads and writes the views tables (schemas/migrations/001_views.sql).
 type store struct {
-	conn driver.Conn
-	dead *deadletter.Writer
+	conn   driver.Conn
+	dead   *deadletter.Writer
+	blocks blocks
 }
 
 // checkpoint is where a partition resumes: the end offset of its last valid batch, the
@@ -155,22 +156,13 @@ func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
 	if err := writePending(ctx, s.dead, s.conn, parts); err != nil {
 		return err
 	}
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)")
-	if err != nil {
-		return fmt.Errorf("prepare dedupe state insert: %w", err)
-	}
-	defer b.Abort()
+	b := &s.blocks.dedupe
+	b.Lock()
+	defer b.Unlock()
 	for _, p := range parts {
-		for _, r := range p.counted {
-			if err := b.Append(uint16(p.id), p.next, r.pair, r.last); err != nil {
-				return fmt.Errorf("append dedupe state of partition %d: %w", p.id, err)
-			}
-		}
+		b.add(p)
 	}
-	if b.Rows() == 0 {
-		return nil
-	}
-	if err := b.Send(); err != nil {
+	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)", b.columns()...); err != nil {
 		return fmt.Errorf("insert dedupe state: %w", err)
 	}
 	return nil
@@ -396,17 +388,13 @@ func (s *store) insertSketchDeltas(ctx context.Context, rows []sketchRow, now ti
 	if err := encodeSketchRows(rows); err != nil {
 		return err
 	}
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)")
-	if err != nil {
-		return fmt.Errorf("prepare sketch delta insert: %w", err)
+	b := &s.blocks.sketches
+	b.Lock()
+	defer b.Unlock()
+	for i := range rows {
+		b.add(&rows[i], now)
 	}
-	defer b.Abort()
-	for _, r := range rows {
-		if err := b.Append(uint16(r.partition), r.epoch, r.end, r.key.item, dayOf(r.key), r.blob, r.viewers, now); err != nil {
-			return fmt.Errorf("append sketch delta of %s: %w", r.key.item, err)
-		}
-	}
-	if err := b.Send(); err != nil {
+	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)", b.columns()...); err != nil {
 		return fmt.Errorf("insert sketch deltas: %w", err)
 	}
 	return nil
@@ -459,23 +447,13 @@ func (s *store) writeDeltas(ctx context.Context, parts []*partition, now time.Ti
 // writeDeltasInto is writeDeltas into table; tests write into view_deltas itself to stand for a
 // ClickHouse server committing a statement whose fence check ran just before a claim.
 func (s *store) writeDeltasInto(ctx context.Context, table string, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+table+" (partition, end_offset, watermark, item_id, second, views, epoch, rolled_up_to)")
-	if err != nil {
-		return fmt.Errorf("prepare deltas insert: %w", err)
-	}
-	defer b.Abort()
+	b := &s.blocks.deltas
+	b.Lock()
+	defer b.Unlock()
 	for _, p := range parts {
-		wm := time.UnixMilli(p.win.Watermark()).UTC()
-		if err := b.Append(uint16(p.id), p.next, wm, "", now, uint64(0), p.epoch, p.rolled); err != nil {
-			return fmt.Errorf("append checkpoint of partition %d: %w", p.id, err)
-		}
-		for k, n := range p.deltas {
-			if err := b.Append(uint16(p.id), p.next, wm, k.item, time.Unix(k.second, 0).UTC(), n, p.epoch, p.rolled); err != nil {
-				return fmt.Errorf("append deltas of partition %d: %w", p.id, err)
-			}
-		}
+		b.add(p, now)
 	}
-	if err := b.Send(); err != nil {
+	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO "+table+" (partition, end_offset, watermark, item_id, second, views, epoch, rolled_up_to)", b.columns()...); err != nil {
 		return fmt.Errorf("insert deltas: %w", err)
 	}
 	return nil

@@ -170,3 +170,87 @@ func TestInsertColumnsLearnedOnce(t *testing.T) {
 		t.Errorf("got %v DESCRIBE statements; want 2 (once more after the failed batch)", got)
 	}
 }
+
+// Rows gathered column by column land as the same rows appended one by one, batch after batch
+// through the same columns; columns of unequal lengths are refused and leave the columns empty.
+func TestSendColumnsStoresWhatRowsWould(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ch, err := chembed.Start(chembed.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: logger, Pipeline: chembed.User{Password: adminPassword}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close(context.Background())
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: ch.Addr(), Database: "gathered_test", Password: adminPassword})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const cols = "(batch UInt16, n Int64, item String, second DateTime('UTC'), ms DateTime64(3, 'UTC'), us DateTime64(6, 'UTC'))"
+	for _, table := range []string{"by_rows", "by_columns"} {
+		if err := conn.Exec(ctx, "CREATE TABLE "+table+" "+cols+" ENGINE = MergeTree ORDER BY (batch, n)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		batch  chclient.Column[uint16]
+		n      chclient.Column[int64]
+		item   chclient.Column[string]
+		second chclient.Column[int64]
+		ms, us chclient.Column[time.Time]
+	)
+	all := []chclient.Gathered{&batch, &n, &item, &second, &ms, &us}
+	at := time.Date(2026, 12, 5, 22, 50, 1, 123456789, time.UTC)
+	for b, rows := range []int{3, 1000, 0, 7} {
+		rb, err := conn.PrepareBatch(ctx, "INSERT INTO by_rows (batch, n, item, second, ms, us)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range rows {
+			when := at.Add(time.Duration(b*rows+i) * 1001 * time.Microsecond)
+			id := strings.Repeat("x", i%13) + "é" + string(rune('a'+i%26))
+			if err := rb.Append(uint16(b), int64(-i), id, when, when, when); err != nil {
+				t.Fatal(err)
+			}
+			batch.Add(uint16(b))
+			n.Add(int64(-i))
+			item.Add(id)
+			second.Add(when.Unix())
+			ms.Add(when)
+			us.Add(when)
+		}
+		if err := rb.Send(); err != nil {
+			t.Fatal(err)
+		}
+		if err := chclient.SendColumns(ctx, conn, "INSERT INTO by_columns (batch, n, item, second, ms, us)", all...); err != nil {
+			t.Fatalf("batch %d of %d rows: %v", b, rows, err)
+		}
+		for i, c := range all {
+			if c.Len() != 0 {
+				t.Fatalf("batch %d: column %d holds %d rows after its send; want 0", b, i, c.Len())
+			}
+		}
+	}
+	var diff, total uint64
+	q := "SELECT count() FROM ((SELECT * FROM by_rows EXCEPT SELECT * FROM by_columns) UNION ALL (SELECT * FROM by_columns EXCEPT SELECT * FROM by_rows))"
+	if err := conn.QueryRow(ctx, q).Scan(&diff); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT count() FROM by_columns").Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if diff != 0 || total != 1010 {
+		t.Errorf("got %d rows gathered by columns, %d differing from the rows appended one by one; want 1010, 0", total, diff)
+	}
+
+	batch.Add(1)
+	n.Add(1)
+	err = chclient.SendColumns(ctx, conn, "INSERT INTO by_columns (batch, n, item, second, ms, us)", all...)
+	if err == nil || !strings.Contains(err.Error(), "column 2 holds 0 rows; column 0 holds 1") {
+		t.Errorf("got %v for columns of unequal lengths; want them refused", err)
+	}
+	if batch.Len() != 0 || n.Len() != 0 {
+		t.Errorf("got %d and %d rows left after a refused send; want 0", batch.Len(), n.Len())
+	}
+}
