@@ -1,15 +1,18 @@
 package views
 
 import (
+	"context"
 	"sync"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // blocks hold the columns of the INSERTs whose rows grow with the items a batch touches (about
-// one row per view at a million items), kept from one flush to the next (chclient.Column). Each
-// has its own lock: the flush writes deltas, batch items, dedupe state and rollups under the
+// one row per view at a million items), kept from one flush to the next (chclient.Column), each
+// beside the statement that names its columns in the same order (send). Each has its own lock: the flush writes deltas, batch items, dedupe state and rollups under the
 // engine's lock, the sketch deltas beside the consume loop, and a test may write as a zombie
 // beside a flush.
 type blocks struct {
@@ -54,8 +57,10 @@ func (b *deltaBlock) add(p *partition, now time.Time) {
 	}
 }
 
-func (b *deltaBlock) columns() []chclient.Gathered {
-	return []chclient.Gathered{&b.partition, &b.end, &b.watermark, &b.item, &b.second, &b.views, &b.epoch, &b.rolled}
+// send inserts the gathered rows into table (view_deltas_claimed; tests name view_deltas).
+func (b *deltaBlock) send(ctx context.Context, conn driver.Conn, table string) error {
+	return chclient.SendColumns(ctx, conn, "INSERT INTO "+table+" (partition, end_offset, watermark, item_id, second, views, epoch, rolled_up_to)",
+		&b.partition, &b.end, &b.watermark, &b.item, &b.second, &b.views, &b.epoch, &b.rolled)
 }
 
 type itemBlock struct {
@@ -87,8 +92,9 @@ func (b *itemBlock) add(p *partition, now time.Time) {
 	}
 }
 
-func (b *itemBlock) columns() []chclient.Gathered {
-	return []chclient.Gathered{&b.partition, &b.end, &b.epoch, &b.item, &b.written}
+func (b *itemBlock) send(ctx context.Context, conn driver.Conn) error {
+	return chclient.SendColumns(ctx, conn, "INSERT INTO batch_items (partition, end_offset, epoch, item_id, written_at)",
+		&b.partition, &b.end, &b.epoch, &b.item, &b.written)
 }
 
 type dedupeBlock struct {
@@ -108,8 +114,9 @@ func (b *dedupeBlock) add(p *partition) {
 	}
 }
 
-func (b *dedupeBlock) columns() []chclient.Gathered {
-	return []chclient.Gathered{&b.partition, &b.end, &b.pair, &b.last}
+func (b *dedupeBlock) send(ctx context.Context, conn driver.Conn) error {
+	return chclient.SendColumns(ctx, conn, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)",
+		&b.partition, &b.end, &b.pair, &b.last)
 }
 
 type rollupBlock struct {
@@ -131,8 +138,9 @@ func (b *rollupBlock) add(p *partition) {
 	}
 }
 
-func (b *rollupBlock) columns() []chclient.Gathered {
-	return []chclient.Gathered{&b.partition, &b.epoch, &b.item, &b.second, &b.views}
+func (b *rollupBlock) send(ctx context.Context, conn driver.Conn) error {
+	return chclient.SendColumns(ctx, conn, "INSERT INTO view_rollup_claimed (partition, epoch, item_id, second, views)",
+		&b.partition, &b.epoch, &b.item, &b.second, &b.views)
 }
 
 type sketchBlock struct {
@@ -158,6 +166,7 @@ func (b *sketchBlock) add(r *sketchRow, now time.Time) {
 	b.written.Add(now)
 }
 
-func (b *sketchBlock) columns() []chclient.Gathered {
-	return []chclient.Gathered{&b.partition, &b.epoch, &b.end, &b.item, &b.day, &b.blob, &b.viewers, &b.written}
+func (b *sketchBlock) send(ctx context.Context, conn driver.Conn) error {
+	return chclient.SendColumns(ctx, conn, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)",
+		&b.partition, &b.epoch, &b.end, &b.item, &b.day, &b.blob, &b.viewers, &b.written)
 }

@@ -23,7 +23,7 @@ func (s *store) writeBatchItems(ctx context.Context, parts []*partition, now tim
 	for _, p := range parts {
 		b.add(p, now)
 	}
-	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO batch_items (partition, end_offset, epoch, item_id, written_at)", b.columns()...); err != nil {
+	if err := b.send(ctx, s.conn); err != nil {
 		return fmt.Errorf("insert batch items: %w", err)
 	}
 	return nil

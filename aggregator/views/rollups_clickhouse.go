@@ -60,7 +60,7 @@ func (s *store) writeRollups(ctx context.Context, parts []*partition) error {
 	for _, p := range parts {
 		b.add(p)
 	}
-	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO view_rollup_claimed (partition, epoch, item_id, second, views)", b.columns()...); err != nil {
+	if err := b.send(ctx, s.conn); err != nil {
 		return fmt.Errorf("insert rollups: %w", err)
 	}
 	return nil

@@ -162,7 +162,7 @@ func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
 	for _, p := range parts {
 		b.add(p)
 	}
-	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)", b.columns()...); err != nil {
+	if err := b.send(ctx, s.conn); err != nil {
 		return fmt.Errorf("insert dedupe state: %w", err)
 	}
 	return nil
@@ -394,7 +394,7 @@ func (s *store) insertSketchDeltas(ctx context.Context, rows []sketchRow, now ti
 	for i := range rows {
 		b.add(&rows[i], now)
 	}
-	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO unique_viewer_deltas_claimed (partition, epoch, end_offset, item_id, day, sketch, viewers, written_at)", b.columns()...); err != nil {
+	if err := b.send(ctx, s.conn); err != nil {
 		return fmt.Errorf("insert sketch deltas: %w", err)
 	}
 	return nil
@@ -453,7 +453,7 @@ func (s *store) writeDeltasInto(ctx context.Context, table string, parts []*part
 	for _, p := range parts {
 		b.add(p, now)
 	}
-	if err := chclient.SendColumns(ctx, s.conn, "INSERT INTO "+table+" (partition, end_offset, watermark, item_id, second, views, epoch, rolled_up_to)", b.columns()...); err != nil {
+	if err := b.send(ctx, s.conn, table); err != nil {
 		return fmt.Errorf("insert deltas: %w", err)
 	}
 	return nil

@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tallypipeline/tally/devstack/chembed"
@@ -176,17 +178,7 @@ func TestInsertColumnsLearnedOnce(t *testing.T) {
 func TestSendColumnsStoresWhatRowsWould(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ch, err := chembed.Start(chembed.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: logger, Pipeline: chembed.User{Password: adminPassword}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close(context.Background())
-	conn, err := chclient.Open(ctx, chclient.Options{Addr: ch.Addr(), Database: "gathered_test", Password: adminPassword})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := openEngine(t, "gathered_test")
 	const cols = "(batch UInt16, n Int64, item String, second DateTime('UTC'), ms DateTime64(3, 'UTC'), us DateTime64(6, 'UTC'))"
 	for _, table := range []string{"by_rows", "by_columns"} {
 		if err := conn.Exec(ctx, "CREATE TABLE "+table+" "+cols+" ENGINE = MergeTree ORDER BY (batch, n)"); err != nil {
@@ -246,11 +238,94 @@ func TestSendColumnsStoresWhatRowsWould(t *testing.T) {
 
 	batch.Add(1)
 	n.Add(1)
-	err = chclient.SendColumns(ctx, conn, "INSERT INTO by_columns (batch, n, item, second, ms, us)", all...)
+	err := chclient.SendColumns(ctx, conn, "INSERT INTO by_columns (batch, n, item, second, ms, us)", all...)
 	if err == nil || !strings.Contains(err.Error(), "column 2 holds 0 rows; column 0 holds 1") {
 		t.Errorf("got %v for columns of unequal lengths; want them refused", err)
 	}
 	if batch.Len() != 0 || n.Len() != 0 {
 		t.Errorf("got %d and %d rows left after a refused send; want 0", batch.Len(), n.Len())
 	}
+}
+
+// BenchmarkBatchOfDeltas builds a batch of 100,000 rows of view_deltas' shape, row by row
+// (driver.Batch.Append) and column by column (Column, SendColumns' Append), without sending it:
+// the client's share of a flush's largest INSERT.
+func BenchmarkBatchOfDeltas(b *testing.B) {
+	ctx := context.Background()
+	conn := openEngine(b, "bench")
+	if err := conn.Exec(ctx, "CREATE TABLE d (partition UInt16, end_offset Int64, watermark DateTime64(3, 'UTC'), item_id String, second DateTime('UTC'), views UInt64, epoch UInt64) ENGINE = Null"); err != nil {
+		b.Fatal(err)
+	}
+	const rows, insert = 100_000, "INSERT INTO d (partition, end_offset, watermark, item_id, second, views, epoch)"
+	items := make([]string, rows)
+	for i := range items {
+		items[i] = "item-" + strconv.Itoa(i)
+	}
+	wm := time.Now().UTC()
+	b.Run("rows", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			batch, err := conn.PrepareBatch(ctx, insert)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i, it := range items {
+				if err := batch.Append(uint16(3), int64(1000), wm, it, time.Unix(int64(i), 0).UTC(), uint64(1), uint64(2)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			_ = batch.Abort()
+		}
+	})
+	b.Run("columns", func(b *testing.B) {
+		b.ReportAllocs()
+		var (
+			part      chclient.Column[uint16]
+			end, sec  chclient.Column[int64]
+			marks     chclient.Column[time.Time]
+			item      chclient.Column[string]
+			views, ep chclient.Column[uint64]
+		)
+		cols := []chclient.Gathered{&part, &end, &marks, &item, &sec, &views, &ep}
+		for b.Loop() {
+			batch, err := conn.PrepareBatch(ctx, insert)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i, it := range items {
+				part.Add(3)
+				end.Add(1000)
+				marks.Add(wm)
+				item.Add(it)
+				sec.Add(int64(i))
+				views.Add(1)
+				ep.Add(2)
+			}
+			for i, c := range cols {
+				if err := batch.Column(i).Append(c.Values()); err != nil {
+					b.Fatal(err)
+				}
+				c.Reset()
+			}
+			_ = batch.Abort()
+		}
+	})
+}
+
+// openEngine starts the real engine for tb and returns a client of database db in it; both end
+// with tb.
+func openEngine(tb testing.TB, db string) driver.Conn {
+	tb.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ch, err := chembed.Start(chembed.Config{DataDir: tb.TempDir(), Addr: "127.0.0.1:0", Logger: logger, Pipeline: chembed.User{Password: adminPassword}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ch.Close(context.Background()) })
+	conn, err := chclient.Open(context.Background(), chclient.Options{Addr: ch.Addr(), Database: db, Password: adminPassword})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return conn
 }

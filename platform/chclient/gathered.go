@@ -46,12 +46,13 @@ func SendColumns(ctx context.Context, conn driver.Conn, insert string, cols ...G
 			c.Reset()
 		}
 	}()
-	rows := 0
-	for i, c := range cols {
-		if i == 0 {
-			rows = c.Len()
-		} else if c.Len() != rows {
-			return fmt.Errorf("%s: column %d holds %d rows; column 0 holds %d", insert, i, c.Len(), rows)
+	if len(cols) == 0 {
+		return nil
+	}
+	rows := cols[0].Len()
+	for i, c := range cols[1:] {
+		if c.Len() != rows {
+			return fmt.Errorf("%s: column %d holds %d rows; column 0 holds %d", insert, i+1, c.Len(), rows)
 		}
 	}
 	if rows == 0 {
