@@ -29,6 +29,8 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 	ctx := context.Background()
 	// Likes answer 503 until the applier has marked Redis as built from the log.
 	testinfra.WaitHTTP(t, 30*time.Second, api+"/v1/users/u1/likes?ids=a")
+	// Counts answer from Redis once the view totals are marked whole; this test measures that.
+	r.WaitViewTotals(t)
 
 	t.Run("views+reads", func(t *testing.T) {
 		rep := runLoad(t, ctx, "--url", api, "--brokers", brokers, "--scenario", "views+reads",

@@ -7,14 +7,18 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tallypipeline/tally/allinone"
+	"github.com/tallypipeline/tally/collector/read"
 	"github.com/tallypipeline/tally/platform/buildinfo"
 	"github.com/tallypipeline/tally/platform/cli"
 	"github.com/tallypipeline/tally/platform/config"
 	"github.com/tallypipeline/tally/platform/lifecycle"
+	"github.com/tallypipeline/tally/platform/redisclient"
+	"github.com/tallypipeline/tally/platform/totals"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
@@ -50,15 +54,48 @@ func Start(t testing.TB, flags ...string) *Running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Warnings and errors are kept and shown if the test fails: a flaky failure in CI is
+	// otherwise a status code with no cause.
+	logs := &warnLog{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runner := lifecycle.NewRunner(logger)
 	env := cli.Env{Config: &cfg, Logger: logger, Registry: cli.NewRegistry(buildinfo.Read()), Runner: runner, Now: time.Now}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Running{Config: &cfg, Settings: &settings, API: "http://" + addrs[2], cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- runner.Run(ctx, 20*time.Second, allinone.AllInOne(env, &settings, io.Discard)...) }()
-	t.Cleanup(func() { _ = r.Stop() })
+	t.Cleanup(func() {
+		_ = r.Stop()
+		if t.Failed() {
+			t.Logf("the all-in-one's warnings and errors:\n%s", logs.String())
+		}
+	})
 	testinfra.WaitHTTP(t, 60*time.Second, r.API+"/readyz")
 	return r
+}
+
+// WaitViewTotals waits until the aggregator has marked the view totals in Redis whole: until
+// then (its first check slot, half a sketch interval after start) the collector reads counts
+// from ClickHouse, one engine shared with the flushes, within a bound that a slow host may
+// exceed. Tests of the steady state's reads wait for it.
+func (r *Running) WaitViewTotals(t testing.TB) {
+	t.Helper()
+	rdb, err := redisclient.New(r.Config.Redis.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	tot := totals.New(rdb, read.TotalsName)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready, err := tot.Ready(context.Background())
+		if ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("view totals in redis not ready after 30s (last error: %v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Stop shuts the pipeline down and returns the shutdown's error; later calls return nil.
@@ -74,4 +111,29 @@ func (r *Running) Stop() error {
 	case <-time.After(30 * time.Second):
 		return context.DeadlineExceeded
 	}
+}
+
+// warnLog keeps the last maxWarnLog bytes of the all-in-one's warnings; the handler writes one
+// record a call, from any goroutine.
+type warnLog struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const maxWarnLog = 64 << 10
+
+func (w *warnLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - maxWarnLog; over > 0 {
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *warnLog) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }
