@@ -27,6 +27,13 @@ const (
 	// query allowed in between, every statement of the flush would wait for
 	// one, and counting would stall for several outside queries' time.
 	pipelineQuiet = 200 * time.Millisecond
+	// catchUpQuiet replaces pipelineQuiet after an outside query made a
+	// pipeline call wait. The pipeline then has a backlog: the rest of the
+	// flush that waited, its periodic writes and the batch consumed
+	// meanwhile, whose statements are separated by Redis and Kafka work that
+	// on a loaded host takes longer than pipelineQuiet. Let in at such a gap,
+	// a second outside query would stall the same backlog again.
+	catchUpQuiet = time.Second
 	// outsideEvery bounds how long a busy pipeline keeps outside queries
 	// out: an outside caller that has waited this long goes next, ahead of
 	// the pipeline, once per outsideEvery. The pipeline then waits for at
@@ -37,13 +44,15 @@ const (
 // gate hands the engine to one caller at a time (it runs one query at a
 // time whatever we do) and decides who is next: outside queries delay a run
 // of pipeline calls by at most one outside query (bounded by
-// max_execution_time), never by a queue of them nor one per statement.
+// max_execution_time), never by a queue of them, one per statement, nor a
+// second one while the pipeline catches up on what the first held back.
 type gate struct {
 	mu           sync.Mutex
 	busy         bool
 	held         priority    // who holds the engine while busy
 	lastPipeline time.Time   // when a pipeline call last gave it up
 	lastOutside  time.Time   // when an outside call last gave it up
+	stalled      bool        // a pipeline call waited behind an outside one since an outside one last started
 	waiting      [2][]waiter // by priority, oldest first
 	timer        *time.Timer // hands off to an outside waiter once the pipeline is quiet
 }
@@ -58,8 +67,12 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 	g.mu.Lock()
 	if !g.busy && (p == pipelineFirst || len(g.waiting[outsideLast]) == 0 && g.quietLeft() <= 0) {
 		g.busy, g.held = true, p
+		g.stalled = g.stalled && p == pipelineFirst
 		g.mu.Unlock()
 		return nil
+	}
+	if p == pipelineFirst && g.busy && g.held == outsideLast {
+		g.stalled = true
 	}
 	turn := make(chan struct{})
 	g.waiting[p] = append(g.waiting[p], waiter{turn, time.Now()})
@@ -95,9 +108,14 @@ func (g *gate) release() {
 }
 
 // quietLeft is how long an outside caller must still wait for the
-// pipeline to have been idle for pipelineQuiet.
+// pipeline to have been idle for pipelineQuiet, or catchUpQuiet once an
+// outside query has stalled it.
 func (g *gate) quietLeft() time.Duration {
-	return pipelineQuiet - time.Since(g.lastPipeline)
+	quiet := pipelineQuiet
+	if g.stalled {
+		quiet = catchUpQuiet
+	}
+	return quiet - time.Since(g.lastPipeline)
 }
 
 // overdue reports whether the oldest outside caller has waited
@@ -139,6 +157,9 @@ func (g *gate) handOff() {
 func (g *gate) give(p priority) {
 	q := g.waiting[p]
 	g.waiting[p], g.held = q[1:], p
+	if p == outsideLast {
+		g.stalled = false
+	}
 	close(q[0].turn)
 }
 

@@ -83,15 +83,7 @@ func TestOutsideWaitsForAQuietPipeline(t *testing.T) {
 	if err := g.acquire(context.Background(), pipelineFirst); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan time.Time, 1)
-	go func() {
-		if err := g.acquire(context.Background(), outsideLast); err != nil {
-			t.Error(err)
-		}
-		got <- time.Now()
-		g.release()
-	}()
-	waitQueued(t, &g, outsideLast, 0, "outside")
+	got := queueOutside(t, &g)
 	const statements = 5
 	for i := range statements {
 		g.release()
@@ -150,5 +142,73 @@ func TestBusyPipelineLetsAnOutsideCallerIn(t *testing.T) {
 	g.release()
 	if waited < outsideEvery*9/10 || waited > outsideEvery+time.Second {
 		t.Fatalf("outside caller got the engine after %s; want about %s", waited, outsideEvery)
+	}
+}
+
+// TestOutsideWaitsForAStalledPipelineToCatchUp: after an outside query made
+// a pipeline call wait, the next outside caller waits for the pipeline to
+// have been idle for catchUpQuiet, not pipelineQuiet; once an outside query
+// has run since, pipelineQuiet again.
+func TestOutsideWaitsForAStalledPipelineToCatchUp(t *testing.T) {
+	var g gate
+	ctx := context.Background()
+	if err := g.acquire(ctx, outsideLast); err != nil {
+		t.Fatal(err)
+	}
+	stalled := make(chan struct{})
+	go func() {
+		defer close(stalled)
+		if err := g.acquire(ctx, pipelineFirst); err != nil {
+			t.Error(err)
+			return
+		}
+		g.release()
+	}()
+	waitQueued(t, &g, pipelineFirst, 0, "pipeline")
+	next := queueOutside(t, &g)
+	g.release()
+	<-stalled
+	checkOutsideWait(t, &g, next, catchUpQuiet)
+
+	// That outside query stalled nothing: a later run of the pipeline is
+	// followed by the usual quiet time.
+	if err := g.acquire(ctx, pipelineFirst); err != nil {
+		t.Fatal(err)
+	}
+	next = queueOutside(t, &g)
+	g.release()
+	checkOutsideWait(t, &g, next, pipelineQuiet)
+}
+
+// queueOutside queues an outside caller that releases the engine at once;
+// the channel gives the time it got it.
+func queueOutside(t *testing.T, g *gate) <-chan time.Time {
+	t.Helper()
+	got := make(chan time.Time, 1)
+	go func() {
+		if err := g.acquire(context.Background(), outsideLast); err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+		g.release()
+	}()
+	waitQueued(t, g, outsideLast, 0, "outside")
+	return got
+}
+
+// checkOutsideWait checks that the outside caller got the engine about
+// quiet after the pipeline's last call.
+func checkOutsideWait(t *testing.T, g *gate, got <-chan time.Time, quiet time.Duration) {
+	t.Helper()
+	select {
+	case at := <-got:
+		g.mu.Lock()
+		wait := at.Sub(g.lastPipeline)
+		g.mu.Unlock()
+		if wait < quiet*9/10 || wait > quiet+(catchUpQuiet-pipelineQuiet)/2 {
+			t.Fatalf("outside caller got the engine %s after the pipeline's last call; want about %s", wait, quiet)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("outside caller never got the engine")
 	}
 }
