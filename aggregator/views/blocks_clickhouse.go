@@ -12,9 +12,9 @@ import (
 
 // blocks hold the columns of the INSERTs whose rows grow with the items a batch touches (about
 // one row per view at a million items), kept from one flush to the next (chclient.Column), each
-// beside the statement that names its columns in the same order (send). Each has its own lock: the flush writes deltas, batch items, dedupe state and rollups under the
-// engine's lock, the sketch deltas beside the consume loop, and a test may write as a zombie
-// beside a flush.
+// beside the statement that names its columns in the same order (send). Each has its own lock:
+// the flush writes deltas, batch items, dedupe state and rollups under the engine's lock, the
+// sketch deltas beside the consume loop, and a test may write as a zombie beside a flush.
 type blocks struct {
 	deltas   deltaBlock
 	items    itemBlock

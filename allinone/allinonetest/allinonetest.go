@@ -5,6 +5,7 @@ package allinonetest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -85,17 +86,10 @@ func (r *Running) WaitViewTotals(t testing.TB) {
 	}
 	defer rdb.Close()
 	tot := totals.New(rdb, read.TotalsName)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testinfra.WaitFor(t, 30*time.Second, "view totals in redis marked ready", func() (bool, string) {
 		ready, err := tot.Ready(context.Background())
-		if ready {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("view totals in redis not ready after 30s (last error: %v)", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ready, fmt.Sprintf("ready %v, err %v", ready, err)
+	})
 }
 
 // Stop shuts the pipeline down and returns the shutdown's error; later calls return nil.

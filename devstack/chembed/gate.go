@@ -52,7 +52,7 @@ type gate struct {
 	held         priority    // who holds the engine while busy
 	lastPipeline time.Time   // when a pipeline call last gave it up
 	lastOutside  time.Time   // when an outside call last gave it up
-	stalled      bool        // a pipeline call waited behind an outside one since an outside one last started
+	stalled      bool        // the last outside call to give the engine up left pipeline calls waiting
 	waiting      [2][]waiter // by priority, oldest first
 	timer        *time.Timer // hands off to an outside waiter once the pipeline is quiet
 }
@@ -67,12 +67,8 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 	g.mu.Lock()
 	if !g.busy && (p == pipelineFirst || len(g.waiting[outsideLast]) == 0 && g.quietLeft() <= 0) {
 		g.busy, g.held = true, p
-		g.stalled = g.stalled && p == pipelineFirst
 		g.mu.Unlock()
 		return nil
-	}
-	if p == pipelineFirst && g.busy && g.held == outsideLast {
-		g.stalled = true
 	}
 	turn := make(chan struct{})
 	g.waiting[p] = append(g.waiting[p], waiter{turn, time.Now()})
@@ -103,6 +99,7 @@ func (g *gate) release() {
 		g.lastPipeline = time.Now()
 	} else {
 		g.lastOutside = time.Now()
+		g.stalled = len(g.waiting[pipelineFirst]) > 0
 	}
 	g.handOff()
 }
@@ -157,9 +154,6 @@ func (g *gate) handOff() {
 func (g *gate) give(p priority) {
 	q := g.waiting[p]
 	g.waiting[p], g.held = q[1:], p
-	if p == outsideLast {
-		g.stalled = false
-	}
 	close(q[0].turn)
 }
 
