@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +117,9 @@ func (p *prober) probe(ctx context.Context, id string) {
 	for {
 		n, err := p.read(ctx, id, posted)
 		switch {
+		case client.IsStatus(err, http.StatusServiceUnavailable):
+			// Over capacity or not ready yet: the server asks to be asked again, and a client
+			// would; the wait counts in the visibility, and one past the deadline as not visible.
 		case err != nil:
 			p.errs.add(ctx, "probe GET count", err)
 			return
