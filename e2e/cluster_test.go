@@ -184,7 +184,7 @@ func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*
 	}
 	waitRebuiltAfterFlush(t, ctx, redisFlags)
 	verifyExact(t, ctx, c.kc, c.ch, c.api)
-	waitCountersExact(t, ctx, cc, *wantAdds)
+	waitCountersExact(t, ctx, cc, *wantAdds, func() string { return explainCounters(ctx, c.kc, c.ch) })
 	verifyLikes(t, ctx, c.kc, c.apis[0], likes)
 	verifyClicks(t, ctx, c.kc, c.ch)
 }

@@ -51,7 +51,7 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitCountersExact(t, ctx, c, *want)
+	waitCountersExact(t, ctx, c, *want, nil)
 	recountAgrees(t, bins.batchjob, dir)
 	// Distinct members through the log, each sent twice: counted once each.
 	for i := range 30 {
@@ -163,24 +163,34 @@ func sendCounterAdds(ctx context.Context, c *client.Client, n int, sent *atomic.
 	return want, nil
 }
 
-// waitCountersExact waits until every eventual counter of meters reads want.
-func waitCountersExact(t *testing.T, ctx context.Context, c *client.Client, want map[string]int64) {
+// waitCountersExact waits until every eventual counter of meters reads want. When they do not,
+// and explain is set, the failure says where the adds went (explainCounters).
+func waitCountersExact(t *testing.T, ctx context.Context, c *client.Client, want map[string]int64, explain func() string) {
 	t.Helper()
 	names := make([]string, counterNames)
 	for i := range names {
 		names[i] = fmt.Sprintf("c%d", i)
 	}
-	testinfra.WaitFor(t, time.Minute, "every add counted once", func() (bool, string) {
+	var why string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		got, err := c.GetCounts(ctx, "meters", names...)
 		if err != nil {
-			return false, err.Error()
+			why = err.Error()
+			continue
 		}
 		ok := len(got) == counterNames
 		for _, g := range got {
 			ok = ok && g.Count == want[g.Name]
 		}
-		return ok, fmt.Sprintf("got %v; want %v", got, want)
-	})
+		if ok {
+			return
+		}
+		why = fmt.Sprintf("got %v; want %v", got, want)
+	}
+	if explain != nil {
+		why += "\n" + explain()
+	}
+	t.Fatalf("every add counted once: not reached within 1m0s: %s", why)
 }
 
 // TestCountersExactThroughAggregatorKills sends the same adds to separate processes (the
@@ -225,7 +235,7 @@ func TestCountersExactThroughAggregatorKills(t *testing.T) {
 	if aggKills < 3 || infraKills < 1 {
 		t.Fatalf("got %d aggregator kills, %d infrastructure kills; want at least 3 and 1", aggKills, infraKills)
 	}
-	waitCountersExact(t, ctx, c, *want)
+	waitCountersExact(t, ctx, c, *want, nil)
 }
 
 // addExact sends add i to an accurate counter, every tenth three times, and checks that each

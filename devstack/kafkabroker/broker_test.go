@@ -2,6 +2,7 @@ package kafkabroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -246,4 +247,54 @@ func hasConfig(cs []kadm.Config, key, value string) bool {
 		}
 	}
 	return false
+}
+
+// TestLeaderMoveWithNothingNewRewindsConsumers keeps kfake's answer to OffsetForLeaderEpoch
+// after a leader election that no record followed (docs/SCALING.md): for the epoch a consumer
+// read at, it answers "unknown epoch" where a real broker answers that epoch's end offset, and
+// franz-go then resets the cursor as after lost data (ConsumeResetOffset, the start here) and
+// reports ErrDataLoss. The pipeline's consumers skip what they already counted; this fails
+// once kfake answers as a real broker does, and the docs' note can go.
+func TestLeaderMoveWithNothingNewRewindsConsumers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, prod := startThree(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := kafka.EnsureTopics(ctx, prod, 1, "t"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := range n {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte(fmt.Sprint(i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := kgo.NewClient(append(kafka.ClientOptions(k.Addrs(), "test", logger, nil),
+		kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	read := 0
+	for read < n {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d records; want %d", read, n)
+		}
+		read += fs.NumRecords()
+	}
+	k.MoveLeaders()
+	var again int
+	var loss *kgo.ErrDataLoss
+	for again < n {
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("after the leader move: got %d records read again, data loss reported: %v; want all %d read again (kfake answers as a real broker now?)", again, loss != nil, n)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { errors.As(err, &loss) })
+		again += fs.NumRecords()
+	}
+	if loss == nil || loss.ResetTo != 0 || loss.ConsumedTo != n {
+		t.Errorf("got data loss %+v; want consumed to %d, reset to 0", loss, n)
+	}
 }
