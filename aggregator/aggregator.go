@@ -276,7 +276,6 @@ func setRetention(ctx context.Context, conn driver.Conn, c *aggregatorconf.Setti
 		{"view_deltas", "second", days(c.TTLSeconds)},
 		{"views_by_minute", "minute", days(c.TTLMinutes)},
 		{"views_by_hour", "hour", days(c.TTLDays)},
-		{"views_by_day", "day", days(c.TTLDays)},
 		{"unique_viewers_by_hour", "hour", days(c.TTLDays)},
 		{"unique_viewers_by_hour.minutes", "hour", days(c.TTLMinutes)}, // an hour's minutes, as long as the minutes' views
 		{"click_deltas", "minute", days(c.TTLMinutes)},

@@ -57,7 +57,7 @@ func (*Settings) Settings() []config.Setting {
 		{Key: "aggregator.max_batch", Default: 200000, Help: "records per partition batch before an early flush"},
 		{Key: "aggregator.ttl_seconds", Default: 7 * day, Help: "retention of per-second totals"},
 		{Key: "aggregator.ttl_minutes", Default: 90 * day, Help: "retention of per-minute totals and unique-viewer sketches"},
-		{Key: "aggregator.ttl_days", Default: 730 * day, Help: "retention of per-hour and per-day totals"},
+		{Key: "aggregator.ttl_days", Default: 730 * day, Help: "retention of per-hour totals (views, unique viewers, clicks); per-day view totals are kept as long as the all-time ones"},
 		{Key: "aggregator.publish_counted", Default: true, Help: "publish each durable batch's deduplicated counts to the counted topic, topk's input"},
 	}
 }

@@ -21,20 +21,19 @@ type rollup struct {
 	width  int64  // bucket width in seconds
 }
 
-// rollups lists the tables derived from view_deltas. views_total (a view) sums
-// views_total_by_day, which keeps every day.
+// rollups lists the tables derived from view_deltas. views_total_by_day keeps every day;
+// views_total and views_by_day are views of it.
 func rollups() []rollup {
 	return []rollup{
 		{"views_by_minute", "minute", "toStartOfMinute(second)", 60},
 		{"views_by_hour", "hour", "toStartOfHour(second)", 3600},
-		{"views_by_day", "day", "toDate(second)", 86400},
 		{"views_total_by_day", "day", "toDate(second)", 86400},
 	}
 }
 
 // writeRollups adds the batches of parts to every rollup in one INSERT into view_rollup_claimed,
 // which passes the rows of partitions not claimed since under a newer epoch on to
-// view_rollup_input, whose materialized views fill the four tables. One statement keeps the
+// view_rollup_input, whose materialized views fill the three tables. One statement keeps the
 // tables from being written apart by anything but a server crash inside it, and a batch whose
 // rollups a crash left incomplete is found through its marker (rolled_up_to) and repaired. The
 // claim is checked by the statement itself because a writer can stall between any check of its

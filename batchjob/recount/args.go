@@ -17,8 +17,8 @@ with the streaming dedupe rule (views.dedupe_window, views.dedupe_grace, reading
 batchjob.views_lookback before the day), compares each item with the streaming total in
 ClickHouse (views_total_by_day) and writes a new version of the report (view_recount_runs and
 view_recount_diffs). While view_deltas still holds the day (its TTL, aggregator.ttl_seconds), it also
-compares every rollup bucket of the day (views_by_minute, views_by_hour, views_by_day,
-views_total_by_day) with the deltas in it; a bucket that differs is a row of
+compares every rollup bucket of the day (views_by_minute, views_by_hour, views_total_by_day;
+views_by_day is a view of the last) with the deltas in it; a bucket that differs is a row of
 view_recount_diffs with item_id "table/bucket/item", files = the deltas, clickhouse = the
 rollup. Run it once the day's late events are in (collector.late_bound after the day) and one
 copy at a time.

@@ -7,7 +7,7 @@
 //
 // It also checks the stream's own tables against each other: while view_deltas still holds the
 // day whole (the table's TTL, which the aggregator sets from aggregator.ttl_seconds), every bucket of the day in each rollup (views_by_minute,
-// views_by_hour, views_by_day, views_total_by_day) must equal the deltas in it. A bucket that
+// views_by_hour, views_total_by_day; views_by_day is a view of the last) must equal the deltas in it. A bucket that
 // does not (a repair refused or wrong, deltas lost after their rollups were written) is a
 // difference of the report too: a row of view_recount_diffs whose item_id is
 // "table/bucket/item" (no item id holds a '/'), with the deltas' sum as files and the rollup's
@@ -89,7 +89,7 @@ type RollupDiff struct {
 // reportID is the diff row's item_id: table, bucket and item, '/' apart.
 func (d RollupDiff) reportID() string {
 	b := d.Bucket.UTC().Format(time.DateTime)
-	if d.Table == "views_by_day" || d.Table == "views_total_by_day" {
+	if d.Table == "views_total_by_day" {
 		b = d.Bucket.UTC().Format(time.DateOnly)
 	}
 	return d.Table + "/" + b + "/" + d.ItemID
@@ -235,7 +235,6 @@ type rollup struct {
 var rollupTables = []rollup{
 	{"views_by_minute", "minute", "toStartOfMinute(second)"},
 	{"views_by_hour", "hour", "toStartOfHour(second)"},
-	{"views_by_day", "day", "toDate(second)"},
 	{"views_total_by_day", "day", "toDate(second)"},
 }
 

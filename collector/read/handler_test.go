@@ -68,7 +68,6 @@ func addViews(t *testing.T, conn driver.Conn, item string, ts time.Time, n uint6
 		"INSERT INTO view_deltas (partition, end_offset, watermark, item_id, second, views) VALUES (0, 1, now64(), ?, ?, ?)",
 		"INSERT INTO views_by_minute (item_id, minute, views) VALUES (?, toStartOfMinute(toDateTime(?)), ?)",
 		"INSERT INTO views_by_hour (item_id, hour, views) VALUES (?, toStartOfHour(toDateTime(?)), ?)",
-		"INSERT INTO views_by_day (item_id, day, views) VALUES (?, toDate(toDateTime(?)), ?)",
 		"INSERT INTO views_total_by_day (item_id, day, views) VALUES (?, toDate(toDateTime(?)), ?)",
 	} {
 		if err := conn.Exec(context.Background(), q, item, ts.UTC(), n); err != nil {

@@ -112,6 +112,8 @@ func TestObjectsAreWhatTheMigrationsLeave(t *testing.T) {
 		{"views_by_second", true, "VIEW"},
 		{"views_total", true, "VIEW"}, // a table until 004, a view since
 		{"views_total_by_day", true, "TABLE"},
+		{"views_by_day", true, "VIEW"}, // a table until 024, a view since
+		{"views_by_day_rollup", false, ""},
 		{"unique_viewers", true, "TABLE"},
 		{"likes", true, "TABLE"},
 		{"like_totals", true, "VIEW"},
