@@ -218,6 +218,12 @@ func (a *Aggregator) load(ctx context.Context, id int32, c fence.Claim, f fence.
 	}
 	p.folded = cp.folded
 	p.startFold(cp.sketched, unfolded, a.foldRounds())
+	if len(unfolded) > 0 {
+		p.inherited = make(map[sketchKey]bool, len(unfolded))
+		for _, k := range unfolded {
+			p.inherited[k] = true
+		}
+	}
 	p.fence = f.With(c)
 	return p, nil
 }
@@ -706,7 +712,7 @@ func (a *Aggregator) foldSketches(ctx context.Context, now time.Time) error {
 			return err
 		}
 		for _, p := range done {
-			p.folded = p.foldFrom
+			p.folded, p.inherited = p.foldFrom, nil
 		}
 	}
 	a.m.foldSeconds.Observe(time.Since(t0).Seconds())

@@ -486,6 +486,59 @@ func TestSketchDeltasAreFoldedByTheNextOwner(t *testing.T) {
 	}
 }
 
+// A sketch new to memory loads the stored deltas of the keys an earlier owner left unfolded
+// alone (partition.inherited); this owner's own deltas keep their sketch in memory until its
+// fold, and the fold's whole sketch holds them. So a sketch folded, evicted while idle and seen
+// again starts from the whole sketch: its next delta's estimate counts every viewer, old and
+// new, with the deltas of the first viewers still in unique_viewer_deltas and not asked for.
+func TestSketchEvictedAfterItsFoldComesBackWhole(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_sketch_evicted_test")
+	clock := testinfra.RecentNoon()
+	const part = int32(44)
+	const item = "evicted-item"
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		FoldInterval: 2 * time.Second, MaxBatch: 1000, SketchIdle: time.Second}
+	a := New(cfg, conn, func() time.Time { return clock }, infra.Logger, prometheus.NewRegistry())
+	if _, err := assignViews(a, ctx, []int32{part}); err != nil {
+		t.Fatal(err)
+	}
+	p := heldPart(a, part)
+	if p.inherited != nil {
+		t.Fatalf("got %d inherited keys on a fresh partition; want none", len(p.inherited))
+	}
+	// Each interval another item takes a view, so that sketch writes (which evict) go on.
+	next := 0
+	interval := func() {
+		t.Helper()
+		processAt(a, part, []int64{int64(next)}, [][]byte{view("other-item", fmt.Sprint(next), clock.UnixMilli())})
+		next++
+		clock = clock.Add(cfg.SketchInterval)
+		if _, err := flushViews(a, ctx); err != nil {
+			t.Fatal(err)
+		}
+		settle(t, a)
+	}
+	views := func(n int) {
+		processViews(a, part, item, next, n, clock)
+		next += n
+	}
+	views(50)
+	for range 4 { // the delta, its fold, and idle past SketchIdle
+		interval()
+	}
+	if sk := p.sketches[sketchKey{item, allTime}]; sk != nil {
+		t.Fatalf("got the sketch of %s in memory (unfolded %v); want it evicted", item, sk.unfolded)
+	}
+	views(10)
+	interval()
+	got := queryUint(t, ctx, conn, "SELECT argMax(viewers, written_at) FROM unique_viewer_deltas WHERE item_id = ? AND day = toDate(0)", item)
+	if got != 60 {
+		t.Errorf("got an estimate of %d viewers after the sketch came back; want 60 (v0-v59)", got)
+	}
+}
+
 // An estimate skipped while a large sketch took new viewers is written once it is due, also
 // when the item has no new views by then: a burst's last viewers are not left out of the
 // figure until the item's fold.

@@ -99,6 +99,12 @@ type partition struct {
 	foldFrom  int64
 	foldQueue []sketchKey
 	foldChunk int
+	// inherited are the keys with deltas above the fold checkpoint at the claim, earlier owners'
+	// (the first fold cycle folds them): the only keys a sketch new to memory can have stored
+	// deltas of that unique_viewers lacks. This owner's deltas keep their sketch in memory until
+	// it is folded (takeDeltas evicts folded sketches alone), and a fold's whole sketch holds
+	// them. Nil once that first cycle ended.
+	inherited map[sketchKey]bool
 	records   int // records in the pending batch
 	deltas    map[deltaKey]uint64
 	counted   []stateRow

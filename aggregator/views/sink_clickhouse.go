@@ -170,13 +170,18 @@ func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
 
 // loadSketches merges the stored version of every sketch not yet loaded into it, so that what
 // is written next is a superset of what is stored. The stored version is the item's row in
-// unique_viewers and its deltas after the partition's fold checkpoint.
+// unique_viewers and, for the keys an earlier owner left unfolded (partition.inherited), its
+// deltas after the partition's fold checkpoint. Asking for the deltas of every new sketch cost
+// a lookup per item into a table that grows with the catalog, finding nothing.
 func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
-	want := map[string][]*partition{}
+	want, wantDeltas := map[string][]*partition{}, map[string][]*partition{}
 	for _, p := range parts {
 		for _, sk := range p.unloaded {
 			if k := sk.key; !sk.loaded && !sk.evicted && !slices.Contains(want[k.item], p) {
 				want[k.item] = append(want[k.item], p)
+			}
+			if k := sk.key; !sk.loaded && !sk.evicted && p.inherited[k] && !slices.Contains(wantDeltas[k.item], p) {
+				wantDeltas[k.item] = append(wantDeltas[k.item], p)
 			}
 		}
 	}
@@ -194,7 +199,7 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 		if err := s.mergeStored(ctx, round, want); err != nil {
 			return err
 		}
-		if err := s.mergeDeltas(ctx, round, want); err != nil {
+		if err := s.mergeDeltas(ctx, round, wantDeltas); err != nil {
 			return err
 		}
 	}
@@ -240,20 +245,27 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 	return s.dead.Write(ctx, s.conn, setAside)
 }
 
-// mergeDeltas merges into the partitions' in-memory sketches of items each partition's sketch
-// deltas after its fold checkpoint (those up to it are in unique_viewers). A delta that does not
-// read back is set aside and skipped.
-func (s *store) mergeDeltas(ctx context.Context, items []string, want map[string][]*partition) error {
+// mergeDeltas merges into the in-memory sketches of those of items that want names the sketch
+// deltas of their partitions after each one's fold checkpoint (those up to it are in
+// unique_viewers). A delta that does not read back is set aside and skipped.
+func (s *store) mergeDeltas(ctx context.Context, round []string, want map[string][]*partition) error {
 	var ids []uint16
 	var folded []int64
+	var items []string
 	seen := map[*partition]bool{}
-	for _, item := range items {
+	for _, item := range round {
+		if len(want[item]) > 0 {
+			items = append(items, item)
+		}
 		for _, p := range want[item] {
 			if !seen[p] {
 				seen[p] = true
 				ids, folded = append(ids, uint16(p.id)), append(folded, p.folded)
 			}
 		}
+	}
+	if len(items) == 0 {
+		return nil
 	}
 	rows, err := s.conn.Query(chclient.FitList(ctx, items, 1), `SELECT partition, end_offset, item_id, toUInt32(day), sketch
 		FROM unique_viewer_deltas
