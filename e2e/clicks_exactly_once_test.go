@@ -41,6 +41,7 @@ const (
 // (Kafka, ClickHouse, Redis) are SIGKILLed at random. Afterwards every (ad, minute) count and
 // billable count, and every hour rollup, must equal an oracle computed from the log.
 func TestClicksExactlyOnceThroughCrashes(t *testing.T) {
+	t.Parallel() // asserts the end state alone (doc.go)
 	n := eoClicks
 	if s := os.Getenv("TALLY_EO_CLICKS"); s != "" {
 		n, _ = strconv.Atoi(s)

@@ -23,6 +23,7 @@ import (
 // the adds, each counted once, and a clear sent half-way applied at its place in the log; every
 // add to an accurate counter answers, at once, exactly the sum of its adds so far.
 func TestCountersLoggedExactThroughKills(t *testing.T) {
+	t.Parallel() // asserts the end state alone (doc.go)
 	bins, err := buildOnce()
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +200,7 @@ func waitCountersExact(t *testing.T, ctx context.Context, c *client.Client, want
 // Redis) once: every accurate add-and-get answers the exact sum at once, also while no
 // aggregator counts, and the eventual counters end exact.
 func TestCountersExactThroughAggregatorKills(t *testing.T) {
+	t.Parallel() // asserts the end state alone (doc.go)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cl := startCluster(t, 2)

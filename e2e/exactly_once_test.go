@@ -61,6 +61,7 @@ const (
 // some kills land inside an INSERT. Afterwards every (item, second) total, every rollup bucket
 // and every item total the API answers must equal an oracle computed independently from the log.
 func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
+	t.Parallel() // asserts the end state alone (doc.go)
 	n := eoEvents
 	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
 		n, _ = strconv.Atoi(s)
@@ -132,6 +133,7 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 // started again with the same command. Besides the views, every click count and the ads top-K
 // lists topk publishes (1m and 1h exact, 24h within its bound) must equal the oracle's.
 func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
+	t.Parallel() // asserts the end state alone (doc.go)
 	n := eoEvents / 4
 	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
 		n, _ = strconv.Atoi(s)
@@ -204,6 +206,7 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 // still sends (rollups, repairs, sketches) may change a table: every table is checked, as in the
 // other crash tests.
 func TestZombieAggregatorIsFenced(t *testing.T) {
+	t.Parallel() // asserts the end state alone (doc.go)
 	n := eoEvents / 4
 	if s := os.Getenv("TALLY_EO_EVENTS"); s != "" {
 		n, _ = strconv.Atoi(s)
