@@ -54,7 +54,7 @@ func explainCounters(ctx context.Context, kc kafkaConn, ch chclient.Options) str
 		}
 		rows.Close()
 	}
-	fmt.Fprintf(&b, "the log, per partition and counter (adds once per token):\n")
+	fmt.Fprintf(&b, "the log, per partition and counter (adds once per token, from its last clear):\n")
 	for _, k := range slices.Sorted(maps.Keys(logSums)) {
 		fmt.Fprintf(&b, "  %s %d\n", k, logSums[k])
 	}
@@ -62,7 +62,8 @@ func explainCounters(ctx context.Context, kc kafkaConn, ch chclient.Options) str
 }
 
 // counterLogSums reads counter_events from its start to its end and sums namespace meters' adds
-// per "partition name", each token once, as the aggregators should.
+// per "partition name", each token once and from the counter's last clear, as the aggregators
+// should.
 func counterLogSums(ctx context.Context, kc kafkaConn) (map[string]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -99,11 +100,15 @@ func counterLogSums(ctx context.Context, kc kafkaConn) (map[string]int64, error)
 				delete(remaining, r.Partition)
 			}
 			e, err := schemas.DecodeCounterEvent(r.Value)
-			if err != nil || e.Namespace != "meters" || (e.Op != "" && e.Op != schemas.CounterAdd) {
+			if err != nil || e.Namespace != "meters" {
 				return
 			}
 			k := fmt.Sprintf("%d %s", r.Partition, e.Name)
-			if !seen[k+" "+e.Token] {
+			switch {
+			case e.Op == schemas.CounterClear: // at its place in the log (a counter is in one partition)
+				sums[k] = 0
+			case e.Op != "" && e.Op != schemas.CounterAdd:
+			case !seen[k+" "+e.Token]:
 				seen[k+" "+e.Token] = true
 				sums[k] += e.Delta
 			}
