@@ -110,7 +110,9 @@ func TestLoadAgainstAllInOne(t *testing.T) {
 				t.Errorf("%s: got lag %+v; want samples of the counters group and a drained lag", mode, c.Lag)
 			}
 			if rep.CounterReads.OK == 0 || rep.Errors != 0 || c.Status503 != 0 {
-				t.Errorf("%s: got %d reads, %d errors, %d 503s; want reads and no errors", mode, rep.CounterReads.OK, rep.Errors, c.Status503)
+				// A read may be refused over capacity (503, retry) on a busy host; an add may not.
+				t.Errorf("%s: got %d reads (%d more answered 503), %d errors, %d adds answered 503; want reads, no errors, no add refused",
+					mode, rep.CounterReads.OK, rep.CounterReads.Status503, rep.Errors, c.Status503)
 			}
 		}
 	})

@@ -92,7 +92,7 @@ func counterReadsStream(c Config, api *client.Client, prefix string) *openLoop {
 			names[i] = "c" + string(b[:])
 		}
 		_, err := api.GetCounts(ctx, ns, names...)
-		return 0, o.errs.ok(ctx, kind, err)
+		return 0, o.result(ctx, kind, err)
 	}
 	return o
 }

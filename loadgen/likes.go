@@ -70,7 +70,7 @@ func newLikesStreams(c Config, api *client.Client, prefix string, rng *rand.Rand
 		o.fire = func(ctx context.Context, rng *rand.Rand) (int, bool) {
 			p := pages[rng.IntN(len(pages))]
 			_, err := api.Liked(ctx, p.user, p.items...)
-			return 0, o.errs.ok(ctx, "GET liked-by", err)
+			return 0, o.result(ctx, "GET liked-by", err)
 		}
 		s.likedBy = o
 	}

@@ -2,10 +2,14 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tallypipeline/tally/client"
 )
 
 // openLoop fires requests on a fixed schedule (rate per second from start until end) whatever
@@ -24,7 +28,18 @@ type openLoop struct {
 	fire func(ctx context.Context, rng *rand.Rand) (kind int, ok bool)
 	errs errorLog // fire's errors
 
-	fired, okCount atomic.Int64
+	fired, okCount, unavailable atomic.Int64
+}
+
+// result is fire's outcome of a request of kind what: true when it succeeded. A 503 is the
+// server shedding load as documented (a read over its capacity; retry), so it is counted as
+// refused, as the closed-loop streams count theirs, not as an error.
+func (o *openLoop) result(ctx context.Context, what string, err error) bool {
+	if apiErr, ok := errors.AsType[*client.APIError](err); ok && apiErr.Status == http.StatusServiceUnavailable {
+		o.unavailable.Add(1)
+		return false
+	}
+	return o.errs.ok(ctx, what, err)
 }
 
 // StreamReport is what one open-loop stream measured.
@@ -33,6 +48,7 @@ type StreamReport struct {
 	Requests     int64              `json:"requests"`
 	Unsent       int64              `json:"unsent"` // slots still waiting when the run's grace ran out
 	OK           int64              `json:"ok"`
+	Status503    int64              `json:"status_503"` // refused for load: not OK, not an error
 	AchievedRate float64            `json:"achieved_rate"`
 	Latency      map[string]Summary `json:"latency"` // by kind, from the scheduled time to the full response
 	WarmupS      float64            `json:"warmup_s"`
@@ -93,7 +109,7 @@ func (o *openLoop) run(ctx context.Context, start, end time.Time, seed uint64) S
 	elapsed := time.Since(start)
 	rep := StreamReport{
 		Unsent:     max(0, p.n-o.fired.Load()),
-		TargetRate: o.rate, Requests: o.fired.Load(), OK: o.okCount.Load(),
+		TargetRate: o.rate, Requests: o.fired.Load(), OK: o.okCount.Load(), Status503: o.unavailable.Load(),
 		AchievedRate: float64(o.fired.Load()) / elapsed.Seconds(),
 		Latency:      map[string]Summary{}, StartDelay: delay.summary(),
 		WarmupS: o.warmup.Seconds(), AfterWarmup: map[string]Summary{},

@@ -60,7 +60,7 @@ func readsStream(c Config, api *client.Client, prefix string) *openLoop {
 	o := &openLoop{rate: float64(c.ReadRate), workers: c.MaxInflight, warmup: c.Warmup, kinds: []string{kind}}
 	o.fire = func(ctx context.Context, rng *rand.Rand) (int, bool) {
 		_, err := api.Counts(ctx, itemIDs(prefix, feedPage(rng, c.ReadIDs, c.Catalog))...)
-		return 0, o.errs.ok(ctx, kind, err)
+		return 0, o.result(ctx, kind, err)
 	}
 	return o
 }

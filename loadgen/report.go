@@ -107,8 +107,8 @@ func WriteText(w io.Writer, r *Report) {
 }
 
 func writeStream(p func(string, ...any), name string, s *StreamReport) {
-	p("%s: target %.0f requests/s open loop: %d sent (%.0f/s), %d unsent, %d ok, %d errors",
-		name, s.TargetRate, s.Requests, s.AchievedRate, s.Unsent, s.OK, s.Errors)
+	p("%s: target %.0f requests/s open loop: %d sent (%.0f/s), %d unsent, %d ok, %d answered 503, %d errors",
+		name, s.TargetRate, s.Requests, s.AchievedRate, s.Unsent, s.OK, s.Status503, s.Errors)
 	kinds := make([]string, 0, len(s.Latency))
 	for k := range s.Latency {
 		kinds = append(kinds, k)
