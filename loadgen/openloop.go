@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -35,7 +34,7 @@ type openLoop struct {
 // server shedding load as documented (a read over its capacity; retry), so it is counted as
 // refused, as the closed-loop streams count theirs, not as an error.
 func (o *openLoop) result(ctx context.Context, what string, err error) bool {
-	if apiErr, ok := errors.AsType[*client.APIError](err); ok && apiErr.Status == http.StatusServiceUnavailable {
+	if client.IsStatus(err, http.StatusServiceUnavailable) {
 		o.unavailable.Add(1)
 		return false
 	}

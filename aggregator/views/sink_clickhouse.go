@@ -177,10 +177,14 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 	want, wantDeltas := map[string][]*partition{}, map[string][]*partition{}
 	for _, p := range parts {
 		for _, sk := range p.unloaded {
-			if k := sk.key; !sk.loaded && !sk.evicted && !slices.Contains(want[k.item], p) {
+			k := sk.key
+			if sk.loaded || sk.evicted {
+				continue
+			}
+			if !slices.Contains(want[k.item], p) {
 				want[k.item] = append(want[k.item], p)
 			}
-			if k := sk.key; !sk.loaded && !sk.evicted && p.inherited[k] && !slices.Contains(wantDeltas[k.item], p) {
+			if p.inherited[k] && !slices.Contains(wantDeltas[k.item], p) {
 				wantDeltas[k.item] = append(wantDeltas[k.item], p)
 			}
 		}
