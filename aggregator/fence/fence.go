@@ -12,6 +12,7 @@
 package fence
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -36,18 +37,8 @@ type Fence struct {
 // New returns the fence of claims over the batches' end-offset columns.
 func New(columns []string, claims []Claim) Fence {
 	cs := slices.Clone(claims)
-	slices.SortFunc(cs, func(a, b Claim) int { return cmpUint(a.Epoch, b.Epoch) })
+	slices.SortFunc(cs, func(a, b Claim) int { return cmp.Compare(a.Epoch, b.Epoch) })
 	return Fence{columns: columns, claims: cs}
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // With is the fence with one more claim.
