@@ -57,7 +57,7 @@ type Aggregator struct {
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, lastRollup: now(),
 		claims:   fence.Table{Conn: conn, Name: "click_partition_claims", Starts: []string{"start_clicks", "start_verdicts"}, Ends: clickColumns},
-		deltas:   fence.Batches{Conn: conn, Table: "click_deltas", Marker: "ad_id = ''"},
+		deltas:   fence.Batches{Conn: conn, Table: "click_deltas", Marker: "ad_id = ''", Ends: clickColumns},
 		dead:     deadletter.New(now, logger, reg, schemas.TopicClicks, schemas.TopicFraudVerdicts),
 		verdicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_verdicts_total", Help: "Fraud verdicts resolved against counted clicks."}),
 		zombies:  prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_clicks_zombie_batches_total", Help: "Click batches written by an aggregator after it had lost the partition, found and undone."}),
@@ -231,7 +231,9 @@ func (a *Aggregator) writeBatch(ctx context.Context, parts []*partition, now tim
 		return nil, err
 	}
 	err := a.WriteFenced(ctx, "write click deltas", &parts,
-		func(p *partition) (bool, error) { return a.store.batchWritten(ctx, p.id, p.epoch, p.next) },
+		func(p *partition) (bool, error) {
+			return a.deltas.Written(ctx, p.id, p.epoch, p.next.clicks, p.next.verdicts)
+		},
 		func(ps []*partition) error { return a.store.writeDeltas(ctx, ps, now) })
 	return parts, err
 }

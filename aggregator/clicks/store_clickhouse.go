@@ -218,17 +218,6 @@ func (s store) writeDeltas(ctx context.Context, parts []*partition, now time.Tim
 	return nil
 }
 
-// batchWritten reports whether partition p's batch ending at end was written (by an attempt
-// whose answer was lost).
-func (s store) batchWritten(ctx context.Context, p int32, epoch uint64, end offsets) (bool, error) {
-	var n uint64
-	if err := s.conn.QueryRow(ctx, `SELECT count() FROM click_deltas WHERE ad_id = '' AND partition = ? AND epoch = ? AND clicks_end = ? AND verdicts_end = ?`,
-		uint16(p), epoch, end.clicks, end.verdicts).Scan(&n); err != nil {
-		return false, fmt.Errorf("look for the marker of click partition %d at %v: %w", p, end, err)
-	}
-	return n > 0, nil
-}
-
 // rollUp recomputes the full value of each hour in hours from click_deltas and writes it with
 // its version (the version of the partition it belongs to), so a later write (a newer
 // checkpoint) replaces it and an equal one is the same value: per group into click_group_hours,

@@ -43,7 +43,7 @@ type Aggregator struct {
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, lastCheck: now(),
 		claims: fence.Table{Conn: conn, Name: "counter_partition_claims", Starts: []string{"start_offset"}, Ends: []string{"end_offset"}},
-		deltas: fence.Batches{Conn: conn, Table: "counter_deltas", Marker: "ns = ''"},
+		deltas: fence.Batches{Conn: conn, Table: "counter_deltas", Marker: "ns = ''", Ends: []string{"end_offset"}},
 		dead:   deadletter.New(now, logger, reg, schemas.TopicCounterEvents),
 		zombies: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_counters_zombie_batches_total",
 			Help: "Counter batches written by an aggregator after it had lost the partition, found and undone."}),
@@ -139,7 +139,7 @@ func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets,
 		}
 	}
 	if err := a.WriteFenced(ctx, "write counter deltas", &parts,
-		func(p *partition) (bool, error) { return a.store.batchWritten(ctx, p.id, p.epoch, p.next) },
+		func(p *partition) (bool, error) { return a.deltas.Written(ctx, p.id, p.epoch, p.next) },
 		func(ps []*partition) error { return a.store.writeDeltas(ctx, ps, f.Now) }); err != nil {
 		return nil, err
 	}

@@ -218,7 +218,7 @@ func TestZombieBatchIsFenced(t *testing.T) {
 	if err := old.store.writeDeltas(ctx, []*partition{p}, base); err != nil {
 		t.Fatal(err)
 	}
-	if landed, err := old.store.batchWritten(ctx, 3, p.epoch, 150); err != nil || landed {
+	if landed, err := old.deltas.Written(ctx, 3, p.epoch, 150); err != nil || landed {
 		t.Errorf("got the zombie's batch stored (%v, %v); want it dropped by the claims fence", landed, err)
 	}
 	if _, err := old.Flush(ctx); err != nil { // its own flush finds the newer claim and drops the partition

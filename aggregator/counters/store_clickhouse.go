@@ -150,16 +150,6 @@ func (s store) writeDeltas(ctx context.Context, parts []*partition, now time.Tim
 	return nil
 }
 
-// batchWritten reports whether partition p's batch of epoch ending at end is stored.
-func (s store) batchWritten(ctx context.Context, p int32, epoch uint64, end int64) (bool, error) {
-	var n uint64
-	if err := s.conn.QueryRow(ctx, `SELECT count() FROM counter_deltas WHERE ns = '' AND partition = ? AND epoch = ? AND end_offset = ?`,
-		uint16(p), epoch, end).Scan(&n); err != nil {
-		return false, fmt.Errorf("look for the marker of counter partition %d at %d: %w", p, end, err)
-	}
-	return n > 0, nil
-}
-
 // readDurable reads, once per batch, the totals up to the checkpoint of the counters p's batch
 // clears: the sums of partition p's valid batches (a counter's adds are all in its partition).
 func (s store) readDurable(ctx context.Context, p *partition) error {

@@ -87,12 +87,30 @@ func (t Table) MaxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, er
 }
 
 // Batches is a stream's batch table as the fence's cleanup sees it: its rows carry the
-// partition, the epoch and the end-offset columns a Fence's SQL names, and Marker selects the one
-// marker row of each batch.
+// partition, the epoch and the end-offset columns a Fence's SQL names (Ends), and Marker selects
+// the one marker row of each batch.
 type Batches struct {
 	Conn   driver.Conn
 	Table  string
-	Marker string // e.g. ad_id = ''
+	Marker string   // e.g. ad_id = ''
+	Ends   []string // as Table.Ends
+}
+
+// Written reports whether partition p's batch of epoch ending at end (one offset per column of
+// Ends) is stored: after an attempt whose outcome is unknown (a timeout after the server
+// committed), retrying it blindly would count it twice.
+func (b Batches) Written(ctx context.Context, p int32, epoch uint64, end ...int64) (bool, error) {
+	cond, args := "", []any{uint16(p), epoch}
+	for i, col := range b.Ends {
+		cond += fmt.Sprintf(" AND %s = ?", col)
+		args = append(args, end[i])
+	}
+	var n uint64
+	if err := b.Conn.QueryRow(ctx, fmt.Sprintf(`SELECT count() FROM %s WHERE %s AND partition = ? AND epoch = ?%s`, b.Table, b.Marker, cond),
+		args...).Scan(&n); err != nil {
+		return false, fmt.Errorf("look for the marker of partition %d epoch %d at %v in %s: %w", p, epoch, end, b.Table, err)
+	}
+	return n > 0, nil
 }
 
 // Invalid counts, per partition of invalid (partition -> its AnyInvalidSQL) that has any, the

@@ -64,6 +64,7 @@ type Aggregator struct {
 	cfg    Config
 	store  store
 	claims fence.Table
+	deltas fence.Batches
 	now    func() time.Time
 	logger *slog.Logger
 
@@ -100,7 +101,8 @@ type metrics struct {
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn: conn, dead: deadletter.New(now, logger, reg, schemas.TopicViews, sourceUniqueViewers, sourceUniqueViewerDeltas)}, tot: cfg.Totals, now: now, logger: logger,
-		claims: fence.Table{Conn: conn, Name: "partition_claims", Starts: []string{"start_offset"}, Ends: viewColumns}}
+		claims: fence.Table{Conn: conn, Name: "partition_claims", Starts: []string{"start_offset"}, Ends: viewColumns},
+		deltas: fence.Batches{Conn: conn, Table: "view_deltas", Marker: "item_id = ''", Ends: viewColumns}}
 	t0 := now()
 	a.sketchSlot = flushpace.NewSlot(cfg.SketchInterval, t0.Add(cfg.SketchInterval))
 	a.rollupSlot = flushpace.NewSlot(cfg.RollupInterval, t0.Add(cfg.RollupInterval/2))
@@ -413,7 +415,9 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 		for i, b := range zs {
 			terms[i] = fmt.Sprintf("(epoch = %d AND end_offset = %d)", b.epoch, b.end)
 		}
-		if err := a.store.deleteBatches(ctx, p.id, strings.Join(terms, " OR ")); err != nil {
+		// The rollups were corrected before, so no reader sees the batches counted once they are
+		// gone.
+		if err := a.deltas.Delete(ctx, p.id, strings.Join(terms, " OR ")); err != nil {
 			return err
 		}
 		for _, b := range zs {

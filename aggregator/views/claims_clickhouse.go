@@ -106,15 +106,6 @@ func (s *store) zombieBatches(ctx context.Context, after map[*partition]int64) (
 	return out, nil
 }
 
-// deleteBatches removes the rows of partition p's batches that match invalid from view_deltas
-// (the rollups were corrected before, so no reader sees them counted once they are gone).
-func (s *store) deleteBatches(ctx context.Context, p int32, invalid string) error {
-	if err := s.conn.Exec(ctx, fmt.Sprintf(`DELETE FROM view_deltas WHERE partition = %d AND (%s)`, p, invalid)); err != nil {
-		return fmt.Errorf("delete zombie batches of partition %d: %w", p, err)
-	}
-	return nil
-}
-
 // newestBatchEpoch returns the newest epoch partition p's batch_items carry (0: none). The
 // table's sort key starts with (partition, epoch), so the engine reads the last rows only.
 func (s *store) newestBatchEpoch(ctx context.Context, p int32) (uint64, error) {
