@@ -80,29 +80,19 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 // a checkpoint.
 func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.Start, error) {
 	t0 := time.Now()
-	f, err := a.claims.Load(ctx, id)
+	var hours []hourKey
+	cp, c, invalid, err := fence.Open(ctx, a.claims, a.deltas, id, a.cfg.Owner, a.now, func(invalid string) (checkpoint, []int64, error) {
+		cp, err := a.store.loadCheckpoint(ctx, id, invalid)
+		return cp, []int64{cp.at.clicks, cp.at.verdicts}, err
+	}, func(cp checkpoint, invalid string) (err error) {
+		hours, err = a.store.hoursAfter(ctx, id, cp.rolled, invalid) // the zombies' hours too, before their deltas go
+		return err
+	})
 	if err != nil {
-		return nil, engine.Start{}, err
-	}
-	cp, err := a.store.loadCheckpoint(ctx, id, f.AnyInvalidSQL())
-	if err != nil {
-		return nil, engine.Start{}, err
-	}
-	epoch := f.MaxEpoch() + 1
-	c := fence.Claim{Epoch: epoch, Start: []int64{cp.at.clicks, cp.at.verdicts}, At: a.now()}
-	if err := a.claims.Insert(ctx, id, c, a.cfg.Owner); err != nil {
-		return nil, engine.Start{}, err
-	}
-	invalid := f.With(c).AnyInvalidSQL()
-	hours, err := a.store.hoursAfter(ctx, id, cp.rolled, invalid)
-	if err != nil {
-		return nil, engine.Start{}, err
-	}
-	if err := a.deltas.Delete(ctx, id, invalid); err != nil {
 		return nil, engine.Start{}, err
 	}
 	p := newPartition(id, a.cfg.Window.Milliseconds(), a.cfg.Grace.Milliseconds(), a.cfg.VerdictHold.Milliseconds(), a.cfg.FraudThreshold)
-	p.epoch, p.next, p.flushed, p.invalid = epoch, cp.at, cp.at, invalid
+	p.epoch, p.next, p.flushed, p.invalid = c.Epoch, cp.at, cp.at, invalid
 	vs := make([]uint64, len(hours))
 	for i := range vs {
 		vs[i] = version(p)
@@ -122,7 +112,7 @@ func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.St
 		}
 		start.At = map[string]int64{schemas.TopicClicks: cp.at.clicks, schemas.TopicFraudVerdicts: cp.at.verdicts}
 	}
-	a.logger.Info("click partition assigned", "partition", id, "epoch", epoch, "clicks_offset", cp.at.clicks, "verdicts_offset", cp.at.verdicts,
+	a.logger.Info("click partition assigned", "partition", id, "epoch", c.Epoch, "clicks_offset", cp.at.clicks, "verdicts_offset", cp.at.verdicts,
 		"found", cp.found, "hours_rolled_up", len(hours), "took", time.Since(t0).Round(time.Millisecond))
 	return p, start, nil
 }

@@ -66,23 +66,15 @@ func NewSource(c member.Config, agg *Aggregator) (*member.Source, error) {
 // claim, and loads the checkpoint and the dedupe state.
 func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.Start, error) {
 	t0 := time.Now()
-	f, err := a.claims.Load(ctx, id)
+	cp, c, invalid, err := fence.Open(ctx, a.claims, a.deltas, id, a.cfg.Owner, a.now, func(invalid string) (checkpoint, []int64, error) {
+		cp, err := a.store.loadCheckpoint(ctx, id, invalid)
+		return cp, []int64{cp.end}, err
+	}, nil)
 	if err != nil {
-		return nil, engine.Start{}, err
-	}
-	cp, err := a.store.loadCheckpoint(ctx, id, f.AnyInvalidSQL())
-	if err != nil {
-		return nil, engine.Start{}, err
-	}
-	c := fence.Claim{Epoch: f.MaxEpoch() + 1, Start: []int64{cp.end}, At: a.now()}
-	if err := a.claims.Insert(ctx, id, c, a.cfg.Owner); err != nil {
 		return nil, engine.Start{}, err
 	}
 	p := newPartition(id)
-	p.epoch, p.next, p.flushed, p.invalid = c.Epoch, cp.end, cp.end, f.With(c).AnyInvalidSQL()
-	if err := a.deltas.Delete(ctx, id, p.invalid); err != nil {
-		return nil, engine.Start{}, err
-	}
+	p.epoch, p.next, p.flushed, p.invalid = c.Epoch, cp.end, cp.end, invalid
 	var start engine.Start
 	if cp.found {
 		if err := a.store.loadDedupe(ctx, p, cp); err != nil {

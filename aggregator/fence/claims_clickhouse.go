@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
@@ -58,6 +59,34 @@ func (t Table) Insert(ctx context.Context, p int32, c Claim, owner string) error
 		return fmt.Errorf("claim partition %d epoch %d in %s: %w", p, c.Epoch, t.Name, err)
 	}
 	return nil
+}
+
+// Open claims partition p for owner one epoch above its claims, starting where checkpoint says
+// (it reads the checkpoint from the batches outside invalid, those the claims so far make
+// invalid), then deletes from batches the rows of the batches the new claim makes invalid
+// (zombies', whose records this owner replays), after undo when set (for what must read them
+// first). It returns the checkpoint, the claim, and the partition's AnyInvalidSQL with it.
+func Open[C any](ctx context.Context, t Table, b Batches, p int32, owner string, now func() time.Time,
+	checkpoint func(invalid string) (C, []int64, error), undo func(cp C, invalid string) error) (cp C, c Claim, invalid string, err error) {
+	f, err := t.Load(ctx, p)
+	if err != nil {
+		return cp, c, "", err
+	}
+	cp, start, err := checkpoint(f.AnyInvalidSQL())
+	if err != nil {
+		return cp, c, "", err
+	}
+	c = Claim{Epoch: f.MaxEpoch() + 1, Start: start, At: now()}
+	if err := t.Insert(ctx, p, c, owner); err != nil {
+		return cp, c, "", err
+	}
+	invalid = f.With(c).AnyInvalidSQL()
+	if undo != nil {
+		if err := undo(cp, invalid); err != nil {
+			return cp, c, "", err
+		}
+	}
+	return cp, c, invalid, b.Delete(ctx, p, invalid)
 }
 
 // MaxEpochs returns the newest claim epoch of each of ids that has a claim.
