@@ -289,32 +289,31 @@ func (a *Aggregator) writeRollups(ctx context.Context, all []*partition, only ma
 // owner's claim in parts, and recomputes their hours. Finding them is cheap: a batch's marker is
 // in the same INSERT as its deltas, and markers (ad_id = ”) lead the table's sort order.
 func (a *Aggregator) undoZombies(ctx context.Context, parts []*partition) error {
-	return a.UndoZombies(ctx, a.deltas, parts, func(p *partition) string { return p.invalid },
-		func(p *partition, n uint64) error { return a.undoZombiesOf(ctx, p, n) })
+	return a.UndoZombies(ctx, a.deltas, parts, func(p *partition) string { return p.invalid }, a.zombies,
+		func(p *partition, del func() error) ([]any, error) { return a.recomputeZombieHours(ctx, p, del) })
 }
 
-// undoZombiesOf undoes the n zombie batches found in partition p.
-func (a *Aggregator) undoZombiesOf(ctx context.Context, p *partition, n uint64) error {
+// recomputeZombieHours runs the delete of partition p's zombie deltas (del) between finding the
+// hours they touched and recomputing those.
+func (a *Aggregator) recomputeZombieHours(ctx context.Context, p *partition, del func() error) ([]any, error) {
 	hours, err := a.store.hoursAfter(ctx, p.id, p.flushed, p.invalid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Once the deltas are deleted a retry finds no zombie marker, so the hours are also left
 	// to the flush's own rollup step: a failed recompute below is redone there.
 	for _, h := range hours {
 		p.dirty[h] = struct{}{}
 	}
-	if err := a.deltas.Delete(ctx, p.id, p.invalid); err != nil {
-		return err
+	if err := del(); err != nil {
+		return nil, err
 	}
 	vs := make([]uint64, len(hours))
 	for i := range vs {
 		vs[i] = version(p)
 	}
 	if err := a.store.rollUp(ctx, hours, vs, p.invalid); err != nil {
-		return err
+		return nil, err
 	}
-	a.zombies.Add(float64(n))
-	a.logger.Warn("undid click batches written by an aggregator after it lost the partition", "partition", p.id, "batches", n, "hours", len(hours))
-	return nil
+	return []any{"hours", len(hours)}, nil
 }

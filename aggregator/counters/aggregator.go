@@ -165,12 +165,5 @@ func (a *Aggregator) readDurable(ctx context.Context, parts []*partition) error 
 // undoZombies deletes the batches the fence makes invalid that landed after their owner's claim
 // in parts (a statement whose fence check ran just before the claim).
 func (a *Aggregator) undoZombies(ctx context.Context, parts []*partition) error {
-	return a.UndoZombies(ctx, a.deltas, parts, func(p *partition) string { return p.invalid }, func(p *partition, n uint64) error {
-		if err := a.deltas.Delete(ctx, p.id, p.invalid); err != nil {
-			return err
-		}
-		a.zombies.Add(float64(n))
-		a.logger.Warn("undid counter batches written by an aggregator after it lost the partition", "partition", p.id, "batches", n)
-		return nil
-	})
+	return a.UndoZombies(ctx, a.deltas, parts, func(p *partition) string { return p.invalid }, a.zombies, nil)
 }

@@ -385,10 +385,13 @@ func (e *Engine[P]) WriteFenced(ctx context.Context, what string, parts *[]P, la
 }
 
 // UndoZombies looks in batches, in one statement, for the batches of parts that their fence
-// (invalid gives each partition's AnyInvalidSQL) makes invalid, and calls undo for each
-// partition that has any, with how many: batches of owners that lost the partition that landed
-// after this owner's claim. For the rule set.
-func (e *Engine[P]) UndoZombies(ctx context.Context, batches fence.Batches, parts []P, invalid func(P) string, undo func(P, uint64) error) error {
+// (invalid gives each partition's AnyInvalidSQL) makes invalid: batches of owners that lost the
+// partition that landed after this owner's claim. It deletes the rows of those of each partition
+// that has any, then counts them in undone and logs them. around, when set, runs a partition's
+// delete (del) inside the rule set's own repair of what its zombies' batches touched, and returns
+// what the log line adds. For the rule set.
+func (e *Engine[P]) UndoZombies(ctx context.Context, batches fence.Batches, parts []P, invalid func(P) string,
+	undone prometheus.Counter, around func(p P, del func() error) ([]any, error)) error {
 	conds := make(map[int32]string, len(parts))
 	for _, p := range parts {
 		conds[p.ID()] = invalid(p)
@@ -397,11 +400,18 @@ func (e *Engine[P]) UndoZombies(ctx context.Context, batches fence.Batches, part
 	if err != nil {
 		return err
 	}
+	if around == nil {
+		around = func(_ P, del func() error) ([]any, error) { return nil, del() }
+	}
 	for _, p := range parts {
 		if n := found[p.ID()]; n > 0 {
-			if err := undo(p, n); err != nil {
+			attrs, err := around(p, func() error { return batches.Delete(ctx, p.ID(), conds[p.ID()]) })
+			if err != nil {
 				return err
 			}
+			undone.Add(float64(n))
+			e.c.Logger.Warn("undid batches written by an aggregator after it lost the partition",
+				append([]any{"stream", e.c.Stream, "partition", p.ID(), "batches", n}, attrs...)...)
 		}
 	}
 	return nil
