@@ -121,11 +121,8 @@ func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.St
 // know what the previous one published. Errors are logged; the partition's next flush tries
 // again.
 func (a *Aggregator) Claimed(ctx context.Context, ps []*partition) {
-	if a.cfg.Counted == nil {
-		return
-	}
 	for _, p := range ps {
-		_ = a.catchUpCounted(ctx, p)
+		a.follow().CatchUp(ctx, a.cfg.Counted, &p.countedEnd, p.id, p.flushed.clicks, a.storedBatches(ctx, p))
 	}
 }
 

@@ -48,16 +48,8 @@ func (a *Aggregator) follow() countedtopic.Follow {
 // syncCounted publishes the batch just written (counts, from clicks offset from to
 // p.flushed.clicks).
 func (a *Aggregator) syncCounted(ctx context.Context, p *partition, counts []schemas.BucketCount, from int64) {
-	if a.cfg.Counted == nil {
-		return
-	}
 	b := schemas.BatchID{Partition: p.id, Epoch: p.epoch, Start: from, End: p.flushed.clicks}
 	a.follow().Batch(ctx, &p.countedEnd, b, counts, a.storedBatches(ctx, p))
-}
-
-// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks.
-func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
-	return a.follow().CatchUp(ctx, a.cfg.Counted, &p.countedEnd, p.id, p.flushed.clicks, a.storedBatches(ctx, p))
 }
 
 // storedBatches reads p's valid batches up to its clicks checkpoint.

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -167,45 +166,4 @@ func (p *Publisher) lastIn(ctx context.Context, kind schemas.CountKind, part int
 		})
 	}
 	return last, found, nil
-}
-
-// Stored is one durable batch read back from an aggregator's store, for CatchUp.
-type Stored struct {
-	Epoch  uint64
-	End    int64
-	Counts []schemas.BucketCount
-}
-
-// CatchUp publishes the durable batches of kind from source partition part that the topic
-// lacks. It finds the last batch the topic holds (Last) and publishes again every batch read
-// returns ending after that batch's start, each with its own epoch and end: the last batch may
-// be cut short, and is completed in the same chunks (readers skip the chunks they have). With
-// nothing published yet read gets after -1 and since now-25h, topk's longest window; otherwise
-// since is the zero time. read returns the valid batches ending after after, in offset order.
-// CatchUp returns how many batches it published.
-func CatchUp(ctx context.Context, t Topic, kind schemas.CountKind, part int32, now time.Time, read Reader) (int, error) {
-	last, found, err := t.Last(ctx, kind, part)
-	if err != nil {
-		return 0, err
-	}
-	from, since := int64(-1), now.Add(-25*time.Hour)
-	if found {
-		from, since = last.Start, time.Time{}
-	}
-	batches, err := read(from, since)
-	if err != nil {
-		return 0, err
-	}
-	start, n := max(from, 0), 0
-	for _, b := range batches {
-		if found && b.Epoch < last.Epoch {
-			continue // older than what readers have: they would refuse it anyway
-		}
-		if err := t.Publish(ctx, kind, schemas.BatchID{Partition: part, Epoch: b.Epoch, Start: start, End: b.End}, b.Counts); err != nil {
-			return n, err
-		}
-		start = b.End
-		n++
-	}
-	return n, nil
 }

@@ -28,8 +28,12 @@ type Follow struct {
 // Batch publishes b, just made durable, with its counts. *end is the partition's offset up to
 // which the topic is known to hold its batches (-1: unknown); it is b.End after a publish or a
 // catch-up, -1 after a failure. A batch that counted nothing is not published (a catch-up skips
-// it too). read is the partition's stored batches, for the catch-up.
+// it too). read is the partition's stored batches, for the catch-up. Without a topic it does
+// nothing.
 func (f Follow) Batch(ctx context.Context, end *int64, b schemas.BatchID, counts []schemas.BucketCount, read Reader) {
+	if f.Topic == nil {
+		return
+	}
 	if *end == b.Start {
 		if len(counts) == 0 {
 			*end = b.End
@@ -42,7 +46,14 @@ func (f Follow) Batch(ctx context.Context, end *int64, b schemas.BatchID, counts
 		}
 		f.Logger.Warn("publish counted batch; catching up from clickhouse", "kind", f.Kind, "partition", b.Partition, "err", err)
 	}
-	_ = f.CatchUp(ctx, f.Topic, end, b.Partition, b.End, read)
+	f.CatchUp(ctx, f.Topic, end, b.Partition, b.End, read)
+}
+
+// Stored is one durable batch read back from an aggregator's store, for CatchUp.
+type Stored struct {
+	Epoch  uint64
+	End    int64
+	Counts []schemas.BucketCount
 }
 
 // Reader returns a partition's valid stored batches ending after after, in offset order, with
@@ -50,19 +61,54 @@ func (f Follow) Batch(ctx context.Context, end *int64, b schemas.BatchID, counts
 type Reader func(after int64, since time.Time) ([]Stored, error)
 
 // CatchUp publishes through t what read holds and the topic lacks of partition part, up to its
-// checkpoint to, and sets *end to to; a failure sets *end to -1 and is logged and counted as
-// well as returned. t is f.Topic, or one that answers Last from a read already made.
-func (f Follow) CatchUp(ctx context.Context, t Topic, end *int64, part int32, to int64, read Reader) error {
-	n, err := CatchUp(ctx, t, f.Kind, part, f.Now(), read)
+// checkpoint to, and sets *end to to; a failure sets *end to -1 and is logged and counted. t is
+// f.Topic, or one that answers Last from a read already made. Without a topic it does nothing.
+func (f Follow) CatchUp(ctx context.Context, t Topic, end *int64, part int32, to int64, read Reader) {
+	if f.Topic == nil {
+		return
+	}
+	n, err := f.publishMissing(ctx, t, part, read)
 	if err != nil {
 		f.Errors.Inc()
 		*end = -1
 		f.Logger.Warn("bring the counted topic up to the checkpoint; retrying at the next flush", "kind", f.Kind, "partition", part, "err", err)
-		return err
+		return
 	}
 	if n > 0 {
 		f.Logger.Info("counted topic caught up from clickhouse", "kind", f.Kind, "partition", part, "batches", n, "to", to)
 	}
 	*end = to
-	return nil
+}
+
+// publishMissing publishes through t the durable batches of partition part that the topic
+// lacks. It finds the last batch the topic holds (Last) and publishes again every batch read
+// returns ending after that batch's start, each with its own epoch and end: the last batch may
+// be cut short, and is completed in the same chunks (readers skip the chunks they have). With
+// nothing published yet read gets after -1 and since now-25h, topk's longest window; otherwise
+// since is the zero time. It returns how many batches it published.
+func (f Follow) publishMissing(ctx context.Context, t Topic, part int32, read Reader) (int, error) {
+	last, found, err := t.Last(ctx, f.Kind, part)
+	if err != nil {
+		return 0, err
+	}
+	from, since := int64(-1), f.Now().Add(-25*time.Hour)
+	if found {
+		from, since = last.Start, time.Time{}
+	}
+	batches, err := read(from, since)
+	if err != nil {
+		return 0, err
+	}
+	start, n := max(from, 0), 0
+	for _, b := range batches {
+		if found && b.Epoch < last.Epoch {
+			continue // older than what readers have: they would refuse it anyway
+		}
+		if err := t.Publish(ctx, f.Kind, schemas.BatchID{Partition: part, Epoch: b.Epoch, Start: start, End: b.End}, b.Counts); err != nil {
+			return n, err
+		}
+		start = b.End
+		n++
+	}
+	return n, nil
 }

@@ -240,7 +240,7 @@ func (a *Aggregator) Claimed(ctx context.Context, ps []*partition) {
 			a.logger.Warn("bring redis totals up to the checkpoint; retrying at the next flush", "err", err)
 		}
 	}
-	a.catchUpCountedAll(ctx, ps)
+	a.catchUpCounted(ctx, ps)
 }
 
 // newClaimEpoch is the epoch a new claim takes, whether the stores disagreed about the newest

@@ -33,22 +33,8 @@ func (a *Aggregator) follow() counted.Follow {
 
 // syncCounted publishes the batch just written (counts, from offset from to p.flushed).
 func (a *Aggregator) syncCounted(ctx context.Context, p *partition, counts []schemas.BucketCount, from int64) {
-	if a.cfg.Counted == nil {
-		return
-	}
 	b := schemas.BatchID{Partition: p.id, Epoch: p.epoch, Start: from, End: p.flushed}
 	a.follow().Batch(ctx, &p.countedEnd, b, counts, a.storedBatches(ctx, p))
-}
-
-// catchUpCountedAll catches up newly assigned partitions: a new owner cannot know what the
-// previous one published. A failure is retried at the partition's next flush.
-func (a *Aggregator) catchUpCountedAll(ctx context.Context, parts []*partition) {
-	if a.cfg.Counted == nil {
-		return
-	}
-	for _, p := range parts {
-		_ = a.catchUpCounted(ctx, p)
-	}
 }
 
 // countedLast is what the counted topic's Last answered for a partition.
@@ -74,14 +60,18 @@ func (t lastRead) Last(ctx context.Context, kind schemas.CountKind, part int32) 
 	return t.last.batch, t.last.found, nil
 }
 
-// catchUpCounted publishes p's valid batches that ClickHouse holds and the counted topic lacks.
-func (a *Aggregator) catchUpCounted(ctx context.Context, p *partition) error {
-	topic := a.cfg.Counted
-	if p.countedLast != nil {
-		topic = lastRead{Topic: topic, part: p.id, last: *p.countedLast}
-		p.countedLast = nil
+// catchUpCounted publishes the valid batches of parts, newly assigned, that ClickHouse holds and
+// the counted topic lacks: a new owner cannot know what the previous one published. A failure is
+// retried at the partition's next flush.
+func (a *Aggregator) catchUpCounted(ctx context.Context, parts []*partition) {
+	for _, p := range parts {
+		topic := a.cfg.Counted
+		if p.countedLast != nil {
+			topic = lastRead{Topic: topic, part: p.id, last: *p.countedLast}
+			p.countedLast = nil
+		}
+		a.follow().CatchUp(ctx, topic, &p.countedEnd, p.id, p.flushed, a.storedBatches(ctx, p))
 	}
-	return a.follow().CatchUp(ctx, topic, &p.countedEnd, p.id, p.flushed, a.storedBatches(ctx, p))
 }
 
 // storedBatches reads p's valid batches up to its checkpoint.
