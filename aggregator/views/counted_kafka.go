@@ -3,11 +3,9 @@ package views
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/tallypipeline/tally/aggregator/counted"
-	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/schemas"
 )
 
@@ -81,51 +79,21 @@ func (a *Aggregator) storedBatches(ctx context.Context, p *partition) counted.Re
 	}
 }
 
-// batchSeconds reads partition p's valid batches ending in (after, to], in offset order, with
-// their counts of event-time seconds from since on.
+// batchSeconds reads partition p's valid batches ending in (after, to] (offsets are whole:
+// [after+1, to]), in offset order, with their counts of event-time seconds from since on.
 func (s *store) batchSeconds(ctx context.Context, p int32, after, to int64, since time.Time, invalid string) ([]counted.Stored, error) {
 	if after >= to {
 		return nil, nil
 	}
-	items, err := s.strings(ctx, fmt.Sprintf(`SELECT DISTINCT item_id FROM batch_items WHERE partition = %d AND end_offset > %d AND end_offset <= %d`, p, after, to))
-	if err != nil {
-		return nil, err
-	}
-	byEnd := map[int64]*counted.Stored{}
-	for round := range slices.Chunk(items, chclient.MaxListItems) {
-		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT epoch, end_offset, item_id, second, sum(views) FROM view_deltas
-			WHERE item_id IN (?) AND partition = %d AND end_offset > %d AND end_offset <= %d AND second >= %d AND NOT (%s)
-			GROUP BY epoch, end_offset, item_id, second`, p, after, to, since.Unix(), invalid), round)
-		if err != nil {
-			return nil, fmt.Errorf("read batch counts of partition %d after %d: %w", p, after, err)
-		}
-		for rows.Next() {
-			var epoch uint64
-			var end int64
-			var c schemas.BucketCount
-			var sec time.Time
-			if err := rows.Scan(&epoch, &end, &c.Key, &sec, &c.Count); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("scan batch counts of partition %d: %w", p, err)
-			}
-			c.Second = sec.Unix()
-			b := byEnd[end]
-			if b == nil {
-				b = &counted.Stored{Epoch: epoch, End: end}
-				byEnd[end] = b
-			}
-			b.Counts = append(b.Counts, c)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read batch counts of partition %d: %w", p, err)
-		}
-	}
+	var c schemas.BucketCount
+	var sec time.Time
 	// Batches with no counted view have no items but still ended: they need no publish.
-	out := make([]counted.Stored, 0, len(byEnd))
-	for _, b := range byEnd {
-		out = append(out, *b)
-	}
-	slices.SortFunc(out, func(x, y counted.Stored) int { return int(x.End - y.End) })
-	return out, nil
+	return readBatches(ctx, s, p, after+1, to, invalid, batchRead[counted.Stored]{what: "batch counts",
+		cols: "item_id, second, sum(views)", group: "item_id, second", where: fmt.Sprintf(" AND second >= %d", since.Unix()),
+		dest:  []any{&c.Key, &sec, &c.Count},
+		batch: func(epoch uint64, end int64) counted.Stored { return counted.Stored{Epoch: epoch, End: end} },
+		add: func(b *counted.Stored) {
+			c.Second = sec.Unix()
+			b.Counts = append(b.Counts, c)
+		}})
 }

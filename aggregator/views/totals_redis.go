@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -260,43 +261,68 @@ type storedBatch struct {
 
 // batchTotals reads partition p's valid batches ending in [from, to], in offset order.
 func (s *store) batchTotals(ctx context.Context, p int32, from, to int64, invalid string) ([]storedBatch, error) {
+	var item string
+	var n int64
+	return readBatches(ctx, s, p, from, to, invalid, batchRead[storedBatch]{what: "batches",
+		cols: "item_id, toInt64(sum(views))", group: "item_id", dest: []any{&item, &n},
+		batch: func(epoch uint64, end int64) storedBatch {
+			return storedBatch{epoch: epoch, end: end, items: map[string]int64{}}
+		},
+		add: func(b *storedBatch) { b.items[item] += n }})
+}
+
+// batchRead is what readBatches sums of each stored batch: cols (after its epoch and end
+// offset) grouped by group, over the rows where holds (" AND ...", or empty), each row scanned
+// into dest and added to the batch's B, made by batch at its first row.
+type batchRead[B any] struct {
+	what               string // for errors
+	cols, group, where string
+	dest               []any
+	batch              func(epoch uint64, end int64) B
+	add                func(*B)
+}
+
+// readBatches reads partition p's valid batches (outside invalid) ending in [from, to], in
+// offset order, as r says: batch_items lists their items, and view_deltas is read for those in
+// rounds.
+func readBatches[B any](ctx context.Context, s *store, p int32, from, to int64, invalid string, r batchRead[B]) ([]B, error) {
 	items, err := s.strings(ctx, fmt.Sprintf(`SELECT DISTINCT item_id FROM batch_items WHERE partition = %d AND end_offset >= %d AND end_offset <= %d`, p, from, to))
 	if err != nil {
 		return nil, err
 	}
-	byEnd := map[int64]*storedBatch{}
+	byEnd := map[int64]*B{}
+	var epoch uint64
+	var end int64
+	dest := append([]any{&epoch, &end}, r.dest...)
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
-		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT epoch, end_offset, item_id, toInt64(sum(views)) FROM view_deltas
-			WHERE item_id IN (?) AND partition = %d AND end_offset >= %d AND end_offset <= %d AND NOT (%s)
-			GROUP BY epoch, end_offset, item_id`, p, from, to, invalid), round)
+		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT epoch, end_offset, %s FROM view_deltas
+			WHERE item_id IN (?) AND partition = %d AND end_offset >= %d AND end_offset <= %d%s AND NOT (%s)
+			GROUP BY epoch, end_offset, %s`, r.cols, p, from, to, r.where, invalid, r.group), round)
 		if err != nil {
-			return nil, fmt.Errorf("read batches of partition %d from %d: %w", p, from, err)
+			return nil, fmt.Errorf("read %s of partition %d from %d: %w", r.what, p, from, err)
 		}
 		for rows.Next() {
-			var b storedBatch
-			var item string
-			var n int64
-			if err := rows.Scan(&b.epoch, &b.end, &item, &n); err != nil {
+			if err := rows.Scan(dest...); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("scan batch of partition %d: %w", p, err)
+				return nil, fmt.Errorf("scan %s of partition %d: %w", r.what, p, err)
 			}
-			sb := byEnd[b.end]
-			if sb == nil {
-				sb = &storedBatch{epoch: b.epoch, end: b.end, items: map[string]int64{}}
-				byEnd[b.end] = sb
+			b := byEnd[end]
+			if b == nil {
+				nb := r.batch(epoch, end)
+				b = &nb
+				byEnd[end] = b
 			}
-			sb.items[item] += n
+			r.add(b)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read batches of partition %d: %w", p, err)
+			return nil, fmt.Errorf("read %s of partition %d: %w", r.what, p, err)
 		}
 	}
-	out := make([]storedBatch, 0, len(byEnd))
-	for _, b := range byEnd {
-		out = append(out, *b)
+	out := make([]B, 0, len(byEnd))
+	for _, e := range slices.Sorted(maps.Keys(byEnd)) {
+		out = append(out, *byEnd[e])
 	}
-	slices.SortFunc(out, func(x, y storedBatch) int { return int(x.end - y.end) })
 	return out, nil
 }
 
