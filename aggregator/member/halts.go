@@ -1,6 +1,7 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,13 +43,7 @@ func (h *halts) err() error {
 }
 
 func compareTP(a, b topicPartition) int {
-	if a.topic != b.topic {
-		if a.topic < b.topic {
-			return -1
-		}
-		return 1
-	}
-	return int(a.id - b.id)
+	return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.id, b.id))
 }
 
 func (h *halts) add(x *halt.Halt) {

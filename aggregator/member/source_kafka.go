@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -287,7 +289,7 @@ func (s *Source) adjustOffsets(ctx context.Context, fetch map[string]map[int32]k
 	var resume Resume
 	err := retry.Do(ctx, 5*time.Second, func() error {
 		var err error
-		resume, err = s.assign(ctx, partitionIDs(fetch))
+		resume, err = s.assign(ctx, partitionIDs(fetch, maps.Keys))
 		return err
 	}, func(err error, wait time.Duration) {
 		s.logger.Warn("load partition state; retrying", "err", err, "backoff", wait)
@@ -321,11 +323,12 @@ func (s *Source) assign(ctx context.Context, ids []int32) (Resume, error) {
 	return s.engine.Assign(ctx, ids)
 }
 
-// partitionIDs is the union of the partition ids of every topic in m.
-func partitionIDs[V any](m map[string]map[int32]V) []int32 {
+// partitionIDs is the union of the partition ids of every topic in m (ids lists those of one
+// topic's), each once, sorted.
+func partitionIDs[C any](m map[string]C, ids func(C) iter.Seq[int32]) []int32 {
 	var out []int32
 	for _, parts := range m {
-		for id := range parts {
+		for id := range ids(parts) {
 			if !slices.Contains(out, id) {
 				out = append(out, id)
 			}
@@ -339,7 +342,7 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 	ctx, cancel := s.stop.Until(ctx)
 	defer cancel()
 	s.unhalt(revoked)
-	done, err := s.engine.Revoke(ctx, union(revoked))
+	done, err := s.engine.Revoke(ctx, partitionIDs(revoked, slices.Values))
 	if err != nil {
 		s.logger.Error("write batches of revoked partitions; the next owner replays them", "err", err)
 	}
@@ -348,21 +351,7 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 
 func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	s.unhalt(lost)
-	s.engine.Lost(union(lost))
-}
-
-// union is the partition ids of every topic in m, each once.
-func union(m map[string][]int32) []int32 {
-	var out []int32
-	for _, ids := range m {
-		for _, id := range ids {
-			if !slices.Contains(out, id) {
-				out = append(out, id)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
+	s.engine.Lost(partitionIDs(lost, slices.Values))
 }
 
 // halts are the partitions this member holds halted. The poll loop, the group's callbacks and

@@ -50,28 +50,16 @@ const (
 	sourceUniqueViewerDeltas = "unique_viewer_deltas"
 )
 
-// badSketch is the dead letter of a stored sketch that does not read back. version is the row's
-// updated_at in microseconds, so that the row is named exactly.
-func badSketch(item string, day uint32, version int64, blob string, err error) deadletter.Letter {
+// badSketch is the dead letter of a stored sketch of k that does not read back (err): a row of
+// source named by part and offset (a whole sketch: -1 and its updated_at in microseconds, so that
+// the row is named exactly; a delta: its partition and end offset), with then, what became of it.
+func badSketch(source string, part int32, offset int64, k sketchKey, blob string, err error, then string) deadletter.Letter {
 	return deadletter.Letter{
-		Source:    sourceUniqueViewers,
-		Partition: -1,
-		Offset:    version,
-		Ref:       fmt.Sprintf("item_id=%s day=%s", item, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly)),
-		Reason:    err.Error() + "; replaced by a fresh sketch",
-		Payload:   []byte(blob[:min(len(blob), deadletter.MaxPayload)]),
-	}
-}
-
-// badDelta is the dead letter of a stored sketch delta that does not read back, named by its
-// partition, end offset and key.
-func badDelta(part int32, end int64, item string, day uint32, blob string, err error) deadletter.Letter {
-	return deadletter.Letter{
-		Source:    sourceUniqueViewerDeltas,
+		Source:    source,
 		Partition: part,
-		Offset:    end,
-		Ref:       fmt.Sprintf("item_id=%s day=%s", item, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly)),
-		Reason:    err.Error() + "; skipped",
+		Offset:    offset,
+		Ref:       fmt.Sprintf("item_id=%s day=%s", k.item, dayOf(k).Format(time.DateOnly)),
+		Reason:    err.Error() + "; " + then,
 		Payload:   []byte(blob[:min(len(blob), deadletter.MaxPayload)]),
 	}
 }

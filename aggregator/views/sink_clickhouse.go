@@ -234,12 +234,13 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 		if err := rows.Scan(&item, &day, &blob, &version); err != nil {
 			return fmt.Errorf("scan sketch: %w", err)
 		}
-		bad, err := mergeInto(want[item], sketchKey{item, int32(day)}, blob, nil)
+		k := sketchKey{item, int32(day)}
+		bad, err := mergeInto(want[item], k, blob, nil)
 		if err != nil {
 			return err
 		}
 		if bad != nil {
-			setAside = append(setAside, badSketch(item, day, version, blob, bad))
+			setAside = append(setAside, badSketch(sourceUniqueViewers, -1, version, k, blob, bad, "replaced by a fresh sketch"))
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -289,12 +290,13 @@ func (s *store) mergeDeltas(ctx context.Context, round []string, want map[string
 		if err := rows.Scan(&part, &end, &item, &day, &blob); err != nil {
 			return fmt.Errorf("scan sketch delta: %w", err)
 		}
-		bad, err := mergeInto(want[item], sketchKey{item, int32(day)}, blob, func(p *partition) bool { return p.id == int32(part) })
+		k := sketchKey{item, int32(day)}
+		bad, err := mergeInto(want[item], k, blob, func(p *partition) bool { return p.id == int32(part) })
 		if err != nil {
 			return err
 		}
 		if bad != nil {
-			setAside = append(setAside, badDelta(int32(part), end, item, day, blob, bad))
+			setAside = append(setAside, badSketch(sourceUniqueViewerDeltas, int32(part), end, k, blob, bad, "skipped"))
 		}
 	}
 	if err := rows.Err(); err != nil {
