@@ -144,7 +144,7 @@ func (a *Aggregator) writeBatch(ctx context.Context, f *flush) error {
 			return nil
 		}
 		if f.attempts > 0 {
-			done, err := a.store.batchWritten(ctx, f.parts[0].id, f.parts[0].next)
+			done, err := a.deltas.Written(ctx, f.parts[0].id, f.parts[0].epoch, f.parts[0].next)
 			if err != nil || done {
 				return err
 			}

@@ -476,16 +476,3 @@ func (s *store) writeDeltasInto(ctx context.Context, table string, parts []*part
 	}
 	return nil
 }
-
-// batchWritten reports whether the batch of partition p ending at end is stored: after an
-// error whose outcome is unknown (a timeout after the server committed), retrying it blindly
-// would count it twice.
-func (s *store) batchWritten(ctx context.Context, p int32, end int64) (bool, error) {
-	var n uint64
-	err := s.conn.QueryRow(ctx, `SELECT count() FROM view_deltas WHERE item_id = '' AND partition = ? AND end_offset = ?`,
-		uint16(p), end).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("look up batch of partition %d ending at %d: %w", p, end, err)
-	}
-	return n > 0, nil
-}
