@@ -122,8 +122,8 @@ func (k Kafka) Durability() kafka.Durability {
 
 // Producer is how the components' producers produce: bounds and codec (validated at load).
 func (k Kafka) Producer(maxBuffered int) kafka.Producer {
-	compression, _ := kafka.ParseCompression(k.Compression)
-	return kafka.Producer{MaxBuffered: maxBuffered, DeliveryTimeout: k.ProduceTimeout, Compression: compression}
+	codec, _ := kafka.ParseCompression(k.Compression)
+	return kafka.Producer{MaxBuffered: maxBuffered, DeliveryTimeout: k.ProduceTimeout, Codec: codec}
 }
 
 // Encoding is the format the components write records in (validated at load).

@@ -35,7 +35,7 @@ func TestCompression(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prod, err := kgo.NewClient(append(kafka.ClientOptions(c.ListenAddrs(), "prod", quiet, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: 100, DeliveryTimeout: 5 * time.Second, Compression: codecOpt})...)...)
+			prod, err := kgo.NewClient(append(kafka.ClientOptions(c.ListenAddrs(), "prod", quiet, nil), kafka.ProducerOptions(kafka.Producer{MaxBuffered: 100, DeliveryTimeout: 5 * time.Second, Codec: codecOpt})...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

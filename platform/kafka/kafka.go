@@ -35,33 +35,29 @@ func ClientOptions(brokers []string, clientID string, logger *slog.Logger, reg p
 type Producer struct {
 	MaxBuffered     int           // records held at most: past it TryProduce fails at once
 	DeliveryTimeout time.Duration // how long a record may wait for its ack
-	// Compression compresses the record batches: what ParseCompression makes of
-	// kafka.compression. Nil compresses nothing.
-	Compression kgo.ProducerOpt
+	// Codec compresses the record batches; the zero value is none. ParseCompression turns
+	// kafka.compression into one.
+	Codec kgo.CompressionCodec
 }
 
 // ProducerOptions make a producer that acknowledges a record only once every in-sync replica
 // has it (acks=all) and never writes one twice on retry (idempotent; franz-go's default with
 // acks=all), within p's bounds.
 //
-// Batches are compressed with p.Compression (kafka.compression, lz4 by default: it costs no CPU
+// Batches are compressed with p.Codec (kafka.compression, lz4 by default: it costs no CPU
 // measurable on the all-in-one and stores the log in less; docs/PERFORMANCE.md, "Kafka
-// settings"). Nil, which tests' own producers use, compresses nothing.
+// settings"). The zero Codec, which tests' own producers use, compresses nothing.
 //
 // No linger: every caller waits for its records' acks (a 202, a like's answer), so lingering
 // adds its whole length to each request, while records produced while a request is in flight
 // are batched into the next one anyway.
 func ProducerOptions(p Producer) []kgo.Opt {
-	compression := p.Compression
-	if compression == nil {
-		compression = kgo.ProducerBatchCompression(kgo.NoCompression())
-	}
 	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.MaxBufferedRecords(p.MaxBuffered),
 		kgo.RecordDeliveryTimeout(p.DeliveryTimeout),
 		kgo.ProducerLinger(0),
-		compression,
+		kgo.ProducerBatchCompression(p.Codec),
 	}
 }
 
@@ -137,4 +133,22 @@ func GroupOffsets(ctx context.Context, cl *kgo.Client, group, topic string) (map
 		}
 	}
 	return out, nil
+}
+
+// ParseCompression is the codec kafka.compression names: none, lz4, zstd, snappy or gzip ("" is
+// none). Consumers need nothing: Kafka clients decompress what they fetch.
+func ParseCompression(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "", "none":
+		return kgo.NoCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	}
+	return kgo.CompressionCodec{}, fmt.Errorf("compression %q; want none, lz4, zstd, snappy or gzip", name)
 }
