@@ -113,7 +113,8 @@ func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*
 	refused := watchReads(ctx, c.apis[0]+"/v1/counts?ids=item-hot,item-1")
 	// Counter adds (eventual, and accurate ones checked at each add) through the collector that
 	// is killed, behind the client's retries.
-	cc, addsSent, addsDone, wantAdds := goSendCounterAdds(t, ctx, c.apis[1], 1000)
+	faultsOver := make(chan struct{})
+	cc, addsSent, addsDone, wantAdds := goSendCounterAdds(t, ctx, c.apis[1], 200, faultsOver)
 	// Like changes through both collectors in turn; clicks through the one that lives.
 	likes := goSendLikes(t, ctx, c.apis)
 	var clicksPosted atomic.Int64
@@ -160,6 +161,7 @@ func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*
 		t.Fatal(err)
 	}
 	t.Logf("collector-1 SIGKILLed and started again after %d views, %d counter adds", posted.Load(), addsSent.Load())
+	close(faultsOver)
 	wg.Wait()
 	close(errs)
 	for err := range errs {

@@ -38,7 +38,8 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 		"--collector.addr", apiAddr, "--aggregator.addr", aggAddr, "--aggregator.flush_interval", "200ms")
 	api := "http://" + apiAddr
 	testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
-	c, sent, done, want := goSendCounterAdds(t, ctx, api, 3000)
+	faultsOver := make(chan struct{})
+	c, sent, done, want := goSendCounterAdds(t, ctx, api, 300, faultsOver)
 	rng := rand.New(rand.NewPCG(5, 5))
 	for kills := 0; kills < 3; kills++ {
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
@@ -49,6 +50,7 @@ func TestCountersLoggedExactThroughKills(t *testing.T) {
 		}
 		testinfra.WaitHTTP(t, time.Minute, api+"/readyz")
 	}
+	close(faultsOver)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -107,10 +109,10 @@ func recountAgrees(t *testing.T, batchjob, dir string) {
 	t.Logf("batchjob counters:\n%s", strings.Join(summaries, "\n"))
 }
 
-// goSendCounterAdds starts sendCounterAdds of n adds against the collector at api with a
-// client that retries (keeping its tokens) for as long as kills take; done receives its error,
-// and want holds the eventual counters' totals once it did.
-func goSendCounterAdds(t *testing.T, ctx context.Context, api string, n int) (*client.Client, *atomic.Int64, chan error, *map[string]int64) {
+// goSendCounterAdds starts sendCounterAdds against the collector at api with a client that
+// retries (keeping its tokens) for as long as kills take; done receives its error, and want
+// holds the eventual counters' totals once it did.
+func goSendCounterAdds(t *testing.T, ctx context.Context, api string, n int, faultsOver <-chan struct{}) (*client.Client, *atomic.Int64, chan error, *map[string]int64) {
 	t.Helper()
 	c, err := client.New(client.Options{BaseURL: api, MaxAttempts: 200, RetryBase: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond})
 	if err != nil {
@@ -119,7 +121,7 @@ func goSendCounterAdds(t *testing.T, ctx context.Context, api string, n int) (*c
 	sent, done, want := &atomic.Int64{}, make(chan error, 1), new(map[string]int64)
 	go func() {
 		var err error
-		*want, err = sendCounterAdds(ctx, c, n, sent)
+		*want, err = sendCounterAdds(ctx, c, n, faultsOver, sent)
 		done <- err
 	}()
 	return c, sent, done, want
@@ -128,18 +130,32 @@ func goSendCounterAdds(t *testing.T, ctx context.Context, api string, n int) (*c
 // counterNames is how many eventual counters sendCounterAdds spreads its adds over.
 const counterNames = 5
 
-// sendCounterAdds creates namespaces meters (eventual) and exact (accurate) and sends n adds
-// over counterNames eventual counters with the client's retries, every tenth sent twice more,
-// c4 cleared half-way, and every third add also to an accurate counter (addExact, checked at
-// once). It counts the adds sent in sent and returns what each eventual counter must end at.
-func sendCounterAdds(ctx context.Context, c *client.Client, n int, sent *atomic.Int64) (map[string]int64, error) {
+// addsAfterFaults is how many adds sendCounterAdds sends once the test's faults are over: the
+// system that went through them must go on counting, and no longer.
+const addsAfterFaults = 50
+
+// sendCounterAdds creates namespaces meters (eventual) and exact (accurate) and sends adds over
+// counterNames eventual counters with the client's retries: n at the least, and on until
+// faultsOver is closed, then addsAfterFaults more, so that every fault meets adds in flight and
+// the load does not outlast the faults by more. Every tenth add is sent twice more, c4 is cleared
+// after n/2, and every third add also goes to an accurate counter (addExact, checked at once).
+// It counts the adds sent in sent and returns what each eventual counter must end at.
+func sendCounterAdds(ctx context.Context, c *client.Client, n int, faultsOver <-chan struct{}, sent *atomic.Int64) (map[string]int64, error) {
 	for ns, mode := range map[string]client.CounterMode{"meters": client.ModeEventual, "exact": client.ModeAccurate} {
 		if _, err := c.PutNamespace(ctx, ns, client.NamespaceSpec{Mode: mode, IdempotencyWindow: "1h"}); err != nil {
 			return nil, err
 		}
 	}
 	want, wantExact := map[string]int64{}, map[string]int64{}
-	for i := range n {
+	end := -1 // the last add's index + 1, once n are sent and the faults are over
+	for i := 0; end < 0 || i < end; i++ {
+		if end < 0 && i >= n {
+			select {
+			case <-faultsOver:
+				end = i + addsAfterFaults
+			default:
+			}
+		}
 		if i == n/2 { // c4 cleared half-way: it ends with the adds sent after
 			if _, err := c.ClearCount(ctx, "meters", "c4", "clear-1"); err != nil {
 				return nil, fmt.Errorf("clear: %w", err)
@@ -204,7 +220,8 @@ func TestCountersExactThroughAggregatorKills(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cl := startCluster(t, 2)
-	c, sent, done, want := goSendCounterAdds(t, ctx, cl.api, 2000)
+	faultsOver := make(chan struct{})
+	c, sent, done, want := goSendCounterAdds(t, ctx, cl.api, 400, faultsOver)
 	rng := rand.New(rand.NewPCG(7, 7))
 	aggKills, infraKills := 0, 0
 	for running := true; running; {
@@ -218,7 +235,12 @@ func TestCountersExactThroughAggregatorKills(t *testing.T) {
 		case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
 		}
 		if aggKills >= 8 && infraKills > 0 {
-			continue // enough: the adds finish on a quiet cluster
+			select {
+			case <-faultsOver:
+			default:
+				close(faultsOver) // enough: the adds finish on a quiet cluster
+			}
+			continue
 		}
 		p := cl.aggs[rng.IntN(len(cl.aggs))]
 		if aggKills == 3 && infraKills == 0 {
