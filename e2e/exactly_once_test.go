@@ -108,7 +108,7 @@ func TestViewsExactlyOnceThroughCrashes(t *testing.T) {
 	}()
 
 	t0 := time.Now()
-	if err := postEvents(ctx, c.api, n, 0, &posted); err != nil {
+	if err := postEvents(ctx, c.api, n, pacing{}, &posted); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("posted %d events in %s", n, time.Since(t0).Round(time.Millisecond))
@@ -162,7 +162,7 @@ func TestAllInOneExactlyOnceThroughKills(t *testing.T) {
 	postDone := make(chan error, 1)
 	// Paced so that the load outlasts at least eoMinKills restarts of the whole process (each
 	// start runs every component's recovery first).
-	go func() { postDone <- postEvents(ctx, api, n, 12_500, &posted) }()
+	go func() { postDone <- postEvents(ctx, api, n, pacing{perSecond: 12_500}, &posted) }()
 	var clicksPosted atomic.Int64
 	clicksDone := make(chan error, 1)
 	go func() { clicksDone <- postRecentClicks(ctx, api, max(1, n/10), eoAllInOneClickRate, &clicksPosted) }()
@@ -242,7 +242,7 @@ func TestZombieAggregatorIsFenced(t *testing.T) {
 			stops++
 		}
 	}()
-	if err := postEvents(ctx, c.api, n, 5_000, &posted); err != nil {
+	if err := postEvents(ctx, c.api, n, pacing{perSecond: 5_000}, &posted); err != nil {
 		t.Fatal(err)
 	}
 	if stops := <-stopped; stops < 3 {
@@ -588,11 +588,18 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// pacing holds postEvents back, so that faults land while views are still arriving: at most
+// perSecond views a second when set, and, when upTo is set, no view at or past its value until
+// the test moves it on (a wait of the test's cannot outlast the load).
+type pacing struct {
+	perSecond int
+	upTo      *atomic.Int64
+}
+
 // postEvents posts n generated views as NDJSON batches from several goroutines, retrying a
-// batch (same bytes, so same event ids) until it is accepted, at most perSecond views a second
-// when perSecond > 0 (so that kills land while views are still arriving). It stops early, with
-// ctx's error, when ctx ends.
-func postEvents(ctx context.Context, api string, n, perSecond int, posted *atomic.Int64) error {
+// batch (same bytes, so same event ids) until it is accepted, as fast as pace lets it. It stops
+// early, with ctx's error, when ctx ends.
+func postEvents(ctx context.Context, api string, n int, pace pacing, posted *atomic.Int64) error {
 	batches := make(chan []byte, eoPosters)
 	errs := make(chan error, eoPosters)
 	var wg sync.WaitGroup
@@ -614,13 +621,20 @@ func postEvents(ctx context.Context, api string, n, perSecond int, posted *atomi
 	var buf bytes.Buffer
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		if i%eoBatch == 0 && ctx.Err() != nil {
-			close(batches)
-			wg.Wait()
-			return ctx.Err()
+		if i%eoBatch == 0 {
+			held := time.Now()
+			for pace.upTo != nil && int64(i) >= pace.upTo.Load() && ctx.Err() == nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+			start = start.Add(time.Since(held)) // the rate resumes where it was held
+			if ctx.Err() != nil {
+				close(batches)
+				wg.Wait()
+				return ctx.Err()
+			}
 		}
-		if perSecond > 0 && i%eoBatch == 0 {
-			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(perSecond))))
+		if pace.perSecond > 0 && i%eoBatch == 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(pace.perSecond))))
 		}
 		if i%eoCountEvery == eoCountEvery-1 {
 			c := gen.nextCount()

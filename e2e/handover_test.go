@@ -34,7 +34,7 @@ func TestAggregatorHandover(t *testing.T) {
 	var posted atomic.Int64
 	pctx, stopPosting := context.WithCancel(ctx)
 	posting := make(chan error, 1)
-	go func() { posting <- postEvents(pctx, c.api, 3000*600, 3000, &posted) }()
+	go func() { posting <- postEvents(pctx, c.api, 3000*600, pacing{perSecond: 3000}, &posted) }()
 	defer func() { stopPosting(); <-posting }()
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -25,7 +25,7 @@ func TestStoppingAggregatorKeepsToItsTimeout(t *testing.T) {
 	var posted atomic.Int64
 	postDone := make(chan error, 1)
 	n := eoEvents / 16
-	go func() { postDone <- postEvents(ctx, c.api, n, 4_000, &posted) }()
+	go func() { postDone <- postEvents(ctx, c.api, n, pacing{perSecond: 4_000}, &posted) }()
 	testinfra.WaitFor(t, time.Minute, "views posted", func() (bool, string) { return posted.Load() > int64(n/4), "" })
 
 	c.addAggregator(t)
