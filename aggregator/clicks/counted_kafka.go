@@ -6,7 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	countedtopic "github.com/tallypipeline/tally/aggregator/counted"
+	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/schemas"
 )
 
@@ -68,23 +71,18 @@ func (s store) batchSeconds(ctx context.Context, p int32, after, to int64, since
 	if after >= to {
 		return nil, nil
 	}
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT m.epoch, c.clicks_end, c.ad_id, intDiv(toUnixTimestamp64Milli(c.ts), 1000) AS sec, count()
+	byEnd := map[int64]*countedtopic.Stored{}
+	err := chclient.Each(ctx, s.conn, fmt.Sprintf(`SELECT m.epoch, c.clicks_end, c.ad_id, intDiv(toUnixTimestamp64Milli(c.ts), 1000) AS sec, count()
 		FROM (SELECT DISTINCT clicks_end, verdicts_end, click_id, click_offset, ad_id, ts FROM clicks_counted
 			WHERE partition = %[1]d AND clicks_end > %[2]d AND clicks_end <= %[3]d AND toUnixTimestamp64Milli(ts) >= %[4]d) AS c
 		INNER JOIN (SELECT epoch, clicks_end, verdicts_end FROM click_deltas
 			WHERE ad_id = '' AND partition = %[1]d AND clicks_end > %[2]d AND clicks_end <= %[3]d AND NOT (%[5]s)) AS m
 		ON c.clicks_end = m.clicks_end AND c.verdicts_end = m.verdicts_end
-		GROUP BY m.epoch, c.clicks_end, c.ad_id, sec`, p, after, to, since.UnixMilli(), invalid))
-	if err != nil {
-		return nil, fmt.Errorf("read counted clicks of partition %d after %d: %w", p, after, err)
-	}
-	defer rows.Close()
-	byEnd := map[int64]*countedtopic.Stored{}
-	for rows.Next() {
+		GROUP BY m.epoch, c.clicks_end, c.ad_id, sec`, p, after, to, since.UnixMilli(), invalid), nil, func(rows driver.Rows) error {
 		var b countedtopic.Stored
 		var c schemas.BucketCount
 		if err := rows.Scan(&b.Epoch, &b.End, &c.Key, &c.Second, &c.Count); err != nil {
-			return nil, fmt.Errorf("scan counted clicks of partition %d: %w", p, err)
+			return err
 		}
 		cur := byEnd[b.End]
 		if cur == nil {
@@ -92,9 +90,10 @@ func (s store) batchSeconds(ctx context.Context, p int32, after, to int64, since
 			byEnd[b.End] = cur
 		}
 		cur.Counts = append(cur.Counts, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read counted clicks of partition %d: %w", p, err)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read counted clicks of partition %d after %d: %w", p, after, err)
 	}
 	out := make([]countedtopic.Stored, 0, len(byEnd))
 	for _, b := range byEnd {

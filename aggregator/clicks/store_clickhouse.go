@@ -49,42 +49,41 @@ func (s store) loadCheckpoint(ctx context.Context, p int32, invalid string) (che
 // hoursAfter lists the (ad, campaign, device, hour) buckets of partition p's batches that end
 // beyond rolled or match extra (zombie batches): the hours whose rollups are not vouched for.
 func (s store) hoursAfter(ctx context.Context, p int32, rolled offsets, extra string) ([]hourKey, error) {
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT ad_id, campaign_id, device, toInt64(toUnixTimestamp(toStartOfHour(minute))) FROM click_deltas
-		WHERE partition = ? AND ad_id != '' AND (clicks_end > ? OR verdicts_end > ? OR (%s))`, extra), uint16(p), rolled.clicks, rolled.verdicts)
+	var out []hourKey
+	err := chclient.Each(ctx, s.conn, fmt.Sprintf(`SELECT DISTINCT ad_id, campaign_id, device, toInt64(toUnixTimestamp(toStartOfHour(minute))) FROM click_deltas
+		WHERE partition = ? AND ad_id != '' AND (clicks_end > ? OR verdicts_end > ? OR (%s))`, extra),
+		[]any{uint16(p), rolled.clicks, rolled.verdicts}, func(rows driver.Rows) error {
+			var k hourKey
+			if err := rows.Scan(&k.ad, &k.campaign, &k.device, &k.hour); err != nil {
+				return err
+			}
+			out = append(out, k)
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("find unrolled hours of click partition %d: %w", p, err)
 	}
-	defer rows.Close()
-	var out []hourKey
-	for rows.Next() {
-		var k hourKey
-		if err := rows.Scan(&k.ad, &k.campaign, &k.device, &k.hour); err != nil {
-			return nil, fmt.Errorf("scan unrolled hour: %w", err)
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // loadDedupe restores into win the clicks counted in batches up to the checkpoint that are still
 // held.
 func (s store) loadDedupe(ctx context.Context, p int32, at offsets, win *dedupe.Window) error {
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT click_id, ad_id, toUnixTimestamp64Milli(ts) FROM clicks_counted
+	err := chclient.Each(ctx, s.conn, `SELECT DISTINCT click_id, ad_id, toUnixTimestamp64Milli(ts) FROM clicks_counted
 		WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND toUnixTimestamp64Milli(ts) >= ?`,
-		uint16(p), at.clicks, at.verdicts, win.LiveSince())
+		[]any{uint16(p), at.clicks, at.verdicts, win.LiveSince()}, func(rows driver.Rows) error {
+			var id, ad string
+			var ts int64
+			if err := rows.Scan(&id, &ad, &ts); err != nil {
+				return err
+			}
+			win.RestorePair(dedupe.Key(id, ad), ts)
+			return nil
+		})
 	if err != nil {
 		return fmt.Errorf("load counted clicks of partition %d: %w", p, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, ad string
-		var ts int64
-		if err := rows.Scan(&id, &ad, &ts); err != nil {
-			return fmt.Errorf("scan counted click: %w", err)
-		}
-		win.RestorePair(dedupe.Key(id, ad), ts)
-	}
-	return rows.Err()
+	return nil
 }
 
 // loadVerdicts returns the latest verdict, up to the checkpoint at, of each click id in ids, or
@@ -95,49 +94,48 @@ func (s store) loadVerdicts(ctx context.Context, p int32, at offsets, ids []stri
 		ctx = chclient.FitList(ctx, ids, 1)
 		cond, args = "click_id IN (?)", []any{uint16(p), at.clicks, at.verdicts, ids}
 	}
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT click_id, argMax(verdict, (decided_at, verdict)), toUnixTimestamp64Milli(max(decided_at)), max(held_from)
-		FROM click_verdicts WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND %s GROUP BY click_id`, cond), args...)
-	if err != nil {
-		return nil, fmt.Errorf("load verdicts of partition %d: %w", p, err)
-	}
-	defer rows.Close()
 	out := map[string]verdictState{}
-	for rows.Next() {
+	err := chclient.Each(ctx, s.conn, fmt.Sprintf(`SELECT click_id, argMax(verdict, (decided_at, verdict)), toUnixTimestamp64Milli(max(decided_at)), max(held_from)
+		FROM click_verdicts WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND %s GROUP BY click_id`, cond), args, func(rows driver.Rows) error {
 		var id string
 		var v uint8
 		var st verdictState
 		if err := rows.Scan(&id, &v, &st.decided, &st.held); err != nil {
-			return nil, fmt.Errorf("scan verdict: %w", err)
+			return err
 		}
 		st.verdict = schemas.Verdict(v)
 		out[id] = st
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load verdicts of partition %d: %w", p, err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // loadCounted returns the clicks counted up to the checkpoint at with the given ids (DISTINCT
 // merges a replay's copy of a row, not two clicks: each row carries its click's offset).
 func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []string) (map[string][]storedClick, error) {
 	ctx = chclient.FitList(ctx, ids, 1)
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT click_id, click_offset, ad_id, campaign_id, device, toUnixTimestamp64Milli(ts), score_over FROM clicks_counted
-		WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND click_id IN (?)`, uint16(p), at.clicks, at.verdicts, ids)
+	out := map[string][]storedClick{}
+	err := chclient.Each(ctx, s.conn, `SELECT DISTINCT click_id, click_offset, ad_id, campaign_id, device, toUnixTimestamp64Milli(ts), score_over FROM clicks_counted
+		WHERE partition = ? AND clicks_end <= ? AND verdicts_end <= ? AND click_id IN (?)`,
+		[]any{uint16(p), at.clicks, at.verdicts, ids}, func(rows driver.Rows) error {
+			var id string
+			var c storedClick
+			var over uint8
+			var offset int64
+			if err := rows.Scan(&id, &offset, &c.ad, &c.campaign, &c.device, &c.ts, &over); err != nil {
+				return err
+			}
+			c.scoreOver = over == 1
+			out[id] = append(out[id], c)
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("load counted clicks of partition %d: %w", p, err)
 	}
-	defer rows.Close()
-	out := map[string][]storedClick{}
-	for rows.Next() {
-		var id string
-		var c storedClick
-		var over uint8
-		var offset int64
-		if err := rows.Scan(&id, &offset, &c.ad, &c.campaign, &c.device, &c.ts, &over); err != nil {
-			return nil, fmt.Errorf("scan counted click: %w", err)
-		}
-		c.scoreOver = over == 1
-		out[id] = append(out[id], c)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // writeFacts writes the counted clicks and verdicts of parts' pending batches, tagged with the
@@ -286,24 +284,20 @@ func (s store) sumHours(ctx context.Context, hours []hourKey, invalid string) (m
 	}
 	// The ads and the hours' span select the rows; the hours wanted are picked out by the
 	// caller (a literal list of tuples costs the server more to parse than the rows cost).
-	rows, err := s.conn.Query(chclient.FitList(ctx, adList, 1), fmt.Sprintf(`SELECT ad_id, campaign_id, device, toInt64(toUnixTimestamp(toStartOfHour(minute))) AS hs, sum(clicks), sum(billable)
-		FROM click_deltas WHERE ad_id IN (?) AND minute >= toDateTime(%d) AND minute < toDateTime(%d) AND NOT (%s)
-		GROUP BY ad_id, campaign_id, device, hs`, lo, hi+3600, invalid), adList)
-	if err != nil {
-		return nil, fmt.Errorf("sum %d click hours: %w", len(hours), err)
-	}
-	defer rows.Close()
 	sums := make(map[hourKey]delta, len(hours))
-	for rows.Next() {
+	err := chclient.Each(chclient.FitList(ctx, adList, 1), s.conn, fmt.Sprintf(`SELECT ad_id, campaign_id, device, toInt64(toUnixTimestamp(toStartOfHour(minute))) AS hs, sum(clicks), sum(billable)
+		FROM click_deltas WHERE ad_id IN (?) AND minute >= toDateTime(%d) AND minute < toDateTime(%d) AND NOT (%s)
+		GROUP BY ad_id, campaign_id, device, hs`, lo, hi+3600, invalid), []any{adList}, func(rows driver.Rows) error {
 		var k hourKey
 		var d delta
 		if err := rows.Scan(&k.ad, &k.campaign, &k.device, &k.hour, &d.clicks, &d.billable); err != nil {
-			return nil, fmt.Errorf("scan click hour: %w", err)
+			return err
 		}
 		sums[k] = d
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read click hours: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sum %d click hours: %w", len(hours), err)
 	}
 	return sums, nil
 }

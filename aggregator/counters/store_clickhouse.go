@@ -8,6 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/schemas/dedupe"
 )
 
@@ -43,21 +44,16 @@ func (s store) loadCheckpoint(ctx context.Context, p int32, invalid string) (che
 // watermark from the checkpoint batch's rows, then the tokens counted in valid batches up to cp
 // that the windows still hold.
 func (s store) loadDedupe(ctx context.Context, p *partition, cp checkpoint) error {
-	rows, err := s.conn.Query(ctx, `SELECT window_ms, max(toUnixTimestamp64Milli(ts)) FROM counter_tokens
-		WHERE partition = ? AND key = 0 AND epoch = ? AND end_offset = ? GROUP BY window_ms`, uint16(p.id), cp.epoch, cp.end)
-	if err != nil {
-		return fmt.Errorf("load dedupe windows of counter partition %d: %w", p.id, err)
-	}
-	for rows.Next() {
+	err := chclient.Each(ctx, s.conn, `SELECT window_ms, max(toUnixTimestamp64Milli(ts)) FROM counter_tokens
+		WHERE partition = ? AND key = 0 AND epoch = ? AND end_offset = ? GROUP BY window_ms`, []any{uint16(p.id), cp.epoch, cp.end}, func(rows driver.Rows) error {
 		var w, wm int64
 		if err := rows.Scan(&w, &wm); err != nil {
-			rows.Close()
-			return fmt.Errorf("scan dedupe window: %w", err)
+			return err
 		}
 		p.window(w).Restore(wm)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("load dedupe windows of counter partition %d: %w", p.id, err)
 	}
 	for w, win := range p.windows {
@@ -69,22 +65,21 @@ func (s store) loadDedupe(ctx context.Context, p *partition, cp checkpoint) erro
 }
 
 func (s store) loadTokens(ctx context.Context, p *partition, cp checkpoint, window int64, win *dedupe.Window) error {
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_tokens
+	err := chclient.Each(ctx, s.conn, fmt.Sprintf(`SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_tokens
 		WHERE partition = ? AND window_ms = ? AND key != 0 AND end_offset <= ? AND toUnixTimestamp64Milli(ts) >= ? AND NOT (%s)`, p.invalid),
-		uint16(p.id), window, cp.end, win.LiveSince())
+		[]any{uint16(p.id), window, cp.end, win.LiveSince()}, func(rows driver.Rows) error {
+			var k uint64
+			var ts int64
+			if err := rows.Scan(&k, &ts); err != nil {
+				return err
+			}
+			win.RestorePair(k, ts)
+			return nil
+		})
 	if err != nil {
 		return fmt.Errorf("load tokens of counter partition %d: %w", p.id, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var k uint64
-		var ts int64
-		if err := rows.Scan(&k, &ts); err != nil {
-			return fmt.Errorf("scan token: %w", err)
-		}
-		win.RestorePair(k, ts)
-	}
-	return rows.Err()
+	return nil
 }
 
 // writeTokens stores the counted tokens of parts' batches and each window's watermark at the
@@ -162,22 +157,18 @@ func (s store) readDurable(ctx context.Context, p *partition) error {
 		conds = append(conds, "(ns = ? AND generation = ? AND name = ?)")
 		args = append(args, k.ns, k.gen, k.name)
 	}
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT ns, generation, name, sum(delta) FROM counter_deltas
-		WHERE partition = %d AND NOT (%s) AND (%s) GROUP BY ns, generation, name`, p.id, p.invalid, strings.Join(conds, " OR ")), args...)
-	if err != nil {
-		return fmt.Errorf("read the totals of cleared counters of partition %d: %w", p.id, err)
-	}
-	defer rows.Close()
 	durable := make(map[counterKey]int64, len(p.clears))
-	for rows.Next() {
+	err := chclient.Each(ctx, s.conn, fmt.Sprintf(`SELECT ns, generation, name, sum(delta) FROM counter_deltas
+		WHERE partition = %d AND NOT (%s) AND (%s) GROUP BY ns, generation, name`, p.id, p.invalid, strings.Join(conds, " OR ")), args, func(rows driver.Rows) error {
 		var k counterKey
 		var sum int64
 		if err := rows.Scan(&k.ns, &k.gen, &k.name, &sum); err != nil {
-			return fmt.Errorf("scan the total of a cleared counter: %w", err)
+			return err
 		}
 		durable[k] = sum
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("read the totals of cleared counters of partition %d: %w", p.id, err)
 	}
 	p.durable = durable

@@ -26,6 +26,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // MaxPayload bounds the bytes of a bad record or row kept in its letter.
@@ -148,23 +150,19 @@ func (w *Writer) seen(ctx context.Context, conn driver.Conn, letters []Letter) (
 		terms[i] = "(source = ? AND partition = ? AND offset BETWEEN ? AND ?)"
 		args = append(args, g.source, g.partition, spans[g].lo, spans[g].hi)
 	}
-	rows, err := conn.Query(ctx, `SELECT source, partition, offset, ref, min(seen_at) FROM dead_letters
-		WHERE `+strings.Join(terms, " OR ")+` GROUP BY source, partition, offset, ref`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("look up %d dead letters written before: %w", len(letters), err)
-	}
-	defer rows.Close()
 	out := map[key]time.Time{}
-	for rows.Next() {
+	err := chclient.Each(ctx, conn, `SELECT source, partition, offset, ref, min(seen_at) FROM dead_letters
+		WHERE `+strings.Join(terms, " OR ")+` GROUP BY source, partition, offset, ref`, args, func(rows driver.Rows) error {
 		var k key
 		var at time.Time
 		if err := rows.Scan(&k.source, &k.partition, &k.offset, &k.ref, &at); err != nil {
-			return nil, fmt.Errorf("scan dead letter written before: %w", err)
+			return err
 		}
 		out[k] = at
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read dead letters written before: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("look up %d dead letters written before: %w", len(letters), err)
 	}
 	return out, nil
 }

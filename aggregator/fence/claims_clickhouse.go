@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // Table is a stream's claims table in ClickHouse: one row per claim, keyed (partition, epoch),
@@ -23,26 +25,22 @@ type Table struct {
 
 // Load reads partition p's claims into its fence.
 func (t Table) Load(ctx context.Context, p int32) (Fence, error) {
-	rows, err := t.Conn.Query(ctx, fmt.Sprintf(`SELECT epoch, claimed_at, %s FROM %s WHERE partition = ?`,
-		strings.Join(t.Starts, ", "), t.Name), uint16(p))
-	if err != nil {
-		return Fence{}, fmt.Errorf("load claims of partition %d from %s: %w", p, t.Name, err)
-	}
-	defer rows.Close()
 	var cs []Claim
-	for rows.Next() {
+	err := chclient.Each(ctx, t.Conn, fmt.Sprintf(`SELECT epoch, claimed_at, %s FROM %s WHERE partition = ?`,
+		strings.Join(t.Starts, ", "), t.Name), []any{uint16(p)}, func(rows driver.Rows) error {
 		c := Claim{Start: make([]int64, len(t.Starts))}
 		dest := []any{&c.Epoch, &c.At}
 		for i := range c.Start {
 			dest = append(dest, &c.Start[i])
 		}
 		if err := rows.Scan(dest...); err != nil {
-			return Fence{}, fmt.Errorf("scan claim of partition %d from %s: %w", p, t.Name, err)
+			return err
 		}
 		cs = append(cs, c)
-	}
-	if err := rows.Err(); err != nil {
-		return Fence{}, fmt.Errorf("read claims of partition %d from %s: %w", p, t.Name, err)
+		return nil
+	})
+	if err != nil {
+		return Fence{}, fmt.Errorf("load claims of partition %d from %s: %w", p, t.Name, err)
 	}
 	return New(t.Ends, cs), nil
 }
@@ -95,22 +93,28 @@ func (t Table) MaxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, er
 	for i, id := range ids {
 		ps[i] = uint16(id)
 	}
-	rows, err := t.Conn.Query(ctx, fmt.Sprintf(`SELECT partition, max(epoch) FROM %s WHERE partition IN (?) GROUP BY partition`, t.Name), ps)
+	out, err := byPartition(ctx, t.Conn, fmt.Sprintf(`SELECT partition, max(epoch) FROM %s WHERE partition IN (?) GROUP BY partition`, t.Name), ps)
 	if err != nil {
 		return nil, fmt.Errorf("read claim epochs from %s: %w", t.Name, err)
 	}
-	defer rows.Close()
-	out := make(map[int32]uint64, len(ids))
-	for rows.Next() {
+	return out, nil
+}
+
+// byPartition runs query, whose rows are a partition and a UInt64 of it, and returns the values
+// by partition.
+func byPartition(ctx context.Context, conn driver.Conn, query string, args ...any) (map[int32]uint64, error) {
+	out := map[int32]uint64{}
+	err := chclient.Each(ctx, conn, query, args, func(rows driver.Rows) error {
 		var p uint16
-		var e uint64
-		if err := rows.Scan(&p, &e); err != nil {
-			return nil, fmt.Errorf("scan claim epoch from %s: %w", t.Name, err)
+		var v uint64
+		if err := rows.Scan(&p, &v); err != nil {
+			return err
 		}
-		out[int32(p)] = e
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read claim epochs from %s: %w", t.Name, err)
+		out[int32(p)] = v
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -153,23 +157,10 @@ func (b Batches) Invalid(ctx context.Context, invalid map[int32]string) (map[int
 	for p, sql := range invalid {
 		conds = append(conds, fmt.Sprintf("(partition = %d AND (%s))", p, sql))
 	}
-	rows, err := b.Conn.Query(ctx, fmt.Sprintf(`SELECT partition, count() FROM %s WHERE %s AND (%s) GROUP BY partition`,
+	found, err := byPartition(ctx, b.Conn, fmt.Sprintf(`SELECT partition, count() FROM %s WHERE %s AND (%s) GROUP BY partition`,
 		b.Table, b.Marker, strings.Join(conds, " OR ")))
 	if err != nil {
 		return nil, fmt.Errorf("look for zombie batches of %d partitions in %s: %w", len(invalid), b.Table, err)
-	}
-	defer rows.Close()
-	found := map[int32]uint64{}
-	for rows.Next() {
-		var p uint16
-		var n uint64
-		if err := rows.Scan(&p, &n); err != nil {
-			return nil, fmt.Errorf("scan zombie batches in %s: %w", b.Table, err)
-		}
-		found[int32(p)] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read zombie batches in %s: %w", b.Table, err)
 	}
 	return found, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // Store keeps halts and decisions in ClickHouse (tables partition_halts and partition_resumes,
@@ -55,26 +57,22 @@ func (s Store) Decided(ctx context.Context, h *Halt) (Decision, bool, error) {
 
 // Open returns, per partition, the newest halt that no decision answers yet.
 func (s Store) Open(ctx context.Context) ([]*Halt, error) {
-	rows, err := s.Conn.Query(ctx, `SELECT topic, partition, checkpoint, log_start, log_end, reason, owner, halted_at
+	var out []*Halt
+	err := chclient.Each(ctx, s.Conn, `SELECT topic, partition, checkpoint, log_start, log_end, reason, owner, halted_at
 		FROM partition_halts AS h
 		WHERE (topic, partition, halted_at) IN (SELECT topic, partition, max(halted_at) FROM partition_halts GROUP BY topic, partition)
 		  AND (topic, partition, checkpoint) NOT IN (SELECT topic, partition, checkpoint FROM partition_resumes)
-		ORDER BY topic, partition`)
-	if err != nil {
-		return nil, fmt.Errorf("read halted partitions: %w", err)
-	}
-	defer rows.Close()
-	var out []*Halt
-	for rows.Next() {
+		ORDER BY topic, partition`, nil, func(rows driver.Rows) error {
 		h := &Halt{}
 		var reason string
 		if err := rows.Scan(&h.Topic, &h.Partition, &h.Checkpoint, &h.LogStart, &h.LogEnd, &reason, &h.Owner, &h.At); err != nil {
-			return nil, fmt.Errorf("read halted partitions: %w", err)
+			return err
 		}
 		h.Reason = Reason(reason)
 		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read halted partitions: %w", err)
 	}
 	return out, nil

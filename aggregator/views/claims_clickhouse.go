@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/platform/chclient"
 )
@@ -54,20 +56,19 @@ func (s *store) legacyItems(ctx context.Context, p int32) ([]string, error) {
 }
 
 func (s *store) strings(ctx context.Context, q string) ([]string, error) {
-	rows, err := s.conn.Query(ctx, q)
+	var out []string
+	err := chclient.Each(ctx, s.conn, q, nil, func(rows driver.Rows) error {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("query %.60s: %w", q, err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, fmt.Errorf("scan: %w", err)
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // zombieBatches returns, by partition, the batches of each partition p of after that end after
@@ -84,24 +85,21 @@ func (s *store) zombieBatches(ctx context.Context, after map[*partition]int64) (
 		conds = append(conds, fmt.Sprintf("(partition = %d AND end_offset > %d AND epoch < %d)", p.id, from, p.epoch))
 		fences[p.id] = p.fence
 	}
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT DISTINCT partition, epoch, end_offset FROM batch_items WHERE %s`, strings.Join(conds, " OR ")))
+	out := map[int32][]batchRef{}
+	err := chclient.Each(ctx, s.conn, fmt.Sprintf(`SELECT DISTINCT partition, epoch, end_offset FROM batch_items WHERE %s`, strings.Join(conds, " OR ")),
+		nil, func(rows driver.Rows) error {
+			var p uint16
+			var b batchRef
+			if err := rows.Scan(&p, &b.epoch, &b.end); err != nil {
+				return err
+			}
+			if !fences[int32(p)].Valid(b.epoch, b.end) {
+				out[int32(p)] = append(out[int32(p)], b)
+			}
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("find batches of older epochs of %d partitions: %w", len(after), err)
-	}
-	defer rows.Close()
-	out := map[int32][]batchRef{}
-	for rows.Next() {
-		var p uint16
-		var b batchRef
-		if err := rows.Scan(&p, &b.epoch, &b.end); err != nil {
-			return nil, fmt.Errorf("scan batch of an older epoch: %w", err)
-		}
-		if !fences[int32(p)].Valid(b.epoch, b.end) {
-			out[int32(p)] = append(out[int32(p)], b)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read batches of older epochs: %w", err)
 	}
 	return out, nil
 }
@@ -152,25 +150,20 @@ func (s *store) history(ctx context.Context, p int32) (itemsEnd, written int64, 
 func (s *store) lostBatches(ctx context.Context, p *partition, items []string, markersFrom time.Time) (map[string][]batchRef, error) {
 	out := map[string][]batchRef{}
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
-		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT DISTINCT item_id, epoch, end_offset FROM batch_items
+		err := chclient.Each(chclient.FitList(ctx, round, 1), s.conn, fmt.Sprintf(`SELECT DISTINCT item_id, epoch, end_offset FROM batch_items
 			WHERE partition = %[1]d AND item_id IN (?) AND written_at >= toDateTime(%[2]d) AND end_offset > 0
 				AND (epoch < %[3]d OR (epoch = %[3]d AND end_offset <= %[4]d)) AND NOT (%[5]s)
 				AND (epoch, end_offset) NOT IN (SELECT epoch, end_offset FROM view_deltas WHERE item_id = '' AND partition = %[1]d)`,
-			p.id, markersFrom.Unix(), p.epoch, p.flushed, p.fence.AnyInvalidSQL()), round)
-		if err != nil {
-			return nil, fmt.Errorf("look for batches of partition %d missing from view_deltas: %w", p.id, err)
-		}
-		for rows.Next() {
+			p.id, markersFrom.Unix(), p.epoch, p.flushed, p.fence.AnyInvalidSQL()), []any{round}, func(rows driver.Rows) error {
 			var item string
 			var b batchRef
 			if err := rows.Scan(&item, &b.epoch, &b.end); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("scan a batch of partition %d missing from view_deltas: %w", p.id, err)
+				return err
 			}
 			out[item] = append(out[item], b)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return nil, fmt.Errorf("look for batches of partition %d missing from view_deltas: %w", p.id, err)
 		}
 	}

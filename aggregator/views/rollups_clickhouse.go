@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/tallypipeline/tally/platform/chclient"
 )
@@ -132,20 +133,16 @@ func (s *store) rollupDiffs(ctx context.Context, p int32, items []string, invali
 	var out []rollupDiff
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
 		for _, r := range rollups() {
-			rows, err := s.conn.Query(chclient.FitList(ctx, round, 2), diffSQL(r, p, invalid, horizon)+" ORDER BY item_id, b", round, round)
+			err := chclient.Each(chclient.FitList(ctx, round, 2), s.conn, diffSQL(r, p, invalid, horizon)+" ORDER BY item_id, b",
+				[]any{round, round}, func(rows driver.Rows) error {
+					d := rollupDiff{table: r.table}
+					if err := rows.Scan(&d.item, &d.bucket, &d.deltas, &d.rollup); err != nil {
+						return err
+					}
+					out = append(out, d)
+					return nil
+				})
 			if err != nil {
-				return nil, fmt.Errorf("compare %s of partition %d with the deltas: %w", r.table, p, err)
-			}
-			for rows.Next() {
-				d := rollupDiff{table: r.table}
-				if err := rows.Scan(&d.item, &d.bucket, &d.deltas, &d.rollup); err != nil {
-					rows.Close()
-					return nil, fmt.Errorf("scan a bucket of %s differing from the deltas: %w", r.table, err)
-				}
-				out = append(out, d)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
 				return nil, fmt.Errorf("compare %s of partition %d with the deltas: %w", r.table, p, err)
 			}
 		}

@@ -64,23 +64,19 @@ func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence.Fence) (che
 // checkpoint: a new owner folds them, whether or not it sees their items again, before the
 // deltas' TTL drops them.
 func (s *store) loadUnfolded(ctx context.Context, p int32, folded int64) ([]sketchKey, error) {
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT item_id, toUInt32(day) FROM unique_viewer_deltas
-		WHERE partition = ? AND end_offset > ?`, uint16(p), folded)
-	if err != nil {
-		return nil, fmt.Errorf("find unfolded sketch deltas of partition %d: %w", p, err)
-	}
-	defer rows.Close()
 	var keys []sketchKey
-	for rows.Next() {
+	err := chclient.Each(ctx, s.conn, `SELECT DISTINCT item_id, toUInt32(day) FROM unique_viewer_deltas
+		WHERE partition = ? AND end_offset > ?`, []any{uint16(p), folded}, func(rows driver.Rows) error {
 		var k sketchKey
 		var day uint32
 		if err := rows.Scan(&k.item, &day); err != nil {
-			return nil, fmt.Errorf("scan unfolded sketch key: %w", err)
+			return err
 		}
 		k.day = int32(day)
 		keys = append(keys, k)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("find unfolded sketch deltas of partition %d: %w", p, err)
 	}
 	return keys, nil
@@ -132,22 +128,18 @@ func (s *store) writeOffsets(ctx context.Context, table, what string, rows []off
 // pair may hold several) and returns how many pairs it holds. A replayed batch may have written
 // the same counted view twice; restoring it twice changes nothing.
 func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.Window) (int, error) {
-	rows, err := s.conn.Query(ctx, `SELECT DISTINCT pair, last_ms FROM dedupe_state
-		WHERE partition = ? AND end_offset <= ? AND last_ms >= ?`, uint16(p), end, win.LiveSince())
-	if err != nil {
-		return 0, fmt.Errorf("load dedupe state of partition %d: %w", p, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := chclient.Each(ctx, s.conn, `SELECT DISTINCT pair, last_ms FROM dedupe_state
+		WHERE partition = ? AND end_offset <= ? AND last_ms >= ?`, []any{uint16(p), end, win.LiveSince()}, func(rows driver.Rows) error {
 		var pair uint64
 		var t int64
 		if err := rows.Scan(&pair, &t); err != nil {
-			return win.Len(), fmt.Errorf("scan dedupe state of partition %d: %w", p, err)
+			return err
 		}
 		win.RestorePair(pair, t)
-	}
-	if err := rows.Err(); err != nil {
-		return win.Len(), fmt.Errorf("read dedupe state of partition %d: %w", p, err)
+		return nil
+	})
+	if err != nil {
+		return win.Len(), fmt.Errorf("load dedupe state of partition %d: %w", p, err)
 	}
 	return win.Len(), nil
 }
@@ -218,21 +210,16 @@ func (s *store) loadSketches(ctx context.Context, parts []*partition) error {
 // fold replaces it with the in-memory sketch, newer, so that one bad row cannot stop sketch
 // writes.
 func (s *store) mergeStored(ctx context.Context, items []string, want map[string][]*partition) error {
-	rows, err := s.conn.Query(chclient.FitList(ctx, items, 1), `SELECT item_id, toUInt32(day), argMax(sketch, updated_at),
-			toUnixTimestamp64Micro(max(updated_at)) FROM unique_viewers
-		WHERE item_id IN (?) GROUP BY item_id, day`, items)
-	if err != nil {
-		return fmt.Errorf("load sketches of %d items: %w", len(items), err)
-	}
-	defer rows.Close()
 	var setAside []deadletter.Letter
-	for rows.Next() {
+	err := chclient.Each(chclient.FitList(ctx, items, 1), s.conn, `SELECT item_id, toUInt32(day), argMax(sketch, updated_at),
+			toUnixTimestamp64Micro(max(updated_at)) FROM unique_viewers
+		WHERE item_id IN (?) GROUP BY item_id, day`, []any{items}, func(rows driver.Rows) error {
 		var item string
 		var day uint32
 		var blob string
 		var version int64
 		if err := rows.Scan(&item, &day, &blob, &version); err != nil {
-			return fmt.Errorf("scan sketch: %w", err)
+			return err
 		}
 		k := sketchKey{item, int32(day)}
 		bad, err := mergeInto(want[item], k, blob, nil)
@@ -242,11 +229,11 @@ func (s *store) mergeStored(ctx context.Context, items []string, want map[string
 		if bad != nil {
 			setAside = append(setAside, badSketch(sourceUniqueViewers, -1, version, k, blob, bad, "replaced by a fresh sketch"))
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load sketches of %d items: %w", len(items), err)
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read sketches: %w", err)
-	}
-	rows.Close()
 	return s.dead.Write(ctx, s.conn, setAside)
 }
 
@@ -272,37 +259,32 @@ func (s *store) mergeDeltas(ctx context.Context, round []string, want map[string
 	if len(items) == 0 {
 		return nil
 	}
-	rows, err := s.conn.Query(chclient.FitList(ctx, items, 1), `SELECT partition, end_offset, item_id, toUInt32(day), sketch
+	var setAside []deadletter.Letter
+	err := chclient.Each(chclient.FitList(ctx, items, 1), s.conn, `SELECT partition, end_offset, item_id, toUInt32(day), sketch
 		FROM unique_viewer_deltas
 		WHERE partition IN (?) AND item_id IN (?) AND end_offset > arrayElement(?, indexOf(?, partition))`,
-		ids, items, folded, ids)
+		[]any{ids, items, folded, ids}, func(rows driver.Rows) error {
+			var part uint16
+			var end int64
+			var item string
+			var day uint32
+			var blob string
+			if err := rows.Scan(&part, &end, &item, &day, &blob); err != nil {
+				return err
+			}
+			k := sketchKey{item, int32(day)}
+			bad, err := mergeInto(want[item], k, blob, func(p *partition) bool { return p.id == int32(part) })
+			if err != nil {
+				return err
+			}
+			if bad != nil {
+				setAside = append(setAside, badSketch(sourceUniqueViewerDeltas, int32(part), end, k, blob, bad, "skipped"))
+			}
+			return nil
+		})
 	if err != nil {
 		return fmt.Errorf("load sketch deltas of %d items: %w", len(items), err)
 	}
-	defer rows.Close()
-	var setAside []deadletter.Letter
-	for rows.Next() {
-		var part uint16
-		var end int64
-		var item string
-		var day uint32
-		var blob string
-		if err := rows.Scan(&part, &end, &item, &day, &blob); err != nil {
-			return fmt.Errorf("scan sketch delta: %w", err)
-		}
-		k := sketchKey{item, int32(day)}
-		bad, err := mergeInto(want[item], k, blob, func(p *partition) bool { return p.id == int32(part) })
-		if err != nil {
-			return err
-		}
-		if bad != nil {
-			setAside = append(setAside, badSketch(sourceUniqueViewerDeltas, int32(part), end, k, blob, bad, "skipped"))
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read sketch deltas: %w", err)
-	}
-	rows.Close()
 	return s.dead.Write(ctx, s.conn, setAside)
 }
 

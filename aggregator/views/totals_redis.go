@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/platform/chclient"
@@ -295,16 +296,11 @@ func readBatches[B any](ctx context.Context, s *store, p int32, from, to int64, 
 	var end int64
 	dest := append([]any{&epoch, &end}, r.dest...)
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
-		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), fmt.Sprintf(`SELECT epoch, end_offset, %s FROM view_deltas
+		err := chclient.Each(chclient.FitList(ctx, round, 1), s.conn, fmt.Sprintf(`SELECT epoch, end_offset, %s FROM view_deltas
 			WHERE item_id IN (?) AND partition = %d AND end_offset >= %d AND end_offset <= %d%s AND NOT (%s)
-			GROUP BY epoch, end_offset, %s`, r.cols, p, from, to, r.where, invalid, r.group), round)
-		if err != nil {
-			return nil, fmt.Errorf("read %s of partition %d from %d: %w", r.what, p, from, err)
-		}
-		for rows.Next() {
+			GROUP BY epoch, end_offset, %s`, r.cols, p, from, to, r.where, invalid, r.group), []any{round}, func(rows driver.Rows) error {
 			if err := rows.Scan(dest...); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("scan %s of partition %d: %w", r.what, p, err)
+				return err
 			}
 			b := byEnd[end]
 			if b == nil {
@@ -313,10 +309,10 @@ func readBatches[B any](ctx context.Context, s *store, p int32, from, to int64, 
 				byEnd[end] = b
 			}
 			r.add(b)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read %s of partition %d: %w", r.what, p, err)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read %s of partition %d from %d: %w", r.what, p, from, err)
 		}
 	}
 	out := make([]B, 0, len(byEnd))
@@ -328,25 +324,21 @@ func readBatches[B any](ctx context.Context, s *store, p int32, from, to int64, 
 
 // eachTotal calls fn with every item's all-time views and unique-viewer estimate.
 func (s *store) eachTotal(ctx context.Context, fn func(item string, views int64, unique uint64)) error {
-	rows, err := s.conn.Query(ctx, `SELECT item_id, sum(v), max(u) FROM (
+	err := chclient.Each(ctx, s.conn, `SELECT item_id, sum(v), max(u) FROM (
 			SELECT item_id, views AS v, toUInt64(0) AS u FROM views_total_by_day
 			UNION ALL
 			SELECT item_id, toInt64(0), viewers FROM unique_viewers_latest WHERE day = toDate(0)
-		) GROUP BY item_id`)
-	if err != nil {
-		return fmt.Errorf("read item totals: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+		) GROUP BY item_id`, nil, func(rows driver.Rows) error {
 		var item string
 		var v int64
 		var u uint64
 		if err := rows.Scan(&item, &v, &u); err != nil {
-			return fmt.Errorf("scan item totals: %w", err)
+			return err
 		}
 		fn(item, v, u)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("read item totals: %w", err)
 	}
 	return nil
@@ -356,22 +348,18 @@ func (s *store) eachTotal(ctx context.Context, fn func(item string, views int64,
 func (s *store) itemTotals(ctx context.Context, items []string) (map[string]int64, error) {
 	out := make(map[string]int64, len(items))
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
-		rows, err := s.conn.Query(chclient.FitList(ctx, round, 1), `SELECT item_id, toInt64(sum(views)) FROM views_total_by_day WHERE item_id IN (?) GROUP BY item_id`, round)
+		err := chclient.Each(chclient.FitList(ctx, round, 1), s.conn, `SELECT item_id, toInt64(sum(views)) FROM views_total_by_day WHERE item_id IN (?) GROUP BY item_id`,
+			[]any{round}, func(rows driver.Rows) error {
+				var item string
+				var n int64
+				if err := rows.Scan(&item, &n); err != nil {
+					return err
+				}
+				out[item] = n
+				return nil
+			})
 		if err != nil {
 			return nil, fmt.Errorf("read totals of %d items: %w", len(round), err)
-		}
-		for rows.Next() {
-			var item string
-			var n int64
-			if err := rows.Scan(&item, &n); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("scan item total: %w", err)
-			}
-			out[item] = n
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read item totals: %w", err)
 		}
 	}
 	return out, nil

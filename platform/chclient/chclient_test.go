@@ -3,11 +3,13 @@ package chclient_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -245,6 +247,94 @@ func TestSendColumnsStoresWhatRowsWould(t *testing.T) {
 	if batch.Len() != 0 || n.Len() != 0 {
 		t.Errorf("got %d and %d rows left after a refused send; want 0", batch.Len(), n.Len())
 	}
+}
+
+// Each hands its function every row of a query run with its arguments, in order; an error of the
+// query, of a scan, of the rows or of the function ends it and is the one returned, and the rows
+// are closed whatever the outcome.
+func TestEach(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := &watchedConn{Conn: openEngine(t, "each_test")}
+	errStop, errCut, errAny := errors.New("stop"), errors.New("rows cut short"), errors.New("any error")
+	tests := []struct {
+		name    string
+		query   string
+		args    []any
+		rowsErr error // what the rows report after their last row
+		stopAt  int   // the row (from 1) whose function returns errStop; 0: none
+		want    []uint64
+		wantErr error // errAny: any error
+	}{
+		{"every row, in order", "SELECT number FROM numbers(?) ORDER BY number", []any{5}, nil, 0, []uint64{0, 1, 2, 3, 4}, nil},
+		{"no rows", "SELECT number FROM numbers(?) WHERE number > ?", []any{5, 10}, nil, 0, nil, nil},
+		{"query refused", "SELECT number FROM", nil, nil, 0, nil, errAny},
+		{"a scan fails", "SELECT toString(number) FROM numbers(3)", nil, nil, 0, nil, errAny},
+		{"the function fails", "SELECT number FROM numbers(5) ORDER BY number", nil, nil, 2, []uint64{0, 1}, errStop},
+		{"the rows end in an error", "SELECT number FROM numbers(3) ORDER BY number", nil, errCut, 0, []uint64{0, 1, 2}, errCut},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn.opened, conn.closed, conn.err = 0, 0, tt.rowsErr
+			var got []uint64
+			err := chclient.Each(ctx, conn, tt.query, tt.args, func(rows driver.Rows) error {
+				var n uint64
+				if err := rows.Scan(&n); err != nil {
+					return err
+				}
+				got = append(got, n)
+				if len(got) == tt.stopAt {
+					return errStop
+				}
+				return nil
+			})
+			switch {
+			case tt.wantErr == nil && err != nil, tt.wantErr == errAny && err == nil,
+				tt.wantErr != nil && tt.wantErr != errAny && !errors.Is(err, tt.wantErr):
+				t.Errorf("got error %v; want %v", err, tt.wantErr)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got rows %v; want %v", got, tt.want)
+			}
+			if conn.closed != conn.opened {
+				t.Errorf("got %d of %d rows closed; want all", conn.closed, conn.opened)
+			}
+		})
+	}
+}
+
+// watchedConn counts the rows its queries open and close, and has them report err, when set,
+// after their last row, as rows cut short by a broken stream do.
+type watchedConn struct {
+	driver.Conn
+	opened, closed int
+	err            error
+}
+
+func (c *watchedConn) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	rows, err := c.Conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.opened++
+	return &watchedRows{Rows: rows, conn: c}, nil
+}
+
+type watchedRows struct {
+	driver.Rows
+	conn *watchedConn
+}
+
+func (r *watchedRows) Close() error {
+	r.conn.closed++
+	return r.Rows.Close()
+}
+
+func (r *watchedRows) Err() error {
+	if r.conn.err != nil {
+		return r.conn.err
+	}
+	return r.Rows.Err()
 }
 
 // BenchmarkBatchOfDeltas builds a batch of 100,000 rows of view_deltas' shape, row by row
