@@ -249,6 +249,9 @@ func pipelinePassword(dir string, logger *slog.Logger) error {
 func rawQuery(s *Server, sql string) (int, string) {
 	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/", strings.NewReader(sql))
 	req.SetBasicAuth("default", pipePassword)
+	// A connection of its own: a kept-alive one that the server's idle timeout (3 s in these
+	// tests) closes while the caller builds a large body is reused and fails with a broken pipe.
+	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
