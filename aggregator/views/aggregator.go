@@ -554,12 +554,12 @@ type sketchWrite struct {
 // then their sketch checkpoints, beside the consume loop. The order matters: a checkpoint only
 // ever vouches for sketches already stored. The rows are built here, under the lock, and the sketches left
 // clean; the partitions' sketch checkpoints in memory move when settleSketches finds the write
-// done.
+// done. A final write (the partitions leave this owner) computes every estimate owed.
 //
 // The write is the largest of the periodic ones, and the engine runs one statement at a time:
 // run in the loop, it held the batches consumed meanwhile for all of it; beside the loop, a
 // flush waits at most for the statement under way.
-func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time) error {
+func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now time.Time, final bool) error {
 	// A displaced owner's deltas are dropped by ClickHouse (migration 012); the flush's claims
 	// checks also keep their estimates out of Redis in all but a stall between check and write.
 	parts = slices.DeleteFunc(parts, func(p *partition) bool { return !a.Holds(p) })
@@ -570,7 +570,7 @@ func (a *Aggregator) writeSketches(ctx context.Context, parts []*partition, now 
 	if err := a.Retry(ctx, "load sketches", func() error { return a.store.loadSketches(ctx, parts) }); err != nil {
 		return err
 	}
-	rows, est := sketchDeltaRows(parts, now)
+	rows, est := sketchDeltaRows(parts, now, final)
 	w := &sketchWrite{parts: parts, done: make(chan struct{})}
 	for _, p := range parts {
 		w.ends = append(w.ends, offsetRow{p.id, p.epoch, p.next})

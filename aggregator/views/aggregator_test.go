@@ -540,8 +540,8 @@ func TestSketchEvictedAfterItsFoldComesBackWhole(t *testing.T) {
 }
 
 // An estimate skipped while a large sketch took new viewers is written once it is due, also
-// when the item has no new views by then: a burst's last viewers are not left out of the
-// figure until the item's fold.
+// when the item has no new views by then, or at once when the partition is revoked: a burst's
+// last viewers are not left out of the figure until the item's fold.
 func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -558,7 +558,7 @@ func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
 	write := func(after time.Duration) {
 		t.Helper()
 		clock = clock.Add(after)
-		if err := a.writeSketches(ctx, []*partition{p}, clock); err != nil {
+		if err := a.writeSketches(ctx, []*partition{p}, clock, false); err != nil {
 			t.Fatal(err)
 		}
 		settle(t, a)
@@ -575,15 +575,26 @@ func TestSkippedEstimateWrittenWhenDue(t *testing.T) {
 	if got := latest(); got != first {
 		t.Errorf("got %d after 5 s; want %d (estimate not due yet)", got, first)
 	}
-	if p.sketchesPending(clock.Add(10 * time.Second)) {
+	if p.sketchesPending(clock.Add(10*time.Second), false) {
 		t.Errorf("got sketches pending 15 s after the last estimate; want none")
 	}
-	if !p.sketchesPending(clock.Add(estimateEvery)) {
+	if !p.sketchesPending(clock.Add(estimateEvery), false) {
 		t.Fatalf("got no sketches pending once the skipped estimate is due; want them")
 	}
 	write(estimateEvery)
 	if got := latest(); got < 2080 || got > 2120 {
 		t.Errorf("got %d unique viewers once due; want about 2,100 (was %d)", got, first)
+	}
+	// A revoke's write carries the estimate skipped just before: the next owner would leave
+	// it stale until the item's fold.
+	processViews(a, part, item, 2100, 100, clock)
+	write(5 * time.Second)
+	clock = clock.Add(time.Second)
+	if _, err := a.Revoke(ctx, []int32{part}); err != nil {
+		t.Fatal(err)
+	}
+	if got := latest(); got < 2180 || got > 2220 {
+		t.Errorf("got %d unique viewers after a revoke; want about 2,200", got)
 	}
 }
 
@@ -695,7 +706,7 @@ func TestSketchWriteCutShortIsWrittenAtStop(t *testing.T) {
 	p := heldPart(a, part)
 	ended, end := context.WithCancel(ctx)
 	end()
-	if err := a.writeSketches(ended, []*partition{p}, clock); err != nil {
+	if err := a.writeSketches(ended, []*partition{p}, clock, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := flushAllViews(a, ctx); err != nil {

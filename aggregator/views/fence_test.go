@@ -518,7 +518,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 		{"writes that slipped past its check", func(t *testing.T, old *Aggregator, part int32) {
 			p := heldPart(old, part)
 			parts := []*partition{p}
-			rows, _ := sketchDeltaRows(parts, clock)
+			rows, _ := sketchDeltaRows(parts, clock, false)
 			if err := old.store.insertSketchDeltas(ctx, rows, clock); err != nil {
 				t.Fatal(err)
 			}

@@ -107,7 +107,7 @@ func (a *Aggregator) planFlush(ef engine.Flush) *flush {
 		if p.pending() {
 			f.parts = append(f.parts, p)
 		}
-		if withSketches && p.sketchesPending(now) {
+		if withSketches && p.sketchesPending(now, all) {
 			f.sketchParts = append(f.sketchParts, p)
 		}
 	}
@@ -222,7 +222,7 @@ func (a *Aggregator) writePeriodic(ctx context.Context, f *flush) error {
 	}
 	f.step("zombie_check", f.housekeeping)
 	if len(f.sketchParts) > 0 {
-		if err := a.writeSketches(ctx, f.sketchParts, f.Now); err != nil {
+		if err := a.writeSketches(ctx, f.sketchParts, f.Now, f.Mode == engine.All); err != nil {
 			return err
 		}
 		if f.Mode == engine.All {

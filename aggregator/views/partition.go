@@ -405,14 +405,16 @@ const estimateEvery = 30 * time.Second
 // estimateDue reports whether the sketch's estimate is to be computed again: it has none (new,
 // or just merged with its stored version), or it took new viewers, and then at once while it is
 // below 100 (a few changed viewers are a visible change there), else once they reach 1% of it
-// and the last is older than estimateEvery.
-func (s *sketch) estimateDue(now time.Time) bool {
-	return s.estimate == 0 || s.fresh > 0 && (s.estimate < 100 || s.fresh*100 >= s.estimate && now.UnixNano()-s.estimatedAt >= int64(estimateEvery))
+// and the last is older than estimateEvery. A final write (the partition leaves this owner: a
+// revoke, a clean stop) computes every estimate owed: the next owner does not know which of
+// the stored ones are stale, and rewrites them only at their fold.
+func (s *sketch) estimateDue(now time.Time, final bool) bool {
+	return s.estimate == 0 || s.fresh > 0 && (final || s.estimate < 100 || s.fresh*100 >= s.estimate && now.UnixNano()-s.estimatedAt >= int64(estimateEvery))
 }
 
 // current returns the sketch's estimate, computed again when due.
-func (s *sketch) current(now time.Time) uint64 {
-	if s.estimateDue(now) {
+func (s *sketch) current(now time.Time, final bool) uint64 {
+	if s.estimateDue(now, final) {
 		s.estimateNow(now)
 	}
 	return s.estimate
@@ -426,12 +428,14 @@ func (s *sketch) estimateNow(now time.Time) uint64 {
 
 // owesRow reports whether a sketch write has a row for the sketch: its delta, or an estimate it
 // owes.
-func (s *sketch) owesRow(now time.Time) bool { return s.dirty() || s.owesEstimate(now) }
+func (s *sketch) owesRow(now time.Time, final bool) bool {
+	return s.dirty() || s.owesEstimate(now, final)
+}
 
 // owesEstimate reports whether a sketch with no new viewers since its last write holds an
 // estimate to write: one skipped while it took them.
-func (s *sketch) owesEstimate(now time.Time) bool {
-	return !s.dirty() && s.fresh > 0 && s.estimateDue(now)
+func (s *sketch) owesEstimate(now time.Time, final bool) bool {
+	return !s.dirty() && s.fresh > 0 && s.estimateDue(now, final)
 }
 
 // itemDeltas sums the pending batch's deltas per item.
@@ -461,13 +465,13 @@ func (p *partition) rolledAll() {
 func (p *partition) pending() bool { return p.next > p.flushed }
 
 // sketchesPending reports whether records went into the sketches since they were last written,
-// or a sketch owes an estimate.
-func (p *partition) sketchesPending(now time.Time) bool {
+// or a sketch owes an estimate (any it took viewers since, for a final write: estimateDue).
+func (p *partition) sketchesPending(now time.Time, final bool) bool {
 	if p.next > p.sketched {
 		return true
 	}
 	for _, s := range p.listed {
-		if !s.evicted && s.owesEstimate(now) {
+		if !s.evicted && s.owesEstimate(now, final) {
 			return true
 		}
 	}

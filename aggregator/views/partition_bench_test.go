@@ -95,7 +95,7 @@ func BenchmarkSketchInterval(b *testing.B) {
 				for range whole {
 					sk.insert(next(), time.Time{})
 				}
-				sk.current(time.Time{})
+				sk.current(time.Time{}, false)
 				sketches[i] = sk
 			}
 			now := time.Now()
@@ -111,7 +111,7 @@ func BenchmarkSketchInterval(b *testing.B) {
 					if _, err := sk.delta.sketch().MarshalBinary(); err != nil {
 						b.Fatal(err)
 					}
-					sk.current(now)
+					sk.current(now, false)
 				}
 			}
 		})
@@ -131,7 +131,7 @@ func BenchmarkSketchDeltaRows(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		rows, _ := sketchDeltaRows([]*partition{p}, now)
+		rows, _ := sketchDeltaRows([]*partition{p}, now, false)
 		if err := encodeSketchRows(rows); err != nil {
 			b.Fatal(err)
 		}

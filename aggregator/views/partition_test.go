@@ -81,14 +81,14 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 	if p.pending() || len(p.deltas) != 0 || len(p.counted) != 0 || p.records != 0 {
 		t.Errorf("got pending=%v deltas=%d counted=%d records=%d after flush; want an empty batch", p.pending(), len(p.deltas), len(p.counted), p.records)
 	}
-	if !p.sketchesPending(t0) || len(p.sketches) != 4 {
-		t.Fatalf("got sketchesPending=%v with %d sketches after a deltas flush; want true with 4 (sketches have their own interval)", p.sketchesPending(t0), len(p.sketches))
+	if !p.sketchesPending(t0, false) || len(p.sketches) != 4 {
+		t.Fatalf("got sketchesPending=%v with %d sketches after a deltas flush; want true with 4 (sketches have their own interval)", p.sketchesPending(t0, false), len(p.sketches))
 	}
 	for _, s := range p.sketches {
-		s.current(t0) // as the delta write does
+		s.current(t0, false) // as the delta write does
 	}
 	markSketched(p, t0.Add(90*time.Second), time.Minute)
-	if p.sketchesPending(t0) {
+	if p.sketchesPending(t0, false) {
 		t.Errorf("got sketchesPending after the deltas were written; want false")
 	}
 	if len(p.sketches) != 4 {
@@ -133,8 +133,8 @@ func TestReplayBelowDeltasCheckpointOnlyFillsSketches(t *testing.T) {
 			t.Errorf("sketch %v: got %v; want 4 viewers (replayed ones included)", k, s)
 		}
 	}
-	if !p.pending() || !p.sketchesPending(t0) {
-		t.Errorf("got pending=%v sketchesPending=%v; want both", p.pending(), p.sketchesPending(t0))
+	if !p.pending() || !p.sketchesPending(t0, false) {
+		t.Errorf("got pending=%v sketchesPending=%v; want both", p.pending(), p.sketchesPending(t0, false))
 	}
 }
 
@@ -253,7 +253,8 @@ func TestFoldCycle(t *testing.T) {
 }
 
 // A sketch's estimate is computed again after new viewers: at once while it is small, else once
-// they reach 1% of it and the last estimate is estimateEvery old.
+// they reach 1% of it and the last estimate is estimateEvery old, and at any rate by a final
+// write (the partition leaves: no later owner knows the stored estimate is stale).
 func TestSketchEstimateRecomputed(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	h := uint64(7)
@@ -263,21 +264,25 @@ func TestSketchEstimateRecomputed(t *testing.T) {
 		for range n {
 			s.insert(next(), t0)
 		}
-		s.current(t0)
+		s.current(t0, false)
 		return s
 	}
 	tests := []struct {
-		name    string
-		whole   int
-		added   int
-		after   time.Duration
-		changed bool
+		name       string
+		whole      int
+		added      int
+		after      time.Duration
+		final      bool
+		recomputed bool
 	}{
-		{"small: at once", 50, 1, time.Second, true},
-		{"large, few new viewers", 5000, 10, time.Hour, false},
-		{"large, 1% new but recent", 5000, 60, 10 * time.Second, false},
-		{"large, 1% new and old enough", 5000, 60, estimateEvery, true},
-		{"nothing new", 50, 0, time.Hour, false},
+		{"small: at once", 50, 1, time.Second, false, true},
+		{"large, few new viewers", 5000, 10, time.Hour, false, false},
+		{"large, 1% new but recent", 5000, 60, 10 * time.Second, false, false},
+		{"large, 1% new and old enough", 5000, 60, estimateEvery, false, true},
+		{"nothing new", 50, 0, time.Hour, false, false},
+		{"final write, few new viewers", 5000, 10, time.Second, true, true},
+		{"final write, 1% new but recent", 5000, 60, time.Second, true, true},
+		{"final write, nothing new", 5000, 0, time.Second, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -286,9 +291,12 @@ func TestSketchEstimateRecomputed(t *testing.T) {
 			for range tt.added {
 				s.insert(next(), t0)
 			}
-			got := s.current(t0.Add(tt.after))
-			if changed := got != before; changed != tt.changed {
-				t.Errorf("got %d after %d (changed %v); want changed %v (sketch's own %d)", got, before, changed, tt.changed, s.viewers.estimate())
+			got := s.current(t0.Add(tt.after), tt.final)
+			if recomputed := s.estimatedAt != t0.UnixNano(); recomputed != tt.recomputed {
+				t.Errorf("got %d after %d (recomputed %v); want recomputed %v (sketch's own %d)", got, before, recomputed, tt.recomputed, s.viewers.estimate())
+			}
+			if tt.recomputed && got != s.viewers.estimate() {
+				t.Errorf("got %d recomputed; want the sketch's own %d", got, s.viewers.estimate())
 			}
 		})
 	}
@@ -320,13 +328,13 @@ func TestRestoreDeltasAfterAFailedWrite(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPartition(0, 30*time.Minute, 10*time.Minute, 0, 0)
 			p.process(0, view("i", "a", ts), t0)
-			sketchDeltaRows([]*partition{p}, t0) // as the write does: the estimates are computed
+			sketchDeltaRows([]*partition{p}, t0, false) // as the write does: the estimates are computed
 			taken := p.takeDeltas(t0, time.Minute)
 			if len(p.listed) != 0 {
 				t.Fatalf("got %d sketches listed after their deltas were taken; want none", len(p.listed))
 			}
-			if len(taken) != 2 || !p.sketchesPending(t0) {
-				t.Fatalf("got %d deltas taken, sketches pending %v; want 2 (day and all time) and true (checkpoint not moved)", len(taken), p.sketchesPending(t0))
+			if len(taken) != 2 || !p.sketchesPending(t0, false) {
+				t.Fatalf("got %d deltas taken, sketches pending %v; want 2 (day and all time) and true (checkpoint not moved)", len(taken), p.sketchesPending(t0, false))
 			}
 			if tt.viewerAfter {
 				p.process(1, view("i", "b", ts), t0)
@@ -346,7 +354,7 @@ func TestRestoreDeltasAfterAFailedWrite(t *testing.T) {
 			if got != tt.want {
 				t.Errorf("got %d viewers in the all-time delta; want %d", got, tt.want)
 			}
-			rows, _ := sketchDeltaRows([]*partition{p}, t0)
+			rows, _ := sketchDeltaRows([]*partition{p}, t0, false)
 			if owed := tt.want > 0; owed != slices.ContainsFunc(rows, func(r sketchRow) bool { return r.key == sketchKey{"i", allTime} }) {
 				t.Errorf("got rows %+v for the next write; want the all-time delta among them: %v", rows, owed)
 			}

@@ -325,11 +325,12 @@ type sketchRow struct {
 
 // sketchDeltaRows returns, for every sketch of parts that owes a row (owesRow), the viewers it
 // added since its last delta write, with the estimate of the whole sketch, tagged with the
-// partition's offset and epoch; a sketch that only owes an estimate gets an empty delta. It also
+// partition's offset and epoch; a sketch that only owes an estimate gets an empty delta. A final
+// write (estimateDue) carries every estimate owed. It also
 // returns the all-time estimates, by item. It reads the sketches, so it runs under the
 // aggregator's lock; the rows are encoded and written without it (encodeSketchRows,
 // insertSketchDeltas).
-func sketchDeltaRows(parts []*partition, now time.Time) ([]sketchRow, map[string]uint64) {
+func sketchDeltaRows(parts []*partition, now time.Time, final bool) ([]sketchRow, map[string]uint64) {
 	n := 0
 	for _, p := range parts {
 		n += len(p.listed)
@@ -338,10 +339,10 @@ func sketchDeltaRows(parts []*partition, now time.Time) ([]sketchRow, map[string
 	est := make(map[string]uint64, n/2)
 	for _, p := range parts {
 		for _, sk := range p.listed {
-			if sk.evicted || !sk.owesRow(now) {
+			if sk.evicted || !sk.owesRow(now, final) {
 				continue
 			}
-			n := sk.current(now)
+			n := sk.current(now, final)
 			rows = append(rows, sketchRow{partition: p.id, epoch: p.epoch, end: p.next, key: sk.key, delta: sk.delta, viewers: n})
 			if sk.key.day == allTime {
 				est[sk.key.item] = n
