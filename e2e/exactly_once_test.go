@@ -622,11 +622,13 @@ func postEvents(ctx context.Context, api string, n int, pace pacing, posted *ato
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		if i%eoBatch == 0 {
-			held := time.Now()
-			for pace.upTo != nil && int64(i) >= pace.upTo.Load() && ctx.Err() == nil {
-				time.Sleep(20 * time.Millisecond)
+			if pace.upTo != nil && int64(i) >= pace.upTo.Load() {
+				held := time.Now()
+				for int64(i) >= pace.upTo.Load() && ctx.Err() == nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+				start = start.Add(time.Since(held)) // the rate resumes where it was held
 			}
-			start = start.Add(time.Since(held)) // the rate resumes where it was held
 			if ctx.Err() != nil {
 				close(batches)
 				wg.Wait()
