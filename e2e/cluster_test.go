@@ -147,12 +147,14 @@ func clusterStaysExact(t *testing.T, redisFlags []string, killPrimaries []func(*
 	killed := time.Now()
 	c.addAggregator(t)
 	t.Logf("aggregator-0 SIGKILLed for good and aggregator-3 started after %d views, %d counter adds", posted.Load(), addsSent.Load())
-	t.Logf("every partition of the aggregators' groups owned by a live member %s after the kill", waitGroupsWhole(t, ctx, cl, "agg-0", killed))
+	took, trail := waitGroupsWhole(t, ctx, cl, "agg-0", killed)
+	t.Logf("every partition of the aggregators' groups owned by a live member %s after the kill; on the way: %s", took, trail)
 	at(0.3)
 	c.infra.signal(syscall.SIGUSR2)
 	removed := time.Now()
 	t.Logf("a broker removed for good (group coordinators moved) after %d views", posted.Load())
-	t.Logf("every partition of the aggregators' groups owned by a live member %s after the removal", waitGroupsWhole(t, ctx, cl, "agg-0", removed))
+	took, trail = waitGroupsWhole(t, ctx, cl, "agg-0", removed)
+	t.Logf("every partition of the aggregators' groups owned by a live member %s after the removal; on the way: %s", took, trail)
 	for i, kill := range killPrimaries {
 		at(0.4 + 0.1*float64(i))
 		t.Logf("SIGKILL redis primary %d after %d views, %d counter adds", i, posted.Load(), addsSent.Load())
@@ -234,8 +236,8 @@ func waitRebuiltAfterFlush(t *testing.T, ctx context.Context, redisFlags []strin
 
 // waitGroupsWhole waits until each aggregator group (views, clicks, counters) is stable with
 // every partition of its topics assigned and no member of instance id gone, and returns how
-// long after since that was.
-func waitGroupsWhole(t *testing.T, ctx context.Context, cl *kgo.Client, gone string, since time.Time) time.Duration {
+// long after since that was, and the groups' states on the way, each from when it was seen.
+func waitGroupsWhole(t *testing.T, ctx context.Context, cl *kgo.Client, gone string, since time.Time) (time.Duration, string) {
 	t.Helper()
 	adm := kadm.NewClient(cl)
 	groups := map[string][]string{
@@ -243,37 +245,60 @@ func waitGroupsWhole(t *testing.T, ctx context.Context, cl *kgo.Client, gone str
 		"tally-aggregator-clicks":   {schemas.TopicClicks, schemas.TopicFraudVerdicts},
 		"tally-aggregator-counters": {schemas.TopicCounterEvents},
 	}
+	// The states passed through, each with when it was first seen, say where a long handover
+	// waited (a member not yet timed out, a rebalance not yet complete).
+	var trail []string
+	last := ""
 	testinfra.WaitFor(t, time.Minute, "the aggregators' groups own every partition", func() (bool, string) {
-		described, err := adm.DescribeGroups(ctx, slices.Collect(maps.Keys(groups))...)
+		ok, states := groupsWhole(ctx, adm, groups, gone)
+		if states != last {
+			trail, last = append(trail, fmt.Sprintf("%.1fs: %s", time.Since(since).Seconds(), states)), states
+		}
+		return ok, states
+	})
+	return time.Since(since).Round(100 * time.Millisecond), strings.Join(trail, "; ")
+}
+
+// groupsWhole reports whether every group of groups is stable, without the member gone, and
+// owns every partition of its topics, with each group's state in a few words.
+func groupsWhole(ctx context.Context, adm *kadm.Client, groups map[string][]string, gone string) (bool, string) {
+	names := slices.Sorted(maps.Keys(groups))
+	described, err := adm.DescribeGroups(ctx, names...)
+	if err != nil {
+		return false, err.Error()
+	}
+	whole := true
+	var states []string
+	for _, name := range names {
+		g := described[name]
+		state := strings.TrimPrefix(name, "tally-") + " " + g.State
+		if g.Err != nil {
+			state += fmt.Sprintf(" (%v)", g.Err)
+		}
+		for _, m := range g.Members {
+			if m.InstanceID != nil && *m.InstanceID == gone {
+				state += " with " + gone
+			}
+		}
+		listed, err := adm.ListTopics(ctx, groups[name]...)
 		if err != nil {
 			return false, err.Error()
 		}
-		for name, topics := range groups {
-			g := described[name]
-			if g.Err != nil || g.State != "Stable" {
-				return false, fmt.Sprintf("group %s: state %q, %v", name, g.State, g.Err)
-			}
-			for _, m := range g.Members {
-				if m.InstanceID != nil && *m.InstanceID == gone {
-					return false, fmt.Sprintf("group %s: %s still a member", name, gone)
-				}
-			}
-			listed, err := adm.ListTopics(ctx, topics...)
-			if err != nil {
-				return false, err.Error()
-			}
-			assigned := g.AssignedPartitions()
-			for _, tp := range listed {
-				for p := range tp.Partitions {
-					if !assigned.Lookup(tp.Topic, p) {
-						return false, fmt.Sprintf("group %s: %s/%d owned by nobody", name, tp.Topic, p)
-					}
+		unowned, assigned := 0, g.AssignedPartitions()
+		for _, tp := range listed {
+			for p := range tp.Partitions {
+				if !assigned.Lookup(tp.Topic, p) {
+					unowned++
 				}
 			}
 		}
-		return true, ""
-	})
-	return time.Since(since).Round(100 * time.Millisecond)
+		if unowned > 0 {
+			state += fmt.Sprintf(", %d partitions unowned", unowned)
+		}
+		whole = whole && g.Err == nil && g.State == "Stable" && !strings.Contains(state, " with ") && unowned == 0
+		states = append(states, state)
+	}
+	return whole, strings.Join(states, ", ")
 }
 
 // watchReads reads url every 100 ms until ctx ends; the returned func stops it and says how long

@@ -77,8 +77,29 @@ func startProc(t *testing.T, name, bin, logDir string, args ...string) *proc {
 		if t.Failed() {
 			t.Logf("--- tail of %s log:\n%s", p.name, testinfra.LogTail(p.log, 6000))
 		}
+		keepLog(t, p)
 	})
 	return p
+}
+
+// keepLog copies p's log to $TALLY_E2E_LOGS/<test name>/, when set, for reading after a run
+// that passed too (a slow handover, a retry storm): the test's own directory is removed.
+func keepLog(t *testing.T, p *proc) {
+	root := os.Getenv("TALLY_E2E_LOGS")
+	if root == "" {
+		return
+	}
+	dir := filepath.Join(root, strings.ReplaceAll(t.Name(), "/", "_"))
+	b, err := os.ReadFile(p.log)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, p.name+".log"), b, 0o644)
+	}
+	if err != nil {
+		t.Logf("keep %s log: %v", p.name, err)
+	}
 }
 
 func (p *proc) start() error {
