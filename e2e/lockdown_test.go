@@ -27,6 +27,11 @@ import (
 // dashboards user's max_execution_time (3 s by default) plus a block and the machine's noise.
 const outsideBound = 6 * time.Second
 
+// coldReadBound is how long a page read from ClickHouse may take at the client: the collector
+// answers 503 once collector.fallback_timeout (1 s) has passed, and the answer then still has
+// its way back to make.
+const coldReadBound = time.Second + 200*time.Millisecond
+
 // TestEmbeddedStackLockdown tries the embedded stack from outside, as an attacker on the same
 // host or a careless dashboard user would, on the all-in-one with its defaults: the
 // credentials file is the owner's alone, no anonymous caller gets anything, no outside user
@@ -157,8 +162,8 @@ func checkOutsideQueriesStallNothing(t *testing.T, r *allinonetest.Running) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if read > time.Second || resp.StatusCode != 200 && resp.StatusCode != 503 {
-			t.Errorf("cold page read: got %d after %s; want 200 or 503 within 1 s", resp.StatusCode, read)
+		if read > coldReadBound || resp.StatusCode != 200 && resp.StatusCode != 503 {
+			t.Errorf("cold page read: got %d after %s; want 200 or 503 within %s", resp.StatusCode, read, coldReadBound)
 		}
 		slowestRead = max(slowestRead, read)
 		for {
