@@ -181,7 +181,9 @@ func TestOutsideWaitsForAStalledPipelineToCatchUp(t *testing.T) {
 }
 
 // queueOutside queues an outside caller that releases the engine at once;
-// the channel gives the time it got it.
+// the channel gives the time it got it, once it has given it back (a
+// pipeline call the test makes next must not wait behind it: that would be
+// a stall, and the gate would then ask for catchUpQuiet).
 func queueOutside(t *testing.T, g *gate) <-chan time.Time {
 	t.Helper()
 	got := make(chan time.Time, 1)
@@ -189,8 +191,9 @@ func queueOutside(t *testing.T, g *gate) <-chan time.Time {
 		if err := g.acquire(context.Background(), outsideLast); err != nil {
 			t.Error(err)
 		}
-		got <- time.Now()
+		at := time.Now()
 		g.release()
+		got <- at
 	}()
 	waitQueued(t, g, outsideLast, 0, "outside")
 	return got
