@@ -267,6 +267,14 @@ func groupsWhole(ctx context.Context, adm *kadm.Client, groups map[string][]stri
 	if err != nil {
 		return false, err.Error()
 	}
+	var topics []string
+	for _, ts := range groups {
+		topics = append(topics, ts...)
+	}
+	listed, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return false, err.Error()
+	}
 	whole := true
 	var states []string
 	for _, name := range names {
@@ -275,19 +283,16 @@ func groupsWhole(ctx context.Context, adm *kadm.Client, groups map[string][]stri
 		if g.Err != nil {
 			state += fmt.Sprintf(" (%v)", g.Err)
 		}
-		for _, m := range g.Members {
-			if m.InstanceID != nil && *m.InstanceID == gone {
-				state += " with " + gone
-			}
-		}
-		listed, err := adm.ListTopics(ctx, groups[name]...)
-		if err != nil {
-			return false, err.Error()
+		stays := slices.ContainsFunc(g.Members, func(m kadm.DescribedGroupMember) bool {
+			return m.InstanceID != nil && *m.InstanceID == gone
+		})
+		if stays {
+			state += " with " + gone
 		}
 		unowned, assigned := 0, g.AssignedPartitions()
-		for _, tp := range listed {
-			for p := range tp.Partitions {
-				if !assigned.Lookup(tp.Topic, p) {
+		for _, topic := range groups[name] {
+			for p := range listed[topic].Partitions {
+				if !assigned.Lookup(topic, p) {
 					unowned++
 				}
 			}
@@ -295,7 +300,7 @@ func groupsWhole(ctx context.Context, adm *kadm.Client, groups map[string][]stri
 		if unowned > 0 {
 			state += fmt.Sprintf(", %d partitions unowned", unowned)
 		}
-		whole = whole && g.Err == nil && g.State == "Stable" && !strings.Contains(state, " with ") && unowned == 0
+		whole = whole && g.Err == nil && g.State == "Stable" && !stays && unowned == 0
 		states = append(states, state)
 	}
 	return whole, strings.Join(states, ", ")
