@@ -58,7 +58,7 @@ func (*Embedded) Settings() []config.Setting {
 	return []config.Setting{
 		{Key: "embedded.kafka_addr", Default: "127.0.0.1:9092", Help: "listen address of the embedded Kafka broker (when kafka.brokers is empty); further brokers listen on the next ports"},
 		{Key: "embedded.kafka_brokers", Default: 1, Help: "brokers of the embedded Kafka cluster (1-5, one process): 3 or more give the topics 3 replicas and min.insync.replicas 2, as on a real cluster"},
-		{Key: "embedded.kafka_sync_writes", Default: true, Help: "embedded broker fsyncs every batch before acknowledging it, so a 202 survives a power cut; false keeps batches in the page cache (a process crash is survived, a power cut is not; docs/PERFORMANCE.md, Kafka settings)"},
+		{Key: "embedded.kafka_sync_writes", Default: true, Help: "embedded broker acknowledges a write only once it is fsynced (the fsyncs of the writes waiting at one time shared), so a 202 survives a power cut; false keeps batches in the page cache (a process crash is survived, a power cut is not; docs/PERFORMANCE.md, Kafka settings)"},
 		{Key: "embedded.clickhouse_addr", Default: "127.0.0.1:8123", Help: "listen address of the embedded ClickHouse HTTP interface (when clickhouse.addr is empty)"},
 		{Key: "embedded.dashboards_user", Default: "dashboards", Help: "embedded ClickHouse: the read-only user for dashboards and curl (readonly, limits below, nothing outside the engine)"},
 		{Key: "embedded.dashboards_password", Default: "", Help: "embedded ClickHouse: the read-only user's password; required on a non-loopback address"},

@@ -158,7 +158,7 @@ func subdir(cfg *config.Config, name string) (string, error) {
 type Options struct {
 	KafkaAddr       string // the first broker's listen address
 	KafkaBrokers    int    // how many brokers; 0 means 1
-	KafkaSyncWrites bool   // fsync every batch
+	KafkaSyncWrites bool   // acknowledge a write once it is fsynced
 	ClickHouseAddr  string // the engine's HTTP listen address
 	Dashboards      chembed.User
 	Limits          chembed.Limits // the dashboards user's

@@ -1,9 +1,10 @@
 // Package kafkabroker runs the embedded Kafka broker of the all-in-one and the tests: kfake
 // brokers speaking the real protocol (one, or a cluster of several in one process, so that
 // topics can be replicated), persisted under a data directory, with a SASL login that librdkafka
-// clients accept too (handshake.go), and a reaper of group members kfake fails to expire
-// (reaper.go). It links kfake, so only the all-in-one and tests import it. A Broker is owned by
-// whoever called Start; Close stops the reaper's goroutine and client, then the brokers.
+// clients accept too (handshake.go), writes acknowledged once fsynced, the fsyncs shared
+// (groupcommit.go), and a reaper of group members kfake fails to expire (reaper.go). It links
+// kfake, so only the all-in-one and tests import it. A Broker is owned by whoever called Start;
+// Close stops the reaper's goroutine and client, then the brokers, then the syncer's goroutine.
 package kafkabroker
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/tallypipeline/tally/platform/kafka"
@@ -25,6 +27,7 @@ import (
 // Broker is an in-process Kafka broker speaking the real protocol, persisted under a directory.
 type Broker struct {
 	cluster    *kfake.Cluster
+	syncs      *syncer // nil without Options.SyncWrites
 	stopReaper func()
 	addrs      []string
 	mu         sync.Mutex
@@ -40,7 +43,8 @@ type Options struct {
 	Addr string
 	// Brokers is how many brokers form the cluster; 0 means 1.
 	Brokers int
-	// SyncWrites fsyncs every batch (survives power loss, slower).
+	// SyncWrites acknowledges a write only once it is fsynced, so it survives a power cut; the
+	// fsyncs of the answers waiting at one time are shared (groupcommit.go).
 	SyncWrites bool
 	// User and Password, if set, are the one SASL SCRAM-SHA-256 user the broker accepts: any
 	// local process could otherwise produce events or read the log.
@@ -71,6 +75,14 @@ func Start(o Options) (*Broker, error) {
 			ports[i] = port + i
 		}
 	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var syncs *syncer
+	if o.SyncWrites {
+		syncs = newSyncer(dir, logger)
+	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(n),
 		kfake.Ports(ports...),
@@ -84,28 +96,41 @@ func Start(o Options) (*Broker, error) {
 				return nil, err
 			}
 			ln, err := net.Listen(network, net.JoinHostPort(host, p))
-			if err != nil || o.User == "" {
-				return ln, err
+			if err != nil {
+				return nil, err
 			}
-			return handshakeListener{ln}, nil // librdkafka's SASL login (handshake.go)
+			if o.User != "" {
+				ln = handshakeListener{ln} // librdkafka's SASL login (handshake.go)
+			}
+			if syncs != nil {
+				ln = syncListener{ln, syncs}
+			}
+			return ln, nil
 		}),
 	}
-	if o.SyncWrites {
-		opts = append(opts, kfake.SyncWrites())
+	if syncs != nil {
+		// Produce version 13 names topics by id; the syncer finds a partition's files by its
+		// topic's name (groupcommit.go).
+		vs := kversion.Tip()
+		vs.SetMaxKeyVersion(keyProduce, 12)
+		opts = append(opts, kfake.MaxVersions(vs))
 	}
 	if o.User != "" {
 		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(kafka.ScramSHA256, o.User, o.Password))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
+		if syncs != nil {
+			syncs.close()
+		}
 		return nil, fmt.Errorf("start embedded kafka on %s in %s: %w", addr, dir, err)
 	}
-	b := &Broker{cluster: c, addrs: c.ListenAddrs()}
+	b := &Broker{cluster: c, syncs: syncs, addrs: c.ListenAddrs()}
 	for i := range n {
 		b.nodes = append(b.nodes, int32(i))
 	}
-	if err := b.startReaper(o); err != nil {
-		c.Close()
+	if err := b.startReaper(logger, o); err != nil {
+		b.closeBrokers()
 		return nil, err
 	}
 	return b, nil
@@ -113,11 +138,7 @@ func Start(o Options) (*Broker, error) {
 
 // startReaper starts the reaper of members kfake fails to expire (reaper.go), with a client of
 // its own to the brokers.
-func (e *Broker) startReaper(o Options) error {
-	logger := o.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+func (e *Broker) startReaper(logger *slog.Logger, o Options) error {
 	r := newReaper(e.cluster, logger)
 	opts := []kgo.Opt{kgo.SeedBrokers(e.addrs...)}
 	if o.User != "" {
@@ -168,5 +189,14 @@ func (e *Broker) Addrs() []string { return e.addrs }
 // Close stops the broker; what was written stays in its data directory.
 func (e *Broker) Close() {
 	e.stopReaper()
+	e.closeBrokers()
+}
+
+// closeBrokers stops kfake, then the syncer, which answers what kfake still held and fsyncs
+// what kfake wrote last.
+func (e *Broker) closeBrokers() {
 	e.cluster.Close()
+	if e.syncs != nil {
+		e.syncs.close()
+	}
 }

@@ -34,7 +34,11 @@ func (l handshakeListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &handshakeConn{Conn: c, pending: map[int32]int16{}}, nil
+	return newHandshakeConn(c), nil
+}
+
+func newHandshakeConn(c net.Conn) *handshakeConn {
+	return &handshakeConn{Conn: c, pending: map[int32]int16{}, reqs: frames{headLen: 12}}
 }
 
 // handshakeConn watches the requests a client sends (Read, on kfake's reading goroutine) for
@@ -46,8 +50,7 @@ type handshakeConn struct {
 
 	mu      sync.Mutex
 	pending map[int32]int16 // correlation id of each ApiVersions request not yet answered: its version
-	head    []byte          // the start of the request frame being read, up to its 12-byte header
-	skip    int             // bytes of the current request frame still to come after its header
+	reqs    frames          // the request frames read, 12-byte heads: size, API key, version, correlation id
 	out     []byte          // answer bytes held until their frame is whole
 }
 
@@ -61,36 +64,23 @@ func (c *handshakeConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// observe follows the request frames in b: a 4-byte size, then the header (API key, version,
-// correlation id), then the rest, skipped.
+// observe follows the request frames in b, up to the first that is neither ApiVersions nor
+// part of the login.
 func (c *handshakeConn) observe(b []byte) {
-	for len(b) > 0 {
-		if c.skip > 0 {
-			k := min(c.skip, len(b))
-			c.skip -= k
-			b = b[k:]
-			continue
-		}
-		k := min(12-len(c.head), len(b))
-		c.head = append(c.head, b[:k]...)
-		b = b[k:]
-		if len(c.head) < 12 {
-			return
-		}
-		size := int(binary.BigEndian.Uint32(c.head))
-		key := int16(binary.BigEndian.Uint16(c.head[4:]))
-		version := int16(binary.BigEndian.Uint16(c.head[6:]))
-		corr := int32(binary.BigEndian.Uint32(c.head[8:]))
-		c.head, c.skip = c.head[:0], max(size-8, 0)
+	c.reqs.follow(b, func(head []byte) (gather, more bool) {
+		key := int16(binary.BigEndian.Uint16(head[4:]))
+		version := int16(binary.BigEndian.Uint16(head[6:]))
+		corr := int32(binary.BigEndian.Uint32(head[8:]))
 		switch key {
 		case keyApiVersions:
 			c.pending[corr] = version
 		case keySASLHandshake, keySASLAuthenticate:
 		default:
 			c.passed.Store(true)
-			return
+			return false, false
 		}
-	}
+		return false, true
+	}, nil)
 }
 
 func (c *handshakeConn) Write(p []byte) (int, error) {

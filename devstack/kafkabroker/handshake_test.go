@@ -102,7 +102,7 @@ func FuzzHandshakeRewrite(f *testing.F) {
 	frame = binary.BigEndian.AppendUint32(frame, 7)
 	f.Add(append(frame, body...), int16(3))
 	f.Fuzz(func(t *testing.T, b []byte, version int16) {
-		c := &handshakeConn{pending: map[int32]int16{}}
+		c := newHandshakeConn(nil)
 		c.observe(b)
 		if len(b) < 8 {
 			return
