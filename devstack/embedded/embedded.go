@@ -49,7 +49,7 @@ func Parts(cfg *config.Config, logger *slog.Logger, opts Options) []lifecycle.Pa
 					return err
 				}
 				if k, err = kafkabroker.Start(kafkabroker.Options{Dir: dir, Addr: opts.KafkaAddr, Brokers: opts.KafkaBrokers,
-					SyncWrites: opts.KafkaSyncWrites, User: kafkaUser, Password: keys.kafka, Logger: logger}); err != nil {
+					SyncWrites: opts.KafkaSyncWrites, User: kafkaUser, Password: keys.kafka, Logger: logger, Registry: opts.Registry}); err != nil {
 					return err
 				}
 				cfg.Kafka.Brokers = k.Addrs()
@@ -166,6 +166,7 @@ type Options struct {
 	RedisPort       int    // 0 picks a free one
 	RedisMaxMemory  string // redis-server's maxmemory
 	RedisNice       int    // redis-server's niceness
-	// Registry, if set, receives the embedded engine's busy-time metrics.
+	// Registry, if set, receives the embedded engine's busy-time metrics and the embedded
+	// broker's fsync rounds'.
 	Registry prometheus.Registerer
 }

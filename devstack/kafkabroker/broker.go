@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -51,6 +52,8 @@ type Options struct {
 	User, Password string
 	// Logger receives what the broker does on its own (reaper.go); nil discards it.
 	Logger *slog.Logger
+	// Registry, if set, receives the fsync rounds' metrics (groupcommit.go).
+	Registry prometheus.Registerer
 }
 
 // maxSessionTimeout is the largest session timeout a group member may ask for (Kafka's
@@ -81,7 +84,9 @@ func Start(o Options) (*Broker, error) {
 	}
 	var syncs *syncer
 	if o.SyncWrites {
-		syncs = newSyncer(dir, logger)
+		if syncs, err = newSyncer(dir, logger, o.Registry); err != nil {
+			return nil, err
+		}
 	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(n),

@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -76,6 +78,9 @@ type syncer struct {
 	synced   map[string]int64 // each file's size at its last fsync, by path
 
 	files map[partKey]*activeFiles // the round goroutine's open handles
+
+	roundSeconds prometheus.Histogram // how long each round took
+	answersHeld  prometheus.Counter   // answers that waited for a round
 }
 
 // activeFiles are a partition's active segment and index, opened to fsync them.
@@ -84,11 +89,23 @@ type activeFiles struct {
 	seg, idx *os.File
 }
 
-func newSyncer(root string, logger *slog.Logger) *syncer {
-	s := &syncer{root: root, logger: logger, stopped: make(chan struct{}), synced: map[string]int64{}, files: map[partKey]*activeFiles{}}
+// newSyncer starts a syncer of the data directory root; reg, if set, receives its metrics.
+func newSyncer(root string, logger *slog.Logger, reg prometheus.Registerer) (*syncer, error) {
+	s := &syncer{root: root, logger: logger, stopped: make(chan struct{}), synced: map[string]int64{}, files: map[partKey]*activeFiles{},
+		roundSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tally_embedded_kafka_fsync_round_seconds",
+			Help:    "How long a round of the embedded broker's fsyncs took; the answers acknowledging writes wait for one.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}),
+		answersHeld: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_embedded_kafka_answers_held_total",
+			Help: "Answers acknowledging a write that waited for an fsync round."}),
+	}
+	if reg != nil {
+		if err := errors.Join(reg.Register(s.roundSeconds), reg.Register(s.answersHeld)); err != nil {
+			return nil, fmt.Errorf("embedded kafka: register the fsync metrics: %w", err)
+		}
+	}
 	s.cond = sync.NewCond(&s.mu)
 	go s.run()
-	return s
+	return s, nil
 }
 
 // wait returns once a round started after the call has fsynced what w names.
@@ -130,7 +147,9 @@ func (s *syncer) run() {
 		round := s.started
 		s.mu.Unlock()
 
+		start := time.Now()
 		err := s.sync(w)
+		s.roundSeconds.Observe(time.Since(start).Seconds())
 		if err != nil {
 			s.logger.Error("embedded kafka: fsync failed; the answers waiting for it are not sent", "round", round, "err", err)
 		}
@@ -415,6 +434,7 @@ func (c *syncConn) Write(p []byte) (int, error) {
 		return false, true
 	}, nil)
 	if !w.empty() {
+		c.s.answersHeld.Inc()
 		if err := c.s.wait(w); err != nil {
 			c.Conn.Close() // never acknowledged: the client sends it again, here or elsewhere
 			return 0, err
