@@ -44,15 +44,9 @@ func (s store) loadCheckpoint(ctx context.Context, p int32, invalid string) (che
 // watermark from the checkpoint batch's rows, then the tokens counted in valid batches up to cp
 // that the windows still hold.
 func (s store) loadDedupe(ctx context.Context, p *partition, cp checkpoint) error {
-	err := chclient.Each(ctx, s.conn, `SELECT window_ms, max(toUnixTimestamp64Milli(ts)) FROM counter_tokens
-		WHERE partition = ? AND key = 0 AND epoch = ? AND end_offset = ? GROUP BY window_ms`, []any{uint16(p.id), cp.epoch, cp.end}, func(rows driver.Rows) error {
-		var w, wm int64
-		if err := rows.Scan(&w, &wm); err != nil {
-			return err
-		}
-		p.window(w).Restore(wm)
-		return nil
-	})
+	err := chclient.Pairs(ctx, s.conn, `SELECT window_ms, max(toUnixTimestamp64Milli(ts)) FROM counter_tokens
+		WHERE partition = ? AND key = 0 AND epoch = ? AND end_offset = ? GROUP BY window_ms`, []any{uint16(p.id), cp.epoch, cp.end},
+		func(w, wm int64) { p.window(w).Restore(wm) })
 	if err != nil {
 		return fmt.Errorf("load dedupe windows of counter partition %d: %w", p.id, err)
 	}
@@ -65,17 +59,9 @@ func (s store) loadDedupe(ctx context.Context, p *partition, cp checkpoint) erro
 }
 
 func (s store) loadTokens(ctx context.Context, p *partition, cp checkpoint, window int64, win *dedupe.Window) error {
-	err := chclient.Each(ctx, s.conn, fmt.Sprintf(`SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_tokens
+	err := chclient.Pairs(ctx, s.conn, fmt.Sprintf(`SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_tokens
 		WHERE partition = ? AND window_ms = ? AND key != 0 AND end_offset <= ? AND toUnixTimestamp64Milli(ts) >= ? AND NOT (%s)`, p.invalid),
-		[]any{uint16(p.id), window, cp.end, win.LiveSince()}, func(rows driver.Rows) error {
-			var k uint64
-			var ts int64
-			if err := rows.Scan(&k, &ts); err != nil {
-				return err
-			}
-			win.RestorePair(k, ts)
-			return nil
-		})
+		[]any{uint16(p.id), window, cp.end, win.LiveSince()}, win.RestorePair)
 	if err != nil {
 		return fmt.Errorf("load tokens of counter partition %d: %w", p.id, err)
 	}

@@ -104,16 +104,7 @@ func (t Table) MaxEpochs(ctx context.Context, ids []int32) (map[int32]uint64, er
 // by partition.
 func byPartition(ctx context.Context, conn driver.Conn, query string, args ...any) (map[int32]uint64, error) {
 	out := map[int32]uint64{}
-	err := chclient.Each(ctx, conn, query, args, func(rows driver.Rows) error {
-		var p uint16
-		var v uint64
-		if err := rows.Scan(&p, &v); err != nil {
-			return err
-		}
-		out[int32(p)] = v
-		return nil
-	})
-	if err != nil {
+	if err := chclient.Pairs(ctx, conn, query, args, func(p uint16, v uint64) { out[int32(p)] = v }); err != nil {
 		return nil, err
 	}
 	return out, nil

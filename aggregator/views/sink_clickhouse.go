@@ -128,16 +128,8 @@ func (s *store) writeOffsets(ctx context.Context, table, what string, rows []off
 // pair may hold several) and returns how many pairs it holds. A replayed batch may have written
 // the same counted view twice; restoring it twice changes nothing.
 func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.Window) (int, error) {
-	err := chclient.Each(ctx, s.conn, `SELECT DISTINCT pair, last_ms FROM dedupe_state
-		WHERE partition = ? AND end_offset <= ? AND last_ms >= ?`, []any{uint16(p), end, win.LiveSince()}, func(rows driver.Rows) error {
-		var pair uint64
-		var t int64
-		if err := rows.Scan(&pair, &t); err != nil {
-			return err
-		}
-		win.RestorePair(pair, t)
-		return nil
-	})
+	err := chclient.Pairs(ctx, s.conn, `SELECT DISTINCT pair, last_ms FROM dedupe_state
+		WHERE partition = ? AND end_offset <= ? AND last_ms >= ?`, []any{uint16(p), end, win.LiveSince()}, win.RestorePair)
 	if err != nil {
 		return win.Len(), fmt.Errorf("load dedupe state of partition %d: %w", p, err)
 	}

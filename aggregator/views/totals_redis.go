@@ -348,16 +348,8 @@ func (s *store) eachTotal(ctx context.Context, fn func(item string, views int64,
 func (s *store) itemTotals(ctx context.Context, items []string) (map[string]int64, error) {
 	out := make(map[string]int64, len(items))
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
-		err := chclient.Each(chclient.FitList(ctx, round, 1), s.conn, `SELECT item_id, toInt64(sum(views)) FROM views_total_by_day WHERE item_id IN (?) GROUP BY item_id`,
-			[]any{round}, func(rows driver.Rows) error {
-				var item string
-				var n int64
-				if err := rows.Scan(&item, &n); err != nil {
-					return err
-				}
-				out[item] = n
-				return nil
-			})
+		err := chclient.Pairs(chclient.FitList(ctx, round, 1), s.conn, `SELECT item_id, toInt64(sum(views)) FROM views_total_by_day WHERE item_id IN (?) GROUP BY item_id`,
+			[]any{round}, func(item string, n int64) { out[item] = n })
 		if err != nil {
 			return nil, fmt.Errorf("read totals of %d items: %w", len(round), err)
 		}

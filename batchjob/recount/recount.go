@@ -35,6 +35,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/platform/progress"
 	"github.com/tallypipeline/tally/schemas/dedupe"
 	"github.com/tallypipeline/tally/schemas/viewconf"
@@ -207,23 +208,17 @@ func Count(ctx context.Context, src rawlog.Source[rawlog.ViewKey], day time.Time
 }
 
 func streamingTotals(ctx context.Context, conn driver.Conn, day time.Time) (map[string]int64, error) {
-	rows, err := conn.Query(ctx, "SELECT item_id, toInt64(sum(views)) FROM views_total_by_day WHERE day = ? GROUP BY item_id", day.Format(time.DateOnly))
+	out := map[string]int64{}
+	err := chclient.Pairs(ctx, conn, "SELECT item_id, toInt64(sum(views)) FROM views_total_by_day WHERE day = ? GROUP BY item_id",
+		[]any{day.Format(time.DateOnly)}, func(item string, n int64) {
+			if n != 0 {
+				out[item] = n
+			}
+		})
 	if err != nil {
 		return nil, fmt.Errorf("read streaming view totals of %s: %w", day.Format(time.DateOnly), err)
 	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var item string
-		var n int64
-		if err := rows.Scan(&item, &n); err != nil {
-			return nil, fmt.Errorf("scan streaming view total: %w", err)
-		}
-		if n != 0 {
-			out[item] = n
-		}
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // rollup is one table that sums view_deltas per item and time bucket (as the aggregator writes

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/platform/counters"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/dedupe"
@@ -97,20 +98,12 @@ func (e *eventual) checkpoints(ctx context.Context, parts []int32) (map[int32]in
 	for _, p := range parts {
 		out[p] = -1
 	}
-	rows, err := e.conn.Query(ctx, `SELECT partition, max(end_offset) FROM counter_checkpoints WHERE partition IN (`+joinInts(parts)+`) GROUP BY partition`)
+	err := chclient.Pairs(ctx, e.conn, `SELECT partition, max(end_offset) FROM counter_checkpoints WHERE partition IN (`+joinInts(parts)+`) GROUP BY partition`,
+		nil, func(p uint16, cp int64) { out[int32(p)] = cp })
 	if err != nil {
 		return nil, fmt.Errorf("read counter checkpoints: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var p uint16
-		var cp int64
-		if err := rows.Scan(&p, &cp); err != nil {
-			return nil, fmt.Errorf("scan counter checkpoint: %w", err)
-		}
-		out[int32(p)] = cp
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // tokensBefore reads when the tokens of evs were counted in partition p's batches up to its
@@ -138,21 +131,12 @@ const tokenChunk = 5000
 
 // tokensOf adds to out the counted tokens of partition p up to cp among keys.
 func (e *eventual) tokensOf(ctx context.Context, p int32, cp int64, keys []uint64, out map[uint64][]int64) error {
-	rows, err := e.conn.Query(ctx, `SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_token_index
-		WHERE partition = ? AND key IN (?) AND end_offset <= ?`, uint16(p), keys, cp)
+	err := chclient.Pairs(ctx, e.conn, `SELECT DISTINCT key, toUnixTimestamp64Milli(ts) FROM counter_token_index
+		WHERE partition = ? AND key IN (?) AND end_offset <= ?`, []any{uint16(p), keys, cp}, func(k uint64, ts int64) { out[k] = append(out[k], ts) })
 	if err != nil {
 		return fmt.Errorf("read the tokens counted in counter partition %d: %w", p, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var k uint64
-		var ts int64
-		if err := rows.Scan(&k, &ts); err != nil {
-			return fmt.Errorf("scan a token of counter partition %d: %w", p, err)
-		}
-		out[k] = append(out[k], ts)
-	}
-	return rows.Err()
+	return nil
 }
 
 // counted keeps, in order, the events the aggregators will count: an add or a clear unless its

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/collector/read"
+	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/platform/counters"
 	"github.com/tallypipeline/tally/schemas"
 )
@@ -96,22 +97,10 @@ func (e *eventual) snapshotOf(ctx context.Context, ns counters.Namespace, names 
 
 // sums sums the rows of names in ns that meet the condition upTo, in order.
 func (e *eventual) sums(ctx context.Context, ns counters.Namespace, names []string, upTo string) ([]int64, error) {
-	rows, err := e.conn.Query(ctx, `SELECT name, sum(delta) FROM counter_deltas WHERE ns = ? AND generation = ? AND name IN (?) AND `+upTo+` GROUP BY name`,
-		ns.Name, ns.Generation, names)
-	if err != nil {
-		return nil, fmt.Errorf("read counters of %s: %w", ns.Name, err)
-	}
-	defer rows.Close()
 	sums := make(map[string]int64, len(names))
-	for rows.Next() {
-		var name string
-		var s int64
-		if err := rows.Scan(&name, &s); err != nil {
-			return nil, fmt.Errorf("scan counter of %s: %w", ns.Name, err)
-		}
-		sums[name] = s
-	}
-	if err := rows.Err(); err != nil {
+	err := chclient.Pairs(ctx, e.conn, `SELECT name, sum(delta) FROM counter_deltas WHERE ns = ? AND generation = ? AND name IN (?) AND `+upTo+` GROUP BY name`,
+		[]any{ns.Name, ns.Generation, names}, func(name string, s int64) { sums[name] = s })
+	if err != nil {
 		return nil, fmt.Errorf("read counters of %s: %w", ns.Name, err)
 	}
 	out := make([]int64, len(names))
@@ -153,21 +142,14 @@ func (e *eventual) series(ctx context.Context, ns counters.Namespace, name strin
 // buckets sums the rows of counter name of ns that meet upTo per bucket of g in [from, to).
 func (e *eventual) buckets(ctx context.Context, ns counters.Namespace, name string, g read.Granularity, from, to time.Time, upTo string) (map[int64]int64, error) {
 	bucket := map[read.Granularity]string{read.Minute: "minute", read.Hour: "toStartOfHour(minute)", read.Day: "toDateTime(toStartOfDay(minute), 'UTC')"}[g]
-	rows, err := e.conn.Query(ctx, fmt.Sprintf(`SELECT toInt64(toUnixTimestamp(%s)) AS t, sum(delta) FROM counter_deltas
-		WHERE ns = ? AND generation = ? AND name = ? AND minute >= ? AND minute < ? AND %s GROUP BY t`, bucket, upTo), ns.Name, ns.Generation, name, from.UTC(), to.UTC())
+	out := map[int64]int64{}
+	err := chclient.Pairs(ctx, e.conn, fmt.Sprintf(`SELECT toInt64(toUnixTimestamp(%s)) AS t, sum(delta) FROM counter_deltas
+		WHERE ns = ? AND generation = ? AND name = ? AND minute >= ? AND minute < ? AND %s GROUP BY t`, bucket, upTo),
+		[]any{ns.Name, ns.Generation, name, from.UTC(), to.UTC()}, func(t, s int64) { out[t] = s })
 	if err != nil {
 		return nil, fmt.Errorf("read series of %s/%s: %w", ns.Name, name, err)
 	}
-	defer rows.Close()
-	out := map[int64]int64{}
-	for rows.Next() {
-		var t, s int64
-		if err := rows.Scan(&t, &s); err != nil {
-			return nil, fmt.Errorf("scan series of %s/%s: %w", ns.Name, name, err)
-		}
-		out[t] = s
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // slot takes one of the read slots, waiting at most readWait.

@@ -112,28 +112,13 @@ func (s source) series(ctx context.Context, item string, g Granularity, from, to
 	q := fmt.Sprintf(`SELECT toInt64(toUnixTimestamp(%[2]s)) AS t, toUInt64(greatest(sum(views), 0)) FROM %[1]s
 		WHERE item_id = ? AND %[2]s >= ? AND %[2]s < ? GROUP BY t`, table, col)
 	lo, hi := from.UTC(), to.UTC()
-	var rows driver.Rows
-	var err error
+	args := []any{item, lo, hi}
 	if g == Day {
-		rows, err = s.conn.Query(ctx, q, item, lo.Format(time.DateOnly), hi.Format(time.DateOnly))
-	} else {
-		rows, err = s.conn.Query(ctx, q, item, lo, hi)
+		args = []any{item, lo.Format(time.DateOnly), hi.Format(time.DateOnly)}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("query %s series of %s: %w", g, item, err)
-	}
-	defer rows.Close()
 	out := map[int64]uint64{}
-	for rows.Next() {
-		var t int64
-		var v uint64
-		if err := rows.Scan(&t, &v); err != nil {
-			return nil, fmt.Errorf("scan series: %w", err)
-		}
-		out[t] = v
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read series: %w", err)
+	if err := chclient.Pairs(ctx, s.conn, q, args, func(t int64, v uint64) { out[t] = v }); err != nil {
+		return nil, fmt.Errorf("read %s series of %s: %w", g, item, err)
 	}
 	return out, nil
 }

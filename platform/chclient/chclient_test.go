@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -301,6 +302,29 @@ func TestEach(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Pairs scans each row's two columns as the function's argument types, in order, and a column
+// that does not scan as its type ends it with an error.
+func TestPairs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openEngine(t, "pairs_test")
+	t.Run("two columns", func(t *testing.T) {
+		var got []string
+		err := chclient.Pairs(ctx, conn, "SELECT toString(number), toInt64(number) * -2 FROM numbers(?) ORDER BY number", []any{3},
+			func(k string, v int64) { got = append(got, fmt.Sprintf("%s=%d", k, v)) })
+		if want := []string{"0=0", "1=-2", "2=-4"}; err != nil || !slices.Equal(got, want) {
+			t.Fatalf("got %v, %v; want %v, no error", got, err, want)
+		}
+	})
+	t.Run("a column of another type", func(t *testing.T) {
+		calls := 0
+		err := chclient.Pairs(ctx, conn, "SELECT number, toString(number) FROM numbers(2)", nil, func(uint64, int64) { calls++ })
+		if err == nil || calls != 0 {
+			t.Fatalf("got %d calls, error %v; want none and an error", calls, err)
+		}
+	})
 }
 
 // watchedConn counts the rows its queries open and close, and has them report err, when set,

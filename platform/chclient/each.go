@@ -24,3 +24,18 @@ func Each(ctx context.Context, conn driver.Conn, query string, args []any, row f
 	}
 	return rows.Err()
 }
+
+// Pairs runs query with args, whose rows have two columns, and calls pair with each row's
+// columns scanned as A and B: the two-column reads (a key and its value) write only what they do
+// with a row. Errors come back as Each's.
+func Pairs[A, B any](ctx context.Context, conn driver.Conn, query string, args []any, pair func(A, B)) error {
+	return Each(ctx, conn, query, args, func(rows driver.Rows) error {
+		var a A
+		var b B
+		if err := rows.Scan(&a, &b); err != nil {
+			return err
+		}
+		pair(a, b)
+		return nil
+	})
+}

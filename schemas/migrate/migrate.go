@@ -25,6 +25,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/platform/retry"
 	"github.com/tallypipeline/tally/schemas/migrations"
 )
@@ -145,20 +146,9 @@ func ApplyTo(ctx context.Context, conn driver.Conn, logger *slog.Logger, t Targe
 // latest record of a version, as the table's ReplacingMergeTree keeps it.
 func appliedChecksums(ctx context.Context, conn driver.Conn) (map[uint32]string, error) {
 	applied := map[uint32]string{}
-	rows, err := conn.Query(ctx, "SELECT version, argMax(checksum, applied_at) FROM schema_migrations GROUP BY version")
+	err := chclient.Pairs(ctx, conn, "SELECT version, argMax(checksum, applied_at) FROM schema_migrations GROUP BY version", nil,
+		func(v uint32, sum string) { applied[v] = sum })
 	if err != nil {
-		return nil, fmt.Errorf("read schema_migrations: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var v uint32
-		var sum string
-		if err := rows.Scan(&v, &sum); err != nil {
-			return nil, fmt.Errorf("scan schema_migrations: %w", err)
-		}
-		applied[v] = sum
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read schema_migrations: %w", err)
 	}
 	return applied, nil
