@@ -2,8 +2,9 @@
 // brokers speaking the real protocol (one, or a cluster of several in one process, so that
 // topics can be replicated), persisted under a data directory, with a SASL login that librdkafka
 // clients accept too (handshake.go), writes acknowledged once fsynced, the fsyncs shared
-// (groupcommit.go), and a reaper of group members kfake fails to expire (reaper.go). It links
-// kfake, so only the all-in-one and tests import it. A Broker is owned by whoever called Start;
+// (groupcommit.go), and a reaper of group members kfake fails to expire (reaper.go), which also
+// keeps alive those it would drop while they wait in JoinGroup (keepalive.go). It links kfake,
+// so only the all-in-one and tests import it. A Broker is owned by whoever called Start;
 // Close stops the reaper's goroutine and client, then the brokers, then the syncer's goroutine.
 package kafkabroker
 

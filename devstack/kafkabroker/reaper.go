@@ -30,10 +30,15 @@ import (
 // reaper wait longer: naming a member keeps it heard, and a join's session timeout raises its
 // group's bound, to at most twice the broker's largest session timeout. Nothing it sends makes
 // the reaper remove a member that is heard from.
+//
+// The reaper also keeps alive the members kfake would drop while they wait in JoinGroup
+// (keepalive.go).
 type reaper struct {
 	mu      sync.Mutex
 	heard   map[memberKey]time.Time  // the last request naming the member, or when first described
 	session map[string]time.Duration // the longest session timeout a join of the group asked for
+	gen     map[memberKey]int32      // the generation each member last synced or heartbeat in
+	joining map[memberKey]joinWait   // the members waiting in JoinGroup kept alive
 	logger  *slog.Logger
 }
 
@@ -47,8 +52,9 @@ const (
 )
 
 func newReaper(c *kfake.Cluster, logger *slog.Logger) *reaper {
-	r := &reaper{heard: map[memberKey]time.Time{}, session: map[string]time.Duration{}, logger: logger}
-	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat} {
+	r := &reaper{heard: map[memberKey]time.Time{}, session: map[string]time.Duration{}, gen: map[memberKey]int32{},
+		joining: map[memberKey]joinWait{}, logger: logger}
+	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.LeaveGroup} {
 		c.ControlKey(int16(k), r.observe)
 	}
 	return r
@@ -65,26 +71,38 @@ func (r *reaper) observe(req kmsg.Request) (kmsg.Response, error, bool) {
 		r.session[q.Group] = max(r.session[q.Group], session)
 		if q.MemberID != "" {
 			r.heard[memberKey{q.Group, q.MemberID}] = now
+			r.noteJoin(memberKey{q.Group, q.MemberID}, q, now)
 		}
 	case *kmsg.SyncGroupRequest:
 		r.heard[memberKey{q.Group, q.MemberID}] = now
+		r.noteSync(memberKey{q.Group, q.MemberID}, q.Generation)
 	case *kmsg.HeartbeatRequest:
 		r.heard[memberKey{q.Group, q.MemberID}] = now
+		r.gen[memberKey{q.Group, q.MemberID}] = q.Generation
+	case *kmsg.LeaveGroupRequest:
+		delete(r.joining, memberKey{q.Group, q.MemberID}) // version 0-2
+		for _, m := range q.Members {
+			delete(r.joining, memberKey{q.Group, m.MemberID})
+		}
 	}
 	return nil, nil, false
 }
 
-// run sweeps every sweepEvery until ctx ends.
+// run sweeps every sweepEvery and heartbeats for the members waiting in JoinGroup every
+// keepEvery, until ctx ends.
 func (r *reaper) run(ctx context.Context, cl *kgo.Client) {
 	adm := kadm.NewClient(cl)
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
+	sweep, keep := time.NewTicker(sweepEvery), time.NewTicker(keepEvery)
+	defer sweep.Stop()
+	defer keep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-sweep.C:
 			r.sweep(ctx, adm, cl)
+		case now := <-keep.C:
+			r.keepAlive(ctx, cl, now)
 		}
 	}
 }
@@ -161,10 +179,18 @@ func (r *reaper) remove(ctx context.Context, cl *kgo.Client, group string, m kad
 func (r *reaper) forget(groups kadm.DescribedGroups) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for k := range r.heard {
+	gone := func(k memberKey) bool {
 		g, ok := groups[k.group]
-		if !ok || !slices.ContainsFunc(g.Members, func(m kadm.DescribedGroupMember) bool { return m.MemberID == k.member }) {
+		return !ok || !slices.ContainsFunc(g.Members, func(m kadm.DescribedGroupMember) bool { return m.MemberID == k.member })
+	}
+	for k := range r.heard {
+		if gone(k) {
 			delete(r.heard, k)
+		}
+	}
+	for k := range r.gen {
+		if _, waiting := r.joining[k]; !waiting && gone(k) {
+			delete(r.gen, k)
 		}
 	}
 }
