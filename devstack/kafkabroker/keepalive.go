@@ -18,9 +18,14 @@ import (
 // JoinGroup until the join phase ends, for at most its rebalance timeout. So while a known
 // member's JoinGroup waits, the reaper heartbeats for it, at a third of its session timeout,
 // with the generation the member last named, until its rebalance timeout has passed or the
-// member is heard again (it syncs, joins again or leaves; a heartbeat may be the reaper's own).
-// A heartbeat of a generation that has ended (the join phase completed) is refused and ends the
-// keeping.
+// member is heard again (it syncs, joins again or leaves). A heartbeat of a generation that has
+// ended (the join phase completed) is refused and ends the keeping.
+//
+// A member killed while its JoinGroup waits is kept too, as a Kafka coordinator would, and ends
+// up in the next generation; kfake then starts no session timer for it (its answer found the
+// connection closed), so the reaper's own heartbeats do not count as hearing from it, and a
+// member kept and not heard from since is removed after one session timeout of silence, not
+// two (reaper.go).
 
 // joinWait is a member waiting in JoinGroup that the reaper keeps alive.
 type joinWait struct {
@@ -66,7 +71,7 @@ func (r *reaper) keepAlive(ctx context.Context, cl *kgo.Client, now time.Time) {
 	for k, w := range r.joining {
 		switch {
 		case now.After(w.until):
-			delete(r.joining, k)
+			r.endKeeping(k, now)
 		case !now.Before(w.next):
 			w.next = now.Add(w.every)
 			r.joining[k] = w
@@ -77,14 +82,35 @@ func (r *reaper) keepAlive(ctx context.Context, cl *kgo.Client, now time.Time) {
 	for i, k := range due {
 		req := kmsg.NewPtrHeartbeatRequest()
 		req.Group, req.MemberID, req.Generation, req.InstanceID = k.group, k.member, waits[i].gen, waits[i].instance
+		r.mu.Lock()
+		r.beating[k]++ // observe tells it from the member's own
+		r.kept[k] = true
+		r.mu.Unlock()
 		resp, err := req.RequestWith(ctx, cl)
+		r.mu.Lock()
+		if r.beating[k]--; r.beating[k] == 0 {
+			delete(r.beating, k)
+		}
+		r.mu.Unlock()
 		if err != nil {
 			continue // the next beat tries again
 		}
 		if code := resp.ErrorCode; code != 0 && code != kerr.RebalanceInProgress.Code {
 			r.mu.Lock()
-			delete(r.joining, k) // answered, removed or fenced since: nothing left to keep
+			r.endKeeping(k, time.Now()) // answered, removed or fenced since: nothing left to keep
 			r.mu.Unlock()
 		}
+	}
+}
+
+// endKeeping stops keeping member k alive. A kept member's silence counts from here, as a Kafka
+// coordinator's session timer for it starts when the join phase ends. Called with r.mu held.
+func (r *reaper) endKeeping(k memberKey, now time.Time) {
+	if _, ok := r.joining[k]; !ok {
+		return
+	}
+	delete(r.joining, k)
+	if r.kept[k] {
+		r.heard[k] = now
 	}
 }

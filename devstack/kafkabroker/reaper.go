@@ -39,6 +39,8 @@ type reaper struct {
 	session map[string]time.Duration // the longest session timeout a join of the group asked for
 	gen     map[memberKey]int32      // the generation each member last synced or heartbeat in
 	joining map[memberKey]joinWait   // the members waiting in JoinGroup kept alive
+	beating map[memberKey]int        // the reaper's heartbeats for a member in flight
+	kept    map[memberKey]bool       // members kept alive, not heard from since
 	logger  *slog.Logger
 }
 
@@ -53,7 +55,7 @@ const (
 
 func newReaper(c *kfake.Cluster, logger *slog.Logger) *reaper {
 	r := &reaper{heard: map[memberKey]time.Time{}, session: map[string]time.Duration{}, gen: map[memberKey]int32{},
-		joining: map[memberKey]joinWait{}, logger: logger}
+		joining: map[memberKey]joinWait{}, beating: map[memberKey]int{}, kept: map[memberKey]bool{}, logger: logger}
 	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.LeaveGroup} {
 		c.ControlKey(int16(k), r.observe)
 	}
@@ -75,10 +77,15 @@ func (r *reaper) observe(req kmsg.Request) (kmsg.Response, error, bool) {
 		}
 	case *kmsg.SyncGroupRequest:
 		r.heard[memberKey{q.Group, q.MemberID}] = now
+		delete(r.kept, memberKey{q.Group, q.MemberID})
 		r.noteSync(memberKey{q.Group, q.MemberID}, q.Generation)
 	case *kmsg.HeartbeatRequest:
-		r.heard[memberKey{q.Group, q.MemberID}] = now
-		r.gen[memberKey{q.Group, q.MemberID}] = q.Generation
+		k := memberKey{q.Group, q.MemberID}
+		if r.beating[k] == 0 { // not the reaper's own, for a member waiting in JoinGroup
+			r.heard[k] = now
+			delete(r.kept, k)
+		}
+		r.gen[k] = q.Generation
 	case *kmsg.LeaveGroupRequest:
 		delete(r.joining, memberKey{q.Group, q.MemberID}) // version 0-2
 		for _, m := range q.Members {
@@ -127,7 +134,8 @@ func (r *reaper) sweep(ctx context.Context, adm *kadm.Client, cl *kgo.Client) {
 	r.forget(groups)
 }
 
-// silence is how long member has been silent past twice its group's session timeout, or 0.
+// silence is how long member has been silent past twice its group's session timeout (once, for
+// a member kept alive while it waited in JoinGroup and not heard from since), or 0.
 func (r *reaper) silence(group, member string, now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -140,6 +148,9 @@ func (r *reaper) silence(group, member string, now time.Time) time.Duration {
 	limit := r.session[group]
 	if limit == 0 {
 		limit = defaultSession
+	}
+	if r.kept[k] { // its own last word was a JoinGroup: kfake may have no timer left for it
+		limit /= 2
 	}
 	if d := now.Sub(last); d > 2*limit {
 		return d
@@ -191,6 +202,7 @@ func (r *reaper) forget(groups kadm.DescribedGroups) {
 	for k := range r.gen {
 		if _, waiting := r.joining[k]; !waiting && gone(k) {
 			delete(r.gen, k)
+			delete(r.kept, k)
 		}
 	}
 }
