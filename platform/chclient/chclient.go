@@ -28,6 +28,20 @@ type Options struct {
 	// Cluster, when set, is the cluster (remote_servers) the database is created on, ON
 	// CLUSTER; the connection itself still talks to Addr only.
 	Cluster string
+	// Quorum makes every statement of the connection wait for, and read, what a majority of
+	// the replicas hold (QuorumSettings), so that a process may move to another replica at any
+	// time (docs/EXACTLY_ONCE.md, "Replicas").
+	Quorum bool
+}
+
+// QuorumSettings are a replicated database's connection settings under Options.Quorum: an
+// INSERT returns once a majority of the replicas have its part (insert_quorum auto), quorum
+// inserts into a table are ordered (insert_quorum_parallel 0, which select_sequential_consistency
+// needs), and a SELECT on a replica that misses a part written with quorum fails rather than
+// answer from an older state (select_sequential_consistency 1). Tables that are not replicated
+// ignore them.
+func QuorumSettings() clickhouse.Settings {
+	return clickhouse.Settings{"insert_quorum": "auto", "insert_quorum_parallel": 0, "select_sequential_consistency": 1}
 }
 
 // Open connects to opts.Addr, creates opts.Database if missing, and returns a connection whose
@@ -55,6 +69,10 @@ func dial(ctx context.Context, opts Options, database string) (driver.Conn, erro
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse %s TLS: %w", opts.Addr, err)
 	}
+	settings := clickhouse.Settings{}
+	if opts.Quorum {
+		settings = QuorumSettings()
+	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		TLS:          tc,
 		Protocol:     clickhouse.HTTP,
@@ -62,7 +80,7 @@ func dial(ctx context.Context, opts Options, database string) (driver.Conn, erro
 		Auth:         clickhouse.Auth{Database: database, Username: opts.Username, Password: opts.Password},
 		DialTimeout:  5 * time.Second,
 		ReadTimeout:  60 * time.Second,
-		Settings:     clickhouse.Settings{},
+		Settings:     settings,
 		MaxOpenConns: 16,
 		MaxIdleConns: 8,
 	})

@@ -327,6 +327,47 @@ func TestPairs(t *testing.T) {
 	})
 }
 
+// A quorum connection carries the quorum settings on every statement, and on tables that are
+// not replicated (the embedded engine's) writes and reads go on as without them.
+func TestQuorumConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logger := slog.New(slog.DiscardHandler)
+	ch, err := chembed.Start(chembed.Config{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Logger: logger, Pipeline: chembed.User{Password: adminPassword}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close(context.Background())
+	conn, err := chclient.Open(ctx, chclient.Options{Addr: ch.Addr(), Database: "quorum_test", Password: adminPassword, Quorum: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var got []string
+	err = chclient.Each(ctx, conn, "SELECT toString(getSetting('insert_quorum')), toString(getSetting('insert_quorum_parallel')), toString(getSetting('select_sequential_consistency'))", nil,
+		func(rows driver.Rows) error {
+			var q, p, s string
+			if err := rows.Scan(&q, &p, &s); err != nil {
+				return err
+			}
+			got = append(got, q, p, s)
+			return nil
+		})
+	if want := []string{"auto", "false", "1"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got settings %v, %v; want %v", got, err, want)
+	}
+	if err := conn.Exec(ctx, "CREATE TABLE t (n UInt64) ENGINE = MergeTree ORDER BY n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "INSERT INTO t VALUES (1), (2)"); err != nil {
+		t.Fatalf("insert with quorum settings into a table that is not replicated: %v", err)
+	}
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT sum(n) FROM t").Scan(&n); err != nil || n != 3 {
+		t.Fatalf("got sum %d, %v; want 3", n, err)
+	}
+}
+
 // watchedConn counts the rows its queries open and close, and has them report err, when set,
 // after their last row, as rows cut short by a broken stream do.
 type watchedConn struct {

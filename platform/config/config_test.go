@@ -100,6 +100,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"unknown compression", nil, []string{"--kafka.compression", "lz5"}, `kafka.compression: compression "lz5"`},
 		{"unknown record format", nil, []string{"--kafka.record_format", "json"}, `kafka.record_format: record format "json"; want protobuf or v1`},
 		{"schema id with v1", nil, []string{"--kafka.record_format", "v1", "--kafka.schema_id", "7"}, `kafka.schema_id: record format v1 has no schema id; got 7`},
+		{"quorum without replicas", nil, []string{"--clickhouse.addr", "ch:8123", "--clickhouse.quorum"}, "clickhouse.quorum: got true with no clickhouse.cluster"},
 		{"unknown file key", nil, []string{"--config", typo}, `"comp.adr"`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},

@@ -90,13 +90,14 @@ type ClickHouse struct {
 	Username string `mapstructure:"username"`
 	Password string `mapstructure:"password"`
 	Cluster  string `mapstructure:"cluster"`
+	Quorum   bool   `mapstructure:"quorum"`
 
 	TLS tlsconf.Files `mapstructure:"tls"`
 }
 
 // Options is what chclient.Open needs of these settings.
 func (c ClickHouse) Options() chclient.Options {
-	return chclient.Options{Addr: c.Addr, Database: c.Database, Username: c.Username, Password: c.Password, TLS: c.TLS, Cluster: c.Cluster}
+	return chclient.Options{Addr: c.Addr, Database: c.Database, Username: c.Username, Password: c.Password, TLS: c.TLS, Cluster: c.Cluster, Quorum: c.Quorum}
 }
 
 type Redis struct {
@@ -174,6 +175,7 @@ func settings() []Setting {
 
 		{"clickhouse.addr", "", "ClickHouse HTTP endpoint host:port; empty runs the embedded engine (all-in-one only)"},
 		{"clickhouse.cluster", "", "ClickHouse cluster name (remote_servers): migrations run ON CLUSTER with Replicated engines and add <table>_dist Distributed tables for reads; empty: one server (deploy/README.md)"},
+		{"clickhouse.quorum", false, "with clickhouse.cluster: every INSERT waits for a majority of the replicas and every SELECT reads what they acknowledged, so a process may move to another replica at any time; off: each process must stay on one replica (deploy/README.md)"},
 		{"clickhouse.database", "tally", "ClickHouse database holding tally's tables"},
 		{"clickhouse.username", "default", "ClickHouse user (the embedded engine's pipeline user: its administrator)"},
 		{"clickhouse.password", "", "ClickHouse password; empty with the embedded engine: a generated one, kept in <data_dir>/infra.env (mode 0600)"},
@@ -266,6 +268,9 @@ func (c Config) validate(sections []Section) error {
 	}
 	if c.ClickHouse.Cluster != "" && !Identifier(c.ClickHouse.Cluster) {
 		bad("clickhouse.cluster", "got %q; want letters, digits and underscores (a name in remote_servers)", c.ClickHouse.Cluster)
+	}
+	if c.ClickHouse.Quorum && c.ClickHouse.Cluster == "" {
+		bad("clickhouse.quorum", "got true with no clickhouse.cluster; quorum inserts need replicas")
 	}
 	if c.ClickHouse.Cluster != "" && c.ClickHouse.Addr == "" {
 		bad("clickhouse.cluster", "got %q with no clickhouse.addr; the embedded engine is one server", c.ClickHouse.Cluster)
