@@ -83,6 +83,7 @@ func Start(o Options) (*Broker, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	conns := newConnSet()
 	var syncs *syncer
 	if o.SyncWrites {
 		if syncs, err = newSyncer(dir, logger, o.Registry); err != nil {
@@ -105,6 +106,7 @@ func Start(o Options) (*Broker, error) {
 			if err != nil {
 				return nil, err
 			}
+			ln = trackListener{ln, conns}
 			if o.User != "" {
 				ln = handshakeListener{ln} // librdkafka's SASL login (handshake.go)
 			}
@@ -135,7 +137,7 @@ func Start(o Options) (*Broker, error) {
 	for i := range n {
 		b.nodes = append(b.nodes, int32(i))
 	}
-	if err := b.startReaper(logger, o); err != nil {
+	if err := b.startReaper(logger, conns, o); err != nil {
 		b.closeBrokers()
 		return nil, err
 	}
@@ -144,8 +146,8 @@ func Start(o Options) (*Broker, error) {
 
 // startReaper starts the reaper of members kfake fails to expire (reaper.go), with a client of
 // its own to the brokers.
-func (e *Broker) startReaper(logger *slog.Logger, o Options) error {
-	r := newReaper(e.cluster, logger)
+func (e *Broker) startReaper(logger *slog.Logger, conns *connSet, o Options) error {
+	r := newReaper(e.cluster, conns, logger)
 	opts := []kgo.Opt{kgo.SeedBrokers(e.addrs...)}
 	if o.User != "" {
 		opts = append(opts, kgo.SASL(scram.Auth{User: o.User, Pass: o.Password}.AsSha256Mechanism()))

@@ -21,9 +21,10 @@ import (
 // member is heard again (it syncs, joins again or leaves). A heartbeat of a generation that has
 // ended (the join phase completed) is refused and ends the keeping.
 //
-// A member killed while its JoinGroup waits is kept too, as a Kafka coordinator would, and ends
-// up in the next generation; kfake then starts no session timer for it (its answer found the
-// connection closed), so the reaper's own heartbeats do not count as hearing from it, and a
+// A member whose process is gone (no connection open from the client address kfake describes
+// it with, connSet) is not kept: kfake's session timer removes it. One that dies while kept ends
+// up in the next generation, where kfake starts no session timer for it (its answer found the
+// connection closed); so the reaper's own heartbeats do not count as hearing from it, and a
 // member kept and not heard from since is removed after one session timeout of silence, not
 // two (reaper.go).
 
@@ -69,8 +70,9 @@ func (r *reaper) keepAlive(ctx context.Context, cl *kgo.Client, now time.Time) {
 	var due []memberKey
 	var waits []joinWait
 	for k, w := range r.joining {
+		host, described := r.hosts[k]
 		switch {
-		case now.After(w.until):
+		case now.After(w.until), described && !r.conns.has(host): // waited its rebalance timeout, or its process is gone
 			r.endKeeping(k, now)
 		case !now.Before(w.next):
 			w.next = now.Add(w.every)

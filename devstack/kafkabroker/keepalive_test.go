@@ -2,10 +2,12 @@ package kafkabroker
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -19,37 +21,8 @@ import (
 func TestMemberWaitingInJoinIsAnswered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	k, err := Start(Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	// Each member has a connection of its own: kfake answers a connection's requests in order.
-	x, y := rawMember{group: "g"}, rawMember{group: "g"}
-	for _, m := range []*rawMember{&x, &y} {
-		if m.cl, err = kgo.NewClient(kgo.SeedBrokers(k.Addrs()...)); err != nil {
-			t.Fatal(err)
-		}
-		defer m.cl.Close()
-	}
-
-	x.joinNew(ctx, t)
-	x.sync(ctx, t, 1, x.id)
-	stopX := x.beat(ctx, 1) // as a client's heartbeat loop, at a quarter of the session
-	joinedY := make(chan struct{})
-	go func() { defer close(joinedY); y.joinNew(ctx, t) }()
-	time.Sleep(200 * time.Millisecond) // Y's join starts the round; X rejoins as told
-	stopX()
-	if _, err := x.join(ctx, "v1"); err != nil {
-		t.Fatalf("X rejoining with Y: %v", err)
-	}
-	<-joinedY
-	var syncs sync.WaitGroup // the leader's, whichever it is, answers both
-	for _, m := range []*rawMember{&x, &y} {
-		syncs.Go(func() { m.sync(ctx, t, 2, x.id, y.id) })
-	}
-	syncs.Wait()
-	stopX = x.beat(ctx, 2)
+	x, y := twoMembers(ctx, t)
+	stopX := x.beat(ctx, 2)
 	defer y.beat(ctx, 2)() // Y heartbeats and never rejoins
 	time.Sleep(300 * time.Millisecond)
 	stopX() // X joins again, with new metadata
@@ -63,6 +36,74 @@ func TestMemberWaitingInJoinIsAnswered(t *testing.T) {
 	if resp.Generation != 3 || resp.MemberID != x.id {
 		t.Fatalf("got generation %d for member %s; want 3 for %s", resp.Generation, resp.MemberID, x.id)
 	}
+}
+
+// TestDeadMemberWaitingInJoinIsNotKept has X join again as above and its process die (its
+// connection closed) while the JoinGroup waits: X must leave the group on its session timeout,
+// not be kept into the next generation as a member nobody hears from.
+func TestDeadMemberWaitingInJoinIsNotKept(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	x, y := twoMembers(ctx, t)
+	stopX := x.beat(ctx, 2)
+	defer y.beat(ctx, 2)()
+	time.Sleep(1500 * time.Millisecond) // a sweep describes X with its client address
+	stopX()
+	joinCtx, joinCancel := context.WithCancel(ctx)
+	joined := make(chan struct{})
+	go func() { defer close(joined); x.join(joinCtx, "v2") }() //nolint:errcheck // it dies waiting
+	time.Sleep(300 * time.Millisecond)
+	x.cl.Close() // the process dies with its JoinGroup waiting
+	joinCancel()
+	<-joined
+	adm := kadm.NewClient(y.cl)
+	deadline := time.Now().Add(3 * time.Second) // kept, it would stay until the round ends, 4 s after its join
+	for {
+		groups, err := adm.DescribeGroups(ctx, "g")
+		if err == nil && !slices.ContainsFunc(groups["g"].Members, func(m kadm.DescribedGroupMember) bool { return m.MemberID == x.id }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("X still in the group (state %s, err %v) 3 s after its process died; want it gone after its 1 s session", groups["g"].State, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// twoMembers starts a broker and forms group "g" of two raw members, X and Y, stable in
+// generation 2, each on a connection of its own (kfake answers a connection's requests in
+// order).
+func twoMembers(ctx context.Context, t *testing.T) (x, y *rawMember) {
+	t.Helper()
+	k, err := Start(Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	x, y = &rawMember{group: "g"}, &rawMember{group: "g"}
+	for _, m := range []*rawMember{x, y} {
+		if m.cl, err = kgo.NewClient(kgo.SeedBrokers(k.Addrs()...)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.cl.Close)
+	}
+	x.joinNew(ctx, t)
+	x.sync(ctx, t, 1, x.id)
+	stopX := x.beat(ctx, 1) // as a client's heartbeat loop, at a quarter of the session
+	joinedY := make(chan struct{})
+	go func() { defer close(joinedY); y.joinNew(ctx, t) }()
+	time.Sleep(200 * time.Millisecond) // Y's join starts the round; X rejoins as told
+	stopX()
+	if _, err := x.join(ctx, "v1"); err != nil {
+		t.Fatalf("X rejoining with Y: %v", err)
+	}
+	<-joinedY
+	var syncs sync.WaitGroup // the leader's, whichever it is, answers both
+	for _, m := range []*rawMember{x, y} {
+		syncs.Go(func() { m.sync(ctx, t, 2, x.id, y.id) })
+	}
+	syncs.Wait()
+	return x, y
 }
 
 // rawMember is one member of a classic consumer group sending its requests one by one, as a

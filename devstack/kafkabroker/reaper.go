@@ -39,8 +39,10 @@ type reaper struct {
 	session map[string]time.Duration // the longest session timeout a join of the group asked for
 	gen     map[memberKey]int32      // the generation each member last synced or heartbeat in
 	joining map[memberKey]joinWait   // the members waiting in JoinGroup kept alive
-	beating map[memberKey]int        // the reaper's heartbeats for a member in flight
+	beating map[memberKey]int        // the reaper's own heartbeats for a member, in flight
 	kept    map[memberKey]bool       // members kept alive, not heard from since
+	hosts   map[memberKey]string     // each member's client address, as last described
+	conns   *connSet                 // the client addresses connected
 	logger  *slog.Logger
 }
 
@@ -53,9 +55,10 @@ const (
 	defaultSession = 45 * time.Second
 )
 
-func newReaper(c *kfake.Cluster, logger *slog.Logger) *reaper {
+func newReaper(c *kfake.Cluster, conns *connSet, logger *slog.Logger) *reaper {
 	r := &reaper{heard: map[memberKey]time.Time{}, session: map[string]time.Duration{}, gen: map[memberKey]int32{},
-		joining: map[memberKey]joinWait{}, beating: map[memberKey]int{}, kept: map[memberKey]bool{}, logger: logger}
+		joining: map[memberKey]joinWait{}, beating: map[memberKey]int{}, kept: map[memberKey]bool{},
+		hosts: map[memberKey]string{}, conns: conns, logger: logger}
 	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.LeaveGroup} {
 		c.ControlKey(int16(k), r.observe)
 	}
@@ -121,6 +124,7 @@ func (r *reaper) sweep(ctx context.Context, adm *kadm.Client, cl *kgo.Client) {
 		return // the next sweep tries again
 	}
 	now := time.Now()
+	r.learnHosts(groups)
 	for _, g := range groups {
 		if g.Err != nil || g.State != "Stable" {
 			continue
@@ -134,8 +138,10 @@ func (r *reaper) sweep(ctx context.Context, adm *kadm.Client, cl *kgo.Client) {
 	r.forget(groups)
 }
 
-// silence is how long member has been silent past twice its group's session timeout (once, for
-// a member kept alive while it waited in JoinGroup and not heard from since), or 0.
+// silence is how long member has been silent past twice its group's session timeout, or once
+// for a member kept alive while it waited in JoinGroup and not heard from since, or whose
+// process is gone (no connection from its client address: a member killed while its JoinGroup
+// waited comes into the next generation without a session timer), or 0.
 func (r *reaper) silence(group, member string, now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -149,7 +155,8 @@ func (r *reaper) silence(group, member string, now time.Time) time.Duration {
 	if limit == 0 {
 		limit = defaultSession
 	}
-	if r.kept[k] { // its own last word was a JoinGroup: kfake may have no timer left for it
+	host, described := r.hosts[k]
+	if r.kept[k] || (described && !r.conns.has(host)) { // kfake may have no timer left for it
 		limit /= 2
 	}
 	if d := now.Sub(last); d > 2*limit {
@@ -203,6 +210,19 @@ func (r *reaper) forget(groups kadm.DescribedGroups) {
 		if _, waiting := r.joining[k]; !waiting && gone(k) {
 			delete(r.gen, k)
 			delete(r.kept, k)
+			delete(r.hosts, k)
+		}
+	}
+}
+
+// learnHosts records the client address kfake describes each member with: the connection its
+// first JoinGroup came on.
+func (r *reaper) learnHosts(groups kadm.DescribedGroups) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, g := range groups {
+		for _, m := range g.Members {
+			r.hosts[memberKey{g.Group, m.MemberID}] = m.ClientHost
 		}
 	}
 }
