@@ -454,6 +454,16 @@ func verifyExact(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.Op
 				return len(d) == 0, fmt.Sprintf("%d differ, e.g. %v", len(d), d[:min(len(d), 5)])
 			})
 		})
+		if t.Failed() {
+			// Which partitions fell short, and how they changed hands (docs: the claims' epochs
+			// and starts), while the test's context may have run out.
+			logRows(t, conn,
+				"SELECT toString(tuple(partition, toInt64(sum(views)))) FROM view_deltas WHERE item_id != '' GROUP BY partition ORDER BY partition",
+				"SELECT toString(tuple(partition, count(), min(end_offset), max(end_offset))) FROM view_deltas WHERE item_id = '' GROUP BY partition ORDER BY partition",
+				"SELECT toString(tuple(partition, epoch, start_offset, owner, toString(claimed_at))) FROM partition_claims ORDER BY partition, claimed_at")
+			t.Logf("the log's end offsets: %v", ends)
+			break
+		}
 	}
 	// An estimate skipped while an item took viewers is written within 30 s (estimateEvery)
 	// and a sketch interval.
@@ -474,18 +484,34 @@ func verifyExact(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.Op
 			}
 			if !ok {
 				t.Errorf("%s: got %d unique viewers all-time, %d over its hours and %d over its minutes; want %.0f within 3%%", item, est, hours, minutes, want)
-				for _, q := range []string{
-					"SELECT toString(tuple(toString(updated_at), viewers)) FROM unique_viewers WHERE item_id = '" + item + "' AND day = toDate(0) ORDER BY updated_at DESC LIMIT 8",
-					"SELECT toString(tuple(partition, end_offset, toString(written_at), viewers)) FROM unique_viewer_deltas WHERE item_id = '" + item + "' AND day = toDate(0) ORDER BY written_at DESC LIMIT 8",
+				logRows(t, conn,
+					"SELECT toString(tuple(toString(updated_at), viewers)) FROM unique_viewers WHERE item_id = '"+item+"' AND day = toDate(0) ORDER BY updated_at DESC LIMIT 8",
+					"SELECT toString(tuple(partition, end_offset, toString(written_at), viewers)) FROM unique_viewer_deltas WHERE item_id = '"+item+"' AND day = toDate(0) ORDER BY written_at DESC LIMIT 8",
 					"SELECT toString(tuple(partition, end_offset, toString(written_at))) FROM sketch_checkpoints ORDER BY written_at DESC LIMIT 12",
-					"SELECT toString(tuple(partition, epoch, start_offset, owner, toString(claimed_at))) FROM partition_claims ORDER BY claimed_at",
-				} {
-					rows, _ := keyedTotals(ctx, conn, "SELECT x, toInt64(0) FROM ("+q+") AS s(x)")
-					t.Logf("%s:\n%v", q, rows)
-				}
+					"SELECT toString(tuple(partition, epoch, start_offset, owner, toString(claimed_at))) FROM partition_claims ORDER BY claimed_at")
 			}
 		}
 	})
+}
+
+// logRows logs what each query (one String column) returns, or its error, with a context of its
+// own: a failing test's may have run out.
+func logRows(t *testing.T, conn driver.Conn, queries ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, q := range queries {
+		var rows []string
+		err := chclient.Each(ctx, conn, q, nil, func(r driver.Rows) error {
+			var s string
+			if err := r.Scan(&s); err != nil {
+				return err
+			}
+			rows = append(rows, s)
+			return nil
+		})
+		t.Logf("%s:\n%v (err %v)", q, rows, err)
+	}
 }
 
 // hourSketchesUnion estimates the viewers of item's hour sketches together (migration 022)
