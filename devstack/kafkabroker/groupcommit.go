@@ -373,7 +373,9 @@ func (l syncListener) Accept() (net.Conn, error) {
 }
 
 func newSyncConn(c net.Conn, s *syncer) *syncConn {
-	return &syncConn{Conn: c, s: s, reqs: frames{headLen: 12}, answers: frames{headLen: 8}, held: map[int32]work{}}
+	sc := &syncConn{Conn: c, s: s, reqs: frames{headLen: 12}, answers: frames{headLen: 8}, held: map[int32]work{}}
+	sc.onRequestHead, sc.onRequestWhole, sc.onAnswerHead = sc.requestHead, sc.requestWhole, sc.answerHead
+	return sc
 }
 
 // syncConn learns from the requests a client sends (Read, on kfake's reading goroutine) what
@@ -386,6 +388,10 @@ type syncConn struct {
 
 	reqs    frames // 12-byte heads: size, API key, version, correlation id
 	answers frames // 8-byte heads: size, correlation id
+	// The frame callbacks, bound once: every request and answer passes through them.
+	onRequestHead, onAnswerHead func(head []byte) (gather, more bool)
+	onRequestWhole              func(frame []byte)
+	answered                    work // what the answers of the Write being passed wrote
 
 	mu   sync.Mutex
 	held map[int32]work // correlation id of each request not yet answered: what it wrote
@@ -394,7 +400,7 @@ type syncConn struct {
 func (c *syncConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.reqs.follow(p[:n], c.requestHead, c.requestWhole)
+		c.reqs.follow(p[:n], c.onRequestHead, c.onRequestWhole)
 	}
 	return n, err
 }
@@ -422,18 +428,9 @@ func (c *syncConn) requestWhole(frame []byte) {
 }
 
 func (c *syncConn) Write(p []byte) (int, error) {
-	var w work
-	c.answers.follow(p, func(head []byte) (gather, more bool) {
-		corr := int32(binary.BigEndian.Uint32(head[4:]))
-		c.mu.Lock()
-		if h, ok := c.held[corr]; ok {
-			delete(c.held, corr)
-			w.merge(h)
-		}
-		c.mu.Unlock()
-		return false, true
-	}, nil)
-	if !w.empty() {
+	c.answered = work{}
+	c.answers.follow(p, c.onAnswerHead, nil)
+	if w := c.answered; !w.empty() {
 		c.s.answersHeld.Inc()
 		if err := c.s.wait(w); err != nil {
 			c.Conn.Close() // never acknowledged: the client sends it again, here or elsewhere
@@ -441,6 +438,22 @@ func (c *syncConn) Write(p []byte) (int, error) {
 		}
 	}
 	return c.Conn.Write(p)
+}
+
+// answerHead adds what the request an answer frame answers wrote to c.answered.
+func (c *syncConn) answerHead(head []byte) (gather, more bool) {
+	corr := int32(binary.BigEndian.Uint32(head[4:]))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.held[corr]; ok {
+		delete(c.held, corr)
+		if c.answered.empty() {
+			c.answered = h // kfake writes one answer per call: nothing to merge
+		} else {
+			c.answered.merge(h)
+		}
+	}
+	return false, true
 }
 
 // keyProduce is the produce request's API key.

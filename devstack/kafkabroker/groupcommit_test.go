@@ -201,7 +201,7 @@ func FuzzSyncConnFrames(f *testing.F) {
 		c := newSyncConn(nil, nil)
 		step := int(piece%16) + 1
 		for i := 0; i < len(b); i += step {
-			c.reqs.follow(b[i:min(i+step, len(b))], c.requestHead, c.requestWhole)
+			c.reqs.follow(b[i:min(i+step, len(b))], c.onRequestHead, c.onRequestWhole)
 		}
 		onHead := func(head []byte) (gather, more bool) { return head[0] == 0, true }
 		for i := 0; i < len(b); i += step {
