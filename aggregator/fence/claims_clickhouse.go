@@ -3,9 +3,12 @@ package fence
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/tallypipeline/tally/platform/chclient"
@@ -25,57 +28,111 @@ type Table struct {
 
 // Load reads partition p's claims into its fence.
 func (t Table) Load(ctx context.Context, p int32) (Fence, error) {
-	var cs []Claim
-	err := chclient.Each(ctx, t.Conn, fmt.Sprintf(`SELECT epoch, claimed_at, %s FROM %s WHERE partition = ?`,
-		strings.Join(t.Starts, ", "), t.Name), []any{uint16(p)}, func(rows driver.Rows) error {
-		c := Claim{Start: make([]int64, len(t.Starts))}
-		dest := []any{&c.Epoch, &c.At}
-		for i := range c.Start {
-			dest = append(dest, &c.Start[i])
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		cs = append(cs, c)
-		return nil
-	})
+	cs, _, err := t.claims(ctx, "partition = ?", uint16(p))
 	if err != nil {
 		return Fence{}, fmt.Errorf("load claims of partition %d from %s: %w", p, t.Name, err)
 	}
 	return New(t.Ends, cs), nil
 }
 
-// Insert records claim c of partition p, made by owner at c.At.
-func (t Table) Insert(ctx context.Context, p int32, c Claim, owner string) error {
-	args := []any{uint16(p), c.Epoch, owner, c.At}
+// claims reads the claims where cond holds, and their owners.
+func (t Table) claims(ctx context.Context, cond string, args ...any) (cs []Claim, owners []string, err error) {
+	err = chclient.Each(ctx, t.Conn, fmt.Sprintf(`SELECT epoch, owner, claimed_at, %s FROM %s WHERE %s`,
+		strings.Join(t.Starts, ", "), t.Name, cond), args, func(rows driver.Rows) error {
+		c := Claim{Start: make([]int64, len(t.Starts))}
+		var o string
+		dest := []any{&c.Epoch, &o, &c.At}
+		for i := range c.Start {
+			dest = append(dest, &c.Start[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		cs, owners = append(cs, c), append(owners, o)
+		return nil
+	})
+	return cs, owners, err
+}
+
+// claimAttempts bounds how often a claimant that keeps losing its epoch to other claimants
+// starts over.
+const claimAttempts = 8
+
+// Acquire claims partition p for owner: it loads the claims, has build make the new claim from
+// their fence (build reads the checkpoint with it, and must write nothing), and records the claim
+// unless another claimant recorded one of the same epoch since the load; then it starts over
+// from a fresh load, after a short random pause. It returns the fence the claim was built on.
+//
+// Two claimants of one epoch would both count as current (every fence check compares epochs),
+// and the one whose start is lower would make invalid the batches that the other's checkpoint
+// counts as done: their records would be counted by nobody. So each epoch has exactly one claim
+// (take), and a claim's checkpoint was read with every claim of a lower epoch in its fence.
+func (t Table) Acquire(ctx context.Context, p int32, owner string, build func(Fence) (Claim, error)) (Fence, Claim, error) {
+	for attempt := 1; ; attempt++ {
+		f, err := t.Load(ctx, p)
+		if err != nil {
+			return Fence{}, Claim{}, err
+		}
+		c, err := build(f)
+		if err != nil {
+			return Fence{}, Claim{}, err
+		}
+		won, err := t.take(ctx, p, c, owner)
+		if err != nil || won {
+			return f, c, err
+		}
+		if attempt == claimAttempts {
+			return Fence{}, Claim{}, fmt.Errorf("claim partition %d in %s: another claimant took the epoch %d times in a row", p, t.Name, attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return Fence{}, Claim{}, fmt.Errorf("claim partition %d in %s: %w", p, t.Name, ctx.Err())
+		case <-time.After(time.Duration(1+rand.IntN(20*attempt)) * time.Millisecond):
+		}
+	}
+}
+
+// take records claim c of partition p, made by owner, and reports whether it holds c's epoch.
+// The INSERT carries the partition and epoch as its deduplication token, so the server keeps the
+// first claim of an epoch and drops any later one without an error (the claims tables keep the
+// tokens of their last inserts, non_replicated_deduplication_window of migration 025; replicated
+// tables keep them in Keeper); reading the epoch's rows back tells whose it kept. A retry after
+// an attempt whose outcome is unknown finds its own row.
+func (t Table) take(ctx context.Context, p int32, c Claim, owner string) (bool, error) {
+	args := []any{uint16(p), c.Epoch, owner, c.At.UnixMilli()}
 	for _, s := range c.Start {
 		args = append(args, s)
 	}
-	q := fmt.Sprintf(`INSERT INTO %s (partition, epoch, owner, claimed_at, %s) VALUES (?, ?, ?, ?%s)`,
+	// claimed_at from milliseconds: a bound time.Time arrives in whole seconds, too coarse to
+	// tell this claimant's row from another's.
+	q := fmt.Sprintf(`INSERT INTO %s (partition, epoch, owner, claimed_at, %s) VALUES (?, ?, ?, fromUnixTimestamp64Milli(toInt64(?), 'UTC')%s)`,
 		t.Name, strings.Join(t.Starts, ", "), strings.Repeat(", ?", len(t.Starts)))
-	if err := t.Conn.Exec(ctx, q, args...); err != nil {
-		return fmt.Errorf("claim partition %d epoch %d in %s: %w", p, c.Epoch, t.Name, err)
+	token := fmt.Sprintf("%s/%d/%d", t.Name, p, c.Epoch)
+	if err := t.Conn.Exec(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": token})), q, args...); err != nil {
+		return false, fmt.Errorf("claim partition %d epoch %d in %s: %w", p, c.Epoch, t.Name, err)
 	}
-	return nil
+	kept, owners, err := t.claims(ctx, "partition = ? AND epoch = ?", uint16(p), c.Epoch)
+	if err != nil {
+		return false, fmt.Errorf("read back the claim of partition %d epoch %d in %s: %w", p, c.Epoch, t.Name, err)
+	}
+	// More than one row means a table that does not deduplicate: every claimant of the epoch
+	// starts over, one epoch higher.
+	return len(kept) == 1 && owners[0] == owner && kept[0].At.UnixMilli() == c.At.UnixMilli() && slices.Equal(kept[0].Start, c.Start), nil
 }
 
-// Open claims partition p for owner one epoch above its claims, starting where checkpoint says
-// (it reads the checkpoint from the batches outside invalid, those the claims so far make
-// invalid), then deletes from batches the rows of the batches the new claim makes invalid
-// (zombies', whose records this owner replays), after undo when set (for what must read them
-// first). It returns the checkpoint, the claim, and the partition's AnyInvalidSQL with it.
+// Open claims partition p for owner one epoch above its claims (Acquire), starting where
+// checkpoint says (it reads the checkpoint from the batches outside invalid, those the claims so
+// far make invalid), then deletes from batches the rows of the batches the new claim makes
+// invalid (zombies', whose records this owner replays), after undo when set (for what must read
+// them first). It returns the checkpoint, the claim, and the partition's AnyInvalidSQL with it.
 func Open[C any](ctx context.Context, t Table, b Batches, p int32, owner string, now func() time.Time,
 	checkpoint func(invalid string) (C, []int64, error), undo func(cp C, invalid string) error) (cp C, c Claim, invalid string, err error) {
-	f, err := t.Load(ctx, p)
+	f, c, err := t.Acquire(ctx, p, owner, func(f Fence) (Claim, error) {
+		var start []int64
+		cp, start, err = checkpoint(f.AnyInvalidSQL())
+		return Claim{Epoch: f.MaxEpoch() + 1, Start: start, At: now()}, err
+	})
 	if err != nil {
-		return cp, c, "", err
-	}
-	cp, start, err := checkpoint(f.AnyInvalidSQL())
-	if err != nil {
-		return cp, c, "", err
-	}
-	c = Claim{Epoch: f.MaxEpoch() + 1, Start: start, At: now()}
-	if err := t.Insert(ctx, p, c, owner); err != nil {
 		return cp, c, "", err
 	}
 	invalid = f.With(c).AnyInvalidSQL()

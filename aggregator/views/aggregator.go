@@ -154,15 +154,24 @@ func (a *Aggregator) SetPartitions(n int) { a.partitions.Store(int32(n)) }
 // its deltas and sketch checkpoints, and how far it has counted (the higher). A partition
 // without one resumes where Kafka's committed offset says.
 //
-// The claim comes first: from then on a zombie's batches are invalid (fence), and the
-// checkpoint is read from the valid batches only.
+// The claims are read first, the checkpoint from the batches their fence leaves valid, and the
+// claim is recorded unless another claimant took its epoch meanwhile (fence.Table.Acquire).
 func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.Start, error) {
 	t0 := time.Now()
-	f, err := a.claims.Load(ctx, id)
-	if err != nil {
-		return nil, engine.Start{}, err
-	}
-	cp, err := a.store.loadCheckpoint(ctx, id, f)
+	var (
+		cp checkpoint
+		ep newClaimEpoch
+	)
+	f, c, err := a.claims.Acquire(ctx, id, a.cfg.Owner, func(f fence.Fence) (c fence.Claim, err error) {
+		if cp, err = a.store.loadCheckpoint(ctx, id, f); err != nil {
+			return c, err
+		}
+		if ep, err = a.newEpoch(ctx, id, f, cp); err != nil {
+			return c, err
+		}
+		start, err := a.claimStart(ctx, id, f, cp)
+		return fence.Claim{Epoch: ep.epoch, Start: []int64{start}, At: a.now()}, err
+	})
 	if err != nil {
 		return nil, engine.Start{}, err
 	}
@@ -170,18 +179,7 @@ func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.St
 	if last, ok := f.Last(); ok {
 		prev = last.Start[0]
 	}
-	ep, err := a.newEpoch(ctx, id, f, cp)
-	if err != nil {
-		return nil, engine.Start{}, err
-	}
-	start, err := a.claimStart(ctx, id, f, cp)
-	if err != nil {
-		return nil, engine.Start{}, err
-	}
-	c := fence.Claim{Epoch: ep.epoch, Start: []int64{start}, At: a.now()}
-	if err := a.claims.Insert(ctx, id, c, a.cfg.Owner); err != nil {
-		return nil, engine.Start{}, err
-	}
+	start := c.Start[0]
 	p, err := a.load(ctx, id, c, f, cp, ep)
 	if err != nil {
 		return nil, engine.Start{}, err

@@ -11,6 +11,9 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/platform/chclient"
 )
 
 // A ClickHouse server may commit a statement whose check of the claims (inside the statement)
@@ -632,5 +635,61 @@ func TestFencedPartitionStillAssignedIsReclaimed(t *testing.T) {
 				t.Errorf("got reclaims %v after taking them; want none", got)
 			}
 		})
+	}
+}
+
+// Two claimants that read the claims before either recorded its own both take the next epoch.
+// Only the first to record it may hold it: with two claims of one epoch both owners count as
+// current, and the one starting lower makes invalid the batches the other's checkpoint counts as
+// done. The second claimant has its row dropped, reads the claims again and takes the epoch
+// after, with a fence that holds the first one's claim.
+func TestOneClaimPerEpoch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_one_claim_per_epoch_test")
+	claims := fence.Table{Conn: conn, Name: "partition_claims", Starts: []string{"start_offset"}, Ends: viewColumns}
+	const part = int32(7)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	next := func(start int64) func(fence.Fence) (fence.Claim, error) {
+		return func(f fence.Fence) (fence.Claim, error) {
+			return fence.Claim{Epoch: f.MaxEpoch() + 1, Start: []int64{start}, At: at}, nil
+		}
+	}
+	if _, c, err := claims.Acquire(ctx, part, "first", next(0)); err != nil || c.Epoch != 1 {
+		t.Fatalf("got claim %+v, %v; want epoch 1", c, err)
+	}
+
+	var seen []uint64 // the newest epoch of the fence each attempt of the late claimant built on
+	f, late, err := claims.Acquire(ctx, part, "late", func(f fence.Fence) (fence.Claim, error) {
+		seen = append(seen, f.MaxEpoch())
+		if len(seen) == 1 { // another claimant records epoch 2 between this one's read and its insert
+			if _, c, err := claims.Acquire(ctx, part, "early", next(100)); err != nil || c.Epoch != 2 {
+				t.Fatalf("got the early claim %+v, %v; want epoch 2", c, err)
+			}
+		}
+		return next(50)(f)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late.Epoch != 3 || !slices.Equal(seen, []uint64{1, 2}) || f.MaxEpoch() != 2 {
+		t.Errorf("got the late claim at epoch %d after fences up to epochs %v (returned fence up to %d); want epoch 3 after [1 2] (2)", late.Epoch, seen, f.MaxEpoch())
+	}
+	var rows []string
+	if err := chclient.Each(ctx, conn, `SELECT concat(toString(epoch), ' ', owner, ' ', toString(start_offset)) FROM partition_claims WHERE partition = ? ORDER BY epoch, owner`,
+		[]any{uint16(part)}, func(r driver.Rows) error {
+			var s string
+			rows = append(rows, s)
+			return r.Scan(&rows[len(rows)-1])
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"1 first 0", "2 early 100", "3 late 50"}; !slices.Equal(rows, want) {
+		t.Errorf("got claims %q; want %q", rows, want)
+	}
+
+	// A claimant that retries after an attempt whose outcome it could not tell finds its own claim.
+	if _, c, err := claims.Acquire(ctx, part, "late", func(fence.Fence) (fence.Claim, error) { return late, nil }); err != nil || c.Epoch != 3 {
+		t.Errorf("got %+v, %v retrying the late claim; want it held at epoch 3", c, err)
 	}
 }
