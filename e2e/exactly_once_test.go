@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -289,7 +290,9 @@ func startClusterWith(t *testing.T, o clusterOptions) *cluster {
 	}
 	dir := t.TempDir()
 	c := &cluster{kafka: testinfra.MustFreeAddr(t), clickhouse: testinfra.MustFreeAddr(t)}
-	common := []string{"--data_dir", dir, "--kafka.partitions", strconv.Itoa(eoPartitions), "--log.level", "info"}
+	// The level is info unless TALLY_LOG_LEVEL asks for more (the group's own logs are debug).
+	level := cmp.Or(os.Getenv(config.EnvName("log.level")), "info")
+	common := []string{"--data_dir", dir, "--kafka.partitions", strconv.Itoa(eoPartitions), "--log.level", level}
 	redisFlags := o.redis
 	_, redisPort, _ := strings.Cut(testinfra.MustFreeAddr(t), ":")
 	if o.kafkaBrokers > 1 {

@@ -12,7 +12,8 @@
 // An Engine is the member.Engine a member.Source drives. Concurrency: every exported method but
 // Held, Holds, CheckClaims, Retry and RetryAt locks the engine's mutex and calls the rule set with
 // it held; those five are for the rule set, called from inside its methods, under that lock.
-// The Engine owns no goroutines.
+// The Engine owns no goroutines beyond Assign's claims, which run concurrently under the lock
+// and are done when Assign returns.
 package engine
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/aggregator/flushpace"
@@ -79,7 +81,9 @@ type Flush struct {
 
 // Rules is a stream's rule set. The engine calls its methods with its lock held.
 type Rules[P Partition] interface {
-	// Claim claims partition id under a new epoch (the fence) and loads its state.
+	// Claim claims partition id under a new epoch (the fence) and loads its state. The
+	// partitions of one assignment are claimed concurrently: Claim touches the state of id
+	// alone, and calls none of the engine's methods.
 	Claim(ctx context.Context, id int32) (P, Start, error)
 	// Claimed follows the Claims of one assignment, once the partitions are held: catch-ups
 	// that read or write several partitions at once. Its failures are the rule set's to retry.
@@ -135,26 +139,60 @@ func New[P Partition](c Config, rules Rules[P]) *Engine[P] {
 
 // Assign claims and loads partitions ids, and says where each resumes. It also reports to
 // readiness whether partition state loads: an assignment that keeps failing is counting stopped.
+// When one claim fails none of ids is held: the member retries the whole assignment.
 func (e *Engine[P]) Assign(ctx context.Context, ids []int32) (member.Resume, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var r member.Resume
-	ps := make([]P, 0, len(ids))
 	for _, id := range ids {
 		delete(e.fenced, id)
 		delete(e.reclaim, id)
-		p, s, err := e.rules.Claim(ctx, id)
-		if err != nil {
-			e.writes.Failed(e.c.Now(), fmt.Errorf("load %s partition %d state: %w", e.c.Stream, id, err))
-			return member.Resume{}, err
-		}
-		e.parts[id] = p
-		ps = append(ps, p)
-		r.At, r.Counted = place(r.At, id, s.At), place(r.Counted, id, s.Counted)
+	}
+	claimed, err := e.claim(ctx, ids)
+	if err != nil {
+		e.writes.Failed(e.c.Now(), err)
+		return member.Resume{}, err
+	}
+	var r member.Resume
+	ps := make([]P, len(ids))
+	for i, id := range ids {
+		ps[i] = claimed[i].p
+		e.parts[id] = ps[i]
+		r.At, r.Counted = place(r.At, id, claimed[i].start.At), place(r.Counted, id, claimed[i].start.Counted)
 	}
 	e.writes.Succeeded(e.c.Now())
 	e.rules.Claimed(ctx, ps)
 	return r, nil
+}
+
+// claimWorkers is how many partitions of one assignment are claimed at once. A claim is a
+// dozen round trips to ClickHouse, Redis and Kafka, mostly waiting, and a member cannot rejoin
+// its group before its assignment is claimed: one after another, eight partitions held every
+// rebalance seconds longer.
+const claimWorkers = 4
+
+// claimed is one partition's claim.
+type claimed[P Partition] struct {
+	p     P
+	start Start
+}
+
+// claim claims partitions ids, claimWorkers at a time, and returns them in the order of ids.
+// The first failure cancels the claims still under way.
+func (e *Engine[P]) claim(ctx context.Context, ids []int32) ([]claimed[P], error) {
+	out := make([]claimed[P], len(ids))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(claimWorkers)
+	for i, id := range ids {
+		g.Go(func() error {
+			p, s, err := e.rules.Claim(gctx, id)
+			if err != nil {
+				return fmt.Errorf("load %s partition %d state: %w", e.c.Stream, id, err)
+			}
+			out[i] = claimed[P]{p, s}
+			return nil
+		})
+	}
+	return out, g.Wait()
 }
 
 // place adds partition id's offsets per topic to o.
