@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,13 +38,32 @@ type rules struct {
 	clock   *time.Time
 	took    time.Duration
 	failFor map[int32]bool // Claim fails for these
-	claimed [][]int32      // the partitions of each Claimed call
-	writes  []Flush
+	// together, when set, makes every Claim but a failing one wait until together claims are
+	// under way, or its context ends, or a second passes (then it fails).
+	together int
+	arrived  atomic.Int32
+	all      chan struct{}
+	canceled atomic.Int32 // claims that stopped waiting because their context ended
+	claimed  [][]int32    // the partitions of each Claimed call
+	writes   []Flush
 }
 
-func (r *rules) Claim(_ context.Context, id int32) (*part, Start, error) {
+func (r *rules) Claim(ctx context.Context, id int32) (*part, Start, error) {
 	if r.failFor[id] {
 		return nil, Start{}, errors.New("state unreadable")
+	}
+	if r.together > 0 {
+		if int(r.arrived.Add(1)) == r.together {
+			close(r.all)
+		}
+		select {
+		case <-r.all:
+		case <-ctx.Done():
+			r.canceled.Add(1)
+			return nil, Start{}, ctx.Err()
+		case <-time.After(time.Second):
+			return nil, Start{}, errors.New("claimed alone: the other claims did not start")
+		}
 	}
 	return &part{id: id, epoch: 1, next: 10 * int64(id)}, Start{At: map[string]int64{"t": 10 * int64(id)}}, nil
 }
@@ -127,6 +148,43 @@ func TestAssignFailure(t *testing.T) {
 	}
 	if len(r.claimed) != 0 {
 		t.Errorf("got Claimed calls %v; want none", r.claimed)
+	}
+}
+
+// The partitions of an assignment are claimed together (a member cannot rejoin its group until
+// they all are), and the first failure ends the claims still waiting.
+func TestAssignClaimsTogether(t *testing.T) {
+	tests := []struct {
+		name    string
+		failFor map[int32]bool
+		want    string // the error; "" for none
+	}{
+		{"all claimed", nil, ""},
+		{"one fails", map[int32]bool{2: true}, "load test partition 2 state: state unreadable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+			r := &rules{clock: &clock, failFor: tt.failFor, together: claimWorkers, all: make(chan struct{})}
+			e := newTestEngine(t, r, 100)
+			ids := []int32{0, 1, 2, 3, 4, 5}[:claimWorkers]
+			resume, err := e.Assign(context.Background(), ids)
+			if got := fmt.Sprint(err); tt.want != "" && got != tt.want || tt.want == "" && err != nil {
+				t.Fatalf("got error %v; want %q", err, tt.want)
+			}
+			if tt.want != "" {
+				if got, want := int(r.canceled.Load()), claimWorkers-1; got != want {
+					t.Errorf("got %d waiting claims ended by the failure; want %d", got, want)
+				}
+				return
+			}
+			if got := len(resume.At["t"]); got != len(ids) {
+				t.Errorf("got starts of %d partitions; want %d", got, len(ids))
+			}
+			if got := len(e.Held(nil)); got != len(ids) {
+				t.Errorf("got %d partitions held; want %d", got, len(ids))
+			}
+		})
 	}
 }
 
