@@ -68,6 +68,10 @@ const claimAttempts = 8
 // counts as done: their records would be counted by nobody. So each epoch has exactly one claim
 // (take), and a claim's checkpoint was read with every claim of a lower epoch in its fence.
 func (t Table) Acquire(ctx context.Context, p int32, owner string, build func(Fence) (Claim, error)) (Fence, Claim, error) {
+	// floor is above every epoch lost so far. The server also drops a claim whose epoch's row is
+	// gone (the table truncated) while its token is still remembered; without the floor the
+	// claimant would build that epoch again each time.
+	var floor uint64
 	for attempt := 1; ; attempt++ {
 		f, err := t.Load(ctx, p)
 		if err != nil {
@@ -77,10 +81,12 @@ func (t Table) Acquire(ctx context.Context, p int32, owner string, build func(Fe
 		if err != nil {
 			return Fence{}, Claim{}, err
 		}
+		c.Epoch = max(c.Epoch, floor)
 		won, err := t.take(ctx, p, c, owner)
 		if err != nil || won {
 			return f, c, err
 		}
+		floor = c.Epoch + 1
 		if attempt == claimAttempts {
 			return Fence{}, Claim{}, fmt.Errorf("claim partition %d in %s: another claimant took the epoch %d times in a row", p, t.Name, attempt)
 		}

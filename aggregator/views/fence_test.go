@@ -692,4 +692,14 @@ func TestOneClaimPerEpoch(t *testing.T) {
 	if _, c, err := claims.Acquire(ctx, part, "late", func(fence.Fence) (fence.Claim, error) { return late, nil }); err != nil || c.Epoch != 3 {
 		t.Errorf("got %+v, %v retrying the late claim; want it held at epoch 3", c, err)
 	}
+
+	// The claims lost (deleted by hand): the next claim's epochs were used before, and the
+	// server still remembers their tokens (a TRUNCATE would clear them). The claimant gets an
+	// epoch all the same, above those.
+	if err := conn.Exec(ctx, `DELETE FROM partition_claims WHERE partition = ?`, uint16(part)); err != nil {
+		t.Fatal(err)
+	}
+	if _, c, err := claims.Acquire(ctx, part, "after", next(0)); err != nil || c.Epoch != 4 {
+		t.Errorf("got %+v, %v claiming after the claims were lost; want epoch 4", c, err)
+	}
 }
