@@ -3,17 +3,32 @@ package kafkabroker
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // connSet is the client addresses the brokers hold a connection from, so that the reaper can
 // tell a group member whose process is gone (every connection of it closed) from one that is
-// waiting (keepalive.go). Safe for concurrent use.
+// waiting (keepalive.go), and since when it is gone. Safe for concurrent use.
 type connSet struct {
-	mu   sync.Mutex
-	open map[string]int // remote address: connections open from it
+	mu     sync.Mutex
+	open   map[string]int       // remote address: connections open from it
+	closed map[string]time.Time // remote address: when its last connection closed, for closedKeep
 }
 
-func newConnSet() *connSet { return &connSet{open: map[string]int{}} }
+// closedKeep is how long the time an address's last connection closed is kept: past the
+// longest silence the reaper waits for.
+const closedKeep = 2 * maxSessionTimeout
+
+func newConnSet() *connSet { return &connSet{open: map[string]int{}, closed: map[string]time.Time{}} }
+
+// closedAt says when the last connection from addr closed, if none is open and it closed
+// within closedKeep.
+func (s *connSet) closedAt(addr string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.closed[addr]
+	return at, ok && s.open[addr] == 0
+}
 
 // has says whether a connection from addr (host:port, as kfake records a member's client host)
 // is open.
@@ -51,9 +66,16 @@ type trackedConn struct {
 
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
+		now := time.Now()
 		c.set.mu.Lock()
 		if c.set.open[c.addr]--; c.set.open[c.addr] <= 0 {
 			delete(c.set.open, c.addr)
+			c.set.closed[c.addr] = now
+		}
+		for addr, at := range c.set.closed {
+			if now.Sub(at) > closedKeep {
+				delete(c.set.closed, addr)
+			}
 		}
 		c.set.mu.Unlock()
 	})

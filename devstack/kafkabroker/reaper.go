@@ -31,6 +31,11 @@ import (
 // group's bound, to at most twice the broker's largest session timeout. Nothing it sends makes
 // the reaper remove a member that is heard from.
 //
+// Such a member also holds every later round of its group until the round's rebalance timeout
+// (kfake runs no session timer for it); a cooperative group's second round follows the first at
+// once. So in a rebalancing group the reaper removes a member whose process is gone (connSet)
+// once it has been gone for its session timeout, as a Kafka coordinator's session timer would.
+//
 // The reaper also keeps alive the members kfake would drop while they wait in JoinGroup
 // (keepalive.go).
 type reaper struct {
@@ -117,7 +122,12 @@ func (r *reaper) run(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
-// sweep removes every member of a stable group silent for twice the group's session timeout.
+// sweep removes every member of a stable group silent for twice the group's session timeout,
+// and every member of a rebalancing group whose process is gone, silent for its session timeout
+// and not waiting in JoinGroup: kfake would wait for it until the rebalance timeout, while a
+// Kafka coordinator's session timer, which runs through the join phase, removes it. Such a member
+// is one that died while its first JoinGroup waited: it came into the generation without a
+// session timer, and a cooperative group's second round follows at once.
 func (r *reaper) sweep(ctx context.Context, adm *kadm.Client, cl *kgo.Client) {
 	groups, err := adm.DescribeGroups(ctx)
 	if err != nil {
@@ -126,16 +136,30 @@ func (r *reaper) sweep(ctx context.Context, adm *kadm.Client, cl *kgo.Client) {
 	now := time.Now()
 	r.learnHosts(groups)
 	for _, g := range groups {
-		if g.Err != nil || g.State != "Stable" {
+		if g.Err != nil || (g.State != "Stable" && g.State != "PreparingRebalance") {
 			continue
 		}
 		for _, m := range g.Members {
+			if g.State != "Stable" && !r.goneIdle(g.Group, m.MemberID) {
+				continue
+			}
 			if silent := r.silence(g.Group, m.MemberID, now); silent > 0 {
 				r.remove(ctx, cl, g.Group, m, silent)
 			}
 		}
 	}
 	r.forget(groups)
+}
+
+// goneIdle says whether member's process is gone (no connection from its client address) and
+// it is not waiting in JoinGroup as the reaper knows it.
+func (r *reaper) goneIdle(group, member string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := memberKey{group, member}
+	host, described := r.hosts[k]
+	_, joining := r.joining[k]
+	return described && !joining && !r.conns.has(host)
 }
 
 // silence is how long member has been silent past twice its group's session timeout, or once
@@ -146,16 +170,21 @@ func (r *reaper) silence(group, member string, now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := memberKey{group, member}
+	host, described := r.hosts[k]
 	last, ok := r.heard[k]
-	if !ok {
-		r.heard[k] = now
-		return 0
+	if !ok { // a member never heard (its only join named no member id): silent since its process went, or from now
+		last = now
+		if described {
+			if at, gone := r.conns.closedAt(host); gone {
+				last = at
+			}
+		}
+		r.heard[k] = last
 	}
 	limit := r.session[group]
 	if limit == 0 {
 		limit = defaultSession
 	}
-	host, described := r.hosts[k]
 	if r.kept[k] || (described && !r.conns.has(host)) { // kfake may have no timer left for it
 		limit /= 2
 	}

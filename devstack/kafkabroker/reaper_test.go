@@ -1,10 +1,11 @@
 package kafkabroker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,17 +18,18 @@ import (
 
 // groupMember drives one member of a classic consumer group with raw requests.
 type groupMember struct {
-	cl       *kgo.Client
-	group    string
-	instance string
-	id       string
-	gen      int32
+	cl        *kgo.Client
+	group     string
+	instance  string
+	id        string
+	gen       int32
+	rebalance int32 // the rebalance timeout its joins ask for, in ms; 0: 3000
 }
 
 func (m *groupMember) join(ctx context.Context) (*kmsg.JoinGroupResponse, error) {
 	req := kmsg.NewPtrJoinGroupRequest()
 	req.Group, req.InstanceID, req.MemberID = m.group, &m.instance, m.id
-	req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 1000, 3000
+	req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 1000, cmp.Or(m.rebalance, 3000)
 	req.ProtocolType = "consumer"
 	p := kmsg.NewJoinGroupRequestProtocol()
 	p.Name = "range"
@@ -122,53 +124,7 @@ func members(ctx context.Context, adm *kadm.Client, group string) ([]string, err
 func TestMemberDeadInItsFirstJoinIsRemoved(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b, err := Start(Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	client := func() *kgo.Client {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cl
-	}
-	leader := &groupMember{cl: client(), group: "g", instance: "leader"}
-	defer leader.cl.Close()
-	if err := leader.lead(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hctx, stop := context.WithCancel(ctx)
-	beating := make(chan struct{})
-	go func() { defer close(beating); leader.heartbeat(hctx) }()
-	defer func() { stop(); <-beating }()
-	adm := kadm.NewClient(leader.cl)
-
-	// Each round a member joins and dies before the group answers; kfake delivers the answer
-	// to a closed connection or not at random, and only undelivered ones leave a member behind.
-	var dead string
-	for round := 0; round < 12 && dead == ""; round++ {
-		m := &groupMember{cl: client(), group: "g", instance: fmt.Sprintf("dies-%d", round)}
-		go func() { _, _ = m.join(ctx) }()
-		time.Sleep(100 * time.Millisecond)
-		m.cl.Close()
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			ids, err := members(ctx, adm, "g")
-			if err == nil && strings.Contains(strings.Join(ids, ","), m.instance) {
-				dead = m.instance
-				break
-			}
-			if err == nil && len(ids) == 1 {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	if dead == "" {
-		t.Fatal("no member outlived its process in 12 rounds; want the kfake behaviour this guards against to show")
-	}
+	adm, _, dead := deadInFirstJoin(ctx, t, 3000)
 	start := time.Now()
 	for {
 		ids, err := members(ctx, adm, "g")
@@ -181,6 +137,75 @@ func TestMemberDeadInItsFirstJoinIsRemoved(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// A member that dies while its first JoinGroup waits comes into the generation (above), and a
+// cooperative group's second round follows at once: kfake would wait for it until the round's
+// rebalance timeout (20 s here), a Kafka coordinator until its session timeout (1 s). The broker
+// removes it from the rebalancing group once its process has been gone for its session timeout.
+func TestDeadMemberDoesNotHoldTheNextRound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, client, dead := deadInFirstJoin(ctx, t, 20000)
+	late := &groupMember{cl: client(), group: "g", instance: "late", rebalance: 20000}
+	defer late.cl.Close()
+	start := time.Now()
+	if _, err := late.join(ctx); err != nil { // the next round: the leader rejoins, the dead member cannot
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the round after %s died took %v; want it to end about its 1 s session after the death, not at the 20 s rebalance timeout", dead, took.Round(100*time.Millisecond))
+	} else {
+		t.Logf("the round after %s died took %v", dead, took.Round(100*time.Millisecond))
+	}
+}
+
+// deadInFirstJoin starts a broker and group "g" led by a heartbeating member (its joins asking
+// for rebalance ms), then has members join and die before the group answers until one is left
+// in the group (kfake delivers the answer to a closed connection or not at random, and only
+// undelivered ones leave a member behind), and returns as soon as the group is stable with it:
+// an admin client, a maker of clients of the broker, and the dead member's instance id.
+func deadInFirstJoin(ctx context.Context, t *testing.T, rebalance int32) (*kadm.Client, func() *kgo.Client, string) {
+	t.Helper()
+	b, err := Start(Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	client := func() *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	leader := &groupMember{cl: client(), group: "g", instance: "leader", rebalance: rebalance}
+	t.Cleanup(leader.cl.Close)
+	if err := leader.lead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(ctx)
+	beating := make(chan struct{})
+	go func() { defer close(beating); leader.heartbeat(hctx) }()
+	t.Cleanup(func() { stop(); <-beating })
+	adm := kadm.NewClient(leader.cl)
+	for round := range 12 {
+		m := &groupMember{cl: client(), group: "g", instance: fmt.Sprintf("dies-%d", round)}
+		go func() { _, _ = m.join(ctx) }()
+		time.Sleep(100 * time.Millisecond)
+		m.cl.Close()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			ids, err := members(ctx, adm, "g")
+			if err == nil && slices.Contains(ids, m.instance) {
+				return adm, client, m.instance
+			}
+			if err == nil && len(ids) == 1 {
+				break
+			}
+		}
+	}
+	t.Fatal("no member outlived its process in 12 rounds; want the kfake behaviour this guards against to show")
+	return nil, nil, ""
 }
 
 // The reaper's goroutine and client end with the broker.
