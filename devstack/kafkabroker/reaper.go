@@ -218,8 +218,12 @@ func (r *reaper) remove(ctx context.Context, cl *kgo.Client, group string, m kad
 			"group", group, "member", m.MemberID, "silent", silent.Round(time.Second), "err", err)
 		return
 	}
+	instance := ""
+	if m.InstanceID != nil {
+		instance = *m.InstanceID
+	}
 	r.logger.Warn("embedded kafka: removed a group member silent past its session timeout",
-		"group", group, "member", m.MemberID, "instance", m.InstanceID, "client", m.ClientID, "silent", silent.Round(time.Second))
+		"group", group, "member", m.MemberID, "instance", instance, "client", m.ClientID, "silent", silent.Round(time.Second))
 }
 
 // forget drops what it heard of members no longer in described groups.
