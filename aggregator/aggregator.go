@@ -136,6 +136,7 @@ func (w *wiring) views() lifecycle.Part {
 			SketchIdle:     time.Minute,
 			DeltasTTL:      s.TTLSeconds,
 			Owner:          owner(s.InstanceID),
+			ClaimWorkers:   w.claimWorkers(),
 			Totals:         totals.New(w.rdb, "views"),
 			Counted:        w.pubTo,
 		}, w.conn, w.e.Now, w.e.Logger, w.e.Registry)
@@ -159,6 +160,7 @@ func (w *wiring) clicks() lifecycle.Part {
 			MaxBatch:       s.MaxBatch,
 			VerdictHold:    s.Clicks.CountedTTL,
 			Owner:          owner(s.InstanceID),
+			ClaimWorkers:   w.claimWorkers(),
 			Counted:        w.pubTo,
 		}, w.conn, w.e.Now, w.e.Logger, w.e.Registry)
 		w.e.Runner.AddCheck("aggregator clicks progress", agg.Check)
@@ -175,7 +177,8 @@ func (w *wiring) clicks() lifecycle.Part {
 func (w *wiring) counters() lifecycle.Part {
 	s := w.s
 	return w.consumer("counters consumer", "aggregator counters kafka", func(g member.Group) (*member.Source, error) {
-		agg := counters.New(counters.Config{FlushInterval: s.FlushInterval, MaxBatch: s.MaxBatch, CheckInterval: s.SketchInterval, Owner: owner(s.InstanceID)},
+		agg := counters.New(counters.Config{FlushInterval: s.FlushInterval, MaxBatch: s.MaxBatch, CheckInterval: s.SketchInterval, Owner: owner(s.InstanceID),
+			ClaimWorkers: w.claimWorkers()},
 			w.conn, w.e.Now, w.e.Logger, w.e.Registry)
 		w.e.Runner.AddCheck("aggregator counters progress", agg.Check)
 		g.Name = s.Group + "-counters"
@@ -184,6 +187,15 @@ func (w *wiring) counters() lifecycle.Part {
 		}
 		return counters.NewSource(w.member(g), agg)
 	})
+}
+
+// claimWorkers is how many partitions of an assignment a stream claims at once: one at a time
+// with ClickHouse quorum inserts (engine.Config.ClaimWorkers), the engine's default otherwise.
+func (w *wiring) claimWorkers() int {
+	if w.e.Config.ClickHouse.Quorum {
+		return 1
+	}
+	return 0
 }
 
 // consumer is a stream's part: newSource builds its engine and member, which starts and whose

@@ -25,6 +25,9 @@ type Config struct {
 	FlushInterval  time.Duration
 	RollupInterval time.Duration // how often touched hours are recomputed
 	MaxBatch       int           // records of one partition before an early flush
+	// ClaimWorkers is how many partitions of one assignment are claimed at once (package
+	// engine; 0: its default).
+	ClaimWorkers int
 	// VerdictHold is how long, in click event time, a verdict stays in memory to meet clicks of
 	// its id that arrive after it (a repeat counted again); at least Window + Grace. Match it
 	// to the counted clicks' retention.
@@ -69,7 +72,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 	reg.MustRegister(a.verdicts, steps, a.zombies, a.countedErrors)
 	a.Engine = engine.New(engine.Config{Stream: "clicks", Metrics: engine.Names{Records: "tally_clicks_records_total", Counted: "tally_clicks_counted_total", SetAside: "tally_clicks_undecodable_total",
 		FlushSeconds: "tally_clicks_flush_seconds", FlushErrors: "tally_clicks_flush_errors_total", Fenced: "tally_clicks_fenced_partitions_total", Lag: "tally_clicks_flush_lag_seconds"},
-		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch,
+		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch, ClaimWorkers: cfg.ClaimWorkers,
 		StepSeconds: steps, Conn: conn, Now: now, Logger: logger, Registry: reg}, engine.Rules[*partition](a))
 	return a
 }

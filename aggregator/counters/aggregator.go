@@ -19,7 +19,10 @@ import (
 // Config tunes the counter path.
 type Config struct {
 	FlushInterval time.Duration
-	MaxBatch      int           // records of one partition before an early flush
+	MaxBatch      int // records of one partition before an early flush
+	// ClaimWorkers is how many partitions of one assignment are claimed at once (package
+	// engine; 0: its default).
+	ClaimWorkers  int
 	CheckInterval time.Duration // how often held partitions are checked for zombies' late batches
 	Owner         string        // names this aggregator in its claims
 }
@@ -51,7 +54,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 	reg.MustRegister(a.zombies)
 	a.Engine = engine.New(engine.Config{Stream: "counters", Metrics: engine.Names{Records: "tally_counters_records_total", Counted: "tally_counters_counted_total", SetAside: "tally_counters_undecodable_total",
 		FlushSeconds: "tally_counters_flush_seconds", FlushErrors: "tally_counters_flush_errors_total", Fenced: "tally_counters_fenced_partitions_total", Lag: "tally_counters_flush_lag_seconds"},
-		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch,
+		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch, ClaimWorkers: cfg.ClaimWorkers,
 		Conn: conn, Now: now, Logger: logger, Registry: reg}, engine.Rules[*partition](a))
 	return a
 }

@@ -17,6 +17,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -105,6 +106,11 @@ type Config struct {
 	Claims        fence.Table
 	FlushInterval time.Duration
 	MaxBatch      int // records of one partition that make a flush due
+	// ClaimWorkers is how many partitions of one assignment are claimed at once; 0 means
+	// DefaultClaimWorkers. One with ClickHouse quorum inserts (insert_quorum_parallel 0 refuses an
+	// INSERT into a table while another waits for its quorum, and one refused claim fails the
+	// whole assignment).
+	ClaimWorkers int
 	// StepSeconds, when set, times every retried step by name (package writes).
 	StepSeconds *prometheus.HistogramVec
 	Conn        driver.Conn // for the writes' schema check
@@ -164,11 +170,11 @@ func (e *Engine[P]) Assign(ctx context.Context, ids []int32) (member.Resume, err
 	return r, nil
 }
 
-// claimWorkers is how many partitions of one assignment are claimed at once. A claim is a
-// dozen round trips to ClickHouse, Redis and Kafka, mostly waiting, and a member cannot rejoin
-// its group before its assignment is claimed: one after another, eight partitions held every
-// rebalance seconds longer.
-const claimWorkers = 4
+// DefaultClaimWorkers is how many partitions of one assignment are claimed at once unless
+// Config says otherwise. A claim is a dozen round trips to ClickHouse, Redis and Kafka, mostly
+// waiting, and a member cannot rejoin its group before its assignment is claimed: one after
+// another, eight partitions held every rebalance seconds longer.
+const DefaultClaimWorkers = 4
 
 // claimed is one partition's claim.
 type claimed[P Partition] struct {
@@ -176,12 +182,13 @@ type claimed[P Partition] struct {
 	start Start
 }
 
-// claim claims partitions ids, claimWorkers at a time, and returns them in the order of ids.
+// claim claims partitions ids, Config.ClaimWorkers at a time, and returns them in the order of
+// ids.
 // The first failure cancels the claims still under way.
 func (e *Engine[P]) claim(ctx context.Context, ids []int32) ([]claimed[P], error) {
 	out := make([]claimed[P], len(ids))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(claimWorkers)
+	g.SetLimit(cmp.Or(e.c.ClaimWorkers, DefaultClaimWorkers))
 	for i, id := range ids {
 		g.Go(func() error {
 			p, s, err := e.rules.Claim(gctx, id)

@@ -165,15 +165,15 @@ func TestAssignClaimsTogether(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
-			r := &rules{clock: &clock, failFor: tt.failFor, together: claimWorkers, all: make(chan struct{})}
+			r := &rules{clock: &clock, failFor: tt.failFor, together: DefaultClaimWorkers, all: make(chan struct{})}
 			e := newTestEngine(t, r, 100)
-			ids := []int32{0, 1, 2, 3, 4, 5}[:claimWorkers]
+			ids := []int32{0, 1, 2, 3, 4, 5}[:DefaultClaimWorkers]
 			resume, err := e.Assign(context.Background(), ids)
 			if got := fmt.Sprint(err); tt.want != "" && got != tt.want || tt.want == "" && err != nil {
 				t.Fatalf("got error %v; want %q", err, tt.want)
 			}
 			if tt.want != "" {
-				if got, want := int(r.canceled.Load()), claimWorkers-1; got != want {
+				if got, want := int(r.canceled.Load()), DefaultClaimWorkers-1; got != want {
 					t.Errorf("got %d waiting claims ended by the failure; want %d", got, want)
 				}
 				return
@@ -185,6 +185,19 @@ func TestAssignClaimsTogether(t *testing.T) {
 				t.Errorf("got %d partitions held; want %d", got, len(ids))
 			}
 		})
+	}
+}
+
+// With ClaimWorkers 1 (ClickHouse quorum inserts) the claims run one after another: two that
+// wait for each other never meet.
+func TestAssignClaimsOneAtATimeWhenTold(t *testing.T) {
+	clock := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	r := &rules{clock: &clock, together: 2, all: make(chan struct{})}
+	e := newTestEngine(t, r, 100)
+	e.c.ClaimWorkers = 1
+	_, err := e.Assign(context.Background(), []int32{0, 1})
+	if want := "load test partition 0 state: claimed alone: the other claims did not start"; fmt.Sprint(err) != want {
+		t.Errorf("got error %v; want %q", err, want)
 	}
 }
 

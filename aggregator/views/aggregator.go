@@ -44,8 +44,11 @@ type Config struct {
 	// Redis, applied at every flush; the rollups serve series and dashboards, which may lag by
 	// this much.
 	RollupInterval time.Duration
-	MaxBatch       int           // records of one partition before an early flush
-	SketchIdle     time.Duration // clean sketches untouched this long leave memory
+	MaxBatch       int // records of one partition before an early flush
+	// ClaimWorkers is how many partitions of one assignment are claimed at once (package
+	// engine; 0: its default).
+	ClaimWorkers int
+	SketchIdle   time.Duration // clean sketches untouched this long leave memory
 	// DeltasTTL is view_deltas' retention: rollup buckets are repaired only where the deltas
 	// still hold them whole. Zero means the default, 7 days.
 	DeltasTTL time.Duration
@@ -141,7 +144,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		a.m.repairs, a.m.zombies, a.m.totalsErrors, a.m.countedErrors, a.m.epochDisagreements, a.m.repairsRefused)
 	a.Engine = engine.New(engine.Config{Stream: "views", Metrics: engine.Names{Records: "tally_views_records_total", Counted: "tally_views_counted_total", SetAside: "tally_views_undecodable_total",
 		FlushSeconds: "tally_views_flush_seconds", FlushErrors: "tally_views_flush_errors_total", Fenced: "tally_views_fenced_partitions_total", Lag: "tally_views_flush_lag_seconds"},
-		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch,
+		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch, ClaimWorkers: cfg.ClaimWorkers,
 		Conn: conn, Now: now, Logger: logger, Registry: reg}, engine.Rules[*partition](a))
 	return a
 }
