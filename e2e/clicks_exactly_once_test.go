@@ -372,7 +372,7 @@ func diffClicks(got, want map[adMinute]clickCount) []string {
 func byMinute(all []oracleClick, fraud map[string]bool, key func(oracleClick) string) map[adMinute]clickCount {
 	out := map[adMinute]clickCount{}
 	for _, c := range all {
-		k := adMinute{key(c), floorDiv(c.ts, 60_000) * 60}
+		k := adMinute{key(c), schemas.FloorDiv(c.ts, 60_000) * 60}
 		s := out[k]
 		s.clicks++
 		if !fraud[c.id] {

@@ -421,7 +421,7 @@ func verifyExact(t *testing.T, ctx context.Context, kc kafkaConn, ch chclient.Op
 	bucketed := func(width int64) map[string]int64 {
 		out := map[string]int64{}
 		for k, v := range oracle.seconds {
-			out[fmt.Sprintf("%s@%d", k.item, floorDiv(k.second, width)*width)] += int64(v)
+			out[fmt.Sprintf("%s@%d", k.item, schemas.FloorDiv(k.second, width)*width)] += int64(v)
 		}
 		return out
 	}
@@ -607,14 +607,6 @@ func diffTotals(got, want map[string]int64) []string {
 	}
 	sort.Strings(d)
 	return d
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
 
 // pacing holds postEvents back, so that faults land while views are still arriving: at most

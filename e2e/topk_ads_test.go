@@ -76,7 +76,7 @@ func postRecentClicks(ctx context.Context, api string, n, perSecond int, posted 
 func adsOracle(all []oracleClick, from, to time.Time, k int) []schemas.TopEntry {
 	n := map[string]uint64{}
 	for _, c := range all {
-		if s := floorDiv(c.ts, 1000); s >= from.Unix() && s < to.Unix() {
+		if s := schemas.FloorDiv(c.ts, 1000); s >= from.Unix() && s < to.Unix() {
 			n[c.ad]++
 		}
 	}

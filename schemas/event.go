@@ -10,6 +10,17 @@ import (
 // MaxIDLen bounds every id (item, viewer, user, event) in bytes.
 const MaxIDLen = 128
 
+// FloorDiv is a divided by b rounded down: the bucket of width b that time a falls in, also
+// before 1970, where Go's division rounds up. Every stage buckets event times with it, so that a
+// view's second, minute or hour is the same everywhere.
+func FloorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
 // Kind is the type of an event.
 type Kind uint8
 

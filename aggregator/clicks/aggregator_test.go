@@ -70,7 +70,7 @@ func oracle(log []event, window, grace time.Duration, threshold float64) map[min
 	out := map[minuteKey]delta{}
 	for id, cs := range countedClicks {
 		for _, c := range cs {
-			k := minuteKey{group{c.ad, campaignOf(c.ad), deviceOf(id)}, floorDiv(c.ts, 60_000) * 60}
+			k := minuteKey{group{c.ad, campaignOf(c.ad), deviceOf(id)}, schemas.FloorDiv(c.ts, 60_000) * 60}
 			d := out[k]
 			d.clicks++
 			v, have := latest[id]

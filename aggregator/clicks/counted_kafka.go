@@ -34,7 +34,7 @@ func (p *partition) secondCounts() []schemas.BucketCount {
 	}
 	n := map[adSecond]uint64{}
 	for _, c := range p.counted {
-		n[adSecond{c.ad, floorDiv(c.ts, 1000)}]++
+		n[adSecond{c.ad, schemas.FloorDiv(c.ts, 1000)}]++
 	}
 	out := make([]schemas.BucketCount, 0, len(n))
 	for k, c := range n {

@@ -74,7 +74,7 @@ func TestCountedTopicHoldsTheDeduplicatedClicks(t *testing.T) {
 		counted, _ := oracleCounted(clickLog[:at.clicks], testCfg.Window, testCfg.Grace, testCfg.FraudThreshold)
 		for _, cs := range counted {
 			for _, c := range cs {
-				want[fmt.Sprint(c.ad, "@", floorDiv(c.ts, 1000))]++
+				want[fmt.Sprint(c.ad, "@", schemas.FloorDiv(c.ts, 1000))]++
 			}
 		}
 		got := map[string]uint64{}

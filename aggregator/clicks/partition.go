@@ -140,7 +140,7 @@ func newPartition(id int32, window, grace, hold int64, threshold float64) *parti
 }
 
 func (p *partition) delta(g group, ts int64) *delta {
-	k := minuteKey{g, floorDiv(ts, 60_000) * 60}
+	k := minuteKey{g, schemas.FloorDiv(ts, 60_000) * 60}
 	d := p.deltas[k]
 	if d == nil {
 		d = &delta{}
@@ -293,12 +293,4 @@ func (p *partition) markFlushed() {
 			delete(p.latest, id)
 		}
 	}
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }

@@ -123,7 +123,7 @@ func (p *partition) apply(offset int64, key, value []byte) {
 	ck := counterKey{e.Namespace, e.Generation, e.Name}
 	if e.Op == schemas.CounterDistinct {
 		// A member added twice is added once: no token, no dedupe state.
-		hour := floorDiv(e.TS, 3_600_000) * 3600
+		hour := schemas.FloorDiv(e.TS, 3_600_000) * 3600
 		p.counted++
 		p.members = append(p.members, distinctMember{ck, hour, hour + e.Retention, e.Member})
 		return
@@ -134,7 +134,7 @@ func (p *partition) apply(offset int64, key, value []byte) {
 	}
 	p.counted++
 	p.tokens = append(p.tokens, token{window: e.Window, key: k, ts: e.TS})
-	minute := floorDiv(e.TS, 60_000) * 60
+	minute := schemas.FloorDiv(e.TS, 60_000) * 60
 	if e.Op == schemas.CounterClear {
 		// The batch's adds before it no longer count; the durable total is taken back at the
 		// write, in the clear's minute.
@@ -162,12 +162,4 @@ func (p *partition) markFlushed() {
 	p.members = p.members[:0]
 	p.records, p.counted, p.poison = 0, 0, 0
 	p.dead = nil
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }

@@ -1,6 +1,9 @@
 package views
 
-import "github.com/tallypipeline/tally/schemas/viewerhours"
+import (
+	"github.com/tallypipeline/tally/schemas"
+	"github.com/tallypipeline/tally/schemas/viewerhours"
+)
 
 // Unique viewers per hour and minute (migrations 022, 023): each view sets a register of its
 // item's sketch of the view's minute, held per partition and (item, hour) until the next sketch
@@ -16,8 +19,8 @@ type hourKey struct {
 // addMinute sets the register of the viewer with hash h in item's sketch of the minute of ts
 // (Unix milliseconds).
 func (p *partition) addMinute(item string, ts int64, h uint64) {
-	minute := floorDiv(ts, 60_000)
-	k := hourKey{item, int32(floorDiv(minute, 60))}
+	minute := schemas.FloorDiv(ts, 60_000)
+	k := hourKey{item, int32(schemas.FloorDiv(minute, 60))}
 	r := p.hours[k]
 	if r == nil {
 		r = new(viewerhours.Hour)

@@ -203,7 +203,7 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 		return
 	}
 	h := viewerHash(v.ViewerID)
-	ds := p.sketch(sketchKey{v.ItemID, int32(floorDiv(v.TS, 86_400_000))})
+	ds := p.sketch(sketchKey{v.ItemID, int32(schemas.FloorDiv(v.TS, 86_400_000))})
 	if ds.all == nil || ds.all.evicted {
 		ds.all = p.sketch(sketchKey{v.ItemID, allTime})
 	}
@@ -215,7 +215,7 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 	}
 	if key := dedupe.Key(v.ViewerID, v.ItemID); p.win.Observe(key, v.TS) {
 		p.counted = append(p.counted, stateRow{key, v.TS})
-		p.deltas[deltaKey{v.ItemID, floorDiv(v.TS, 1000)}]++
+		p.deltas[deltaKey{v.ItemID, schemas.FloorDiv(v.TS, 1000)}]++
 	}
 }
 
@@ -450,7 +450,7 @@ func (p *partition) itemDeltas() map[string]int64 {
 // addRollups adds the pending batch's deltas, per minute, to the rollups still to write.
 func (p *partition) addRollups() {
 	for k, n := range p.deltas {
-		p.rollups[deltaKey{k.item, floorDiv(k.second, 60) * 60}] += int64(n)
+		p.rollups[deltaKey{k.item, schemas.FloorDiv(k.second, 60) * 60}] += int64(n)
 	}
 }
 
@@ -575,14 +575,6 @@ func (p *partition) markFlushed(end int64, now time.Time) {
 		p.win.Evict()
 		p.lastEvict = now
 	}
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
 
 // zombiesFrom is the offset after which p's owner looks for zombies' batches at now: its own

@@ -29,6 +29,8 @@ import (
 	"container/heap"
 	"slices"
 	"sync"
+
+	"github.com/tallypipeline/tally/schemas"
 )
 
 const (
@@ -57,7 +59,7 @@ type Sketch struct {
 
 // New returns an empty sketch of m counters per hour whose window ends at the hour of nowSec.
 func New(m int, nowSec int64) *Sketch {
-	return &Sketch{m: m, end: floorDiv(nowSec, hourSeconds), hours: map[int64]*summary{}}
+	return &Sketch{m: m, end: schemas.FloorDiv(nowSec, hourSeconds), hours: map[int64]*summary{}}
 }
 
 // Counters returns m.
@@ -67,7 +69,7 @@ func (s *Sketch) Counters() int { return s.m }
 func (s *Sketch) Add(key string, sec int64, n uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := floorDiv(sec, hourSeconds)
+	h := schemas.FloorDiv(sec, hourSeconds)
 	if h < s.end-Hours || h >= s.end+ahead {
 		s.dropped += n
 		return
@@ -84,7 +86,7 @@ func (s *Sketch) Add(key string, sec int64, n uint64) {
 func (s *Sketch) Advance(nowSec int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	end := floorDiv(nowSec, hourSeconds)
+	end := schemas.FloorDiv(nowSec, hourSeconds)
 	if end <= s.end {
 		return
 	}
@@ -157,7 +159,7 @@ func (s *Sketch) Each(fn func(hourStart int64, total uint64, counters []Counter)
 func (s *Sketch) Restore(hourStart int64, total uint64, counters []Counter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := floorDiv(hourStart, hourSeconds)
+	h := schemas.FloorDiv(hourStart, hourSeconds)
 	if h < s.end-Hours || h >= s.end+ahead {
 		return
 	}
@@ -244,12 +246,4 @@ func (h *counterHeap) Pop() any {
 	c := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return c
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }

@@ -27,6 +27,8 @@ import (
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/tallypipeline/tally/schemas"
 )
 
 // Spec is one window: N buckets of BucketSeconds.
@@ -110,7 +112,7 @@ func New(specs []Spec, shards int, nowSec int64) *Set {
 	for i := range s.shards {
 		sh := &shard{idx: map[string]int32{}, wins: make([]win, len(specs))}
 		for w, sp := range specs {
-			sh.wins[w] = win{spec: sp, end: floorDiv(nowSec, sp.BucketSeconds), buckets: map[int64]map[int32]uint64{}}
+			sh.wins[w] = win{spec: sp, end: schemas.FloorDiv(nowSec, sp.BucketSeconds), buckets: map[int64]map[int32]uint64{}}
 		}
 		s.shards[i] = sh
 	}
@@ -135,7 +137,7 @@ func (s *Set) Add(key string, sec int64, n uint64) {
 func (sh *shard) add(key string, sec int64, n uint64) {
 	i := int32(-1)
 	for w := range sh.wins {
-		i = sh.put(w, floorDiv(sec, sh.wins[w].spec.BucketSeconds), key, n, i)
+		i = sh.put(w, schemas.FloorDiv(sec, sh.wins[w].spec.BucketSeconds), key, n, i)
 	}
 	if i < 0 {
 		sh.dropped += n
@@ -201,7 +203,7 @@ func (s *Set) Advance(nowSec int64) {
 	for _, sh := range s.shards {
 		sh.mu.Lock()
 		for w := range sh.wins {
-			sh.advance(w, floorDiv(nowSec, sh.wins[w].spec.BucketSeconds))
+			sh.advance(w, schemas.FloorDiv(nowSec, sh.wins[w].spec.BucketSeconds))
 		}
 		sh.mu.Unlock()
 	}
@@ -346,13 +348,5 @@ func (s *Set) AddBucket(w int, bucketStart int64, key string, n uint64) {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.put(w, floorDiv(bucketStart, sh.wins[w].spec.BucketSeconds), key, n, -1)
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
+	sh.put(w, schemas.FloorDiv(bucketStart, sh.wins[w].spec.BucketSeconds), key, n, -1)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/tallypipeline/tally/schemas"
 )
 
 type rec struct {
@@ -18,10 +20,10 @@ type rec struct {
 // oracle computes window spec's list at the bucket holding nowSec straight from every record:
 // the counts of the complete buckets [end-N, end), sorted in list order.
 func oracle(recs []rec, spec Spec, nowSec int64, k int) []Entry {
-	end := floorDiv(nowSec, spec.BucketSeconds)
+	end := schemas.FloorDiv(nowSec, spec.BucketSeconds)
 	sum := map[string]uint64{}
 	for _, r := range recs {
-		if b := floorDiv(r.sec, spec.BucketSeconds); b >= end-spec.Buckets && b < end {
+		if b := schemas.FloorDiv(r.sec, spec.BucketSeconds); b >= end-spec.Buckets && b < end {
 			sum[r.key] += r.n
 		}
 	}
