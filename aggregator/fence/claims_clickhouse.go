@@ -69,8 +69,8 @@ const claimAttempts = 8
 // (take), and a claim's checkpoint was read with every claim of a lower epoch in its fence.
 func (t Table) Acquire(ctx context.Context, p int32, owner string, build func(Fence) (Claim, error)) (Fence, Claim, error) {
 	// floor is above every epoch lost so far. The server also drops a claim whose epoch's row is
-	// gone (the table truncated) while its token is still remembered; without the floor the
-	// claimant would build that epoch again each time.
+	// gone while its token is still remembered (rows deleted; a TRUNCATE forgets the tokens too):
+	// without the floor the claimant would build that epoch again each time.
 	var floor uint64
 	for attempt := 1; ; attempt++ {
 		f, err := t.Load(ctx, p)
@@ -102,8 +102,8 @@ func (t Table) Acquire(ctx context.Context, p int32, owner string, build func(Fe
 // The INSERT carries the partition and epoch as its deduplication token, so the server keeps the
 // first claim of an epoch and drops any later one without an error (the claims tables keep the
 // tokens of their last inserts, non_replicated_deduplication_window of migration 025; replicated
-// tables keep them in Keeper); reading the epoch's rows back tells whose it kept. A retry after
-// an attempt whose outcome is unknown finds its own row.
+// tables keep them in Keeper); reading the epoch's rows back tells whose it kept. The same claim
+// sent again (after an attempt whose outcome is unknown) finds its own row.
 func (t Table) take(ctx context.Context, p int32, c Claim, owner string) (bool, error) {
 	args := []any{uint16(p), c.Epoch, owner, c.At.UnixMilli()}
 	for _, s := range c.Start {
