@@ -71,7 +71,8 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 		Buckets: prometheus.ExponentialBuckets(0.002, 2, 14)}, []string{"step"})
 	reg.MustRegister(a.verdicts, steps, a.zombies, a.countedErrors)
 	a.Engine = engine.New(engine.Config{Stream: "clicks", Metrics: engine.Names{Records: "tally_clicks_records_total", Counted: "tally_clicks_counted_total", SetAside: "tally_clicks_undecodable_total",
-		FlushSeconds: "tally_clicks_flush_seconds", FlushErrors: "tally_clicks_flush_errors_total", Fenced: "tally_clicks_fenced_partitions_total", Lag: "tally_clicks_flush_lag_seconds"},
+		FlushSeconds: "tally_clicks_flush_seconds", FlushErrors: "tally_clicks_flush_errors_total", Fenced: "tally_clicks_fenced_partitions_total", Lag: "tally_clicks_flush_lag_seconds",
+		ClaimSeconds: "tally_clicks_claim_seconds"},
 		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch, ClaimWorkers: cfg.ClaimWorkers,
 		StepSeconds: steps, Conn: conn, Now: now, Logger: logger, Registry: reg}, engine.Rules[*partition](a))
 	return a

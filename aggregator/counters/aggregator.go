@@ -53,7 +53,8 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 	}
 	reg.MustRegister(a.zombies)
 	a.Engine = engine.New(engine.Config{Stream: "counters", Metrics: engine.Names{Records: "tally_counters_records_total", Counted: "tally_counters_counted_total", SetAside: "tally_counters_undecodable_total",
-		FlushSeconds: "tally_counters_flush_seconds", FlushErrors: "tally_counters_flush_errors_total", Fenced: "tally_counters_fenced_partitions_total", Lag: "tally_counters_flush_lag_seconds"},
+		FlushSeconds: "tally_counters_flush_seconds", FlushErrors: "tally_counters_flush_errors_total", Fenced: "tally_counters_fenced_partitions_total", Lag: "tally_counters_flush_lag_seconds",
+		ClaimSeconds: "tally_counters_claim_seconds"},
 		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch, ClaimWorkers: cfg.ClaimWorkers,
 		Conn: conn, Now: now, Logger: logger, Registry: reg}, engine.Rules[*partition](a))
 	return a

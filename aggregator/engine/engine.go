@@ -191,7 +191,9 @@ func (e *Engine[P]) claim(ctx context.Context, ids []int32) ([]claimed[P], error
 	g.SetLimit(cmp.Or(e.c.ClaimWorkers, DefaultClaimWorkers))
 	for i, id := range ids {
 		g.Go(func() error {
+			t0 := e.c.Now()
 			p, s, err := e.rules.Claim(gctx, id)
+			e.m.claimSeconds.Observe(e.c.Now().Sub(t0).Seconds())
 			if err != nil {
 				return fmt.Errorf("load %s partition %d state: %w", e.c.Stream, id, err)
 			}

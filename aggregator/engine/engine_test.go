@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tallypipeline/tally/aggregator/member"
@@ -103,7 +104,7 @@ func (r *rules) Write(_ context.Context, f Flush) (member.Offsets, error) {
 
 func newTestEngine(t *testing.T, r *rules, maxBatch int) *Engine[*part] {
 	t.Helper()
-	return New(Config{Stream: "test", Metrics: Names{Records: "tally_test_records_total", Counted: "tally_test_counted_total", SetAside: "tally_test_undecodable_total", FlushSeconds: "tally_test_flush_seconds", FlushErrors: "tally_test_flush_errors_total", Fenced: "tally_test_fenced_partitions_total", Lag: "tally_test_flush_lag_seconds"}, FlushInterval: time.Second, MaxBatch: maxBatch, Now: func() time.Time { return *r.clock },
+	return New(Config{Stream: "test", Metrics: Names{Records: "tally_test_records_total", Counted: "tally_test_counted_total", SetAside: "tally_test_undecodable_total", FlushSeconds: "tally_test_flush_seconds", FlushErrors: "tally_test_flush_errors_total", Fenced: "tally_test_fenced_partitions_total", Lag: "tally_test_flush_lag_seconds", ClaimSeconds: "tally_test_claim_seconds"}, FlushInterval: time.Second, MaxBatch: maxBatch, Now: func() time.Time { return *r.clock },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()}, Rules[*part](r))
 }
 
@@ -183,6 +184,10 @@ func TestAssignClaimsTogether(t *testing.T) {
 			}
 			if got := len(e.Held(nil)); got != len(ids) {
 				t.Errorf("got %d partitions held; want %d", got, len(ids))
+			}
+			var m dto.Metric
+			if err := e.m.claimSeconds.Write(&m); err != nil || m.GetHistogram().GetSampleCount() != uint64(len(ids)) {
+				t.Errorf("got %d claims timed (%v); want %d", m.GetHistogram().GetSampleCount(), err, len(ids))
 			}
 		})
 	}

@@ -15,12 +15,13 @@ type Names struct {
 	FlushErrors  string // tally_<stream>_flush_errors_total
 	Fenced       string // tally_<stream>_fenced_partitions_total
 	Lag          string // tally_<stream>_flush_lag_seconds
+	ClaimSeconds string // tally_<stream>_claim_seconds
 }
 
 // metrics are what every stream counts.
 type metrics struct {
 	records, counted, setAside prometheus.Counter
-	flushSeconds               prometheus.Histogram
+	flushSeconds, claimSeconds prometheus.Histogram
 	flushErrors, fenced        prometheus.Counter
 	lag                        prometheus.Gauge
 }
@@ -41,7 +42,10 @@ func newMetrics(n Names, reg prometheus.Registerer) metrics {
 			Help: "Partitions dropped before writing because a newer owner had claimed them."}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{Name: n.Lag,
 			Help: "Age of the oldest unflushed batch at the last flush."}),
+		claimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: n.ClaimSeconds,
+			Help:    "Time to claim one assigned partition and load its state, failed claims included (a handover waits for its assignment's claims).",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 	}
-	reg.MustRegister(m.records, m.counted, m.setAside, m.flushSeconds, m.flushErrors, m.fenced, m.lag)
+	reg.MustRegister(m.records, m.counted, m.setAside, m.flushSeconds, m.flushErrors, m.fenced, m.lag, m.claimSeconds)
 	return m
 }

@@ -143,7 +143,8 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 	reg.MustRegister(a.m.flushSteps, a.m.readableSeconds, a.m.sketchSeconds, a.m.foldSeconds, a.m.folds, a.m.pairs,
 		a.m.repairs, a.m.zombies, a.m.totalsErrors, a.m.countedErrors, a.m.epochDisagreements, a.m.repairsRefused)
 	a.Engine = engine.New(engine.Config{Stream: "views", Metrics: engine.Names{Records: "tally_views_records_total", Counted: "tally_views_counted_total", SetAside: "tally_views_undecodable_total",
-		FlushSeconds: "tally_views_flush_seconds", FlushErrors: "tally_views_flush_errors_total", Fenced: "tally_views_fenced_partitions_total", Lag: "tally_views_flush_lag_seconds"},
+		FlushSeconds: "tally_views_flush_seconds", FlushErrors: "tally_views_flush_errors_total", Fenced: "tally_views_fenced_partitions_total", Lag: "tally_views_flush_lag_seconds",
+		ClaimSeconds: "tally_views_claim_seconds"},
 		Claims: a.claims, FlushInterval: cfg.FlushInterval, MaxBatch: cfg.MaxBatch, ClaimWorkers: cfg.ClaimWorkers,
 		Conn: conn, Now: now, Logger: logger, Registry: reg}, engine.Rules[*partition](a))
 	return a
