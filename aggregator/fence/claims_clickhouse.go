@@ -28,30 +28,29 @@ type Table struct {
 
 // Load reads partition p's claims into its fence.
 func (t Table) Load(ctx context.Context, p int32) (Fence, error) {
-	cs, _, err := t.claims(ctx, "partition = ?", uint16(p))
+	cs, err := t.claims(ctx, "partition = ?", uint16(p))
 	if err != nil {
 		return Fence{}, fmt.Errorf("load claims of partition %d from %s: %w", p, t.Name, err)
 	}
 	return New(t.Ends, cs), nil
 }
 
-// claims reads the claims where cond holds, and their owners.
-func (t Table) claims(ctx context.Context, cond string, args ...any) (cs []Claim, owners []string, err error) {
+// claims reads the claims where cond holds.
+func (t Table) claims(ctx context.Context, cond string, args ...any) (cs []Claim, err error) {
 	err = chclient.Each(ctx, t.Conn, fmt.Sprintf(`SELECT epoch, owner, claimed_at, %s FROM %s WHERE %s`,
 		strings.Join(t.Starts, ", "), t.Name, cond), args, func(rows driver.Rows) error {
 		c := Claim{Start: make([]int64, len(t.Starts))}
-		var o string
-		dest := []any{&c.Epoch, &o, &c.At}
+		dest := []any{&c.Epoch, &c.Owner, &c.At}
 		for i := range c.Start {
 			dest = append(dest, &c.Start[i])
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
-		cs, owners = append(cs, c), append(owners, o)
+		cs = append(cs, c)
 		return nil
 	})
-	return cs, owners, err
+	return cs, err
 }
 
 // claimAttempts bounds how often a claimant that keeps losing its epoch to other claimants
@@ -81,8 +80,8 @@ func (t Table) Acquire(ctx context.Context, p int32, owner string, build func(Fe
 		if err != nil {
 			return Fence{}, Claim{}, err
 		}
-		c.Epoch = max(c.Epoch, floor)
-		won, err := t.take(ctx, p, c, owner)
+		c.Epoch, c.Owner = max(c.Epoch, floor), owner
+		won, err := t.take(ctx, p, c)
 		if err != nil || won {
 			return f, c, err
 		}
@@ -98,14 +97,14 @@ func (t Table) Acquire(ctx context.Context, p int32, owner string, build func(Fe
 	}
 }
 
-// take records claim c of partition p, made by owner, and reports whether it holds c's epoch.
+// take records claim c of partition p and reports whether c holds its epoch.
 // The INSERT carries the partition and epoch as its deduplication token, so the server keeps the
 // first claim of an epoch and drops any later one without an error (the claims tables keep the
 // tokens of their last inserts, non_replicated_deduplication_window of migration 025; replicated
 // tables keep them in Keeper); reading the epoch's rows back tells whose it kept. The same claim
 // sent again (after an attempt whose outcome is unknown) finds its own row.
-func (t Table) take(ctx context.Context, p int32, c Claim, owner string) (bool, error) {
-	args := []any{uint16(p), c.Epoch, owner, c.At.UnixMilli()}
+func (t Table) take(ctx context.Context, p int32, c Claim) (bool, error) {
+	args := []any{uint16(p), c.Epoch, c.Owner, c.At.UnixMilli()}
 	for _, s := range c.Start {
 		args = append(args, s)
 	}
@@ -117,13 +116,13 @@ func (t Table) take(ctx context.Context, p int32, c Claim, owner string) (bool, 
 	if err := t.Conn.Exec(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_deduplication_token": token})), q, args...); err != nil {
 		return false, fmt.Errorf("claim partition %d epoch %d in %s: %w", p, c.Epoch, t.Name, err)
 	}
-	kept, owners, err := t.claims(ctx, "partition = ? AND epoch = ?", uint16(p), c.Epoch)
+	kept, err := t.claims(ctx, "partition = ? AND epoch = ?", uint16(p), c.Epoch)
 	if err != nil {
 		return false, fmt.Errorf("read back the claim of partition %d epoch %d in %s: %w", p, c.Epoch, t.Name, err)
 	}
 	// More than one row means a table that does not deduplicate: every claimant of the epoch
 	// starts over, one epoch higher.
-	return len(kept) == 1 && owners[0] == owner && kept[0].At.UnixMilli() == c.At.UnixMilli() && slices.Equal(kept[0].Start, c.Start), nil
+	return len(kept) == 1 && kept[0].Owner == c.Owner && kept[0].At.UnixMilli() == c.At.UnixMilli() && slices.Equal(kept[0].Start, c.Start), nil
 }
 
 // Open claims partition p for owner one epoch above its claims (Acquire), starting where

@@ -21,11 +21,13 @@ import (
 )
 
 // Claim is one assignment of a partition: the epoch its owner writes under (the previous
-// maximum + 1), where it resumed in each of the fence's columns, and when it was made.
+// maximum + 1), where it resumed in each of the fence's columns, when it was made, and by whom
+// (Table.Acquire sets it).
 type Claim struct {
 	Epoch uint64
 	Start []int64
 	At    time.Time
+	Owner string
 }
 
 // Fence is the rule over one partition's claims.

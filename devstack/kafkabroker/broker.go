@@ -106,12 +106,12 @@ func Start(o Options) (*Broker, error) {
 			if err != nil {
 				return nil, err
 			}
-			ln = trackListener{ln, conns}
+			ln = wrapListener{ln, conns.track}
 			if o.User != "" {
-				ln = handshakeListener{ln} // librdkafka's SASL login (handshake.go)
+				ln = wrapListener{ln, func(c net.Conn) net.Conn { return newHandshakeConn(c) }} // librdkafka's SASL login (handshake.go)
 			}
 			if syncs != nil {
-				ln = syncListener{ln, syncs}
+				ln = wrapListener{ln, func(c net.Conn) net.Conn { return newSyncConn(c, syncs) }}
 			}
 			return ln, nil
 		}),
@@ -207,4 +207,19 @@ func (e *Broker) closeBrokers() {
 	if e.syncs != nil {
 		e.syncs.close()
 	}
+}
+
+// wrapListener hands every connection it accepts to wrap: the connection kfake serves is the
+// wrapped one.
+type wrapListener struct {
+	net.Listener
+	wrap func(net.Conn) net.Conn
+}
+
+func (l wrapListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return l.wrap(c), nil
 }

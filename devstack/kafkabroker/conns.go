@@ -38,23 +38,30 @@ func (s *connSet) has(addr string) bool {
 	return s.open[addr] > 0
 }
 
-// trackListener records each accepted connection in set until it is closed (kfake closes a
-// connection once its client has gone).
-type trackListener struct {
-	net.Listener
-	set *connSet
+// track records c in s until it is closed (kfake closes a connection once its client has gone).
+func (s *connSet) track(c net.Conn) net.Conn {
+	addr := c.RemoteAddr().String()
+	s.mu.Lock()
+	s.open[addr]++
+	s.mu.Unlock()
+	return &trackedConn{Conn: c, set: s, addr: addr}
 }
 
-func (l trackListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+// release records that a connection from addr closed, and forgets the closes older than
+// closedKeep.
+func (s *connSet) release(addr string) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[addr]--; s.open[addr] <= 0 {
+		delete(s.open, addr)
+		s.closed[addr] = now
 	}
-	addr := c.RemoteAddr().String()
-	l.set.mu.Lock()
-	l.set.open[addr]++
-	l.set.mu.Unlock()
-	return &trackedConn{Conn: c, set: l.set, addr: addr}, nil
+	for a, at := range s.closed {
+		if now.Sub(at) > closedKeep {
+			delete(s.closed, a)
+		}
+	}
 }
 
 type trackedConn struct {
@@ -65,19 +72,6 @@ type trackedConn struct {
 }
 
 func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		now := time.Now()
-		c.set.mu.Lock()
-		if c.set.open[c.addr]--; c.set.open[c.addr] <= 0 {
-			delete(c.set.open, c.addr)
-			c.set.closed[c.addr] = now
-		}
-		for addr, at := range c.set.closed {
-			if now.Sub(at) > closedKeep {
-				delete(c.set.closed, addr)
-			}
-		}
-		c.set.mu.Unlock()
-	})
+	c.once.Do(func() { c.set.release(c.addr) })
 	return c.Conn.Close()
 }

@@ -358,20 +358,6 @@ func (s *syncer) allParts() map[partKey]struct{} {
 	return out
 }
 
-// syncListener wraps every accepted connection in a syncConn.
-type syncListener struct {
-	net.Listener
-	s *syncer
-}
-
-func (l syncListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return newSyncConn(c, l.s), nil
-}
-
 func newSyncConn(c net.Conn, s *syncer) *syncConn {
 	sc := &syncConn{Conn: c, s: s, reqs: frames{headLen: 12}, answers: frames{headLen: 8}, held: map[int32]work{}}
 	sc.onRequestHead, sc.onRequestWhole, sc.onAnswerHead = sc.requestHead, sc.requestWhole, sc.answerHead

@@ -26,17 +26,6 @@ const (
 	keySASLAuthenticate = 36
 )
 
-// handshakeListener wraps every accepted connection in a handshakeConn.
-type handshakeListener struct{ net.Listener }
-
-func (l handshakeListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return newHandshakeConn(c), nil
-}
-
 func newHandshakeConn(c net.Conn) *handshakeConn {
 	return &handshakeConn{Conn: c, pending: map[int32]int16{}, reqs: frames{headLen: 12}}
 }
