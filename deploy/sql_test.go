@@ -157,8 +157,10 @@ var seed = []string{
 		(today() - 1, 1, 'ad-1', 11, 10, now64(3) - 3600), (today() - 1, 1, 'ad-2', 5, 5, now64(3) - 3600),
 		(today() - 1, 2, 'ad-1', 99, 99, now64(3) - 60)`,
 	`INSERT INTO tally.click_report_versions VALUES (today() - 1, 1, now64(3) - 3700, now64(3) - 3600, 'kafka', 2, 16, 15, 1, 1, 18)`,
+	// Yesterday's provisional clicks, at noon: on the final report's day whatever the time of
+	// day the test runs.
 	`INSERT INTO tally.click_deltas (partition, epoch, clicks_end, verdicts_end, watermark, rolled_clicks, rolled_verdicts, ad_id, minute, clicks, billable) VALUES
-		(1, 1, 20, 0, now64(3) - 5, 0, 0, 'ad-1', toStartOfMinute(now() - 86000), 16, 15)`,
+		(1, 1, 20, 0, now64(3) - 5, 0, 0, 'ad-1', toDateTime(today() - 1) + 43200, 16, 15)`,
 	`INSERT INTO tally.view_recount_runs VALUES (1, now64(3) - 100, now64(3) - 90, today() - 2, 'files', 120, 100, 40, 2)`,
 	`INSERT INTO tally.view_recount_diffs VALUES
 		(1, today() - 2, 'post-1', 10, 11, 1), (1, today() - 2, 'post-2', 20, 17, -3),
