@@ -485,7 +485,7 @@ func joinShown[T fmt.Stringer](vs []T, n int) string {
 // Apply applies records of the views topic to partition p, in offset order.
 func (a *Aggregator) Apply(p *partition, _ string, recs []*kgo.Record) engine.Applied {
 	now := a.now()
-	counted0, edge0, poison0 := len(p.counted), p.edgeViews, p.poison
+	counted0, edge0, poison0 := p.counted.len(), p.edgeViews, p.poison
 	n := 0
 	for _, r := range recs {
 		if r.Offset < p.next {
@@ -494,7 +494,7 @@ func (a *Aggregator) Apply(p *partition, _ string, recs []*kgo.Record) engine.Ap
 		p.process(r.Offset, r.Value, now)
 		n++
 	}
-	return engine.Applied{Records: n, Counted: len(p.counted) - counted0 + int(p.edgeViews-edge0), SetAside: p.poison - poison0}
+	return engine.Applied{Records: n, Counted: p.counted.len() - counted0 + int(p.edgeViews-edge0), SetAside: p.poison - poison0}
 }
 
 // writeRollups adds the batches written since each held partition's rollups were last written

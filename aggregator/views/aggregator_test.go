@@ -339,7 +339,7 @@ func TestStopWithClickHouseFailingIsBounded(t *testing.T) {
 
 // A repeat of an older counted view of a pair, arriving after a newer window of the pair opened,
 // is a duplicate: every counted view still held is checked, not only the newest. The same holds
-// after a restart, whose window is restored from dedupe_state with every held counted view.
+// after a restart, whose window is restored from dedupe_batches with every held counted view.
 func TestRepeatOfAnOlderCountedViewCountsOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

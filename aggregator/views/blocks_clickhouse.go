@@ -2,6 +2,7 @@ package views
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,26 +98,34 @@ func (b *itemBlock) send(ctx context.Context, conn driver.Conn) error {
 		&b.partition, &b.end, &b.epoch, &b.item, &b.written)
 }
 
+// dedupeBlock gathers one row per partition: the pairs its batch counted, as arrays. A row per
+// pair cost the engine a sort of every flush's pairs by a random hash and merges that rewrote
+// them again and again; a batch's row is sorted by its end offset, which every flush raises.
 type dedupeBlock struct {
 	sync.Mutex
 	partition chclient.Column[uint16]
 	end       chclient.Column[int64]
-	pair      chclient.Column[uint64]
-	last      chclient.Column[int64]
+	pairs     chclient.Column[[]uint64]
+	lasts     chclient.Column[[]int64]
+	newest    chclient.Column[int64]
 }
 
+// add gathers p's counted pairs, if any. The arrays are p's own: the block is sent and reset
+// before the batch is marked flushed, which reuses them.
 func (b *dedupeBlock) add(p *partition) {
-	for _, r := range p.counted {
-		b.partition.Add(uint16(p.id))
-		b.end.Add(p.next)
-		b.pair.Add(r.pair)
-		b.last.Add(r.last)
+	if p.counted.len() == 0 {
+		return
 	}
+	b.partition.Add(uint16(p.id))
+	b.end.Add(p.next)
+	b.pairs.Add(p.counted.pairs)
+	b.lasts.Add(p.counted.lasts)
+	b.newest.Add(slices.Max(p.counted.lasts))
 }
 
 func (b *dedupeBlock) send(ctx context.Context, conn driver.Conn) error {
-	return chclient.SendColumns(ctx, conn, "INSERT INTO dedupe_state (partition, end_offset, pair, last_ms)",
-		&b.partition, &b.end, &b.pair, &b.last)
+	return chclient.SendColumns(ctx, conn, "INSERT INTO dedupe_batches (partition, end_offset, pairs, last_ms, newest_ms)",
+		&b.partition, &b.end, &b.pairs, &b.lasts, &b.newest)
 }
 
 type rollupBlock struct {

@@ -79,9 +79,22 @@ type sketch struct {
 // once serves both sketches a view goes into.
 func viewerHash(viewer string) uint64 { return metro.Hash64([]byte(viewer), 1337) }
 
-type stateRow struct {
-	pair uint64
-	last int64
+// countedPairs are the dedupe pairs a batch counted and their view times, column by column as
+// the batch's dedupe_batches row holds them.
+type countedPairs struct {
+	pairs []uint64
+	lasts []int64
+}
+
+func (c *countedPairs) add(pair uint64, last int64) {
+	c.pairs = append(c.pairs, pair)
+	c.lasts = append(c.lasts, last)
+}
+
+func (c *countedPairs) len() int { return len(c.pairs) }
+
+func (c *countedPairs) reset() {
+	c.pairs, c.lasts = c.pairs[:0], c.lasts[:0]
 }
 
 // partition is the state of one assigned Kafka partition.
@@ -107,7 +120,7 @@ type partition struct {
 	inherited map[sketchKey]bool
 	records   int // records in the pending batch
 	deltas    map[deltaKey]uint64
-	counted   []stateRow
+	counted   countedPairs
 	// edgeViews is how many more views than records the batch's counted view counts carry
 	// (their counts less one each), for the counted-views metric.
 	edgeViews uint64
@@ -214,7 +227,7 @@ func (p *partition) process(offset int64, value []byte, now time.Time) {
 		return
 	}
 	if key := dedupe.Key(v.ViewerID, v.ItemID); p.win.Observe(key, v.TS) {
-		p.counted = append(p.counted, stateRow{key, v.TS})
+		p.counted.add(key, v.TS)
 		p.deltas[deltaKey{v.ItemID, schemas.FloorDiv(v.TS, 1000)}]++
 	}
 }
@@ -235,7 +248,7 @@ func (p *partition) processCount(offset int64, value []byte) {
 		return
 	}
 	if key := dedupe.CountKey(c.SourceID, c.Seq); p.win.Observe(key, c.TS()) {
-		p.counted = append(p.counted, stateRow{key, c.TS()})
+		p.counted.add(key, c.TS())
 		p.deltas[deltaKey{c.ItemID, c.Second}] += c.Count
 		p.edgeViews += c.Count - 1
 	}
@@ -569,7 +582,7 @@ func (p *partition) markFlushed(end int64, now time.Time) {
 	p.records = 0
 	p.poison = 0
 	clear(p.deltas)
-	p.counted = p.counted[:0]
+	p.counted.reset()
 	p.edgeViews = 0
 	if now.Sub(p.lastEvict) > 30*time.Second {
 		p.win.Evict()

@@ -78,8 +78,8 @@ func TestMarkFlushedResetsBatchAndEvictsIdleSketches(t *testing.T) {
 		t.Fatalf("got %d sketches; want 4", got)
 	}
 	p.markFlushed(p.next, t0.Add(90*time.Second))
-	if p.pending() || len(p.deltas) != 0 || len(p.counted) != 0 || p.records != 0 {
-		t.Errorf("got pending=%v deltas=%d counted=%d records=%d after flush; want an empty batch", p.pending(), len(p.deltas), len(p.counted), p.records)
+	if p.pending() || len(p.deltas) != 0 || p.counted.len() != 0 || p.records != 0 {
+		t.Errorf("got pending=%v deltas=%d counted=%d records=%d after flush; want an empty batch", p.pending(), len(p.deltas), p.counted.len(), p.records)
 	}
 	if !p.sketchesPending(t0, false) || len(p.sketches) != 4 {
 		t.Fatalf("got sketchesPending=%v with %d sketches after a deltas flush; want true with 4 (sketches have their own interval)", p.sketchesPending(t0, false), len(p.sketches))
@@ -124,8 +124,8 @@ func TestReplayBelowDeltasCheckpointOnlyFillsSketches(t *testing.T) {
 	if got := p.deltas[deltaKey{"i", ts / 1000}]; got != 2 {
 		t.Errorf("got %d views counted; want 2 (offsets 12 and 13 only)", got)
 	}
-	if p.records != 2 || len(p.counted) != 2 || p.win.Len() != 2 {
-		t.Errorf("got records=%d counted=%d dedupe pairs=%d; want 2 2 2", p.records, len(p.counted), p.win.Len())
+	if p.records != 2 || p.counted.len() != 2 || p.win.Len() != 2 {
+		t.Errorf("got records=%d counted=%d dedupe pairs=%d; want 2 2 2", p.records, p.counted.len(), p.win.Len())
 	}
 	for _, k := range []sketchKey{{"i", int32(ts / 86_400_000)}, {"i", allTime}} {
 		s := p.sketches[k]

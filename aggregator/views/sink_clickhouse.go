@@ -128,8 +128,9 @@ func (s *store) writeOffsets(ctx context.Context, table, what string, rows []off
 // pair may hold several) and returns how many pairs it holds. A replayed batch may have written
 // the same counted view twice; restoring it twice changes nothing.
 func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.Window) (int, error) {
-	err := chclient.Pairs(ctx, s.conn, `SELECT DISTINCT pair, last_ms FROM dedupe_state
-		WHERE partition = ? AND end_offset <= ? AND last_ms >= ?`, []any{uint16(p), end, win.LiveSince()}, win.RestorePair)
+	since := win.LiveSince()
+	err := chclient.Pairs(ctx, s.conn, `SELECT DISTINCT pair, last FROM dedupe_batches ARRAY JOIN pairs AS pair, last_ms AS last
+		WHERE partition = ? AND end_offset <= ? AND newest_ms >= ? AND last >= ?`, []any{uint16(p), end, since, since}, win.RestorePair)
 	if err != nil {
 		return win.Len(), fmt.Errorf("load dedupe state of partition %d: %w", p, err)
 	}

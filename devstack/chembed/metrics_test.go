@@ -15,7 +15,7 @@ func TestStatementTable(t *testing.T) {
 	}{
 		{"insert", "INSERT INTO click_deltas (a, b) FORMAT Native", rolePipeline, "click_deltas"},
 		{"insert select", "INSERT INTO views_by_minute (item_id) SELECT item_id FROM view_deltas", rolePipeline, "views_by_minute"},
-		{"select", "SELECT count() FROM `dedupe_state` WHERE partition = 1", rolePipeline, "dedupe_state"},
+		{"select", "SELECT count() FROM `dedupe_batches` WHERE partition = 1", rolePipeline, "dedupe_batches"},
 		{"lower case", "select 1 from batch_items", rolePipeline, "batch_items"},
 		{"delete", "DELETE FROM click_deltas WHERE partition = 3", rolePipeline, "click_deltas"},
 		{"no table", "SELECT 1", rolePipeline, ""},
