@@ -141,79 +141,57 @@ func (s store) loadCounted(ctx context.Context, p int32, at offsets, ids []strin
 // writeFacts writes the counted clicks and verdicts of parts' pending batches, tagged with the
 // batch. Written before the deltas; a replay writes the same facts again.
 func (s store) writeFacts(ctx context.Context, parts []*partition) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO clicks_counted (partition, clicks_end, verdicts_end, ad_id, campaign_id, device, click_id, ts, score_over, click_offset)")
-	if err != nil {
-		return fmt.Errorf("prepare counted clicks insert: %w", err)
-	}
-	defer b.Abort()
-	for _, p := range parts {
-		for _, c := range p.counted {
-			if err := b.Append(uint16(p.id), p.next.clicks, p.next.verdicts, c.ad, c.campaign, c.device, c.id, time.UnixMilli(c.ts), b2i(c.scoreOver), c.offset); err != nil {
-				return fmt.Errorf("append counted click: %w", err)
+	const clicks = "INSERT INTO clicks_counted (partition, clicks_end, verdicts_end, ad_id, campaign_id, device, click_id, ts, score_over, click_offset)"
+	err := chclient.Insert(ctx, s.conn, "counted clicks", clicks, func(add func(...any) error) error {
+		for _, p := range parts {
+			for _, c := range p.counted {
+				if err := add(uint16(p.id), p.next.clicks, p.next.verdicts, c.ad, c.campaign, c.device, c.id, time.UnixMilli(c.ts), b2i(c.scoreOver), c.offset); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	if b.Rows() > 0 {
-		if err := b.Send(); err != nil {
-			return fmt.Errorf("insert counted clicks: %w", err)
-		}
-	}
-	n := 0
-	for _, p := range parts {
-		n += len(p.verdicts)
-	}
-	if n == 0 {
 		return nil
-	}
-	vb, err := s.conn.PrepareBatch(ctx, "INSERT INTO click_verdicts (partition, clicks_end, verdicts_end, click_id, ad_id, verdict, reason, decided_at, held_from)")
+	})
 	if err != nil {
-		return fmt.Errorf("prepare verdicts insert: %w", err)
+		return err
 	}
-	defer vb.Abort()
-	for _, p := range parts {
-		wm := p.win.Watermark()
-		for _, v := range p.verdicts {
-			if err := vb.Append(uint16(p.id), p.next.clicks, p.next.verdicts, v.ClickID, v.AdID, uint8(v.Verdict), v.Reason, time.UnixMilli(v.DecidedAt), wm); err != nil {
-				return fmt.Errorf("append verdict: %w", err)
+	const verdicts = "INSERT INTO click_verdicts (partition, clicks_end, verdicts_end, click_id, ad_id, verdict, reason, decided_at, held_from)"
+	return chclient.Insert(ctx, s.conn, "verdicts", verdicts, func(add func(...any) error) error {
+		for _, p := range parts {
+			wm := p.win.Watermark()
+			for _, v := range p.verdicts {
+				if err := add(uint16(p.id), p.next.clicks, p.next.verdicts, v.ClickID, v.AdID, uint8(v.Verdict), v.Reason, time.UnixMilli(v.DecidedAt), wm); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	if vb.Rows() > 0 {
-		if err := vb.Send(); err != nil {
-			return fmt.Errorf("insert verdicts: %w", err)
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // writeDeltas writes every pending batch of parts, deltas and marker, in one INSERT.
 func (s store) writeDeltas(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, `INSERT INTO click_deltas (partition, epoch, clicks_end, verdicts_end, watermark, rolled_clicks, rolled_verdicts, ad_id, campaign_id, device, minute, clicks, billable)`)
-	if err != nil {
-		return fmt.Errorf("prepare click deltas insert: %w", err)
-	}
-	defer b.Abort()
-	for _, p := range parts {
-		wm := time.UnixMilli(max(p.win.Watermark(), 0))
-		row := func(g group, minute time.Time, d delta) error {
-			return b.Append(uint16(p.id), p.epoch, p.next.clicks, p.next.verdicts, wm, p.rolled.clicks, p.rolled.verdicts, g.ad, g.campaign, g.device, minute, d.clicks, d.billable)
-		}
-		for k, d := range p.deltas {
-			if d.clicks == 0 && d.billable == 0 {
-				continue
+	const insert = `INSERT INTO click_deltas (partition, epoch, clicks_end, verdicts_end, watermark, rolled_clicks, rolled_verdicts, ad_id, campaign_id, device, minute, clicks, billable)`
+	return chclient.Insert(ctx, s.conn, "click deltas", insert, func(add func(...any) error) error {
+		for _, p := range parts {
+			wm := time.UnixMilli(max(p.win.Watermark(), 0))
+			row := func(g group, minute time.Time, d delta) error {
+				return add(uint16(p.id), p.epoch, p.next.clicks, p.next.verdicts, wm, p.rolled.clicks, p.rolled.verdicts, g.ad, g.campaign, g.device, minute, d.clicks, d.billable)
 			}
-			if err := row(k.group, time.Unix(k.minute, 0), *d); err != nil {
-				return fmt.Errorf("append click delta: %w", err)
+			for k, d := range p.deltas {
+				if d.clicks == 0 && d.billable == 0 {
+					continue
+				}
+				if err := row(k.group, time.Unix(k.minute, 0), *d); err != nil {
+					return err
+				}
+			}
+			if err := row(group{}, now.Truncate(time.Minute), delta{}); err != nil {
+				return fmt.Errorf("marker: %w", err)
 			}
 		}
-		if err := row(group{}, now.Truncate(time.Minute), delta{}); err != nil {
-			return fmt.Errorf("append click marker: %w", err)
-		}
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert click deltas: %w", err)
-	}
-	return nil
+		return nil
+	})
 }
 
 // rollUp recomputes the full value of each hour in hours from click_deltas and writes it with

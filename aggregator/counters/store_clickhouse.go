@@ -71,64 +71,51 @@ func (s store) loadTokens(ctx context.Context, p *partition, cp checkpoint, wind
 // writeTokens stores the counted tokens of parts' batches and each window's watermark at the
 // batch's end. Written before the deltas; writing the same rows again is harmless.
 func (s store) writeTokens(ctx context.Context, parts []*partition) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO counter_tokens (partition, epoch, end_offset, window_ms, key, ts)")
-	if err != nil {
-		return fmt.Errorf("prepare counter tokens insert: %w", err)
-	}
-	defer b.Abort()
-	for _, p := range parts {
-		for _, t := range p.tokens {
-			if err := b.Append(uint16(p.id), p.epoch, p.next, t.window, t.key, time.UnixMilli(t.ts)); err != nil {
-				return fmt.Errorf("append token of counter partition %d: %w", p.id, err)
-			}
-		}
-		for w, win := range p.windows {
-			if wm := win.Watermark(); wm > 0 {
-				if err := b.Append(uint16(p.id), p.epoch, p.next, w, uint64(0), time.UnixMilli(wm)); err != nil {
-					return fmt.Errorf("append window of counter partition %d: %w", p.id, err)
+	return chclient.Insert(ctx, s.conn, "counter tokens", "INSERT INTO counter_tokens (partition, epoch, end_offset, window_ms, key, ts)",
+		func(add func(...any) error) error {
+			for _, p := range parts {
+				for _, t := range p.tokens {
+					if err := add(uint16(p.id), p.epoch, p.next, t.window, t.key, time.UnixMilli(t.ts)); err != nil {
+						return fmt.Errorf("token of partition %d: %w", p.id, err)
+					}
+				}
+				for w, win := range p.windows {
+					if wm := win.Watermark(); wm > 0 {
+						if err := add(uint16(p.id), p.epoch, p.next, w, uint64(0), time.UnixMilli(wm)); err != nil {
+							return fmt.Errorf("window of partition %d: %w", p.id, err)
+						}
+					}
 				}
 			}
-		}
-	}
-	if b.Rows() == 0 {
-		return nil
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert counter tokens: %w", err)
-	}
-	return nil
+			return nil
+		})
 }
 
 // writeDeltas stores the batches of parts, each partition's deltas and its marker (the
 // checkpoint), in one INSERT through the claims fence (migration 015).
 func (s store) writeDeltas(ctx context.Context, parts []*partition, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO counter_deltas_claimed (partition, epoch, end_offset, ns, generation, name, minute, delta, expires)")
-	if err != nil {
-		return fmt.Errorf("prepare counter deltas insert: %w", err)
-	}
-	defer b.Abort()
-	for _, p := range parts {
-		if err := b.Append(uint16(p.id), p.epoch, p.next, "", uint64(0), "", now.Truncate(time.Minute), int64(0), now.Add(markerTTL)); err != nil {
-			return fmt.Errorf("append marker of counter partition %d: %w", p.id, err)
-		}
-		for k, d := range p.deltas {
-			if d.sum == 0 {
-				continue
+	const insert = "INSERT INTO counter_deltas_claimed (partition, epoch, end_offset, ns, generation, name, minute, delta, expires)"
+	return chclient.Insert(ctx, s.conn, "counter deltas", insert, func(add func(...any) error) error {
+		for _, p := range parts {
+			if err := add(uint16(p.id), p.epoch, p.next, "", uint64(0), "", now.Truncate(time.Minute), int64(0), now.Add(markerTTL)); err != nil {
+				return fmt.Errorf("marker of partition %d: %w", p.id, err)
 			}
-			if err := b.Append(uint16(p.id), p.epoch, p.next, k.ns, k.gen, k.name, time.Unix(k.minute, 0), d.sum, time.Unix(d.expires, 0)); err != nil {
-				return fmt.Errorf("append delta of counter partition %d: %w", p.id, err)
+			for k, d := range p.deltas {
+				if d.sum == 0 {
+					continue
+				}
+				if err := add(uint16(p.id), p.epoch, p.next, k.ns, k.gen, k.name, time.Unix(k.minute, 0), d.sum, time.Unix(d.expires, 0)); err != nil {
+					return fmt.Errorf("delta of partition %d: %w", p.id, err)
+				}
 			}
-		}
-		for k, c := range p.clears {
-			if err := b.Append(uint16(p.id), p.epoch, p.next, k.ns, k.gen, k.name, time.Unix(c.minute, 0), -p.durable[k], time.Unix(c.expires, 0)); err != nil {
-				return fmt.Errorf("append clear of counter partition %d: %w", p.id, err)
+			for k, c := range p.clears {
+				if err := add(uint16(p.id), p.epoch, p.next, k.ns, k.gen, k.name, time.Unix(c.minute, 0), -p.durable[k], time.Unix(c.expires, 0)); err != nil {
+					return fmt.Errorf("clear of partition %d: %w", p.id, err)
+				}
 			}
 		}
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert counter deltas: %w", err)
-	}
-	return nil
+		return nil
+	})
 }
 
 // readDurable reads, once per batch, the totals up to the checkpoint of the counters p's batch
@@ -164,23 +151,15 @@ func (s store) readDurable(ctx context.Context, p *partition) error {
 // writeMembers adds the distinct members of parts' batches to their counters' hours. Adding a
 // member again changes nothing, so a replay needs no care.
 func (s store) writeMembers(ctx context.Context, parts []*partition) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO counter_distinct_input (ns, generation, name, hour, member, expires)")
-	if err != nil {
-		return fmt.Errorf("prepare distinct members insert: %w", err)
-	}
-	defer b.Abort()
-	for _, p := range parts {
-		for _, m := range p.members {
-			if err := b.Append(m.ns, m.gen, m.name, time.Unix(m.hour, 0), m.value, time.Unix(m.expires, 0)); err != nil {
-				return fmt.Errorf("append distinct member of counter partition %d: %w", p.id, err)
+	const insert = "INSERT INTO counter_distinct_input (ns, generation, name, hour, member, expires)"
+	return chclient.Insert(ctx, s.conn, "distinct members", insert, func(add func(...any) error) error {
+		for _, p := range parts {
+			for _, m := range p.members {
+				if err := add(m.ns, m.gen, m.name, time.Unix(m.hour, 0), m.value, time.Unix(m.expires, 0)); err != nil {
+					return fmt.Errorf("member of partition %d: %w", p.id, err)
+				}
 			}
 		}
-	}
-	if b.Rows() == 0 {
 		return nil
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert distinct members: %w", err)
-	}
-	return nil
+	})
 }

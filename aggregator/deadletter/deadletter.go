@@ -99,22 +99,21 @@ func (w *Writer) Write(ctx context.Context, conn driver.Conn, letters []Letter) 
 		return err
 	}
 	now := w.now()
-	b, err := conn.PrepareBatch(ctx, "INSERT INTO dead_letters (source, partition, offset, ref, reason, payload, seen_at)")
+	const insert = "INSERT INTO dead_letters (source, partition, offset, ref, reason, payload, seen_at)"
+	err = chclient.Insert(ctx, conn, fmt.Sprintf("%d dead letters", len(letters)), insert, func(add func(...any) error) error {
+		for _, l := range letters {
+			at, ok := first[key{l.Source, l.Partition, l.Offset, l.Ref}]
+			if !ok {
+				at = now
+			}
+			if err := add(l.Source, l.Partition, l.Offset, l.Ref, l.Reason, string(l.Payload[:min(len(l.Payload), MaxPayload)]), at); err != nil {
+				return fmt.Errorf("the letter of %s %d/%d: %w", l.Source, l.Partition, l.Offset, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("prepare dead letter insert: %w", err)
-	}
-	defer b.Abort()
-	for _, l := range letters {
-		at, ok := first[key{l.Source, l.Partition, l.Offset, l.Ref}]
-		if !ok {
-			at = now
-		}
-		if err := b.Append(l.Source, l.Partition, l.Offset, l.Ref, l.Reason, string(l.Payload[:min(len(l.Payload), MaxPayload)]), at); err != nil {
-			return fmt.Errorf("append dead letter of %s %d/%d: %w", l.Source, l.Partition, l.Offset, err)
-		}
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert %d dead letters: %w", len(letters), err)
+		return err
 	}
 	for _, l := range letters {
 		w.written.WithLabelValues(l.Source).Inc()

@@ -7,7 +7,7 @@
 // health for readiness (package writes); and the metrics every stream has, named
 // tally_<stream>_… What differs between streams is a rule set (Rules): how a partition is
 // claimed and loaded, how a record applies to it, and what a flush writes. A new stream is a
-// new rule set; docs/ARCHITECTURE.md shows both of today's.
+// new rule set; docs/ARCHITECTURE.md shows today's three.
 //
 // An Engine is the member.Engine a member.Source drives. Concurrency: every exported method but
 // Held, Holds, CheckClaims, Retry and RetryAt locks the engine's mutex and calls the rule set with

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tallypipeline/tally/aggregator/deadletter"
 	"github.com/tallypipeline/tally/likestate"
+	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/platform/kafka"
 	"github.com/tallypipeline/tally/platform/retry"
 )
@@ -110,20 +111,16 @@ func (l *Loader) insert(ctx context.Context, b likestate.Batch) error {
 	if err := l.dead.Write(ctx, l.conn, letters); err != nil {
 		return err
 	}
-	if len(b.Records) > 0 {
-		ins, err := l.conn.PrepareBatch(ctx, likestate.InsertLikes)
-		if err != nil {
-			return fmt.Errorf("prepare like insert: %w", err)
-		}
-		defer ins.Abort()
+	err := chclient.Insert(ctx, l.conn, fmt.Sprintf("%d like records", len(b.Records)), likestate.InsertLikes, func(add func(...any) error) error {
 		for _, r := range b.Records {
-			if err := likestate.AppendLike(ins, r.Like, r.Partition, r.Offset); err != nil {
-				return fmt.Errorf("append like %s/%s at %d/%d: %w", r.Like.ItemID, r.Like.UserID, r.Partition, r.Offset, err)
+			if err := likestate.AppendLike(add, r.Like, r.Partition, r.Offset); err != nil {
+				return fmt.Errorf("like %s/%s at %d/%d: %w", r.Like.ItemID, r.Like.UserID, r.Partition, r.Offset, err)
 			}
 		}
-		if err := ins.Send(); err != nil {
-			return fmt.Errorf("insert %d like records: %w", len(b.Records), err)
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	l.rows.Add(float64(len(b.Records)))
 	return nil

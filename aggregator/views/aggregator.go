@@ -408,7 +408,7 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 			return err
 		}
 	}
-	if _, err := a.store.repairRollups(ctx, p.id, p.epoch, repair, invalid, horizon); err != nil {
+	if err := a.store.repairRollups(ctx, p.id, p.epoch, repair, invalid, horizon); err != nil {
 		return err
 	}
 	a.m.repairs.Inc()

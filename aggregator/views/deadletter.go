@@ -1,11 +1,8 @@
 package views
 
 import (
-	"context"
 	"fmt"
 	"time"
-
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/tallypipeline/tally/aggregator/deadletter"
 	"github.com/tallypipeline/tally/schemas"
@@ -26,22 +23,6 @@ import (
 // this batch are set aside: one below the deltas checkpoint was set aside when first counted.
 func (p *partition) setAside(offset int64, value []byte, err error) {
 	p.dead = append(p.dead, deadletter.OfRecord(schemas.TopicViews, p.id, offset, nil, value, err))
-}
-
-// writePending writes the dead letters of parts' pending batches and forgets them. It runs
-// before the batches' deltas are written.
-func writePending(ctx context.Context, w *deadletter.Writer, conn driver.Conn, parts []*partition) error {
-	var all []deadletter.Letter
-	for _, p := range parts {
-		all = append(all, p.dead...)
-	}
-	if err := w.Write(ctx, conn, all); err != nil {
-		return err
-	}
-	for _, p := range parts {
-		p.dead = nil
-	}
-	return nil
 }
 
 // The dead_letters sources of stored sketch rows that do not read back, named by their tables.

@@ -133,7 +133,7 @@ func TestPoisonReplaySetsAsideTheSame(t *testing.T) {
 		t.Fatal(err)
 	}
 	processAt(crashed, 4, offsets, values)
-	if err := writePending(ctx, crashed.store.dead, conn, []*partition{heldPart(crashed, 4)}); err != nil {
+	if err := crashed.store.dead.Write(ctx, conn, heldPart(crashed, 4).dead); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()

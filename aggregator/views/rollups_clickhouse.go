@@ -98,8 +98,7 @@ func diffSQL(r rollup, p int32, invalid string, horizon time.Time) string {
 // (one view of an item in the same bucket, lost twice), which a Replicated rollup table on a
 // cluster would otherwise drop as a repeat (writeRollups). A repair needs no deduplication: it
 // compares before it writes.
-func (s *store) repairRollups(ctx context.Context, p int32, epoch uint64, items []string, invalid string, horizon time.Time) (int, error) {
-	fixed := 0
+func (s *store) repairRollups(ctx context.Context, p int32, epoch uint64, items []string, invalid string, horizon time.Time) error {
 	for round := range slices.Chunk(items, chclient.MaxListItems) {
 		for _, r := range rollups() {
 			// In the statement: FitList's settings would replace a token set on ctx.
@@ -108,12 +107,11 @@ func (s *store) repairRollups(ctx context.Context, p int32, epoch uint64, items 
 				WHERE (SELECT count() FROM partition_claims WHERE partition = %[5]d AND epoch > %[6]d) = 0`,
 				r.table, r.column, rand.Text(), diffSQL(r, p, invalid, horizon), p, epoch)
 			if err := s.conn.Exec(chclient.FitList(ctx, round, 2), q, round, round); err != nil {
-				return fixed, fmt.Errorf("repair %s of partition %d: %w", r.table, p, err)
+				return fmt.Errorf("repair %s of partition %d: %w", r.table, p, err)
 			}
 		}
-		fixed += len(round)
 	}
-	return fixed, nil
+	return nil
 }
 
 // rollupDiff is one rollup bucket that differs from the deltas in it.

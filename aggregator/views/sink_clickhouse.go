@@ -108,20 +108,14 @@ func (s *store) writeFoldCheckpoints(ctx context.Context, parts []*partition, no
 }
 
 func (s *store) writeOffsets(ctx context.Context, table, what string, rows []offsetRow, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+table+" (partition, epoch, end_offset, written_at)")
-	if err != nil {
-		return fmt.Errorf("prepare %s insert: %w", what, err)
-	}
-	defer b.Abort()
-	for _, r := range rows {
-		if err := b.Append(uint16(r.partition), r.epoch, r.end, now); err != nil {
-			return fmt.Errorf("append %s of partition %d: %w", what, r.partition, err)
+	return chclient.Insert(ctx, s.conn, what+"s", "INSERT INTO "+table+" (partition, epoch, end_offset, written_at)", func(add func(...any) error) error {
+		for _, r := range rows {
+			if err := add(uint16(r.partition), r.epoch, r.end, now); err != nil {
+				return fmt.Errorf("partition %d: %w", r.partition, err)
+			}
 		}
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert %ss: %w", what, err)
-	}
-	return nil
+		return nil
+	})
 }
 
 // loadDedupe restores into win every view counted in batches up to end that is still held (a
@@ -138,9 +132,6 @@ func (s *store) loadDedupe(ctx context.Context, p int32, end int64, win *dedupe.
 }
 
 func (s *store) writeDedupe(ctx context.Context, parts []*partition) error {
-	if err := writePending(ctx, s.dead, s.conn, parts); err != nil {
-		return err
-	}
 	b := &s.blocks.dedupe
 	b.Lock()
 	defer b.Unlock()
@@ -399,31 +390,23 @@ func (s *store) insertSketchDeltas(ctx context.Context, rows []sketchRow, now ti
 // owner's sketch is stale and stamped later than the new owner's, so it would win every read
 // until the new owner folds that item again.
 func (s *store) writeFolds(ctx context.Context, folds map[*partition][]sketchKey, now time.Time) error {
-	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO unique_viewers_claimed (partition, epoch, item_id, day, sketch, viewers, updated_at)")
-	if err != nil {
-		return fmt.Errorf("prepare sketch insert: %w", err)
-	}
-	defer b.Abort()
-	for p, keys := range folds {
-		for _, k := range keys {
-			sk := p.sketches[k]
-			blob, err := sk.viewers.marshal()
-			if err != nil {
-				return fmt.Errorf("encode sketch of %s: %w", k.item, err)
-			}
-			// A fold writes the sketch's own figure, whether or not an estimate is due.
-			if err := b.Append(uint16(p.id), p.epoch, k.item, dayOf(k), string(blob), sk.estimateNow(now), now); err != nil {
-				return fmt.Errorf("append sketch of %s: %w", k.item, err)
+	const insert = "INSERT INTO unique_viewers_claimed (partition, epoch, item_id, day, sketch, viewers, updated_at)"
+	return chclient.Insert(ctx, s.conn, "sketches", insert, func(add func(...any) error) error {
+		for p, keys := range folds {
+			for _, k := range keys {
+				sk := p.sketches[k]
+				blob, err := sk.viewers.marshal()
+				if err != nil {
+					return fmt.Errorf("encode the sketch of %s: %w", k.item, err)
+				}
+				// A fold writes the sketch's own figure, whether or not an estimate is due.
+				if err := add(uint16(p.id), p.epoch, k.item, dayOf(k), string(blob), sk.estimateNow(now), now); err != nil {
+					return fmt.Errorf("the sketch of %s: %w", k.item, err)
+				}
 			}
 		}
-	}
-	if b.Rows() == 0 {
 		return nil
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert sketches: %w", err)
-	}
-	return nil
+	})
 }
 
 func dayOf(k sketchKey) time.Time { return time.Unix(int64(k.day)*86400, 0).UTC() }

@@ -117,7 +117,7 @@ func repairRecords(ctx context.Context, d Deps, fixes []fix) error {
 			continue
 		}
 		l := schemas.Like{ItemID: f.item, UserID: f.user, Liked: f.rec.liked, TS: f.rec.ts}
-		if err := likestate.AppendLike(b, l, f.partition, f.rec.offset); err != nil {
+		if err := likestate.AppendLike(b.Append, l, f.partition, f.rec.offset); err != nil {
 			return fmt.Errorf("append like record repair of %s/%s: %w", f.item, f.user, err)
 		}
 	}

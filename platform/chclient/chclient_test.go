@@ -484,3 +484,47 @@ func openEngine(tb testing.TB, db string) driver.Conn {
 	tb.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// Insert sends what fill appends as one block, prepares nothing when fill appends nothing (the
+// table need not even exist), and names the rows in an append's error.
+func TestInsert(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openEngine(t, "insert_test")
+	if err := conn.Exec(ctx, "CREATE TABLE rows (n Int64, s String) ENGINE = MergeTree ORDER BY n"); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		insert  string
+		rows    [][]any
+		wantErr string
+		want    uint64 // rows in the table after
+	}{
+		{"rows", "INSERT INTO rows (n, s)", [][]any{{int64(1), "a"}, {int64(2), "b"}, {int64(3), "c"}}, "", 3},
+		{"no rows, no statement", "INSERT INTO no_such_table (n, s)", nil, "", 3},
+		{"a bad row", "INSERT INTO rows (n, s)", [][]any{{int64(4), "d"}, {"not a number", "e"}}, "append test rows: ", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := chclient.Insert(ctx, conn, "test rows", tt.insert, func(add func(...any) error) error {
+				for _, r := range tt.rows {
+					if err := add(r...); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.wantErr)) {
+				t.Fatalf("got error %v; want one starting %q", err, tt.wantErr)
+			}
+			var n uint64
+			if err := conn.QueryRow(ctx, "SELECT count() FROM rows").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != tt.want {
+				t.Errorf("got %d rows; want %d", n, tt.want)
+			}
+		})
+	}
+}
