@@ -13,6 +13,7 @@ import (
 	"github.com/tallypipeline/tally/aggregator/deadletter"
 	"github.com/tallypipeline/tally/aggregator/engine"
 	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/aggregator/flushpace"
 	"github.com/tallypipeline/tally/aggregator/member"
 	"github.com/tallypipeline/tally/schemas"
 )
@@ -49,7 +50,7 @@ type Aggregator struct {
 	now    func() time.Time
 	logger *slog.Logger
 
-	lastRollup time.Time
+	rollupSlot *flushpace.Slot // the flushes that write the rollups
 
 	verdicts      prometheus.Counter
 	zombies       prometheus.Counter
@@ -58,7 +59,7 @@ type Aggregator struct {
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, lastRollup: now(),
+	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, rollupSlot: flushpace.NewSlot(cfg.RollupInterval, now().Add(cfg.RollupInterval)),
 		claims:   fence.Table{Conn: conn, Name: "click_partition_claims", Starts: []string{"start_clicks", "start_verdicts"}, Ends: clickColumns},
 		deltas:   fence.Batches{Conn: conn, Table: "click_deltas", Marker: "ad_id = ''", Ends: clickColumns},
 		dead:     deadletter.New(now, logger, reg, schemas.TopicClicks, schemas.TopicFraudVerdicts),
@@ -158,7 +159,7 @@ func (a *Aggregator) Apply(p *partition, topic string, recs []*kgo.Record) engin
 // refused records aside, resolve the verdicts, write the batch (facts, then the deltas with the
 // checkpoint behind the fence), publish it to the counted topic, then the rollups.
 func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets, error) {
-	withRollups := f.Mode == engine.All || f.Now.Sub(a.lastRollup) >= a.cfg.RollupInterval
+	withRollups := f.Mode == engine.All || a.rollupSlot.Due(f.Now)
 	all := a.Held(f.Only)
 	var parts []*partition
 	for _, p := range all {
@@ -251,7 +252,7 @@ func (a *Aggregator) publishBatch(ctx context.Context, parts []*partition) membe
 // check passed just before) rather than at the next assignment.
 func (a *Aggregator) writeRollups(ctx context.Context, all []*partition, only map[int32]bool, now time.Time) error {
 	if only == nil {
-		a.lastRollup = now
+		a.rollupSlot.Done(now)
 		if err := a.Retry(ctx, "undo zombie batches", func() error { return a.undoZombies(ctx, all) }); err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/tallypipeline/tally/aggregator/deadletter"
 	"github.com/tallypipeline/tally/aggregator/engine"
 	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/aggregator/flushpace"
 	"github.com/tallypipeline/tally/aggregator/member"
 	"github.com/tallypipeline/tally/schemas"
 )
@@ -38,13 +39,13 @@ type Aggregator struct {
 	now    func() time.Time
 	logger *slog.Logger
 
-	lastCheck time.Time
+	checkSlot *flushpace.Slot // the flushes that look for zombies' batches
 	zombies   prometheus.Counter
 }
 
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
-	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, lastCheck: now(),
+	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, checkSlot: flushpace.NewSlot(cfg.CheckInterval, now().Add(cfg.CheckInterval)),
 		claims: fence.Table{Conn: conn, Name: "counter_partition_claims", Starts: []string{"start_offset"}, Ends: []string{"end_offset"}},
 		deltas: fence.Batches{Conn: conn, Table: "counter_deltas", Marker: "ns = ''", Ends: []string{"end_offset"}},
 		dead:   deadletter.New(now, logger, reg, schemas.TopicCounterEvents),
@@ -144,8 +145,8 @@ func (a *Aggregator) Write(ctx context.Context, f engine.Flush) (member.Offsets,
 		p.markFlushed()
 		done[p.id] = p.flushed
 	}
-	if f.Only == nil && f.Now.Sub(a.lastCheck) >= a.cfg.CheckInterval {
-		a.lastCheck = f.Now
+	if f.Only == nil && a.checkSlot.Due(f.Now) {
+		a.checkSlot.Done(f.Now)
 		if err := a.Retry(ctx, "undo zombie counter batches", func() error { return a.undoZombies(ctx, a.Held(nil)) }); err != nil {
 			return nil, err
 		}
