@@ -118,10 +118,11 @@ func (a *Aggregator) planFlush(ef engine.Flush) *flush {
 // writeBatch stores the pending batches: the dead letters of the records they set aside, then
 // dedupe state and batch items, side by side (both are idempotent and neither needs the other,
 // so a crash before the deltas only means they are written again on replay, and one's rows are
-// encoded and sent while the engine stores the other's), then the deltas, which carry the checkpoint. The sketches start last, once the
-// batch is visible in Redis, and are written beside the loop: they are the largest periodic
-// write and no batch should wait for them; a crash before they are stored leaves the sketch
-// checkpoint behind the deltas', and the replay from it goes into the sketches only.
+// encoded and sent while the engine stores the other's), then the deltas, which carry the
+// checkpoint. The sketches start last, once the batch is visible in Redis, and are written
+// beside the loop: they are the largest periodic write and no batch should wait for them; a
+// crash before they are stored leaves the sketch checkpoint behind the deltas', and the replay
+// from it goes into the sketches only.
 func (a *Aggregator) writeBatch(ctx context.Context, f *flush) error {
 	if f.batch() {
 		if err := deadletter.SetAside(ctx, a.store.dead, a.store.conn, a.Retry, f.parts, func(p *partition) *[]deadletter.Letter { return &p.dead }); err != nil {

@@ -12,11 +12,12 @@ import (
 // first row (preparing asks the server for the table's columns), so no rows cost no statement.
 func Insert(ctx context.Context, conn driver.Conn, what, insert string, fill func(add func(columns ...any) error) error) error {
 	var b driver.Batch
+	var prepareErr error
 	add := func(columns ...any) error {
 		if b == nil {
-			var err error
-			if b, err = conn.PrepareBatch(ctx, insert); err != nil {
-				return fmt.Errorf("prepare: %w", err)
+			if b, prepareErr = conn.PrepareBatch(ctx, insert); prepareErr != nil {
+				b = nil
+				return prepareErr
 			}
 		}
 		return b.Append(columns...)
@@ -26,6 +27,8 @@ func Insert(ctx context.Context, conn driver.Conn, what, insert string, fill fun
 		defer b.Abort()
 	}
 	switch {
+	case prepareErr != nil:
+		return fmt.Errorf("prepare the insert of %s: %w", what, prepareErr)
 	case err != nil:
 		return fmt.Errorf("append %s: %w", what, err)
 	case b == nil:
@@ -42,18 +45,17 @@ func Insert(ctx context.Context, conn driver.Conn, what, insert string, fill fun
 // once), each row's columns as values gives them. A failure leaves the blocks sent before it.
 func InsertBlocks[R any](ctx context.Context, conn driver.Conn, insert string, perBlock int, rows []R, values func(R) []any) error {
 	for i := 0; i < len(rows); i += perBlock {
-		b, err := conn.PrepareBatch(ctx, insert)
-		if err != nil {
-			return fmt.Errorf("prepare %s: %w", insert, err)
-		}
-		for _, r := range rows[i:min(i+perBlock, len(rows))] {
-			if err := b.Append(values(r)...); err != nil {
-				b.Abort()
-				return fmt.Errorf("append a row to %s: %w", insert, err)
+		block := rows[i:min(i+perBlock, len(rows))]
+		err := Insert(ctx, conn, "rows of "+insert, insert, func(add func(...any) error) error {
+			for _, r := range block {
+				if err := add(values(r)...); err != nil {
+					return err
+				}
 			}
-		}
-		if err := b.Send(); err != nil {
-			return fmt.Errorf("%s: %w", insert, err)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

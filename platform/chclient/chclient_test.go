@@ -486,7 +486,7 @@ func openEngine(tb testing.TB, db string) driver.Conn {
 }
 
 // Insert sends what fill appends as one block, prepares nothing when fill appends nothing (the
-// table need not even exist), and names the rows in an append's error.
+// table need not even exist), and names the rows in an append's or a prepare's error.
 func TestInsert(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -504,6 +504,7 @@ func TestInsert(t *testing.T) {
 		{"rows", "INSERT INTO rows (n, s)", [][]any{{int64(1), "a"}, {int64(2), "b"}, {int64(3), "c"}}, "", 3},
 		{"no rows, no statement", "INSERT INTO no_such_table (n, s)", nil, "", 3},
 		{"a bad row", "INSERT INTO rows (n, s)", [][]any{{int64(4), "d"}, {"not a number", "e"}}, "append test rows: ", 3},
+		{"no table", "INSERT INTO no_such_table (n, s)", [][]any{{int64(5), "f"}}, "prepare the insert of test rows: ", 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
