@@ -81,8 +81,9 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 
 // Claim claims partition id, undoes batches written by a previous owner after it lost the
 // partition, recomputes the hours the previous owner may not have rolled up, loads the dedupe
-// window and the verdict cache, and says where the partition resumes in each topic when it has
-// a checkpoint.
+// window and the verdict cache, and says where the partition resumes in each topic: at its
+// checkpoint, or without one where its claim starts (fence.Claim.ResumesAtStart), or at its
+// first claim where Kafka's committed offset says.
 func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.Start, error) {
 	t0 := time.Now()
 	var hours []hourKey
@@ -115,6 +116,8 @@ func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.St
 		if p.latest, err = a.store.loadVerdicts(ctx, id, cp.at, nil, cp.watermark-p.hold); err != nil {
 			return nil, engine.Start{}, err
 		}
+	}
+	if cp.found || c.ResumesAtStart() {
 		start.At = map[string]int64{schemas.TopicClicks: cp.at.clicks, schemas.TopicFraudVerdicts: cp.at.verdicts}
 	}
 	a.logger.Info("click partition assigned", "partition", id, "epoch", c.Epoch, "clicks_offset", cp.at.clicks, "verdicts_offset", cp.at.verdicts,

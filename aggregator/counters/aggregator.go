@@ -68,7 +68,9 @@ func NewSource(c member.Config, agg *Aggregator) (*member.Source, error) {
 }
 
 // Claim claims partition id, deletes the batches of owners that lost it written after their
-// claim, and loads the checkpoint and the dedupe state.
+// claim, and loads the checkpoint and the dedupe state. It resumes at the checkpoint, or without
+// one where its claim starts (fence.Claim.ResumesAtStart), or at its first claim where Kafka's
+// committed offset says.
 func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.Start, error) {
 	t0 := time.Now()
 	cp, c, invalid, err := fence.Open(ctx, a.claims, a.deltas, id, a.cfg.Owner, a.now, func(invalid string) (checkpoint, []int64, error) {
@@ -85,6 +87,8 @@ func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.St
 		if err := a.store.loadDedupe(ctx, p, cp); err != nil {
 			return nil, engine.Start{}, err
 		}
+	}
+	if cp.found || c.ResumesAtStart() {
 		start.At = map[string]int64{schemas.TopicCounterEvents: cp.end}
 	}
 	a.logger.Info("counter partition assigned", "partition", id, "epoch", c.Epoch, "checkpoint", cp.end, "found", cp.found,

@@ -30,6 +30,15 @@ type Claim struct {
 	Owner string
 }
 
+// ResumesAtStart reports whether the claim's owner must resume at its Start even where it found
+// no checkpoint: whenever it is not the partition's first claim. Its start makes every earlier
+// epoch's batch ending beyond it invalid, including batches that landed after its checkpoint
+// read, whose owners may have committed their ends to Kafka since: resuming at Kafka's
+// committed offset would leave the records below it counted by nobody. Only a first claim has
+// no earlier batch to invalidate, and resumes where Kafka's committed offset (or the log's
+// start) says.
+func (c Claim) ResumesAtStart() bool { return c.Epoch > 1 }
+
 // Fence is the rule over one partition's claims.
 type Fence struct {
 	columns []string

@@ -156,7 +156,8 @@ func (a *Aggregator) SetPartitions(n int) { a.partitions.Store(int32(n)) }
 // Claim claims partition id, loads its state, repairs what the previous owner may have left
 // half written, and, when it has a checkpoint in ClickHouse, says where it resumes: the lower of
 // its deltas and sketch checkpoints, and how far it has counted (the higher). A partition
-// without one resumes where Kafka's committed offset says.
+// without one resumes where its claim starts (fence.Claim.ResumesAtStart), or, at its first
+// claim, where Kafka's committed offset says.
 //
 // The claims are read first, the checkpoint from the batches their fence leaves valid, and the
 // claim is recorded unless another claimant took its epoch meanwhile (fence.Table.Acquire).
@@ -194,13 +195,16 @@ func (a *Aggregator) Claim(ctx context.Context, id int32) (*partition, engine.St
 	}
 	pairs := 0
 	var at engine.Start
-	if cp.found {
+	switch {
+	case cp.found:
 		p.win.Restore(cp.watermark)
 		if pairs, err = a.store.loadDedupe(ctx, id, cp.end, p.win); err != nil {
 			return nil, engine.Start{}, err
 		}
 		at.At = map[string]int64{schemas.TopicViews: p.next}
 		at.Counted = map[string]int64{schemas.TopicViews: max(p.flushed, p.sketched)}
+	case c.ResumesAtStart():
+		at.At = map[string]int64{schemas.TopicViews: start}
 	}
 	p.lastEvict = a.now()
 	a.logger.Info("partition assigned", "partition", id, "epoch", c.Epoch, "checkpoint", cp.end, "sketch_checkpoint", cp.sketched,
@@ -314,8 +318,8 @@ func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence.Fence, cp c
 // take their views out of the rollups. So when some batch is proven written (a claim started
 // after it, a sketch checkpoint passed it, or a later batch of its epoch exists), the start is
 // the highest end offset batch_items lists: every batch listed before the claim stays valid, and
-// those whose deltas are gone are found lost (lostBatches) rather than undone. Consumption still
-// resumes at Kafka's committed offset, as for any partition without a checkpoint.
+// those whose deltas are gone are found lost (lostBatches) rather than undone. Consumption
+// resumes at that start: records beyond it are in no valid batch.
 func (a *Aggregator) claimStart(ctx context.Context, id int32, f fence.Fence, cp checkpoint) (int64, error) {
 	if cp.found {
 		return cp.end, nil
@@ -332,7 +336,7 @@ func (a *Aggregator) claimStart(ctx context.Context, id int32, f fence.Fence, cp
 		return cp.end, nil // a new partition, or one whose first batch never reached view_deltas
 	}
 	start := max(proven, itemsEnd)
-	a.logger.Warn("view_deltas holds no checkpoint of the partition, yet batches were written before (the table dropped or truncated, or an idle partition's markers expired): resuming at kafka's committed offset, and the batches listed before count as valid",
+	a.logger.Warn("view_deltas holds no checkpoint of the partition, yet batches were written before (the table dropped or truncated, or an idle partition's markers expired): resuming after the last batch listed, and the batches listed before count as valid",
 		"partition", id, "proven_written_to", proven, "claim_start", start)
 	return start, nil
 }

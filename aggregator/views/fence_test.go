@@ -83,6 +83,48 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 	checkRollups(t, ctx, conn, otherItem, 25)
 }
 
+// A claim that finds no checkpoint because the previous owner's first batch lands just after the
+// claim's read starts at 0: that batch ends beyond the start, is invalid and undone, so the new
+// owner must replay from 0, never from where the previous owner's commit to Kafka put the
+// group's offset (the views in between would be counted by nobody).
+func TestClaimWithoutCheckpointReplaysFromItsStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_claim_no_checkpoint_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 2 * time.Second,
+		MaxBatch: 1000, SketchIdle: time.Minute}
+	withOwner := func(owner string) Config { c := cfg; c.Owner = owner; return c }
+	const part, item = int32(32), "no-checkpoint"
+
+	zombie := New(withOwner("zombie"), conn, now, infra.Logger, prometheus.NewRegistry())
+	if resume, err := assignViews(zombie, ctx, []int32{part}); err != nil || len(resume) != 0 {
+		t.Fatalf("first claim: got resume %v, %v; want none (kafka's committed offset)", resume, err)
+	}
+	processViews(zombie, part, item, 0, 40, clock) // its first batch's statement is under way
+
+	next := New(withOwner("next"), conn, now, infra.Logger, prometheus.NewRegistry())
+	resume, err := assignViews(next, ctx, []int32{part})
+	if off, ok := resume[part]; err != nil || !ok || off != 0 {
+		t.Fatalf("second claim without a checkpoint: got resume %v, %v; want partition %d at 0", resume, err, part)
+	}
+	zp := []*partition{heldPart(zombie, part)} // the zombie's batch commits after the claim
+	if err := zombie.store.writeBatchItems(ctx, zp, clock); err != nil {
+		t.Fatal(err)
+	}
+	if err := zombie.store.writeDeltasInto(ctx, "view_deltas", zp, clock); err != nil {
+		t.Fatal(err)
+	}
+	processViews(next, part, item, 0, 55, clock)
+	clock = clock.Add(cfg.SketchInterval) // the new owner finds the zombie's batch and undoes it
+	if _, err := flushViews(next, ctx); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, next)
+	checkRollups(t, ctx, conn, item, 55)
+}
+
 // rollupTotals returns item -> total per rollup table, and the deltas' total.
 func rollupTotals(t *testing.T, ctx context.Context, conn driver.Conn, item string) map[string]int64 {
 	t.Helper()
