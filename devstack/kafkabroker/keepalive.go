@@ -21,20 +21,30 @@ import (
 // member is heard again (it syncs, joins again or leaves). A heartbeat of a generation that has
 // ended (the join phase completed) is refused and ends the keeping.
 //
-// A member whose process is gone (no connection open from the client address kfake describes
-// it with, connSet) is not kept: kfake's session timer removes it. One that dies while kept ends
-// up in the next generation, where kfake starts no session timer for it (its answer found the
-// connection closed); so the reaper's own heartbeats do not count as hearing from it, and a
-// member kept and not heard from since is removed after one session timeout of silence, not
-// two (reaper.go).
+// Members waiting in SyncGroup, for a leader that may be gone: kfake removing such a member on
+// its session timer drops its SyncGroup unanswered and counts its pending request as a join
+// (group.removeMember), so the next round cannot complete when every member has joined: it ends
+// only at its rebalance timeout, which each join restarts, and the members' JoinGroups time out
+// in turn (a handover of over a minute, the e2e handover test's failure). A Kafka coordinator
+// answers them when the leader's session expires. So the reaper keeps a member waiting in
+// SyncGroup alive while its group completes that generation's rebalance (kfake.GroupInfo): a
+// dead leader is removed on its own timer, and the waiting members are told to join again.
+//
+// A member whose process is gone (gone) is not kept: kfake's session timer removes it. One that
+// dies while kept ends up in the next generation, where kfake starts no session timer for it
+// (its answer found the connection closed); so the reaper's own heartbeats do not count as
+// hearing from it, and a member kept and not heard from since is removed after one session
+// timeout of silence, not two (reaper.go).
 
-// joinWait is a member waiting in JoinGroup that the reaper keeps alive.
+// joinWait is a member waiting in JoinGroup, or in SyncGroup (sync), that the reaper keeps alive.
 type joinWait struct {
-	instance *string
-	gen      int32
-	every    time.Duration // between heartbeats
-	next     time.Time     // the next heartbeat
-	until    time.Time     // the member's rebalance timeout after its JoinGroup
+	instance  *string
+	gen       int32
+	sync      bool
+	every     time.Duration // between heartbeats
+	next      time.Time     // the next heartbeat
+	until     time.Time     // the member's rebalance timeout after its request
+	rebalance time.Duration // the member's rebalance timeout, bounded by maxSessionTimeout
 }
 
 // keepEvery is how often the reaper looks for heartbeats due; kfake's shortest session timeout
@@ -49,39 +59,39 @@ func (r *reaper) noteJoin(k memberKey, q *kmsg.JoinGroupRequest, now time.Time) 
 		return
 	}
 	session := time.Duration(q.SessionTimeoutMillis) * time.Millisecond
-	rebalance := time.Duration(q.RebalanceTimeoutMillis) * time.Millisecond
+	rebalance := min(time.Duration(q.RebalanceTimeoutMillis)*time.Millisecond, maxSessionTimeout)
 	if rebalance <= 0 {
-		rebalance = session
+		rebalance = min(session, maxSessionTimeout)
 	}
 	every := max(session/3, keepEvery)
-	r.joining[k] = joinWait{instance: q.InstanceID, gen: gen, every: every, next: now.Add(every), until: now.Add(min(rebalance, maxSessionTimeout))}
+	r.joining[k] = joinWait{instance: q.InstanceID, gen: gen, every: every, next: now.Add(every), until: now.Add(rebalance), rebalance: rebalance}
 }
 
-// noteSync records the generation member k synced in and ends its keeping: its join was
-// answered. Called with r.mu held.
-func (r *reaper) noteSync(k memberKey, gen int32) {
-	r.gen[k] = gen
-	delete(r.joining, k)
-}
-
-// keepAlive sends the heartbeats due for members waiting in JoinGroup.
-func (r *reaper) keepAlive(ctx context.Context, cl *kgo.Client, now time.Time) {
-	r.mu.Lock()
-	var due []memberKey
-	var waits []joinWait
-	for k, w := range r.joining {
-		host, described := r.hosts[k]
-		switch {
-		case now.After(w.until), described && !r.conns.has(host): // waited its rebalance timeout, or its process is gone
-			r.endKeeping(k, now)
-		case !now.Before(w.next):
-			w.next = now.Add(w.every)
-			r.joining[k] = w
-			due, waits = append(due, k), append(waits, w)
-		}
+// noteSync records the generation member k syncs in, and keeps it alive while its SyncGroup
+// waits, at the pace and for at most the rebalance timeout of its JoinGroup's keeping (a member
+// not kept in JoinGroup: at a third of its group's session timeout). Called with r.mu held.
+func (r *reaper) noteSync(k memberKey, q *kmsg.SyncGroupRequest, now time.Time) {
+	r.gen[k] = q.Generation
+	w, ok := r.joining[k]
+	if !ok {
+		every := max(r.sessionOf(k.group)/3, keepEvery)
+		w = joinWait{instance: q.InstanceID, every: every, rebalance: maxSessionTimeout}
 	}
-	r.mu.Unlock()
+	w.gen, w.sync = q.Generation, true
+	w.next, w.until = now.Add(w.every), now.Add(w.rebalance)
+	r.joining[k] = w
+}
+
+// keepAlive sends the heartbeats due for members waiting in JoinGroup or SyncGroup.
+func (r *reaper) keepAlive(ctx context.Context, cl *kgo.Client, now time.Time) {
+	due, waits := r.dueBeats(now)
 	for i, k := range due {
+		if waits[i].sync && !r.completing(k.group, waits[i].gen) {
+			r.mu.Lock()
+			r.endKeeping(k, now) // answered: the leader synced, or the round started over
+			r.mu.Unlock()
+			continue
+		}
 		req := kmsg.NewPtrHeartbeatRequest()
 		req.Group, req.MemberID, req.Generation, req.InstanceID = k.group, k.member, waits[i].gen, waits[i].instance
 		r.mu.Lock()
@@ -103,6 +113,33 @@ func (r *reaper) keepAlive(ctx context.Context, cl *kgo.Client, now time.Time) {
 			r.mu.Unlock()
 		}
 	}
+}
+
+// dueBeats ends the keeping of the members whose wait is over or whose process is gone, and
+// returns those whose heartbeat is due, with their waits.
+func (r *reaper) dueBeats(now time.Time) ([]memberKey, []joinWait) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var due []memberKey
+	var waits []joinWait
+	for k, w := range r.joining {
+		switch {
+		case now.After(w.until), r.gone(k): // waited its rebalance timeout, or its process is gone
+			r.endKeeping(k, now)
+		case !now.Before(w.next):
+			w.next = now.Add(w.every)
+			r.joining[k] = w
+			due, waits = append(due, k), append(waits, w)
+		}
+	}
+	return due, waits
+}
+
+// completing says whether group is completing the rebalance of generation gen: its members
+// wait in SyncGroup for the leader's.
+func (r *reaper) completing(group string, gen int32) bool {
+	g := r.groupInfo(group)
+	return g != nil && g.State == "CompletingRebalance" && g.Epoch == gen
 }
 
 // endKeeping stops keeping member k alive. A kept member's silence counts from here, as a Kafka

@@ -2,6 +2,8 @@ package kafkabroker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -17,24 +19,87 @@ import (
 // heartbeats without rejoining, as a member still finishing its batch does. X's session (1 s)
 // is far shorter than the rebalance timeout (4 s) the round waits for Y: X must stay in the
 // group and get its answer when the round ends, as from a Kafka coordinator, not be dropped by
-// its session timer with its JoinGroup never answered.
+// its session timer with its JoinGroup never answered. Also after X's client closed the idle
+// connection of its first JoinGroup (franz-go reaps idle connections), the address kfake
+// describes X with: X, alive, joins on a new connection and is no member whose process is gone.
 func TestMemberWaitingInJoinIsAnswered(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   []kgo.Opt
+		steady time.Duration // before X joins again
+	}{
+		{"on its first connection", nil, 300 * time.Millisecond},
+		// A sweep describes X meanwhile; heartbeats every 250 ms keep their own connection open.
+		{"on a new connection", []kgo.Opt{kgo.ConnIdleTimeout(500 * time.Millisecond)}, 2500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			x, y := twoMembers(ctx, t, tc.opts...)
+			stopX := x.beat(ctx, 2)
+			defer y.beat(ctx, 2)() // Y heartbeats and never rejoins
+			time.Sleep(tc.steady)
+			stopX() // X joins again, with new metadata
+			joinCtx, joinCancel := context.WithTimeout(ctx, 9*time.Second)
+			defer joinCancel()
+			start := time.Now()
+			resp, err := x.join(joinCtx, "v2")
+			if err != nil {
+				t.Fatalf("X's JoinGroup after %v: %v; want an answer when the round ends (about 4 s)", time.Since(start).Round(time.Millisecond), err)
+			}
+			if resp.Generation != 3 || resp.MemberID != x.id {
+				t.Fatalf("got generation %d for member %s; want 3 for %s", resp.Generation, resp.MemberID, x.id)
+			}
+		})
+	}
+}
+
+// TestMemberWaitingInSyncOutlivesADeadLeader has X, the leader, die after the round's answer and
+// before its SyncGroup, having heartbeat since, so that Y, waiting in SyncGroup for X's
+// assignment, has the older session timer. Y must stay in the group and be told to join again
+// once X's session ends, then complete a round alone at once, as with a Kafka coordinator;
+// kfake alone drops Y first, its SyncGroup unanswered, and miscounts the next round's joins.
+func TestMemberWaitingInSyncOutlivesADeadLeader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	x, y := twoMembers(ctx, t)
-	stopX := x.beat(ctx, 2)
-	defer y.beat(ctx, 2)() // Y heartbeats and never rejoins
+	stopX, stopY := x.beat(ctx, 2), y.beat(ctx, 2)
 	time.Sleep(300 * time.Millisecond)
-	stopX() // X joins again, with new metadata
-	joinCtx, joinCancel := context.WithTimeout(ctx, 9*time.Second)
-	defer joinCancel()
-	start := time.Now()
-	resp, err := x.join(joinCtx, "v2")
+	stopX()
+	joinedX := make(chan *kmsg.JoinGroupResponse, 1)
+	go func() {
+		resp, err := x.join(ctx, "v2")
+		if err != nil {
+			t.Errorf("X joining again: %v", err)
+		}
+		joinedX <- resp
+	}()
+	time.Sleep(300 * time.Millisecond) // Y's heartbeats learn of the round
+	stopY()
+	respY, err := y.join(ctx, "v1")
 	if err != nil {
-		t.Fatalf("X's JoinGroup after %v: %v; want an answer when the round ends (about 4 s)", time.Since(start).Round(time.Millisecond), err)
+		t.Fatalf("Y joining again: %v", err)
 	}
-	if resp.Generation != 3 || resp.MemberID != x.id {
-		t.Fatalf("got generation %d for member %s; want 3 for %s", resp.Generation, resp.MemberID, x.id)
+	respX := <-joinedX
+	if respX == nil || respY.Generation != 3 || respY.LeaderID != x.id {
+		t.Fatalf("got generation %d led by %s; want 3 led by X (%s)", respY.Generation, respY.LeaderID, x.id)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stopX = x.beat(ctx, 3) // X's session timer restarts after Y's
+	time.Sleep(300 * time.Millisecond)
+	stopX()
+	x.cl.Close() // the leader dies before its SyncGroup
+
+	syncCtx, syncCancel := context.WithTimeout(ctx, 5*time.Second)
+	defer syncCancel()
+	start := time.Now()
+	if err := y.sync(syncCtx, 3); !errors.Is(err, kerr.RebalanceInProgress) {
+		t.Fatalf("Y's SyncGroup after %v: %v; want REBALANCE_IN_PROGRESS once X's 1 s session ends", time.Since(start).Round(time.Millisecond), err)
+	}
+	joinCtx, joinCancel := context.WithTimeout(ctx, 2*time.Second)
+	defer joinCancel()
+	if resp, err := y.join(joinCtx, "v1"); err != nil || resp.Generation != 4 {
+		t.Fatalf("Y joining alone: got %v, %v; want generation 4 at once", resp, err)
 	}
 }
 
@@ -73,7 +138,7 @@ func TestDeadMemberWaitingInJoinIsNotKept(t *testing.T) {
 // twoMembers starts a broker and forms group "g" of two raw members, X and Y, stable in
 // generation 2, each on a connection of its own (kfake answers a connection's requests in
 // order).
-func twoMembers(ctx context.Context, t *testing.T) (x, y *rawMember) {
+func twoMembers(ctx context.Context, t *testing.T, opts ...kgo.Opt) (x, y *rawMember) {
 	t.Helper()
 	k, err := Start(Options{Dir: t.TempDir(), Addr: "127.0.0.1:0"})
 	if err != nil {
@@ -82,13 +147,15 @@ func twoMembers(ctx context.Context, t *testing.T) (x, y *rawMember) {
 	t.Cleanup(k.Close)
 	x, y = &rawMember{group: "g"}, &rawMember{group: "g"}
 	for _, m := range []*rawMember{x, y} {
-		if m.cl, err = kgo.NewClient(kgo.SeedBrokers(k.Addrs()...)); err != nil {
+		if m.cl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.Addrs()...)}, opts...)...); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(m.cl.Close)
 	}
 	x.joinNew(ctx, t)
-	x.sync(ctx, t, 1, x.id)
+	if err := x.sync(ctx, 1, x.id); err != nil {
+		t.Fatal(err)
+	}
 	stopX := x.beat(ctx, 1) // as a client's heartbeat loop, at a quarter of the session
 	joinedY := make(chan struct{})
 	go func() { defer close(joinedY); y.joinNew(ctx, t) }()
@@ -100,7 +167,11 @@ func twoMembers(ctx context.Context, t *testing.T) (x, y *rawMember) {
 	<-joinedY
 	var syncs sync.WaitGroup // the leader's, whichever it is, answers both
 	for _, m := range []*rawMember{x, y} {
-		syncs.Go(func() { m.sync(ctx, t, 2, x.id, y.id) })
+		syncs.Go(func() {
+			if err := m.sync(ctx, 2, x.id, y.id); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 	syncs.Wait()
 	return x, y
@@ -144,7 +215,7 @@ func (m *rawMember) joinNew(ctx context.Context, t *testing.T) {
 
 // sync syncs in generation gen, passing every member's (empty) assignment, which the broker
 // takes from the leader alone.
-func (m *rawMember) sync(ctx context.Context, t *testing.T, gen int32, members ...string) {
+func (m *rawMember) sync(ctx context.Context, gen int32, members ...string) error {
 	req := kmsg.NewPtrSyncGroupRequest()
 	req.Group, req.MemberID, req.Generation = m.group, m.id, gen
 	req.ProtocolType, req.Protocol = kmsg.StringPtr("consumer"), kmsg.StringPtr("range")
@@ -158,8 +229,9 @@ func (m *rawMember) sync(ctx context.Context, t *testing.T, gen int32, members .
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
 	if err != nil {
-		t.Errorf("sync %s in generation %d: %v", m.id, gen, err)
+		return fmt.Errorf("sync %s in generation %d: %w", m.id, gen, err)
 	}
+	return nil
 }
 
 // beat heartbeats in generation gen every 250 ms until the returned function is called.

@@ -48,7 +48,9 @@ type reaper struct {
 	kept    map[memberKey]bool       // members kept alive, not heard from since
 	hosts   map[memberKey]string     // each member's client address, as last described
 	conns   *connSet                 // the client addresses connected
-	logger  *slog.Logger
+	// groupInfo is kfake's view of a group (nil if it has none); called without mu held.
+	groupInfo func(group string) *kfake.GroupInfo
+	logger    *slog.Logger
 }
 
 type memberKey struct{ group, member string }
@@ -63,7 +65,7 @@ const (
 func newReaper(c *kfake.Cluster, conns *connSet, logger *slog.Logger) *reaper {
 	r := &reaper{heard: map[memberKey]time.Time{}, session: map[string]time.Duration{}, gen: map[memberKey]int32{},
 		joining: map[memberKey]joinWait{}, beating: map[memberKey]int{}, kept: map[memberKey]bool{},
-		hosts: map[memberKey]string{}, conns: conns, logger: logger}
+		hosts: map[memberKey]string{}, conns: conns, groupInfo: c.GroupInfo, logger: logger}
 	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.LeaveGroup} {
 		c.ControlKey(int16(k), r.observe)
 	}
@@ -86,7 +88,7 @@ func (r *reaper) observe(req kmsg.Request) (kmsg.Response, error, bool) {
 	case *kmsg.SyncGroupRequest:
 		r.heard[memberKey{q.Group, q.MemberID}] = now
 		delete(r.kept, memberKey{q.Group, q.MemberID})
-		r.noteSync(memberKey{q.Group, q.MemberID}, q.Generation)
+		r.noteSync(memberKey{q.Group, q.MemberID}, q, now)
 	case *kmsg.HeartbeatRequest:
 		k := memberKey{q.Group, q.MemberID}
 		if r.beating[k] == 0 { // not the reaper's own, for a member waiting in JoinGroup
@@ -151,21 +153,43 @@ func (r *reaper) sweep(ctx context.Context, adm *kadm.Client, cl *kgo.Client) {
 	r.forget(groups)
 }
 
-// goneIdle says whether member's process is gone (no connection from its client address) and
-// it is not waiting in JoinGroup as the reaper knows it.
+// goneIdle says whether member's process is gone and it is not waiting in JoinGroup or
+// SyncGroup as the reaper knows it.
 func (r *reaper) goneIdle(group, member string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := memberKey{group, member}
+	_, waiting := r.joining[k]
+	return !waiting && r.gone(k)
+}
+
+// gone says whether member k's process is gone: no connection is open from the client address
+// kfake describes it with, and that address's last one closed after the last request naming the
+// member. kfake describes a member by the connection of its first JoinGroup, which its client
+// closes when idle (franz-go: after 30 s) and replaces: a member heard from since is alive on
+// other connections. Called with r.mu held.
+func (r *reaper) gone(k memberKey) bool {
 	host, described := r.hosts[k]
-	_, joining := r.joining[k]
-	return described && !joining && !r.conns.has(host)
+	if !described {
+		return false
+	}
+	at, closed := r.conns.closedAt(host)
+	return closed && !at.Before(r.heard[k])
+}
+
+// sessionOf is the session timeout the silence of group's members is measured against.
+// Called with r.mu held.
+func (r *reaper) sessionOf(group string) time.Duration {
+	if s := r.session[group]; s > 0 {
+		return s
+	}
+	return defaultSession
 }
 
 // silence is how long member has been silent past twice its group's session timeout, or once
 // for a member kept alive while it waited in JoinGroup and not heard from since, or whose
-// process is gone (no connection from its client address: a member killed while its JoinGroup
-// waited comes into the next generation without a session timer), or 0.
+// process is gone (a member killed while its JoinGroup waited comes into the next generation
+// without a session timer), or 0.
 func (r *reaper) silence(group, member string, now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -181,11 +205,8 @@ func (r *reaper) silence(group, member string, now time.Time) time.Duration {
 		}
 		r.heard[k] = last
 	}
-	limit := r.session[group]
-	if limit == 0 {
-		limit = defaultSession
-	}
-	if r.kept[k] || (described && !r.conns.has(host)) { // kfake may have no timer left for it
+	limit := r.sessionOf(group)
+	if r.kept[k] || r.gone(k) { // kfake may have no timer left for it
 		limit /= 2
 	}
 	if d := now.Sub(last); d > 2*limit {
