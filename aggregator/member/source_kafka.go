@@ -97,7 +97,7 @@ type Source struct {
 	// on, because the group may call back before Start.
 	running context.Context
 	cancel  context.CancelFunc
-	stop    *Stop
+	stop    *stopping
 	// clientSet is closed once cl is set: the group can assign partitions, and so call
 	// adjustOffsets, which reads cl, before kgo.NewClient has returned it.
 	clientSet chan struct{}
@@ -111,7 +111,7 @@ type Source struct {
 func NewSource(c Config, engine Engine) (*Source, error) {
 	s := &Source{c: c, engine: engine, logger: c.Logger.With("stream", c.Stream), clientSet: make(chan struct{})}
 	s.running, s.cancel = context.WithCancel(context.Background())
-	s.stop = New()
+	s.stop = newStopping()
 	if err := s.halts.init(prometheus.WrapRegistererWith(prometheus.Labels{"stream": c.Stream}, c.Registry)); err != nil {
 		return nil, fmt.Errorf("create %s consumer: %w", c.Stream, err)
 	}
@@ -157,15 +157,29 @@ func (s *Source) Start() {
 }
 
 // Stop ends consumption and leaves the group at once, so that the group hands its partitions
-// on and none comes in; the leave's revoke writes the batches held and commits. It gives up
-// when ctx ends: what was not written, the next owner replays from the ClickHouse checkpoints.
+// on and none comes in; the leave's revoke writes the batches held and commits. What the leave
+// did not write (it was cut short) is written once more, a static member leaves by instance id
+// (the client's own leave does not), and the client closes. It gives up when ctx ends: what was
+// not written, the next owner replays from the ClickHouse checkpoints.
 func (s *Source) Stop(ctx context.Context) error {
-	return s.stop.Leave(ctx, s.cl, s.c.Group.Name, EndLoop(s.cancel, s.done, &s.err), func(ctx context.Context) error {
-		done, err := s.engine.FlushAll(ctx)
-		s.commit(ctx, done)
-		kafka.LeaveStatic(ctx, s.cl, s.logger)
-		return err
-	})
+	s.stop.leaving.Store(true)
+	defer context.AfterFunc(ctx, s.stop.endLive)()
+	s.cancel()
+	<-s.done
+	loopErr := s.err
+	if errors.Is(loopErr, context.Canceled) {
+		loopErr = nil
+	}
+	leaveErr := s.cl.LeaveGroupContext(ctx)
+	if leaveErr != nil {
+		leaveErr = fmt.Errorf("leave group %s: %w", s.c.Group.Name, leaveErr)
+	}
+	done, lastErr := s.engine.FlushAll(ctx)
+	s.commit(ctx, done)
+	kafka.LeaveStatic(ctx, s.cl, s.logger)
+	s.stop.endLive()
+	s.cl.Close()
+	return errors.Join(loopErr, leaveErr, lastErr)
 }
 
 // Done is closed when the loop ends, on Stop or on its own (a write that could not finish).
@@ -276,9 +290,9 @@ func epochOffsets(o Offsets) map[string]map[int32]kgo.EpochOffset {
 // it has the engine claim them and load their state, checks each checkpoint against its log,
 // and resumes at the checkpoint, or halts the partition.
 func (s *Source) adjustOffsets(ctx context.Context, fetch map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	ctx, cancel := s.stop.Until(ctx)
+	ctx, cancel := s.stop.until(ctx)
 	defer cancel()
-	if err := s.stop.Refuse(); err != nil {
+	if err := s.stop.refuse(); err != nil {
 		return nil, fmt.Errorf("load %s partition state: %w", s.c.Stream, err)
 	}
 	select {
@@ -339,7 +353,7 @@ func partitionIDs[C any](m map[string]C, ids func(C) iter.Seq[int32]) []int32 {
 }
 
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	ctx, cancel := s.stop.Until(ctx)
+	ctx, cancel := s.stop.until(ctx)
 	defer cancel()
 	s.unhalt(revoked)
 	done, err := s.engine.Revoke(ctx, partitionIDs(revoked, slices.Values))

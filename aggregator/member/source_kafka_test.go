@@ -44,7 +44,7 @@ func TestAdjustOffsetsWaitsForTheClient(t *testing.T) {
 	sized := make(chan int, 1)
 	eng := assigned{ids: make(chan []int32, 1)}
 	s := &Source{c: Config{Stream: "test", Topics: []string{topic}, Partitions: func(n int) { sized <- n }}, engine: eng,
-		logger: infra.Logger, clientSet: make(chan struct{}), stop: New()}
+		logger: infra.Logger, clientSet: make(chan struct{}), stop: newStopping()}
 	if err := s.halts.init(prometheus.NewRegistry()); err != nil {
 		t.Fatal(err)
 	}
