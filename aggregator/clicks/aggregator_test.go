@@ -494,6 +494,26 @@ func TestZombieBatchIsUndone(t *testing.T) {
 	}
 }
 
+// A partition's first claim resumes where Kafka's committed offsets say; a later claim that
+// finds no checkpoint resumes at its start in both topics, 0: the first owner's batch, landing
+// after the claim's read, is undone, and the first owner's commit to Kafka may be past it.
+func TestClaimWithoutCheckpointResumesAtItsStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "clicks_no_checkpoint")
+	now := func() time.Time { return base.Add(time.Hour) }
+	r, err := New(testCfg, conn, now, infra.Logger, prometheus.NewRegistry()).Assign(ctx, []int32{2})
+	if err != nil || len(r.At) != 0 {
+		t.Fatalf("first claim: got resume %v, %v; want none (kafka's committed offsets)", r.At, err)
+	}
+	r, err = New(testCfg, conn, now, infra.Logger, prometheus.NewRegistry()).Assign(ctx, []int32{2})
+	for _, topic := range []string{schemas.TopicClicks, schemas.TopicFraudVerdicts} {
+		if at, ok := r.At[topic][2]; err != nil || !ok || at != 0 {
+			t.Errorf("second claim without a checkpoint: got %s resuming at %d (%v), %v; want 0", topic, at, ok, err)
+		}
+	}
+}
+
 // resumeAt is where partition id resumes in both topics, as Assign said.
 func resumeAt(r member.Resume, id int32) offsets {
 	return offsets{clicks: r.At[schemas.TopicClicks][id], verdicts: r.At[schemas.TopicFraudVerdicts][id]}

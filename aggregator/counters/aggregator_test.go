@@ -187,6 +187,27 @@ func TestCountsExactThroughCrashes(t *testing.T) {
 	}
 }
 
+// A partition's first claim resumes where Kafka's committed offset says; a later claim that
+// finds no checkpoint (the first owner's batch had not landed when it read: beyond the claim's
+// start, that batch is undone) resumes at its start, 0, never where the first owner's commit to
+// Kafka may have moved the group's offset since.
+func TestClaimWithoutCheckpointResumesAtItsStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "counters_no_checkpoint_test")
+	log, _ := logOf(rand.New(rand.NewPCG(5, 5)), 60)
+	first := newAgg(conn)
+	r, err := first.Assign(ctx, []int32{4})
+	if at, ok := r.At[schemas.TopicCounterEvents][4]; err != nil || ok {
+		t.Fatalf("first claim: got resume at %d (%v), %v; want none (kafka's committed offset)", at, ok, err)
+	}
+	first.Process(schemas.TopicCounterEvents, 4, records(0, log))
+	r, err = newAgg(conn).Assign(ctx, []int32{4})
+	if at, ok := r.At[schemas.TopicCounterEvents][4]; err != nil || !ok || at != 0 {
+		t.Fatalf("second claim without a checkpoint: got resume at %d (%v), %v; want 0", at, ok, err)
+	}
+}
+
 // A displaced owner (a zombie that stalled past the session timeout) cannot add its batch: the
 // new owner's claim fences it, and its rows never reach counter_deltas; the new owner counts the
 // same records once.
