@@ -47,9 +47,9 @@ type Partition interface {
 	Batched() int
 }
 
-// Start is where a claimed partition resumes, per topic: At nil means it has no checkpoint (it
-// resumes at Kafka's committed offset); Counted, where set, is how far it has counted beyond At
-// (member.Resume).
+// Start is where a claimed partition resumes, per topic: At nil only at the partition's first
+// claim without a checkpoint (it resumes at Kafka's committed offset; fence.Claim.ResumesAtStart);
+// Counted, where set, is how far it has counted beyond At (member.Resume).
 type Start struct {
 	At, Counted map[string]int64
 }

@@ -25,8 +25,8 @@ type Offsets map[string]map[int32]int64
 
 // Resume is where assigned partitions resume (At), and the highest offset each has counted up
 // to (Counted, where it differs from At: an engine whose writes lag one another replays from the
-// lowest checkpoint). Partitions without a checkpoint are absent: they resume where Kafka's
-// committed offset says.
+// lowest checkpoint). A partition absent from At (claimed for the first time, without a
+// checkpoint) resumes where Kafka's committed offset says.
 type Resume struct {
 	At, Counted Offsets
 }

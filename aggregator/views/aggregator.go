@@ -316,15 +316,17 @@ func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence.Fence, cp c
 // to the deltas and whose deltas it deletes. When batches were written before and their markers
 // are gone (view_deltas dropped or truncated; an idle partition's markers expired), that would
 // take their views out of the rollups. So when some batch is proven written (a claim started
-// after it, a sketch checkpoint passed it, or a later batch of its epoch exists), the start is
-// the highest end offset batch_items lists: every batch listed before the claim stays valid, and
-// those whose deltas are gone are found lost (lostBatches) rather than undone. Consumption
-// resumes at that start: records beyond it are in no valid batch.
+// after it, a sketch checkpoint passed it, or a later valid batch of its epoch exists), the
+// start is the highest end offset batch_items lists of a batch valid by the claims so far: every
+// such batch stays valid, and those whose deltas are gone are found lost (lostBatches) rather
+// than undone. Consumption resumes at that start: records beyond it are in no valid batch. A
+// listed batch whose deltas never landed (its owner died between the two writes) is skipped
+// then: with the markers gone, nothing tells it from one whose deltas the table lost.
 func (a *Aggregator) claimStart(ctx context.Context, id int32, f fence.Fence, cp checkpoint) (int64, error) {
 	if cp.found {
 		return cp.end, nil
 	}
-	itemsEnd, written, err := a.store.history(ctx, id)
+	itemsEnd, written, err := a.store.history(ctx, id, f.AnyInvalidSQL())
 	if err != nil {
 		return 0, err
 	}

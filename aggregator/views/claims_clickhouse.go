@@ -115,18 +115,22 @@ func (s *store) newestBatchEpoch(ctx context.Context, p int32) (uint64, error) {
 	return e, nil
 }
 
-// history is what batch_items says of partition p's batches when view_deltas holds no marker of
-// it: the highest end offset it lists, and the highest end offset of a batch proven written
-// (0: none), that is of a batch that is not its epoch's last: an owner writes the items of its
-// next batch only after the deltas of the one before succeeded, and a valid batch's deltas are
-// never dropped by the statement's fence (package fence).
-func (s *store) history(ctx context.Context, p int32) (itemsEnd, written int64, err error) {
-	err = s.conn.QueryRow(ctx, `SELECT
-			(SELECT max(end_offset) FROM batch_items WHERE partition = ?),
-			(SELECT max(b.end_offset) FROM batch_items AS b
-				INNER JOIN (SELECT epoch, max(end_offset) AS last FROM batch_items WHERE partition = ? GROUP BY epoch) AS l ON b.epoch = l.epoch
-				WHERE b.partition = ? AND b.end_offset < l.last)`,
-		uint16(p), uint16(p), uint16(p)).Scan(&itemsEnd, &written)
+// history is what batch_items says of partition p's valid batches (those outside invalid, the
+// claims so far) when view_deltas holds no marker of it: the highest end offset it lists, and
+// the highest end offset of a batch proven written (0: none), that is of a batch that is not its
+// epoch's last: an owner writes the items of its next batch only after the deltas of the one
+// before succeeded, and a valid batch's deltas are never dropped by the statement's fence
+// (package fence). Invalid batches are left out: they were undone, or their deltas never
+// landed (a zombie writes its next batch's items before its fenced deltas are dropped), so they
+// prove nothing counted.
+func (s *store) history(ctx context.Context, p int32, invalid string) (itemsEnd, written int64, err error) {
+	err = s.conn.QueryRow(ctx, fmt.Sprintf(`WITH valid AS (SELECT epoch, end_offset FROM batch_items WHERE partition = ? AND NOT (%s))
+		SELECT
+			(SELECT max(end_offset) FROM valid),
+			(SELECT max(b.end_offset) FROM valid AS b
+				INNER JOIN (SELECT epoch, max(end_offset) AS last FROM valid GROUP BY epoch) AS l ON b.epoch = l.epoch
+				WHERE b.end_offset < l.last)`, invalid),
+		uint16(p)).Scan(&itemsEnd, &written)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read the batch history of partition %d: %w", p, err)
 	}

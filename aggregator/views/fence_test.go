@@ -86,7 +86,10 @@ func TestZombieBatchCommittedAfterTwoClaimsIsUndone(t *testing.T) {
 // A claim that finds no checkpoint because the previous owner's first batch lands just after the
 // claim's read starts at 0: that batch ends beyond the start, is invalid and undone, so the new
 // owner must replay from 0, never from where the previous owner's commit to Kafka put the
-// group's offset (the views in between would be counted by nobody).
+// group's offset (the views in between would be counted by nobody). A third claim, made before
+// the second owner's first batch lands, finds no checkpoint either; the zombie's invalid
+// batches (one landed, one whose items were written before its fenced deltas were dropped) do
+// not prove anything counted, so it replays from 0 as well.
 func TestClaimWithoutCheckpointReplaysFromItsStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -103,26 +106,34 @@ func TestClaimWithoutCheckpointReplaysFromItsStart(t *testing.T) {
 		t.Fatalf("first claim: got resume %v, %v; want none (kafka's committed offset)", resume, err)
 	}
 	processViews(zombie, part, item, 0, 40, clock) // its first batch's statement is under way
-
-	next := New(withOwner("next"), conn, now, infra.Logger, prometheus.NewRegistry())
-	resume, err := assignViews(next, ctx, []int32{part})
-	if off, ok := resume[part]; err != nil || !ok || off != 0 {
-		t.Fatalf("second claim without a checkpoint: got resume %v, %v; want partition %d at 0", resume, err, part)
+	for _, owner := range []string{"second", "third"} {
+		a := New(withOwner(owner), conn, now, infra.Logger, prometheus.NewRegistry())
+		resume, err := assignViews(a, ctx, []int32{part})
+		if off, ok := resume[part]; err != nil || !ok || off != 0 {
+			t.Fatalf("%s claim without a checkpoint: got resume %v, %v; want partition %d at 0", owner, resume, err, part)
+		}
+		if owner == "third" {
+			processViews(a, part, item, 0, 55, clock)
+			clock = clock.Add(cfg.SketchInterval) // the owner finds the zombie's batch and undoes it
+			if _, err := flushViews(a, ctx); err != nil {
+				t.Fatal(err)
+			}
+			settle(t, a)
+			checkRollups(t, ctx, conn, item, 55)
+			return
+		}
+		zp := []*partition{heldPart(zombie, part)} // the zombie's batch commits after the claim
+		if err := zombie.store.writeBatchItems(ctx, zp, clock); err != nil {
+			t.Fatal(err)
+		}
+		if err := zombie.store.writeDeltasInto(ctx, "view_deltas", zp, clock); err != nil {
+			t.Fatal(err)
+		}
+		processViews(zombie, part, item, 40, 20, clock) // its next batch: items written, deltas fenced
+		if err := zombie.store.writeBatchItems(ctx, zp, clock); err != nil {
+			t.Fatal(err)
+		}
 	}
-	zp := []*partition{heldPart(zombie, part)} // the zombie's batch commits after the claim
-	if err := zombie.store.writeBatchItems(ctx, zp, clock); err != nil {
-		t.Fatal(err)
-	}
-	if err := zombie.store.writeDeltasInto(ctx, "view_deltas", zp, clock); err != nil {
-		t.Fatal(err)
-	}
-	processViews(next, part, item, 0, 55, clock)
-	clock = clock.Add(cfg.SketchInterval) // the new owner finds the zombie's batch and undoes it
-	if _, err := flushViews(next, ctx); err != nil {
-		t.Fatal(err)
-	}
-	settle(t, next)
-	checkRollups(t, ctx, conn, item, 55)
 }
 
 // rollupTotals returns item -> total per rollup table, and the deltas' total.
