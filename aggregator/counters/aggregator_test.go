@@ -208,6 +208,35 @@ func TestClaimWithoutCheckpointResumesAtItsStart(t *testing.T) {
 	}
 }
 
+// A partition idle past markerTTL has no marker left while its counters' rows live on: the next
+// claim resumes after the last batch with rows left, and keeps those rows, rather than starting
+// at 0 and deleting them as a zombie's.
+func TestClaimAfterTheMarkersExpiredKeepsTheCounts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "counters_markers_expired_test")
+	log, want := logOf(rand.New(rand.NewPCG(6, 6)), 120)
+	first := newAgg(conn)
+	if _, err := first.Assign(ctx, []int32{5}); err != nil {
+		t.Fatal(err)
+	}
+	first.Process(schemas.TopicCounterEvents, 5, records(0, log))
+	if _, err := first.FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The markers' TTL passes (the counters' own rows are kept their namespace's retention).
+	if err := conn.Exec(ctx, `ALTER TABLE counter_deltas DELETE WHERE ns = '' SETTINGS mutations_sync = 2`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newAgg(conn).Assign(ctx, []int32{5})
+	if at := r.At[schemas.TopicCounterEvents][5]; err != nil || at != int64(len(log)) {
+		t.Fatalf("claim without a marker: got resume at %d, %v; want %d, after the last batch with rows", at, err, len(log))
+	}
+	if got := sums(t, ctx, conn); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v; want %v", got, want)
+	}
+}
+
 // A displaced owner (a zombie that stalled past the session timeout) cannot add its batch: the
 // new owner's claim fences it, and its rows never reach counter_deltas; the new owner counts the
 // same records once.

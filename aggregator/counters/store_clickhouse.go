@@ -28,12 +28,26 @@ type checkpoint struct {
 	found bool
 }
 
-// loadCheckpoint reads partition p's checkpoint from the marker of its last valid batch.
+// loadCheckpoint reads partition p's checkpoint from the marker of its last valid batch. A
+// partition idle past markerTTL has none left while its counters' rows live on (a namespace keeps
+// them up to its retention, 90 days by default): the last valid batch with a row left is then
+// its checkpoint. Starting at 0 instead would make every such row a zombie's, deleted by the
+// claim (fence.Open), and the counters would lose them. That search reads every row of the
+// table's partition column: it runs only for a partition without a marker.
 func (s store) loadCheckpoint(ctx context.Context, p int32, invalid string) (checkpoint, error) {
+	cp, err := s.lastBatch(ctx, p, "ns = ''", invalid)
+	if err == nil && !cp.found {
+		cp, err = s.lastBatch(ctx, p, "ns != ''", invalid)
+	}
+	return cp, err
+}
+
+// lastBatch is the end and epoch of partition p's last valid batch among the rows of where.
+func (s store) lastBatch(ctx context.Context, p int32, where, invalid string) (checkpoint, error) {
 	var cp checkpoint
 	var n uint64
 	if err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(end_offset), argMax(epoch, end_offset) FROM counter_deltas
-		WHERE ns = '' AND partition = ? AND NOT (%s)`, invalid), uint16(p)).Scan(&n, &cp.end, &cp.epoch); err != nil {
+		WHERE %s AND partition = ? AND NOT (%s)`, where, invalid), uint16(p)).Scan(&n, &cp.end, &cp.epoch); err != nil {
 		return cp, fmt.Errorf("load checkpoint of counter partition %d: %w", p, err)
 	}
 	cp.found = n > 0
