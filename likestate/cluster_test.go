@@ -35,7 +35,7 @@ func TestEveryCallOnARedisCluster(t *testing.T) {
 	if ready, err := s.Ready(ctx); err != nil || !ready {
 		t.Fatalf("Ready: got %v, %v; want true", ready, err)
 	}
-	got, err := s.Apply(ctx, schemas.Like{ItemID: "a", UserID: "u1", Liked: false}, 0, 2)
+	got, err := s.Apply(ctx, schemas.Like{ItemID: "a", UserID: "u1", Liked: false}, 2)
 	if err != nil || got != (Result{Liked: false, Total: 1}) {
 		t.Fatalf("Apply unlike: got %+v, %v; want unliked with total 1", got, err)
 	}

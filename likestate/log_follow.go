@@ -38,7 +38,6 @@ type FollowConfig struct {
 type Batch struct {
 	Records []Record    // the records that decode and validate
 	Bad     []BadRecord // the others, which every reader of the log skips alike
-	Newest  time.Time   // the newest record's timestamp
 }
 
 // BadRecord is a record of the likes log that does not decode or validate (schemas.DecodeLike).
@@ -202,9 +201,6 @@ func (f *Follower) poll(ctx context.Context, held []*kgo.Record, wait time.Durat
 func decode(recs []*kgo.Record) Batch {
 	b := Batch{Records: make([]Record, 0, len(recs))}
 	for _, r := range recs {
-		if r.Timestamp.After(b.Newest) {
-			b.Newest = r.Timestamp
-		}
 		l, err := schemas.DecodeLike(r.Value)
 		if err != nil {
 			b.Bad = append(b.Bad, BadRecord{Rec: r, Err: err})

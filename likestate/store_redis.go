@@ -219,12 +219,7 @@ func itemKeys(item string, shard int) []string {
 type Store struct {
 	rdb                                  redis.UniversalClient
 	apply, repair, recount, finish, mark *redis.Script
-	handled                              *handled // offsets applied by Apply, for the applier to skip
 }
-
-// Unapplied drops from recs the records Apply already applied (the request path applies its own
-// change at once; the applier then skips it).
-func (s *Store) Unapplied(recs []Record) []Record { return s.handled.unapplied(recs) }
 
 // NewStore returns a store on rdb, which the caller keeps and closes.
 func NewStore(rdb redis.UniversalClient) *Store {
@@ -235,7 +230,6 @@ func NewStore(rdb redis.UniversalClient) *Store {
 		finish:  redis.NewScript(finishScript),
 		recount: redis.NewScript(recountScript),
 		mark:    redis.NewScript(markScript),
-		handled: newHandled(),
 	}
 }
 
@@ -254,10 +248,10 @@ type Result struct {
 	Total int64
 }
 
-// Apply applies the request's own log record l at (partition, offset) and returns the pair's
+// Apply applies the request's own log record l at offset (of its partition) and returns the pair's
 // state and the item's total, in one script call. It fails with ErrNotReady while the state is
 // being rebuilt.
-func (s *Store) Apply(ctx context.Context, l schemas.Like, partition int32, offset int64) (Result, error) {
+func (s *Store) Apply(ctx context.Context, l schemas.Like, offset int64) (Result, error) {
 	vals, err := s.apply.Run(ctx, s.rdb, itemKeys(l.ItemID, Shard(l.UserID)), l.UserID, offset, flag(l.Liked), "0").Int64Slice()
 	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("apply script returned %d values; want 2", len(vals))
@@ -265,7 +259,6 @@ func (s *Store) Apply(ctx context.Context, l schemas.Like, partition int32, offs
 	if err != nil {
 		return Result{}, fmt.Errorf("apply like %s/%s at offset %d: %w", l.ItemID, l.UserID, offset, mapNotReady(err))
 	}
-	s.handled.add(partition, offset)
 	return Result{Liked: vals[0] == 1, Total: vals[1]}, nil
 }
 

@@ -58,7 +58,7 @@ func TestApplyOrdersByOffset(t *testing.T) {
 			for _, st := range tt.steps {
 				l := schemas.Like{ItemID: item, UserID: "u", Liked: st.liked}
 				if st.request {
-					if _, err := s.Apply(ctx, l, 0, st.offset); err != nil {
+					if _, err := s.Apply(ctx, l, st.offset); err != nil {
 						t.Fatal(err)
 					}
 				} else if _, err := s.ApplyRecords(ctx, []Record{{Offset: st.offset, Like: l}}, nil); err != nil {
@@ -94,7 +94,7 @@ func TestApplyRefusesWhileRebuilding(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := schemas.Like{ItemID: "rb", UserID: "u", Liked: true}
-	if _, err := s.Apply(ctx, l, 0, 3); !errors.Is(err, ErrNotReady) {
+	if _, err := s.Apply(ctx, l, 3); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("Apply while rebuilding: got %v; want ErrNotReady", err)
 	}
 	if n, err := rdb.SCard(ctx, UsersKey("rb", Shard("u"))).Result(); err != nil || n != 0 {
@@ -153,7 +153,7 @@ func TestTotalKeyFollowsSets(t *testing.T) {
 	// apply applies, on the request path, user i's change of item at offset off.
 	apply := func(t *testing.T, item string, off, i int, liked bool) {
 		t.Helper()
-		if _, err := s.Apply(ctx, like(item, i, liked), 0, int64(off)); err != nil {
+		if _, err := s.Apply(ctx, like(item, i, liked), int64(off)); err != nil {
 			t.Fatal(err)
 		}
 	}

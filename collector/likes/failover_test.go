@@ -70,6 +70,32 @@ func TestApplierRestoresChangesAFailoverLost(t *testing.T) {
 	}
 }
 
+// A failover can lose a request's own change made after the applier's last mark and keep that
+// mark: then nothing but the log says the change is missing, and the applier, which reads it
+// there, must apply it rather than skip it as applied by the request.
+func TestApplierRestoresARequestChangeAFailoverLost(t *testing.T) {
+	testinfra.VerifyNoLeaks(t)
+	e := newEnv(t, "failover_request")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(30 * time.Second)
+	changes := func(liked bool) {
+		t.Helper()
+		for i := range 3 {
+			if _, err := change(e.client, e.srv.URL, "item", fmt.Sprintf("user%d", i), liked, deadline); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	changes(true)
+	e.waitLog(t, ctx)
+	time.Sleep(time.Second) // for the applier to move its marks past them
+	saved := e.dumpRedis(t, ctx)
+	changes(false)
+	e.restoreRedis(t, ctx, saved) // within applierDelay: the applier has not read them yet
+	e.waitLog(t, ctx)
+}
+
 // marks reads the applied marks of the test topic's 4 partitions (-1: none).
 func (e *env) marks(t *testing.T, ctx context.Context) map[int32]int64 {
 	t.Helper()

@@ -116,7 +116,7 @@ func (h *Handler) change(w http.ResponseWriter, r *http.Request, liked bool) int
 			"kafka did not acknowledge the change; retry (repeating a like or unlike is safe)")
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), applyTimeout)
-	res, err := h.store.Apply(actx, l, rec.Partition, rec.Offset)
+	res, err := h.store.Apply(actx, l, rec.Offset)
 	cancel()
 	if err != nil {
 		h.readyUntil.Store(0)

@@ -20,13 +20,6 @@ import (
 // DefaultApplierGroup is the consumer group of the appliers.
 const DefaultApplierGroup = "tally-likes-applier"
 
-// applierDelay is how old a record must be before the applier takes it. A request applies its
-// own change a few milliseconds after the log acknowledged it; the applier, reading right
-// behind the log, would otherwise get there first for many records and send them to Redis a
-// second time instead of skipping them. A change orphaned by a crash is still repaired well
-// within a second.
-const applierDelay = 200 * time.Millisecond
-
 // ApplierConfig says where the applier reads.
 type ApplierConfig struct {
 	Brokers []string
@@ -79,8 +72,8 @@ type Applier struct {
 	marks      map[int32]int64 // where this applier left each partition's mark
 	// nextCheck, nextVerify, ready and marks are the Follower's goroutine's alone.
 
-	applied, skipped, undecodable, rebuilds prometheus.Counter
-	failures, rewinds                       prometheus.Counter
+	applied, undecodable, rebuilds prometheus.Counter
+	failures, rewinds              prometheus.Counter
 }
 
 // NewApplier joins cfg.Group; Start begins applying.
@@ -88,13 +81,12 @@ func NewApplier(cfg ApplierConfig, store *likestate.Store, logger *slog.Logger, 
 	a := &Applier{
 		cfg: cfg, store: store, logger: logger, marks: map[int32]int64{},
 		applied:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_records_total", Help: "Like records applied to Redis by the applier (rebuilds included)."}),
-		skipped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_skipped_total", Help: "Like records the applier skipped because a request of this collector had applied them."}),
 		undecodable: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_undecodable_total", Help: "Like records skipped because they could not be decoded."}),
 		rebuilds:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_rebuilds_total", Help: "Rebuilds of the like serving state from the log that completed."}),
 		failures:    prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_errors_total", Help: "Applier attempts that failed (Redis or Kafka unavailable) and were retried."}),
 		rewinds:     prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_likes_applier_rewinds_total", Help: "Partitions read again because Redis lost applied changes (a failover to a replica behind the old primary)."}),
 	}
-	reg.MustRegister(a.applied, a.skipped, a.undecodable, a.rebuilds, a.failures, a.rewinds)
+	reg.MustRegister(a.applied, a.undecodable, a.rebuilds, a.failures, a.rewinds)
 	opts := append(kafka.GroupTimeouts(10*time.Second), kgo.FetchMaxWait(250*time.Millisecond))
 	if cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
@@ -124,21 +116,14 @@ func (a *Applier) checkReady(ctx context.Context) {
 	}
 }
 
-// apply applies b's records that no request of this process applied, once they are
-// applierDelay old. Undecodable records are skipped (and counted), as every reader skips them.
+// apply applies b's records, also those a request applied already: applying one again changes
+// nothing, and a Redis failover may have lost a request's change made after the applier's last
+// mark while keeping that mark, which nothing but the log then shows. Undecodable records are
+// skipped (and counted), as every reader skips them.
 func (a *Applier) apply(ctx context.Context, b likestate.Batch) error {
-	// Capped, so that a producer's clock ahead of ours cannot stall the applier.
-	if wait := min(time.Until(b.Newest.Add(applierDelay)), applierDelay); wait > 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
 	a.undecodable.Add(float64(len(b.Bad)))
 	marks := a.marksOf(b)
-	recs := a.store.Unapplied(b.Records)
-	a.skipped.Add(float64(len(b.Records) - len(recs)))
+	recs := b.Records
 	var behind map[int32]int64
 	err := a.retry(ctx, "apply like records", func() (err error) {
 		behind, err = a.store.ApplyRecords(ctx, recs, marks)
