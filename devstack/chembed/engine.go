@@ -422,7 +422,7 @@ func (e *engine) drain() {
 // the data directory. Calls still waiting for the slot give up.
 func (e *engine) close() error {
 	e.closing.Store(true)
-	_ = e.gate.acquire(context.Background(), pipelineFirst)
+	_ = e.gate.acquire(context.Background(), pipelineWrite)
 	defer e.gate.release()
 	if e.closed {
 		return nil

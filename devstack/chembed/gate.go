@@ -11,14 +11,33 @@ import (
 type priority uint8
 
 const (
-	// pipelineFirst is tally's own traffic: ingest flushes, reads,
+	// pipelineRead is tally's own queries (SELECT): a page's counts that
+	// Redis lacks, a series, a claim's checkpoint. They go before the
+	// pipeline's writes that wait, so a read waits for the statement that
+	// runs, not for a queue of flushes (after a Redis failover the pages'
+	// reads fall back here while every aggregator replays into the engine).
+	// A read delays a flush's next statement by its own time, bounded by
+	// the caller (max_execution_time).
+	pipelineRead priority = iota
+	// pipelineWrite is the rest of tally's traffic: ingest flushes,
 	// migrations. It goes before any outside query that waits, but one.
-	pipelineFirst priority = iota
+	pipelineWrite
 	// outsideLast is everyone else (dashboards): served when no pipeline
 	// call waits and the pipeline has been idle for pipelineQuiet, or when
 	// it has waited outsideEvery.
 	outsideLast
+	priorities
 )
+
+// pipelinePriority is the place in line of a pipeline statement of kind
+// (its first keyword).
+func pipelinePriority(kind string) priority {
+	switch kind {
+	case "SELECT", "WITH", "(", "SHOW", "DESCRIBE", "DESC", "EXISTS":
+		return pipelineRead
+	}
+	return pipelineWrite
+}
 
 const (
 	// pipelineQuiet is how long the pipeline must have left the engine
@@ -49,12 +68,12 @@ const (
 type gate struct {
 	mu           sync.Mutex
 	busy         bool
-	held         priority    // who holds the engine while busy
-	lastPipeline time.Time   // when a pipeline call last gave it up
-	lastOutside  time.Time   // when an outside call last gave it up
-	stalled      bool        // the last outside call to give the engine up left pipeline calls waiting
-	waiting      [2][]waiter // by priority, oldest first
-	timer        *time.Timer // hands off to an outside waiter once the pipeline is quiet
+	held         priority             // who holds the engine while busy
+	lastPipeline time.Time            // when a pipeline call last gave it up
+	lastOutside  time.Time            // when an outside call last gave it up
+	stalled      bool                 // the last outside call to give the engine up left pipeline calls waiting
+	waiting      [priorities][]waiter // by priority, oldest first
+	timer        *time.Timer          // hands off to an outside waiter once the pipeline is quiet
 }
 
 type waiter struct {
@@ -65,7 +84,7 @@ type waiter struct {
 // acquire waits for the engine until ctx is done.
 func (g *gate) acquire(ctx context.Context, p priority) error {
 	g.mu.Lock()
-	if !g.busy && (p == pipelineFirst || len(g.waiting[outsideLast]) == 0 && g.quietLeft() <= 0) {
+	if !g.busy && (p != outsideLast || len(g.waiting[outsideLast]) == 0 && g.quietLeft() <= 0) {
 		g.busy, g.held = true, p
 		g.mu.Unlock()
 		return nil
@@ -95,11 +114,11 @@ func (g *gate) acquire(ctx context.Context, p priority) error {
 func (g *gate) release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.held == pipelineFirst {
+	if g.held != outsideLast {
 		g.lastPipeline = time.Now()
 	} else {
 		g.lastOutside = time.Now()
-		g.stalled = len(g.waiting[pipelineFirst]) > 0
+		g.stalled = len(g.waiting[pipelineRead])+len(g.waiting[pipelineWrite]) > 0
 	}
 	g.handOff()
 }
@@ -123,8 +142,8 @@ func (g *gate) overdue() bool {
 }
 
 // handOff gives the engine to an overdue outside caller, else the first
-// pipeline waiter, else, once the pipeline is quiet, the first outside
-// waiter, else frees it. It needs g.mu held and the engine held by the
+// pipeline reader, else the first pipeline writer, else, once the pipeline
+// is quiet, the first outside waiter, else frees it. It needs g.mu held and the engine held by the
 // caller, or free.
 func (g *gate) handOff() {
 	g.busy = true
@@ -132,9 +151,11 @@ func (g *gate) handOff() {
 		g.give(outsideLast)
 		return
 	}
-	if len(g.waiting[pipelineFirst]) > 0 {
-		g.give(pipelineFirst)
-		return
+	for _, p := range []priority{pipelineRead, pipelineWrite} {
+		if len(g.waiting[p]) > 0 {
+			g.give(p)
+			return
+		}
 	}
 	if len(g.waiting[outsideLast]) > 0 {
 		if wait := g.quietLeft(); wait > 0 {

@@ -7,8 +7,9 @@ import (
 )
 
 // TestGateServesPipelineFirst queues outside and pipeline callers behind a
-// held gate: on release every pipeline caller goes before any outside one,
-// each kind in arrival order, and a caller that gives up leaves the queue.
+// held gate: on release every pipeline read goes first, then every pipeline
+// write, then the outside callers, each kind in arrival order, and a caller
+// that gives up leaves the queue.
 func TestGateServesPipelineFirst(t *testing.T) {
 	var g gate
 	if err := g.acquire(context.Background(), outsideLast); err != nil {
@@ -28,20 +29,22 @@ func TestGateServesPipelineFirst(t *testing.T) {
 		waitQueued(t, &g, p, before, name)
 	}
 	enqueue("outside 1", outsideLast)
-	enqueue("pipeline 1", pipelineFirst)
+	enqueue("pipeline 1", pipelineWrite)
 	enqueue("outside 2", outsideLast)
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
-	before := queued(&g, pipelineFirst)
-	go func() { gaveUp <- g.acquire(ctx, pipelineFirst) }()
-	waitQueued(t, &g, pipelineFirst, before, "pipeline giving up")
+	before := queued(&g, pipelineWrite)
+	go func() { gaveUp <- g.acquire(ctx, pipelineWrite) }()
+	waitQueued(t, &g, pipelineWrite, before, "pipeline giving up")
 	cancel()
 	if err := <-gaveUp; err == nil {
 		t.Fatalf("cancelled acquire: got nil; want the context's error")
 	}
-	enqueue("pipeline 2", pipelineFirst)
+	enqueue("pipeline 2", pipelineWrite)
+	enqueue("read 1", pipelineRead)
+	enqueue("read 2", pipelineRead)
 	g.release()
-	want := []string{"pipeline 1", "pipeline 2", "outside 1", "outside 2"}
+	want := []string{"read 1", "read 2", "pipeline 1", "pipeline 2", "outside 1", "outside 2"}
 	for i, w := range want {
 		select {
 		case got := <-order:
@@ -56,6 +59,30 @@ func TestGateServesPipelineFirst(t *testing.T) {
 		t.Fatalf("acquire after everyone left: %v", err)
 	}
 	g.release()
+}
+
+// TestPipelinePriority: the pipeline's queries go before its writes; a
+// write that reads (INSERT ... SELECT) is a write.
+func TestPipelinePriority(t *testing.T) {
+	for _, tt := range []struct {
+		sql  string
+		want priority
+	}{
+		{"SELECT 1", pipelineRead},
+		{"WITH x AS (SELECT 1) SELECT * FROM x", pipelineRead},
+		{"(SELECT 1) UNION ALL (SELECT 2)", pipelineRead},
+		{"SHOW TABLES", pipelineRead},
+		{"INSERT INTO t SELECT * FROM u", pipelineWrite},
+		{"INSERT INTO t FORMAT RowBinary\n", pipelineWrite},
+		{"ALTER TABLE t DELETE WHERE 1", pipelineWrite},
+		{"CREATE TABLE t (x UInt8) ENGINE = Memory", pipelineWrite},
+	} {
+		t.Run(tt.sql, func(t *testing.T) {
+			if got := pipelinePriority(scanStatement(tt.sql).kind); got != tt.want {
+				t.Fatalf("got priority %d; want %d", got, tt.want)
+			}
+		})
+	}
 }
 
 func queued(g *gate, p priority) int {
@@ -80,7 +107,7 @@ func waitQueued(t *testing.T, g *gate, p priority, before int, name string) {
 // pipeline has been idle for pipelineQuiet.
 func TestOutsideWaitsForAQuietPipeline(t *testing.T) {
 	var g gate
-	if err := g.acquire(context.Background(), pipelineFirst); err != nil {
+	if err := g.acquire(context.Background(), pipelineWrite); err != nil {
 		t.Fatal(err)
 	}
 	got := queueOutside(t, &g)
@@ -93,7 +120,7 @@ func TestOutsideWaitsForAQuietPipeline(t *testing.T) {
 			t.Fatalf("outside caller got the engine at statement %d (%v); want it after the run", i, at)
 		default:
 		}
-		if err := g.acquire(context.Background(), pipelineFirst); err != nil {
+		if err := g.acquire(context.Background(), pipelineWrite); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +152,7 @@ func TestBusyPipelineLetsAnOutsideCallerIn(t *testing.T) {
 				return
 			default:
 			}
-			if g.acquire(ctx, pipelineFirst) != nil {
+			if g.acquire(ctx, pipelineWrite) != nil {
 				return
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -158,13 +185,13 @@ func TestOutsideWaitsForAStalledPipelineToCatchUp(t *testing.T) {
 	stalled := make(chan struct{})
 	go func() {
 		defer close(stalled)
-		if err := g.acquire(ctx, pipelineFirst); err != nil {
+		if err := g.acquire(ctx, pipelineWrite); err != nil {
 			t.Error(err)
 			return
 		}
 		g.release()
 	}()
-	waitQueued(t, &g, pipelineFirst, 0, "pipeline")
+	waitQueued(t, &g, pipelineWrite, 0, "pipeline")
 	next := queueOutside(t, &g)
 	g.release()
 	<-stalled
@@ -172,7 +199,7 @@ func TestOutsideWaitsForAStalledPipelineToCatchUp(t *testing.T) {
 
 	// That outside query stalled nothing: a later run of the pipeline is
 	// followed by the usual quiet time.
-	if err := g.acquire(ctx, pipelineFirst); err != nil {
+	if err := g.acquire(ctx, pipelineWrite); err != nil {
 		t.Fatal(err)
 	}
 	next = queueOutside(t, &g)

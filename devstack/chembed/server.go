@@ -364,6 +364,9 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, rc *http.Res
 		return
 	}
 	c.sql, c.kind, c.table = p.sql, p.st.kind, statementTable(p.sql, who)
+	if c.priority == pipelineWrite {
+		c.priority = pipelinePriority(c.kind)
+	}
 	out, err := s.eng.run(ctx, c)
 	if err != nil {
 		rq.fail(asChError(err, http.StatusInternalServerError, codeStdException))
@@ -430,7 +433,7 @@ func (s *Server) newCall(r *http.Request, who role, opts options) (call, int64, 
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
 		return call{}, 0, newError(http.StatusNotImplemented, codeNotImplemented, "external data (multipart/form-data) is not supported by the embedded server")
 	}
-	c := call{database: opts.database, params: opts.params, format: opts.format, priority: pipelineFirst,
+	c := call{database: opts.database, params: opts.params, format: opts.format, priority: pipelineWrite,
 		settings: s.pipelineSettings(opts.settings), vet: r.Method != http.MethodPost}
 	if c.format == "" {
 		c.format = "TabSeparated"
