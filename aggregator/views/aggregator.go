@@ -316,7 +316,8 @@ func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence.Fence, cp c
 // to the deltas and whose deltas it deletes. When batches were written before and their markers
 // are gone (view_deltas dropped or truncated; an idle partition's markers expired), that would
 // take their views out of the rollups. So when some batch is proven written (a claim started
-// after it, a sketch checkpoint passed it, or a later valid batch of its epoch exists), the
+// after it, a sketch or fold checkpoint valid by the claims passed it, or a later valid batch of
+// its epoch exists), the
 // start is the highest end offset batch_items lists of a batch valid by the claims so far: every
 // such batch stays valid, and those whose deltas are gone are found lost (lostBatches) rather
 // than undone. Consumption resumes at that start: records beyond it are in no valid batch. A
@@ -330,7 +331,7 @@ func (a *Aggregator) claimStart(ctx context.Context, id int32, f fence.Fence, cp
 	if err != nil {
 		return 0, err
 	}
-	proven := max(written, cp.sketched, cp.folded)
+	proven := max(written, cp.vouched)
 	for _, c := range f.Claims() {
 		proven = max(proven, c.Start[0])
 	}

@@ -136,6 +136,73 @@ func TestClaimWithoutCheckpointReplaysFromItsStart(t *testing.T) {
 	}
 }
 
+// A displaced owner's sketch or fold checkpoint that lands between a claim's read of the
+// checkpoints and its row passes the statement's fence (migration 010), with an offset beyond
+// the claim's start. A later claim that finds no deltas checkpoint must not take it as proof that
+// batches up to it were written: the claims undid them, and a start above them would leave their
+// views counted by nobody. A valid one still vouches (the deltas lost, the sketches kept).
+func TestClaimDistrustsARacedSketchCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_raced_sketch_checkpoint_test")
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	tests := []struct {
+		name, table string
+		byZombie    bool  // the checkpoint's epoch: the displaced owner's, else the second owner's
+		want        int64 // where the third claim resumes
+	}{
+		{"a zombie's sketch checkpoint", "sketch_checkpoints", true, 0},
+		{"a zombie's fold checkpoint", "sketch_folds", true, 0},
+		{"a valid sketch checkpoint", "sketch_checkpoints", false, 40},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			part, item := int32(40+i), fmt.Sprintf("raced-%d", i)
+			claim := func(owner string) (*Aggregator, map[int32]int64) {
+				cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second,
+					SketchInterval: 2 * time.Second, MaxBatch: 1000, SketchIdle: time.Minute, Owner: owner}
+				a := New(cfg, conn, now, infra.Logger, prometheus.NewRegistry())
+				resume, err := assignViews(a, ctx, []int32{part})
+				if err != nil {
+					t.Fatalf("%s claim: %v", owner, err)
+				}
+				return a, resume
+			}
+			zombie, _ := claim("zombie")
+			processViews(zombie, part, item, 0, 40, clock) // its batch never lands
+			second, resume := claim("second")
+			if resume[part] != 0 {
+				t.Fatalf("second claim: got resume %v; want partition %d at 0", resume, part)
+			}
+			// The zombie's checkpoint, as if it had passed the fence before the second claim's
+			// row; or the second owner's, whose deltas the table then lost.
+			by := second
+			if tt.byZombie {
+				by = zombie
+			}
+			q := "INSERT INTO " + tt.table + " (partition, epoch, end_offset, written_at) VALUES (?, ?, 40, now64(3))"
+			if err := conn.Exec(ctx, q, uint16(part), heldPart(by, part).Epoch()); err != nil {
+				t.Fatal(err)
+			}
+			third, resume := claim("third")
+			if off, ok := resume[part]; !ok || off != tt.want {
+				t.Fatalf("third claim without a checkpoint: got resume %v; want partition %d at %d", resume, part, tt.want)
+			}
+			if tt.want != 0 {
+				return
+			}
+			processViews(third, part, item, 0, 40, clock)
+			clock = clock.Add(2 * time.Second)
+			if _, err := flushViews(third, ctx); err != nil {
+				t.Fatal(err)
+			}
+			settle(t, third)
+			checkRollups(t, ctx, conn, item, 40)
+		})
+	}
+}
+
 // rollupTotals returns item -> total per rollup table, and the deltas' total.
 func rollupTotals(t *testing.T, ctx context.Context, conn driver.Conn, item string) map[string]int64 {
 	t.Helper()

@@ -28,9 +28,10 @@ type store struct {
 // watermark of its dedupe window at that point, the offset up to which its rollups were known
 // complete when that batch was written (-1 for batches from before that was recorded), the
 // offset below which its records are in the stored sketches (0 when none were written, so that
-// the replay starts at the beginning), the offset up to which its sketch deltas are folded, and
-// the newest epoch its markers carry (an invalid marker's epoch is older than a claim's, so the
-// valid ones have the newest).
+// the replay starts at the beginning), the offset up to which its sketch deltas are folded,
+// the highest of those two that the claims leave valid (proof that batches up to it were
+// written), and the newest epoch its markers carry (an invalid marker's epoch is older than a
+// claim's, so the valid ones have the newest).
 type checkpoint struct {
 	end       int64
 	watermark int64
@@ -38,18 +39,26 @@ type checkpoint struct {
 	found     bool
 	sketched  int64
 	folded    int64
+	vouched   int64
 	epoch     uint64
 }
 
-// loadCheckpoint reads partition p's checkpoint from the markers of its valid batches.
+// loadCheckpoint reads partition p's checkpoint from the markers of its valid batches. The
+// sketches resume at the highest sketch checkpoint, valid or not: a displaced owner's sketch
+// deltas hold real viewers of real records. Only a valid one vouches for written batches
+// (migration 027); rows from before it carry epoch 0 and vouch as they did.
 func (s *store) loadCheckpoint(ctx context.Context, p int32, f fence.Fence) (checkpoint, error) {
 	var cp checkpoint
 	var n uint64
+	invalid := f.InvalidSQL()
 	err := s.conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(), max(end_offset), argMax(toUnixTimestamp64Milli(watermark), end_offset),
 			argMax(rolled_up_to, end_offset), (SELECT max(end_offset) FROM sketch_checkpoints WHERE partition = ?),
-			(SELECT max(end_offset) FROM sketch_folds WHERE partition = ?), max(epoch)
-		FROM view_deltas WHERE item_id = '' AND partition = ? AND NOT (%s)`, f.InvalidSQL()),
-		uint16(p), uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched, &cp.folded, &cp.epoch)
+			(SELECT max(end_offset) FROM sketch_folds WHERE partition = ?),
+			(SELECT max(end_offset) FROM (SELECT epoch, end_offset FROM sketch_checkpoints WHERE partition = ?
+				UNION ALL SELECT epoch, end_offset FROM sketch_folds WHERE partition = ?) WHERE epoch = 0 OR NOT (%s)),
+			max(epoch)
+		FROM view_deltas WHERE item_id = '' AND partition = ? AND NOT (%s)`, invalid, invalid),
+		uint16(p), uint16(p), uint16(p), uint16(p), uint16(p)).Scan(&n, &cp.end, &cp.watermark, &cp.rolled, &cp.sketched, &cp.folded, &cp.vouched, &cp.epoch)
 	if err != nil {
 		return cp, fmt.Errorf("load checkpoint of partition %d: %w", p, err)
 	}

@@ -33,12 +33,15 @@ func TestDedupeStateSurvivesMigration026(t *testing.T) {
 		}
 	}
 	var m026 migrate.Migration
+	var later []migrate.Migration
 	for _, m := range ms {
 		switch {
 		case m.Version < 26:
 			run(m)
 		case m.Version == 26:
 			m026 = m
+		default:
+			later = append(later, m)
 		}
 	}
 	clock := testinfra.RecentNoon()
@@ -51,6 +54,9 @@ func TestDedupeStateSurvivesMigration026(t *testing.T) {
 	}
 	run(m026)
 	run(m026)
+	for _, m := range later {
+		run(m)
+	}
 
 	cfg := Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: 10 * time.Second,
 		MaxBatch: 1000, SketchIdle: time.Minute}
