@@ -53,9 +53,9 @@ func openEngine(dataDir string, baseline map[string]string, logger *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("open chDB data dir %s: resolve path: %w", dataDir, err)
 	}
-	if strings.ContainsAny(dir, "?\x00") {
-		// chdb-go reads "?" as the start of connection options.
-		return nil, fmt.Errorf("open chDB data dir %s: the path must not contain '?'", dir)
+	if strings.ContainsAny(dir, "?&\x00") {
+		// chdb-go reads "?" as the start of connection options and "&" as their separator.
+		return nil, fmt.Errorf("open chDB data dir %s: the path must not contain '?' or '&'", dir)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("open chDB data dir %s: %w", dir, err)
@@ -71,12 +71,18 @@ func openEngine(dataDir string, baseline map[string]string, logger *slog.Logger)
 	if err := disableEngineSignalHandlers(); err != nil {
 		logger.Warn("chDB keeps its signal handlers: a Go nil-pointer dereference will hang this process instead of panicking", "err", err)
 	}
-	session, err := chdb.NewSession(dir)
+	config, err := writeConfig(dir)
+	if err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("open chDB data dir %s: %w", dir, err)
+	}
+	conn := dir + "?config-file=" + config // chdb-go passes the option on as --config-file
+	session, err := chdb.NewSession(conn)
 	if err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open chDB data dir %s: %w; is another process using it?", dir, err)
 	}
-	if session.Path() != dir {
+	if session.Path() != conn {
 		// Not ours to close: it belongs to whoever opened it first.
 		_ = lock.Close()
 		return nil, fmt.Errorf("open chDB data dir %s: this process already has a chDB session on %s and chDB allows one per process", dir, session.Path())

@@ -323,6 +323,7 @@ func TestStartInSameProcess(t *testing.T) {
 		{"same dir", sharedDir, "is another process using it?"},
 		{"other dir", t.TempDir(), "one per process"},
 		{"no dir", "", "DataDir is required"},
+		{"an option separator in the path", filepath.Join(t.TempDir(), "a&b"), "must not contain '?' or '&'"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -339,6 +340,15 @@ func TestStartInSameProcess(t *testing.T) {
 	// The shared session must be untouched by the refused starts.
 	if status, body := rawQuery(shared, "SELECT 1"); status != 200 || body != "1\n" {
 		t.Fatalf("shared server after refused starts: got %d %q; want 200 \"1\\n\"", status, body)
+	}
+}
+
+// TestEngineRunsWithItsConfig: the engine starts with chembed's configuration file (config.go),
+// which chDB takes from the connection's options.
+func TestEngineRunsWithItsConfig(t *testing.T) {
+	status, body := rawQuery(shared, "SELECT value, changed FROM system.merge_tree_settings WHERE name = 'merge_selector_base'")
+	if status != 200 || body != "20\t1\n" {
+		t.Fatalf("merge_selector_base: got %d %q; want 200 \"20\\t1\\n\" (changed by %s)", status, body, configName)
 	}
 }
 
