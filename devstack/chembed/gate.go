@@ -17,7 +17,8 @@ const (
 	// runs, not for a queue of flushes (after a Redis failover the pages'
 	// reads fall back here while every aggregator replays into the engine).
 	// A read delays a flush's next statement by its own time, bounded by
-	// the caller (max_execution_time).
+	// the caller (max_execution_time); reads back to back let a waiting
+	// write in once per writeEvery.
 	pipelineRead priority = iota
 	// pipelineWrite is the rest of tally's traffic: ingest flushes,
 	// migrations. It goes before any outside query that waits, but one.
@@ -58,6 +59,12 @@ const (
 	// the pipeline, once per outsideEvery. The pipeline then waits for at
 	// most one outside query (max_execution_time) in that time.
 	outsideEvery = 5 * time.Second
+	// writeEvery bounds how long reads back to back (a stream of series
+	// requests) keep the pipeline's writes out: a write that has waited
+	// this long, with no write done within it, goes before the reads. A
+	// replay's writes run whenever no read waits, so a read that arrives
+	// still waits only for the statement running.
+	writeEvery = 250 * time.Millisecond
 )
 
 // gate hands the engine to one caller at a time (it runs one query at a
@@ -71,6 +78,7 @@ type gate struct {
 	held         priority             // who holds the engine while busy
 	lastPipeline time.Time            // when a pipeline call last gave it up
 	lastOutside  time.Time            // when an outside call last gave it up
+	lastWrite    time.Time            // when a pipeline write last gave it up
 	stalled      bool                 // the last outside call to give the engine up left pipeline calls waiting
 	waiting      [priorities][]waiter // by priority, oldest first
 	timer        *time.Timer          // hands off to an outside waiter once the pipeline is quiet
@@ -116,6 +124,9 @@ func (g *gate) release() {
 	defer g.mu.Unlock()
 	if g.held != outsideLast {
 		g.lastPipeline = time.Now()
+		if g.held == pipelineWrite {
+			g.lastWrite = g.lastPipeline
+		}
 	} else {
 		g.lastOutside = time.Now()
 		g.stalled = len(g.waiting[pipelineRead])+len(g.waiting[pipelineWrite]) > 0
@@ -141,14 +152,18 @@ func (g *gate) overdue() bool {
 	return len(q) > 0 && time.Since(q[0].since) >= outsideEvery && time.Since(g.lastOutside) >= outsideEvery
 }
 
-// handOff gives the engine to an overdue outside caller, else the first
-// pipeline reader, else the first pipeline writer, else, once the pipeline
-// is quiet, the first outside waiter, else frees it. It needs g.mu held and the engine held by the
-// caller, or free.
+// handOff gives the engine to an overdue outside caller, else an overdue
+// pipeline writer, else the first pipeline reader, else the first pipeline
+// writer, else, once the pipeline is quiet, the first outside waiter, else
+// frees it. It needs g.mu held and the engine held by the caller, or free.
 func (g *gate) handOff() {
 	g.busy = true
 	if g.overdue() {
 		g.give(outsideLast)
+		return
+	}
+	if w := g.waiting[pipelineWrite]; len(w) > 0 && time.Since(w[0].since) >= writeEvery && time.Since(g.lastWrite) >= writeEvery {
+		g.give(pipelineWrite)
 		return
 	}
 	for _, p := range []priority{pipelineRead, pipelineWrite} {

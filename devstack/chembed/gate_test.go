@@ -2,6 +2,7 @@ package chembed
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -136,39 +137,60 @@ func TestOutsideWaitsForAQuietPipeline(t *testing.T) {
 	}
 }
 
-// TestBusyPipelineLetsAnOutsideCallerIn: a pipeline that never leaves the
-// engine alone for pipelineQuiet still lets a waiting outside caller in
-// once it has waited outsideEvery, ahead of the pipeline's next call.
-func TestBusyPipelineLetsAnOutsideCallerIn(t *testing.T) {
-	var g gate
-	ctx, cancel := context.WithTimeout(context.Background(), 3*outsideEvery)
-	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if g.acquire(ctx, pipelineWrite) != nil {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-			g.release()
-			time.Sleep(pipelineQuiet / 10)
-		}
-	}()
-	time.Sleep(50 * time.Millisecond)
-	t0 := time.Now()
-	if err := g.acquire(ctx, outsideLast); err != nil {
-		t.Fatalf("outside caller behind a busy pipeline: got %v after %s; want the engine within %s", err, time.Since(t0), outsideEvery)
+// TestBusyCallersLetAWaitingOneIn: callers that never leave the engine free
+// still let a caller of a lower place in line in once it has waited its
+// bound: a pipeline that never pauses for pipelineQuiet an outside caller
+// after outsideEvery; reads back to back (two readers, one always waiting)
+// a write after writeEvery.
+func TestBusyCallersLetAWaitingOneIn(t *testing.T) {
+	tests := []struct {
+		name    string
+		busy    priority
+		callers int
+		pause   time.Duration // between a busy caller's calls
+		waiter  priority
+		every   time.Duration
+	}{
+		{"outside behind a busy pipeline", pipelineWrite, 1, pipelineQuiet / 10, outsideLast, outsideEvery},
+		{"write behind reads back to back", pipelineRead, 2, 0, pipelineWrite, writeEvery},
 	}
-	waited := time.Since(t0)
-	g.release()
-	if waited < outsideEvery*9/10 || waited > outsideEvery+time.Second {
-		t.Fatalf("outside caller got the engine after %s; want about %s", waited, outsideEvery)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var g gate
+			ctx, cancel := context.WithTimeout(context.Background(), 3*tt.every)
+			defer cancel()
+			stop := make(chan struct{})
+			var busy sync.WaitGroup
+			for range tt.callers {
+				busy.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if g.acquire(ctx, tt.busy) != nil {
+							return
+						}
+						time.Sleep(5 * time.Millisecond)
+						g.release()
+						time.Sleep(tt.pause)
+					}
+				})
+			}
+			defer busy.Wait()
+			defer close(stop)
+			time.Sleep(50 * time.Millisecond)
+			t0 := time.Now()
+			if err := g.acquire(ctx, tt.waiter); err != nil {
+				t.Fatalf("got %v after %s; want the engine within about %s", err, time.Since(t0), tt.every)
+			}
+			waited := time.Since(t0)
+			g.release()
+			if waited < tt.every*9/10 || waited > tt.every+time.Second {
+				t.Fatalf("got the engine after %s; want about %s", waited, tt.every)
+			}
+		})
 	}
 }
 
