@@ -2,6 +2,9 @@ package chembed
 
 import (
 	"context"
+	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,5 +265,63 @@ func checkOutsideWait(t *testing.T, g *gate, got <-chan time.Time, quiet time.Du
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("outside caller never got the engine")
+	}
+}
+
+// TestOutsideQueriesStayLast: however an outside caller words its query or
+// sends it, it waits in the outside line; only the pipeline's own queries
+// are moved ahead of its writes.
+func TestOutsideQueriesStayLast(t *testing.T) {
+	g := &shared.eng.gate
+	t.Cleanup(func() { rawQuery(shared, "DROP DATABASE IF EXISTS gate_order") })
+	for _, tt := range []struct {
+		name, user, pass, method, sql string
+		want                          priority
+	}{
+		{"dashboards GET", dashUser, dashPassword, http.MethodGet, "SELECT 1", outsideLast},
+		{"dashboards POST", dashUser, dashPassword, http.MethodPost, "SELECT 1", outsideLast},
+		{"dashboards WITH", dashUser, dashPassword, http.MethodPost, "WITH 1 AS x SELECT x", outsideLast},
+		{"dashboards SHOW", dashUser, dashPassword, http.MethodPost, "SHOW DATABASES", outsideLast},
+		{"pipeline GET", "default", pipePassword, http.MethodGet, "SELECT 1", pipelineRead},
+		{"pipeline POST", "default", pipePassword, http.MethodPost, "SELECT 1", pipelineRead},
+		{"pipeline write", "default", pipePassword, http.MethodPost, "CREATE DATABASE IF NOT EXISTS gate_order", pipelineWrite},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			u, body := "http://"+shared.Addr()+"/?"+url.Values{"query": {tt.sql}}.Encode(), ""
+			if tt.method == http.MethodPost {
+				u, body = "http://"+shared.Addr()+"/", tt.sql
+			}
+			req, err := http.NewRequest(tt.method, u, strings.NewReader(body))
+			if err != nil {
+				t.Fatalf("new request: %v", err)
+			}
+			req.SetBasicAuth(tt.user, tt.pass)
+			if err := g.acquire(context.Background(), pipelineWrite); err != nil {
+				t.Fatalf("hold the engine: %v", err)
+			}
+			held := true
+			defer func() {
+				if held {
+					g.release()
+				}
+			}()
+			before := queued(g, tt.want)
+			done := make(chan string, 1)
+			go func() {
+				resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+				if err != nil {
+					done <- err.Error()
+					return
+				}
+				_ = resp.Body.Close()
+				done <- resp.Status
+			}()
+			waitQueued(t, g, tt.want, before, tt.name)
+			held = false
+			g.release()
+			if got := <-done; got != "200 OK" {
+				t.Fatalf("answer: got %q; want 200 OK", got)
+			}
+		})
 	}
 }
