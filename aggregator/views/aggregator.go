@@ -419,6 +419,9 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 		return err
 	}
 	a.m.repairs.Inc()
+	a.logger.Info("rollups repaired", "partition", p.id, "from", p.rolled, "to", p.flushed, "items", len(items), "zombie_batches", len(zs))
+	// Before the totals are corrected, which may rebuild them from the rollups.
+	p.rolledAll()
 	if len(zs) > 0 {
 		terms := make([]string, len(zs))
 		for i, b := range zs {
@@ -442,8 +445,6 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 		a.logger.Warn("undid batches written by an aggregator after it lost the partition", "partition", p.id,
 			"batches", fmt.Sprint(zs), "items", len(items))
 	}
-	a.logger.Info("rollups repaired", "partition", p.id, "from", p.rolled, "to", p.flushed, "items", len(items), "zombie_batches", len(zs))
-	p.rolledAll()
 	return nil
 }
 

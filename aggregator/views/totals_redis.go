@@ -71,44 +71,16 @@ func (a *Aggregator) checkTotals(ctx context.Context) {
 }
 
 // catchUpTotals makes Redis hold exactly the valid batches of parts up to their checkpoints:
-// missing batches are applied from ClickHouse with their own epochs (so a half-applied batch
-// resumes at its next chunk), partitions whose guard is gone are rebuilt, and then the guard is
-// raised to this owner's epoch, after which older owners' applies are refused.
-//
-// Redis's totals of a partition that cannot be vouched for (redisStale, or a guard of an epoch
-// newer than every claim ClickHouse holds) are invalidated first: the guard and the ready marker
-// go in one step, so readers answer from ClickHouse until the rebuild is done, and a crash in
-// between leaves the guard missing, which the next owner rebuilds in turn.
+// each partition's guard is raised to this owner's epoch first (claimTotals), after which older
+// owners' applies are refused, then the batches after the guard are applied from ClickHouse
+// under this owner's epoch (a half-applied batch resumes at its next chunk), and partitions
+// whose guard is gone, or whose totals cannot be vouched for, are rebuilt.
 func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) error {
 	var rebuild []*partition
 	for _, p := range parts {
-		g, err := a.tot.Guard(ctx, p.id)
+		g, err := a.claimTotals(ctx, p)
 		if err != nil {
 			return err
-		}
-		if g.Found && g.Epoch > p.epoch {
-			// A newer owner's guard, unless ClickHouse knows no claim newer than ours: then the
-			// guard outlived the claims that made it (partition_claims lost rows while Redis was
-			// unreachable at the claim).
-			newest, err := a.claims.MaxEpochs(ctx, []int32{p.id})
-			if err != nil {
-				return err
-			}
-			if newest[p.id] > p.epoch {
-				return fmt.Errorf("partition %d: redis guard holds epoch %d, newer than ours (%d)", p.id, g.Epoch, p.epoch)
-			}
-			a.m.epochDisagreements.Inc()
-			a.logger.Warn("redis totals guard holds a newer epoch than every claim of the partition (partition_claims lost rows); rebuilding its redis totals from clickhouse",
-				"partition", p.id, "guard_epoch", g.Epoch, "epoch", p.epoch)
-			p.redisStale = true
-		}
-		if p.redisStale {
-			if err := a.tot.Invalidate(ctx, p.id); err != nil {
-				return err
-			}
-			a.logger.Warn("redis totals of the partition invalidated: readers answer from clickhouse until they are rebuilt", "partition", p.id)
-			p.redisStale = false // the missing guard now calls for the rebuild, also after a crash
-			g.Found = false
 		}
 		if !g.Found {
 			rebuild = append(rebuild, p)
@@ -116,9 +88,6 @@ func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) erro
 		}
 		if err := a.applyStoredBatches(ctx, p, g.End); err != nil {
 			return err
-		}
-		if err := a.tot.Claim(ctx, p.id, p.epoch); err != nil {
-			return fmt.Errorf("claim redis totals of partition %d: %w", p.id, err)
 		}
 		p.redisEnd, p.redisClaimed = p.flushed, true
 	}
@@ -133,7 +102,71 @@ func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) erro
 	return nil
 }
 
-// applyStoredBatches applies p's valid batches ending in [from, p.flushed] from ClickHouse.
+// claimTotals raises p's Redis guard to p's epoch and returns it as it found it, or a guard not
+// Found when p's totals must be rebuilt: there is none, or what Redis holds cannot be vouched
+// for. The guard is raised before it is judged, so that no older owner's apply lands between
+// the two. Redis's totals cannot be vouched for when:
+//   - p.redisStale says so (the stores disagreed about p's epochs when it was claimed);
+//   - the guard holds an epoch newer than every claim ClickHouse holds (partition_claims lost
+//     rows while Redis was unreachable at the claim);
+//   - the guard holds a batch that p's claims make invalid: an owner that lost the partition
+//     applied a batch that landed after this owner's claim, before the claim reached Redis;
+//     applying on top would skip this owner's batches up to its end as already applied.
+//
+// Those totals are invalidated first: the guard and the ready marker go in one step, so readers
+// answer from ClickHouse until the rebuild is done, and a crash in between leaves the guard
+// missing, which the next owner rebuilds in turn.
+func (a *Aggregator) claimTotals(ctx context.Context, p *partition) (totals.Guard, error) {
+	if !p.redisStale {
+		g, err := a.tot.Claim(ctx, p.id, p.epoch)
+		var none *totals.NoGuardError
+		var fenced *totals.FencedError
+		switch {
+		case errors.As(err, &none):
+			return totals.Guard{}, nil
+		case errors.As(err, &fenced):
+			if err := a.distrustNewerGuard(ctx, p, fenced.GuardEpoch); err != nil {
+				return totals.Guard{}, err
+			}
+		case err != nil:
+			return totals.Guard{}, err
+		case g.Epoch < p.epoch && !p.fence.Valid(g.Epoch, g.End):
+			a.logger.Warn("redis totals hold a batch its owner wrote after losing the partition; rebuilding them from clickhouse",
+				"partition", p.id, "guard_epoch", g.Epoch, "guard_end", g.End, "epoch", p.epoch, "claim_start", p.start)
+			p.redisStale = true
+		default:
+			return g, nil
+		}
+	}
+	if err := a.tot.Invalidate(ctx, p.id); err != nil {
+		return totals.Guard{}, err
+	}
+	a.logger.Warn("redis totals of the partition invalidated: readers answer from clickhouse until they are rebuilt", "partition", p.id)
+	p.redisStale = false // the missing guard now calls for the rebuild, also after a crash
+	return totals.Guard{}, nil
+}
+
+// distrustNewerGuard judges a Redis guard of an epoch newer than p's: a newer owner's (an
+// error: this owner lost the partition), unless ClickHouse knows no claim newer than p's, when
+// the guard outlived the claims that made it and p's totals are marked stale.
+func (a *Aggregator) distrustNewerGuard(ctx context.Context, p *partition, epoch uint64) error {
+	newest, err := a.claims.MaxEpochs(ctx, []int32{p.id})
+	if err != nil {
+		return err
+	}
+	if newest[p.id] > p.epoch {
+		return fmt.Errorf("partition %d: redis guard holds epoch %d, newer than ours (%d)", p.id, epoch, p.epoch)
+	}
+	a.m.epochDisagreements.Inc()
+	a.logger.Warn("redis totals guard holds a newer epoch than every claim of the partition (partition_claims lost rows); rebuilding its redis totals from clickhouse",
+		"partition", p.id, "guard_epoch", epoch, "epoch", p.epoch)
+	p.redisStale = true
+	return nil
+}
+
+// applyStoredBatches applies p's valid batches ending in [from, p.flushed] from ClickHouse,
+// under p's epoch: the guard already carries it (claimTotals), and its end and chunk say where
+// the batches Redis holds stop, whoever applied them.
 func (a *Aggregator) applyStoredBatches(ctx context.Context, p *partition, from int64) error {
 	if from >= p.flushed {
 		return nil
@@ -143,11 +176,7 @@ func (a *Aggregator) applyStoredBatches(ctx context.Context, p *partition, from 
 		return err
 	}
 	for _, b := range batches {
-		if _, err := a.tot.Apply(ctx, p.id, b.epoch, totals.Unchecked, b.end, b.items); err != nil {
-			var fenced *totals.FencedError
-			if errors.As(err, &fenced) {
-				continue // a newer epoch's guard already holds everything up to its claim
-			}
+		if _, err := a.tot.Apply(ctx, p.id, p.epoch, totals.Unchecked, b.end, b.items); err != nil {
 			return err
 		}
 	}
@@ -185,12 +214,20 @@ func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string
 	return a.rebuildTotals(ctx, []*partition{p})
 }
 
-// rebuildTotals sets every item total and unique estimate of parts from ClickHouse (the rollups,
-// then the batches written after them), with each partition's guard at its checkpoint. Items
-// map to partitions as the producer's partitioner maps their keys.
+// rebuildTotals sets every item total and unique estimate of parts from ClickHouse's rollups,
+// with each partition's guard at its checkpoint. The rollups are made to hold every batch up to
+// the checkpoint first (a repair from the deltas, which compares before it writes): copying
+// rollups that lag and adding the later batches from the deltas would count twice whatever part
+// of those batches the rollups already hold (a repair just done, a rollup write that failed
+// halfway). Items map to partitions as the producer's partitioner maps their keys.
 func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) error {
 	if int(a.partitions.Load()) <= 0 {
 		return errors.New("rebuild redis totals: the views topic's partition count is unknown")
+	}
+	for _, p := range parts {
+		if err := a.reconcileWith(ctx, p, nil); err != nil {
+			return fmt.Errorf("rebuild redis totals of partition %d: roll up its batches: %w", p.id, err)
+		}
 	}
 	mine := map[int32]*partition{}
 	for _, p := range parts {
@@ -240,11 +277,7 @@ func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) erro
 		return fmt.Errorf("rebuild redis unique viewers: %w", err)
 	}
 	for _, p := range parts {
-		// The rollups hold the batches up to p.rolled; the later ones come from the deltas.
-		if err := a.tot.Set(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.rolled, Chunk: totals.AllChunks}, views[p.id]); err != nil {
-			return fmt.Errorf("rebuild redis totals of partition %d: %w", p.id, err)
-		}
-		if err := a.applyStoredBatches(ctx, p, p.rolled); err != nil {
+		if err := a.tot.Set(ctx, p.id, totals.Guard{Epoch: p.epoch, End: p.flushed, Chunk: totals.AllChunks}, views[p.id]); err != nil {
 			return fmt.Errorf("rebuild redis totals of partition %d: %w", p.id, err)
 		}
 		p.redisEnd, p.redisClaimed = p.flushed, true

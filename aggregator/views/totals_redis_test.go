@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -245,8 +246,8 @@ func redisViews(t *testing.T, ctx context.Context, rdb *redis.Client, name strin
 // The rollups receive the batches written since their last write once every RollupInterval,
 // half an interval out of step with the sketch writes (first at half an interval from the
 // start), while Redis has each batch at its flush. A Redis that lost its data while the rollups
-// lag is rebuilt from the rollups and the batches since; a crash loses the rollups the
-// aggregator held, and the next owner repairs them from the deltas.
+// lag is rebuilt from the rollups, brought up to the checkpoint first; a crash loses the rollups
+// the aggregator held, and the next owner repairs them from the deltas.
 func TestRollupsFollowAtTheirInterval(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -303,7 +304,7 @@ func TestRollupsFollowAtTheirInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	post(a)
-	check("after redis was rebuilt while the rollups lag", 30)
+	check("after redis was rebuilt while the rollups lagged", 50)
 
 	post(a) // then a crash: the rollups of 30-60 are lost with the process
 	b := newAgg()
@@ -464,4 +465,142 @@ func redisViewsReady(t *testing.T, ctx context.Context, rdb *redis.Client, items
 		t.Fatal(err)
 	}
 	return views, ready
+}
+
+// Redis's totals equal ClickHouse's through a zombie (an owner stalled past the session timeout
+// that finishes its flush after the next owner's claim): when its apply reaches Redis before the
+// next owner's claim does, and when undoing its batch in ClickHouse makes the next owner rebuild
+// Redis while the rollups lag the deltas.
+func TestRedisTotalsExactThroughAZombie(t *testing.T) {
+	tests := []struct {
+		name string
+		// run drives the zombie and the owner (whose Redis store is set after its claim, when
+		// redisAtClaim is false) and checks Redis after its steps.
+		run          func(t *testing.T, ctx context.Context, z *zombieRun)
+		redisAtClaim bool
+	}{
+		{name: "the zombie's apply lands before the owner's claim reaches redis", run: zombieAppliesFirst},
+		{name: "undoing the zombie's batch rebuilds redis while the rollups lag", run: zombieUndoneIntoARebuild, redisAtClaim: true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			conn := openMigrated(t, ctx, fmt.Sprintf("views_totals_zombie_%d_test", i))
+			rdb := freshRedis(t, ctx)
+			clock := time.Now().UTC().Truncate(time.Second)
+			now := func() time.Time { return clock }
+			newAgg := func(owner string, tot *totals.Store) *Aggregator {
+				a := New(Config{Owner: owner, Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second,
+					SketchInterval: time.Hour, RollupInterval: 3 * time.Hour, MaxBatch: 1000, SketchIdle: time.Minute, Totals: tot},
+					conn, now, infra.Logger, prometheus.NewRegistry())
+				a.SetPartitions(1)
+				return a
+			}
+			store := totals.New(rdb, "views")
+			z := &zombieRun{item: "zombie-totals", conn: conn, rdb: rdb, store: store, clock: &clock, zombie: newAgg("zombie", store)}
+			z.check = func(step string) {
+				t.Helper()
+				got := rollupTotals(t, ctx, conn, z.item)["view_deltas"]
+				if v := redisViews(t, ctx, rdb, "views", []string{z.item})[0]; v != got {
+					t.Errorf("%s: got %d views in redis; want %d as in clickhouse", step, v, got)
+				}
+			}
+			z.assignOwner = func() {
+				t.Helper()
+				var tot *totals.Store
+				if tt.redisAtClaim {
+					tot = store
+				}
+				z.owner = newAgg("owner", tot)
+				if _, err := assignViews(z.owner, ctx, []int32{0}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := assignViews(z.zombie, ctx, []int32{0}); err != nil {
+				t.Fatal(err)
+			}
+			z.post(t, ctx, z.zombie, 0, 40)
+			tt.run(t, ctx, z)
+		})
+	}
+}
+
+// zombieRun is what the cases of TestRedisTotalsExactThroughAZombie share: one item on
+// partition 0, the clock, the zombie and the owner, and the check of Redis against ClickHouse.
+type zombieRun struct {
+	item          string
+	conn          driver.Conn
+	rdb           *redis.Client
+	store         *totals.Store
+	clock         *time.Time
+	zombie, owner *Aggregator
+	assignOwner   func()
+	check         func(step string)
+}
+
+// post counts n views of the item at offsets from from and flushes them.
+func (z *zombieRun) post(t *testing.T, ctx context.Context, a *Aggregator, from, n int) {
+	t.Helper()
+	processViews(a, 0, z.item, from, n, *z.clock)
+	*z.clock = z.clock.Add(time.Second)
+	if _, err := flushViews(a, ctx); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, a)
+}
+
+// zombieAppliesFirst: the zombie's statement is dropped past its fence in ClickHouse, yet it
+// applies the batch to Redis before the owner's claim reaches Redis. Applying on top of that
+// guard would skip the owner's batches up to the zombie's end as already applied.
+func zombieAppliesFirst(t *testing.T, ctx context.Context, z *zombieRun) {
+	processViews(z.zombie, 0, z.item, 40, 60, *z.clock) // pending when it stalls
+	z.assignOwner()
+	zp := heldPart(z.zombie, 0)
+	if err := z.zombie.store.writeDeltas(ctx, []*partition{zp}, *z.clock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := z.store.Apply(ctx, 0, zp.epoch, zp.redisEnd, 100, map[string]int64{z.item: 60}); err != nil {
+		t.Fatal(err)
+	}
+	z.owner.tot = z.store
+	z.post(t, ctx, z.owner, 40, 30)
+	z.check("after the owner's first batch")
+	z.post(t, ctx, z.owner, 70, 30)
+	z.check("after the owner's batch ending where the zombie's did")
+	z.post(t, ctx, z.owner, 100, 5)
+	z.check("after the owner's batch past the zombie's")
+}
+
+// zombieUndoneIntoARebuild: the zombie's batch commits after the owner's claim; when the owner
+// undoes it, Redis lost the owner's last apply (a failover), so the correction rebuilds the
+// partition's totals while the rollups lag the owner's batches.
+func zombieUndoneIntoARebuild(t *testing.T, ctx context.Context, z *zombieRun) {
+	processViews(z.zombie, 0, z.item, 40, 60, *z.clock)
+	z.assignOwner()
+	z.post(t, ctx, z.owner, 40, 30)
+	z.post(t, ctx, z.owner, 70, 30)
+	// Redis loses the apply of the owner's next batch.
+	snap := dumpRedis(t, ctx, z.rdb)
+	z.post(t, ctx, z.owner, 100, 10)
+	restoreRedis(t, ctx, z.rdb, snap)
+	zp := heldPart(z.zombie, 0)
+	parts := []*partition{zp}
+	if err := z.zombie.store.writeBatchItems(ctx, parts, *z.clock); err != nil {
+		t.Fatal(err)
+	}
+	if err := z.zombie.store.writeDeltasInto(ctx, "view_deltas", parts, *z.clock); err != nil {
+		t.Fatal(err)
+	}
+	// The check slot (at half the sketch interval, long before the first rollup slot): the owner
+	// finds the zombie's batch and undoes it.
+	*z.clock = z.clock.Add(31 * time.Minute)
+	if _, err := flushViews(z.owner, ctx); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, z.owner)
+	z.check("after the zombie's batch was undone")
+	if got := rollupTotals(t, ctx, z.conn, z.item); got["views_total"] != 110 {
+		t.Errorf("rollups: got %d views; want 110", got["views_total"])
+	}
 }

@@ -32,7 +32,7 @@ func TestEveryCallOnARedisCluster(t *testing.T) {
 			if ready, err := s.MarkReadyIfComplete(ctx, 2); err != nil || !ready {
 				t.Fatalf("MarkReadyIfComplete: got %v, %v; want ready", ready, err)
 			}
-			if err := s.Claim(ctx, 0, 2); err != nil {
+			if _, err := s.Claim(ctx, 0, 2); err != nil {
 				t.Fatal(err)
 			}
 			if ok, err := s.Apply(ctx, 0, 2, 10, 20, map[string]int64{"a": 2, "b": 3}); err != nil || !ok {

@@ -41,6 +41,7 @@ package totals
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -199,13 +200,14 @@ end
 return {1, 0}
 `
 
-// claimScript: KEYS[1] guard; ARGV[1] epoch. A missing guard stays missing.
+// claimScript: KEYS[1] guard; ARGV[1] epoch. A missing guard stays missing. It answers the
+// guard as it found it after the code: {1, 0, epoch, end, chunk}.
 const claimScript = `#!lua
-local ge = redis.call('HGET', KEYS[1], 'epoch')
-if not ge then return {-2, 0} end
-if tonumber(ARGV[1]) < tonumber(ge) then return {-1, ge} end
-if tonumber(ARGV[1]) > tonumber(ge) then redis.call('HSET', KEYS[1], 'epoch', ARGV[1]) end
-return {1, 0}
+local g = redis.call('HMGET', KEYS[1], 'epoch', 'end', 'chunk')
+if not g[1] then return {-2, 0} end
+if tonumber(ARGV[1]) < tonumber(g[1]) then return {-1, g[1]} end
+if tonumber(ARGV[1]) > tonumber(g[1]) then redis.call('HSET', KEYS[1], 'epoch', ARGV[1]) end
+return {1, 0, g[1], g[2], g[3]}
 `
 
 // readyScript: KEYS[1] marker, KEYS[2..] every partition's guard (a guard only pending, its
@@ -218,10 +220,10 @@ redis.call('SET', KEYS[1], '1')
 return 1
 `
 
-// verdict reads a script's {code, guard epoch} answer.
+// verdict reads the code and guard epoch that begin a script's answer.
 func verdict(res any, p int32, epoch uint64) (int64, error) {
 	a, ok := res.([]any)
-	if !ok || len(a) != 2 {
+	if !ok || len(a) < 2 {
 		return 0, fmt.Errorf("partition %d: unexpected script answer %v", p, res)
 	}
 	code, _ := a[0].(int64)
@@ -317,34 +319,62 @@ func (s *Store) Guard(ctx context.Context, p int32) (Guard, error) {
 	if vals[0] == nil {
 		return Guard{}, nil
 	}
+	g, err := parseGuard(vals)
+	if err != nil {
+		return Guard{}, fmt.Errorf("read totals guard of partition %d: %w", p, err)
+	}
+	return g, nil
+}
+
+// parseGuard reads a found guard's epoch, end and chunk, as Redis answers them.
+func parseGuard(vals []any) (Guard, error) {
 	g := Guard{Found: true}
 	var errs [3]error
 	g.Epoch, errs[0] = strconv.ParseUint(fmt.Sprint(vals[0]), 10, 64)
 	g.End, errs[1] = strconv.ParseInt(fmt.Sprint(vals[1]), 10, 64)
 	g.Chunk, errs[2] = strconv.Atoi(fmt.Sprint(vals[2]))
-	for _, e := range errs {
-		if e != nil {
-			return Guard{}, fmt.Errorf("read totals guard of partition %d: %v: %w", p, vals, e)
-		}
+	if err := errors.Join(errs[:]...); err != nil {
+		return Guard{}, fmt.Errorf("guard %v: %w", vals, err)
 	}
 	return g, nil
 }
 
 // Claim raises partition p's guard epoch to epoch, keeping End and Chunk, so that later Applies
-// of older epochs are refused. A missing guard stays missing (so that the rebuild it calls for
-// is still detected); an epoch older than the guard's is a *FencedError.
-func (s *Store) Claim(ctx context.Context, p int32, epoch uint64) error {
+// of older epochs are refused, and returns the guard as it found it. Its epoch and End say who
+// applied the last batch Redis holds: a writer that lost the partition may have applied a batch
+// its successor does not hold (one that landed after the successor's claim) before this claim
+// reached Redis, and only the caller's claims can tell. A missing guard stays missing (a
+// *NoGuardError, so that the rebuild it calls for is still detected); an epoch older than the
+// guard's is a *FencedError.
+func (s *Store) Claim(ctx context.Context, p int32, epoch uint64) (Guard, error) {
 	if err := checkExact(epoch, 0); err != nil {
-		return fmt.Errorf("claim totals of partition %d: %w", p, err)
+		return Guard{}, fmt.Errorf("claim totals of partition %d: %w", p, err)
 	}
 	res, err := s.claim.Run(ctx, s.rdb, []string{s.guardKey(p)}, epoch).Result()
+	var g Guard
 	if err == nil {
-		_, err = verdict(res, p, epoch)
+		g, err = claimed(res, p, epoch)
 	}
 	if err != nil {
-		return fmt.Errorf("claim totals of partition %d: %w", p, err)
+		return Guard{}, fmt.Errorf("claim totals of partition %d: %w", p, err)
 	}
-	return nil
+	return g, nil
+}
+
+// claimed reads claimScript's answer: the guard as the script found it.
+func claimed(res any, p int32, epoch uint64) (Guard, error) {
+	code, err := verdict(res, p, epoch)
+	if err != nil {
+		return Guard{}, err
+	}
+	if code == -2 {
+		return Guard{}, &NoGuardError{Partition: p}
+	}
+	a := res.([]any)
+	if len(a) != 5 {
+		return Guard{}, fmt.Errorf("partition %d: unexpected claim answer %v", p, res)
+	}
+	return parseGuard(a[2:])
 }
 
 // Set overwrites the totals of the given items (0 deletes the field) and then sets p's guard to

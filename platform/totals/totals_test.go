@@ -136,9 +136,12 @@ func TestApplyGuard(t *testing.T) {
 			wantGuard:   Guard{Epoch: 6, End: 50, Chunk: 0, Found: true},
 		},
 		{
-			name:        "a claimed epoch fences the old writer",
-			batches:     []batch{{5, 110, map[string]int64{"a": 3}}, {5, 120, map[string]int64{"a": 3}}},
-			prepare:     func(t *testing.T, s *Store) { mustNil(t, s.Claim(ctx, 0, 7)) },
+			name:    "a claimed epoch fences the old writer",
+			batches: []batch{{5, 110, map[string]int64{"a": 3}}, {5, 120, map[string]int64{"a": 3}}},
+			prepare: func(t *testing.T, s *Store) {
+				_, err := s.Claim(ctx, 0, 7)
+				mustNil(t, err)
+			},
 			wantApplied: []bool{true, false},
 			wantErr:     "epoch 5 is fenced by epoch 7",
 			want:        map[string]int64{"a": 3},
@@ -242,7 +245,9 @@ func TestNoGuard(t *testing.T) {
 	if applied || !errors.As(err, &ng) || ng.Partition != 3 {
 		t.Errorf("apply: got %v, %v; want false and a *NoGuardError of partition 3", applied, err)
 	}
-	mustNil(t, s.Claim(ctx, 3, 2))
+	if _, err := s.Claim(ctx, 3, 2); !errors.As(err, &ng) {
+		t.Errorf("claim: got %v; want a *NoGuardError", err)
+	}
 	g, err := s.Guard(ctx, 3)
 	mustNil(t, err)
 	if g.Found {
@@ -257,14 +262,33 @@ func TestClaim(t *testing.T) {
 	ctx := context.Background()
 	s := fresh(t)
 	mustNil(t, s.Set(ctx, 1, Guard{Epoch: 3, End: 40, Chunk: 2}, nil))
-	mustNil(t, s.Claim(ctx, 1, 4))
-	mustNil(t, s.Claim(ctx, 1, 4)) // again: no change
+	steps := []struct {
+		name  string
+		epoch uint64
+		want  Guard // as the claim found it
+	}{
+		{"a newer epoch", 4, Guard{Epoch: 3, End: 40, Chunk: 2, Found: true}},
+		{"the same again", 4, Guard{Epoch: 4, End: 40, Chunk: 2, Found: true}},
+	}
+	for _, st := range steps {
+		g, err := s.Claim(ctx, 1, st.epoch)
+		if err != nil || g != st.want {
+			t.Errorf("%s: got %+v, %v; want %+v", st.name, g, err, st.want)
+		}
+	}
 	if g, _ := s.Guard(ctx, 1); g != (Guard{Epoch: 4, End: 40, Chunk: 2, Found: true}) {
 		t.Errorf("guard: got %+v; want epoch 4, end 40, chunk 2", g)
 	}
 	var f *FencedError
-	if err := s.Claim(ctx, 1, 3); !errors.As(err, &f) || f.GuardEpoch != 4 {
+	if _, err := s.Claim(ctx, 1, 3); !errors.As(err, &f) || f.GuardEpoch != 4 {
 		t.Errorf("claim of an older epoch: got %v; want a *FencedError by epoch 4", err)
+	}
+	var ng *NoGuardError
+	if _, err := s.Claim(ctx, 2, 5); !errors.As(err, &ng) {
+		t.Errorf("claim of a partition with no guard: got %v; want a *NoGuardError", err)
+	}
+	if g, _ := s.Guard(ctx, 2); g.Found {
+		t.Errorf("guard after a claim of a partition with none: got %+v; want none", g)
 	}
 }
 
