@@ -12,9 +12,9 @@ import (
 	countedtopic "github.com/tallypipeline/tally/aggregator/counted"
 	"github.com/tallypipeline/tally/aggregator/deadletter"
 	"github.com/tallypipeline/tally/aggregator/engine"
-	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/aggregator/flushpace"
 	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/platform/fence"
 	"github.com/tallypipeline/tally/schemas"
 )
 

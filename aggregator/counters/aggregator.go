@@ -11,9 +11,10 @@ import (
 
 	"github.com/tallypipeline/tally/aggregator/deadletter"
 	"github.com/tallypipeline/tally/aggregator/engine"
-	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/aggregator/flushpace"
 	"github.com/tallypipeline/tally/aggregator/member"
+	"github.com/tallypipeline/tally/platform/counters"
+	"github.com/tallypipeline/tally/platform/fence"
 	"github.com/tallypipeline/tally/schemas"
 )
 
@@ -46,7 +47,7 @@ type Aggregator struct {
 // New returns an aggregator writing through conn.
 func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger, reg prometheus.Registerer) *Aggregator {
 	a := &Aggregator{cfg: cfg, store: store{conn}, now: now, logger: logger, checkSlot: flushpace.NewSlot(cfg.CheckInterval, now().Add(cfg.CheckInterval)),
-		claims: fence.Table{Conn: conn, Name: "counter_partition_claims", Starts: []string{"start_offset"}, Ends: []string{"end_offset"}},
+		claims: counters.Claims(conn),
 		deltas: fence.Batches{Conn: conn, Table: "counter_deltas", Marker: "ns = ''", Ends: []string{"end_offset"}},
 		dead:   deadletter.New(now, logger, reg, schemas.TopicCounterEvents),
 		zombies: prometheus.NewCounter(prometheus.CounterOpts{Name: "tally_counters_zombie_batches_total",

@@ -31,10 +31,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/aggregator/flushpace"
 	"github.com/tallypipeline/tally/aggregator/member"
 	"github.com/tallypipeline/tally/aggregator/writes"
+	"github.com/tallypipeline/tally/platform/fence"
 )
 
 // Partition is a rule set's state of one assigned partition, as the engine reads it.

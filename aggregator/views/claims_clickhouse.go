@@ -9,8 +9,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/fence"
 )
 
 // viewColumns are the end-offset columns of a views batch, for its fence.

@@ -12,8 +12,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/fence"
 )
 
 // A ClickHouse server may commit a statement whose check of the claims (inside the statement)

@@ -30,7 +30,7 @@ import (
 	metro "github.com/dgryski/go-metro"
 
 	"github.com/tallypipeline/tally/aggregator/deadletter"
-	"github.com/tallypipeline/tally/aggregator/fence"
+	"github.com/tallypipeline/tally/platform/fence"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/dedupe"
 	"github.com/tallypipeline/tally/schemas/viewerhours"

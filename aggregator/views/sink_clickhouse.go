@@ -11,8 +11,8 @@ import (
 	"github.com/axiomhq/hyperloglog"
 
 	"github.com/tallypipeline/tally/aggregator/deadletter"
-	"github.com/tallypipeline/tally/aggregator/fence"
 	"github.com/tallypipeline/tally/platform/chclient"
+	"github.com/tallypipeline/tally/platform/fence"
 	"github.com/tallypipeline/tally/schemas/dedupe"
 	"github.com/tallypipeline/tally/schemas/viewersketch"
 )

@@ -8,8 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/platform/counters"
+	"github.com/tallypipeline/tally/platform/fence"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/dedupe"
 )
@@ -46,14 +49,12 @@ func (e *eventual) snapshot(ctx context.Context, ns counters.Namespace, names []
 		}
 		byPart[p][string(key)] = true
 	}
-	cps, err := e.checkpoints(ctx, slices.Collect(maps.Keys(byPart)))
+	cps, fences, err := e.checkpoints(ctx, slices.Collect(maps.Keys(byPart)))
 	if err != nil {
 		return snapshot{}, err
 	}
-	s := snapshot{events: map[string][]schemas.CounterEvent{}}
-	conds := []string{"partition NOT IN (" + joinInts(slices.Collect(maps.Keys(cps))) + ")"}
+	s := snapshot{upTo: upTo(cps, fences), events: map[string][]schemas.CounterEvent{}}
 	for p, cp := range cps {
-		conds = append(conds, fmt.Sprintf("(partition = %d AND end_offset <= %d)", p, cp))
 		evs, err := e.tailEvents(ctx, ns, l, p, cp, byPart[p])
 		if err != nil {
 			return snapshot{}, err
@@ -62,8 +63,17 @@ func (e *eventual) snapshot(ctx context.Context, ns counters.Namespace, names []
 			s.events[ev.Name] = append(s.events[ev.Name], ev)
 		}
 	}
-	s.upTo = "(" + strings.Join(conds, " OR ") + ")"
 	return s, nil
+}
+
+// upTo is the condition that keeps, of each partition of cps, the rows up to its checkpoint
+// that its fence leaves valid, and every row of the other partitions.
+func upTo(cps map[int32]int64, fences map[int32]fence.Fence) string {
+	conds := []string{"partition NOT IN (" + joinInts(slices.Collect(maps.Keys(cps))) + ")"}
+	for p, cp := range cps {
+		conds = append(conds, fmt.Sprintf("(partition = %d AND end_offset <= %d AND NOT (%s))", p, cp, fences[p].AnyInvalidSQL()))
+	}
+	return "(" + strings.Join(conds, " OR ") + ")"
 }
 
 // tailEvents reads partition p's records after its checkpoint cp and keeps, in order, the adds
@@ -91,19 +101,52 @@ func (e *eventual) tailEvents(ctx context.Context, ns counters.Namespace, l layo
 	return counted(evs, before), nil
 }
 
-// checkpoints reads the checkpoint of each of parts, the end offset of its last batch (-1 if it
-// has none), from counter_checkpoints.
-func (e *eventual) checkpoints(ctx context.Context, parts []int32) (map[int32]int64, error) {
+// checkpoints reads the checkpoint of each of parts and the fence its batches are judged by
+// (package fence: a displaced owner's batch that landed after the claim that displaced it is
+// summed by no read, and undone by the aggregators). The checkpoint is the end offset of the
+// partition's last batch in counter_checkpoints where the claims leave that batch valid (a row
+// from before its epoch was kept, epoch 0, is trusted), else the newest claim's start, which is
+// the end of a valid batch; -1 if there is neither. Markers and claims come in one statement:
+// the embedded engine's fixed cost per statement is most of a read's.
+func (e *eventual) checkpoints(ctx context.Context, parts []int32) (map[int32]int64, map[int32]fence.Fence, error) {
+	claims, in := counters.Claims(e.conn), joinInts(parts)
 	out := make(map[int32]int64, len(parts))
+	fences := make(map[int32]fence.Fence, len(parts))
 	for _, p := range parts {
-		out[p] = -1
+		out[p], fences[p] = -1, fence.New(claims.Ends, nil)
 	}
-	err := chclient.Pairs(ctx, e.conn, `SELECT partition, max(end_offset) FROM counter_checkpoints WHERE partition IN (`+joinInts(parts)+`) GROUP BY partition`,
-		nil, func(p uint16, cp int64) { out[int32(p)] = cp })
+	err := chclient.Each(ctx, e.conn, fmt.Sprintf(`SELECT p, n, last_epoch, last_end, epochs, starts FROM
+		(SELECT partition AS p, count() AS n, argMax(epoch, end_offset) AS last_epoch, max(end_offset) AS last_end
+			FROM counter_checkpoints WHERE partition IN (%[1]s) GROUP BY partition) AS m
+		FULL OUTER JOIN (SELECT partition AS p, groupArray(epoch) AS epochs, groupArray(%[2]s) AS starts
+			FROM %[3]s WHERE partition IN (%[1]s) GROUP BY partition) AS c USING (p)`, in, claims.Starts[0], claims.Name),
+		nil, func(rows driver.Rows) error {
+			var p uint16
+			var n, epoch uint64
+			var end int64
+			var epochs []uint64
+			var starts []int64
+			if err := rows.Scan(&p, &n, &epoch, &end, &epochs, &starts); err != nil {
+				return err
+			}
+			cs := make([]fence.Claim, len(epochs))
+			for i := range cs {
+				cs[i] = fence.Claim{Epoch: epochs[i], Start: []int64{starts[i]}}
+			}
+			f := fence.New(claims.Ends, cs)
+			fences[int32(p)] = f
+			if c, ok := f.Last(); ok {
+				out[int32(p)] = c.Start[0]
+			}
+			if n > 0 && (epoch == 0 || f.Valid(epoch, end)) {
+				out[int32(p)] = max(out[int32(p)], end)
+			}
+			return nil
+		})
 	if err != nil {
-		return nil, fmt.Errorf("read counter checkpoints: %w", err)
+		return nil, nil, fmt.Errorf("read counter checkpoints: %w", err)
 	}
-	return out, nil
+	return out, fences, nil
 }
 
 // tokensBefore reads when the tokens of evs were counted in partition p's batches up to its
