@@ -92,9 +92,7 @@ func (a *Aggregator) catchUpTotals(ctx context.Context, parts []*partition) erro
 		p.redisEnd, p.redisClaimed = p.flushed, true
 	}
 	if len(rebuild) > 0 {
-		if err := a.rebuildTotals(ctx, rebuild); err != nil {
-			return err
-		}
+		return a.rebuildTotals(ctx, rebuild) // which marks the totals ready
 	}
 	if _, err := a.tot.MarkReadyIfComplete(ctx, int(a.partitions.Load())); err != nil {
 		return fmt.Errorf("mark redis totals ready: %w", err)
@@ -215,7 +213,8 @@ func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string
 }
 
 // rebuildTotals sets every item total and unique estimate of parts from ClickHouse's rollups,
-// with each partition's guard at its checkpoint. The rollups are made to hold every batch up to
+// with each partition's guard at its checkpoint, and marks the totals ready if every partition
+// has its guard (each partition's rebuild takes the marker away: totals.Store.Set). The rollups are made to hold every batch up to
 // the checkpoint first (a repair from the deltas, which compares before it writes): copying
 // rollups that lag and adding the later batches from the deltas would count twice whatever part
 // of those batches the rollups already hold (a repair just done, a rollup write that failed
@@ -282,6 +281,10 @@ func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) erro
 		}
 		p.redisEnd, p.redisClaimed = p.flushed, true
 		a.logger.Info("redis totals rebuilt from clickhouse", "partition", p.id, "items", len(views[p.id]), "checkpoint", p.flushed)
+	}
+	// A rebuild takes the ready marker away while it runs.
+	if _, err := a.tot.MarkReadyIfComplete(ctx, int(a.partitions.Load())); err != nil {
+		return fmt.Errorf("mark redis totals ready: %w", err)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@
 //	t1:{name}:v:{b}      hash item -> total, b = xxhash64(item) % Buckets
 //	t1:{name}:u:{b}      hash item -> unique-viewer estimate, same buckets
 //	t1:{name}:guard:{p}  hash epoch, end, chunk: the last chunk applied to partition p
-//	                     (pending alone while a rebuild is under way)
+//	                     (pending alone, the rebuilder's epoch, while a rebuild is under way)
 //	t1:{name}:ready      marker: every partition has a guard, so the totals are whole
 //
 // Bucketed hashes rather than a key per item: Buckets is chosen so that a million items leave
@@ -167,30 +167,37 @@ redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'end', ARGV[2], 'chunk', ARGV[3])
 return {1, 0}
 `
 
-// setScript: KEYS[1] guard, KEYS[i] (i >= 2) buckets as in applyScript; ARGV[1] epoch,
-// ARGV[2] the chunk's step, ARGV[3] end, ARGV[4] chunk; ARGV[2i+1], ARGV[2i+2] item i-1 and its
-// value (0 deletes the field). Steps of a rebuild: "b" begins it (marks the guard pending,
-// creating it), "" goes on and "e" ends it (writes epoch, end and chunk, drops the mark), both
-// only while the guard is there ("be" for one chunk), so that a Redis that lost its data
-// during a rebuild never gets a guard over part of the values. "r", a repair, needs the guard
-// at epoch and end already and leaves it as it is.
+// setScript: KEYS[1] guard, KEYS[2] the ready marker, KEYS[i] (i >= 3) buckets as in
+// applyScript; ARGV[1] epoch, ARGV[2] the chunk's step, ARGV[3] end, ARGV[4] chunk; ARGV[2i-1],
+// ARGV[2i] item i-2 and its value (0 deletes the field). Steps of a rebuild: "b" begins it: the
+// guard's epoch, end and chunk go with the ready marker, and the guard is marked pending with
+// the rebuild's epoch, so that until it ends every apply is refused, readers go to the source
+// of truth, and a rebuild cut short (its writer died, or a newer owner's rebuild took over)
+// leaves no guard over part of the values; "" goes on and "e" ends it (writes epoch, end and
+// chunk, drops the mark), both only while the mark is there ("be" for one chunk), so that a
+// Redis that lost its data during a rebuild never gets a guard over part of the values. A
+// chunk of an epoch older than the guard's or the mark's is fenced. "r", a repair, needs the
+// guard at epoch and end already and leaves it as it is.
 const setScript = `#!lua
 local g = redis.call('HMGET', KEYS[1], 'epoch', 'end', 'pending')
 local step = ARGV[2]
 if g[1] and tonumber(ARGV[1]) < tonumber(g[1]) then return {-1, g[1]} end
+if g[3] and tonumber(ARGV[1]) < tonumber(g[3]) then return {-1, g[3]} end
 if step == 'r' then
   if not g[1] then return {-2, 0} end
   if tonumber(g[1]) ~= tonumber(ARGV[1]) or tonumber(g[2]) ~= tonumber(ARGV[3]) then return {-3, g[2]} end
 elseif string.sub(step, 1, 1) == 'b' then
-  redis.call('HSET', KEYS[1], 'pending', '1')
-elseif not g[3] then
+  redis.call('HDEL', KEYS[1], 'epoch', 'end', 'chunk')
+  redis.call('HSET', KEYS[1], 'pending', ARGV[1])
+  redis.call('DEL', KEYS[2])
+elseif not g[3] or tonumber(g[3]) ~= tonumber(ARGV[1]) then
   return {-2, 0}
 end
-for i = 2, #KEYS do
-  if ARGV[2*i+2] == '0' then
-    redis.call('HDEL', KEYS[i], ARGV[2*i+1])
+for i = 3, #KEYS do
+  if ARGV[2*i] == '0' then
+    redis.call('HDEL', KEYS[i], ARGV[2*i-1])
   else
-    redis.call('HSET', KEYS[i], ARGV[2*i+1], ARGV[2*i+2])
+    redis.call('HSET', KEYS[i], ARGV[2*i-1], ARGV[2*i])
   end
 end
 if string.sub(step, -1) == 'e' then
@@ -379,10 +386,12 @@ func claimed(res any, p int32, epoch uint64) (Guard, error) {
 
 // Set overwrites the totals of the given items (0 deletes the field) and then sets p's guard to
 // g (g.Found is ignored), for rebuilds: the guard is created if missing. It is chunked, not
-// atomic as a whole: callers hold the partition. The first chunk marks the guard pending and
-// every later one needs it still there, so that Redis losing its data during the rebuild
-// refuses the rest with a *NoGuardError rather than end with a guard over part of the values.
-// Every chunk is refused with a *FencedError if the guard's epoch is newer than g.Epoch.
+// atomic as a whole: callers hold the partition. The first chunk takes the guard and the ready
+// marker away and marks the guard pending with g.Epoch, and every later one needs that mark
+// still there: until the last chunk applies are refused and readers go to the source of truth,
+// and a rebuild cut short (its writer died, Redis lost its data, a newer owner began its own)
+// leaves no guard over part of the values; its later chunks are refused with a *NoGuardError,
+// or a *FencedError when a newer owner's guard or mark is there.
 func (s *Store) Set(ctx context.Context, p int32, g Guard, values map[string]int64) error {
 	return s.overwrite(ctx, p, g, values, rebuild)
 }
@@ -435,8 +444,8 @@ func (s *Store) overwrite(ctx context.Context, p int32, g Guard, values map[stri
 
 // overwriteChunk runs setScript's step on the items of one chunk.
 func (s *Store) overwriteChunk(ctx context.Context, p int32, g Guard, step string, chunk []string, values map[string]int64) error {
-	keys := make([]string, 1, 1+len(chunk))
-	keys[0] = s.guardKey(p)
+	keys := make([]string, 2, 2+len(chunk))
+	keys[0], keys[1] = s.guardKey(p), s.readyKey()
 	args := make([]any, 4, 4+2*len(chunk))
 	args[0], args[1], args[2], args[3] = g.Epoch, step, g.End, g.Chunk
 	for _, it := range chunk {

@@ -641,6 +641,44 @@ func TestRepairNeedsTheGuard(t *testing.T) {
 // of the values and the guard are refused, so the partition stays without a guard (to be
 // rebuilt again) rather than holding a guard over the chunks written after the loss. A rebuild
 // under way does not count as a guard for the ready marker, nor for Apply.
+// A rebuild over a whole guard that is cut short (its writer killed after the first chunk, or a
+// newer owner's rebuild beginning meanwhile) leaves no guard over part of the values: until a
+// rebuild ends, applies and claims are refused, readers are not told the totals are whole, and
+// an older rebuild's later chunks are fenced.
+func TestSetCutShortLeavesNoGuard(t *testing.T) {
+	ctx := context.Background()
+	s := fresh(t)
+	values := many(2100, 5) // three chunks
+	items := slices.Sorted(maps.Keys(values))
+	mustNil(t, s.Set(ctx, 0, Guard{Epoch: 1, End: 30, Chunk: AllChunks}, many(2100, 1)))
+	if ok, err := s.MarkReadyIfComplete(ctx, 1); !ok || err != nil {
+		t.Fatalf("ready: got %v, %v; want true", ok, err)
+	}
+	g := Guard{Epoch: 2, End: 50, Chunk: AllChunks}
+	mustNil(t, s.overwriteChunk(ctx, 0, g, "b", items[:ChunkItems], values))
+	if got, err := s.Guard(ctx, 0); got.Found || err != nil {
+		t.Errorf("guard after a rebuild's first chunk: got %+v, %v; want none", got, err)
+	}
+	if _, _, ready := read(t, s, items[0]); ready {
+		t.Error("ready after a rebuild's first chunk: got true; want false")
+	}
+	if _, err := s.Apply(ctx, 0, 1, 30, 40, map[string]int64{"x": 1}); !errors.As(err, new(*NoGuardError)) {
+		t.Errorf("apply of the previous owner during the rebuild: got %v; want a *NoGuardError", err)
+	}
+	if _, err := s.Claim(ctx, 0, 3); !errors.As(err, new(*NoGuardError)) {
+		t.Errorf("claim during the rebuild: got %v; want a *NoGuardError", err)
+	}
+	// A newer owner begins its own rebuild: the older one's next chunks are fenced.
+	mustNil(t, s.overwriteChunk(ctx, 0, Guard{Epoch: 3, End: 60, Chunk: AllChunks}, "b", items[:ChunkItems], values))
+	var f *FencedError
+	if err := s.overwriteChunk(ctx, 0, g, "e", items[ChunkItems:], values); !errors.As(err, &f) || f.GuardEpoch != 3 {
+		t.Errorf("the older rebuild's last chunk: got %v; want a *FencedError by epoch 3", err)
+	}
+	if got, _ := s.Guard(ctx, 0); got.Found {
+		t.Errorf("guard after the older rebuild's refused chunk: got %+v; want none", got)
+	}
+}
+
 func TestSetLosesNothingMidway(t *testing.T) {
 	ctx := context.Background()
 	s := fresh(t)
