@@ -278,8 +278,13 @@ func (a *Aggregator) newEpoch(ctx context.Context, id int32, f fence.Fence, cp c
 	if a.tot != nil {
 		if g, err := a.tot.Guard(ctx, id); err != nil {
 			a.logger.Warn("read the redis totals guard for the partition's epoch; checked again when the totals catch up", "partition", id, "err", err)
-		} else if g.Found {
-			held["redis_guard"] = g.Epoch
+		} else {
+			if g.Found {
+				held["redis_guard"] = g.Epoch
+			}
+			if g.Pending > 0 {
+				held["redis_rebuild"] = g.Pending // whose mark fences every older rebuild
+			}
 		}
 	}
 	if a.cfg.Counted != nil {

@@ -604,3 +604,65 @@ func zombieUndoneIntoARebuild(t *testing.T, ctx context.Context, z *zombieRun) {
 		t.Errorf("rollups: got %d views; want 110", got["views_total"])
 	}
 }
+
+// A rebuild cut short leaves its epoch's mark in Redis, which fences every older rebuild; when
+// partition_claims lost rows, the next claim must still take an epoch above that mark, or its
+// rebuild would be refused for good and readers sent to ClickHouse forever.
+func TestClaimTakesAnEpochAboveARebuildCutShort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_rebuild_mark_test")
+	rdb := freshRedis(t, ctx)
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	newAgg := func() *Aggregator {
+		a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
+			MaxBatch: 1000, SketchIdle: time.Minute, Totals: totals.New(rdb, "views")}, conn, now, infra.Logger, prometheus.NewRegistry())
+		a.SetPartitions(1)
+		if _, err := assignViews(a, ctx, []int32{0}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	const item = "rebuild-mark"
+	a := newAgg()
+	processViews(a, 0, item, 0, 20, clock)
+	clock = clock.Add(time.Second)
+	if _, err := flushViews(a, ctx); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, a)
+	// A rebuild of epoch 7 was cut short after its first chunk, and the claims table lost the
+	// rows of epochs 2 to 7 (the owners of those epochs wrote nothing else).
+	guard := "t1:{views}:guard:0"
+	if err := rdb.HDel(ctx, guard, "epoch", "end", "chunk").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, guard, "pending", 7).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, "t1:{views}:ready").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := newAgg()
+	if e := heldPart(b, 0).epoch; e <= 7 {
+		t.Errorf("epoch of the next claim: got %d; want above the rebuild's 7", e)
+	}
+	views, _, ready, err := readTotals(ctx, rdb, item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ready || views[0] != 20 {
+		t.Errorf("redis after the next claim: got %d views, ready %v; want 20, ready", views[0], ready)
+	}
+}
+
+// readTotals reads items' views and the ready marker from the Redis totals of views.
+func readTotals(ctx context.Context, rdb *redis.Client, items ...string) ([]int64, []uint64, bool, error) {
+	pipe := rdb.Pipeline()
+	res := totals.New(rdb, "views").Queue(ctx, pipe, items)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, false, err
+	}
+	return res()
+}

@@ -77,12 +77,15 @@ const (
 )
 
 // Guard is partition p's last applied chunk: the batch's epoch, end offset and chunk index.
-// Found is false when Redis has no guard for the partition.
+// Found is false when Redis has no guard for the partition. Pending is the epoch of a rebuild
+// under way or cut short (0: none), which fences every older writer's rebuild (Store.Guard
+// alone reads it).
 type Guard struct {
-	Epoch uint64
-	End   int64
-	Chunk int
-	Found bool
+	Epoch   uint64
+	End     int64
+	Chunk   int
+	Found   bool
+	Pending uint64
 }
 
 // FencedError refuses a write of an epoch older than the partition's guard.
@@ -317,18 +320,22 @@ func chunks(items []string) func(yield func(int, []string) bool) {
 	}
 }
 
-// Guard returns partition p's guard (Found false when there is none).
+// Guard returns partition p's guard (Found false when there is none) and the epoch of its
+// rebuild under way, if any.
 func (s *Store) Guard(ctx context.Context, p int32) (Guard, error) {
-	vals, err := s.rdb.HMGet(ctx, s.guardKey(p), "epoch", "end", "chunk").Result()
+	vals, err := s.rdb.HMGet(ctx, s.guardKey(p), "epoch", "end", "chunk", "pending").Result()
 	if err != nil {
 		return Guard{}, fmt.Errorf("read totals guard of partition %d: %w", p, err)
 	}
-	if vals[0] == nil {
-		return Guard{}, nil
+	var g Guard
+	if vals[0] != nil {
+		g, err = parseGuard(vals[:3])
 	}
-	g, err := parseGuard(vals)
+	if err == nil && vals[3] != nil {
+		g.Pending, err = strconv.ParseUint(fmt.Sprint(vals[3]), 10, 64)
+	}
 	if err != nil {
-		return Guard{}, fmt.Errorf("read totals guard of partition %d: %w", p, err)
+		return Guard{}, fmt.Errorf("read totals guard of partition %d: %v: %w", p, vals, err)
 	}
 	return g, nil
 }
@@ -341,7 +348,7 @@ func parseGuard(vals []any) (Guard, error) {
 	g.End, errs[1] = strconv.ParseInt(fmt.Sprint(vals[1]), 10, 64)
 	g.Chunk, errs[2] = strconv.Atoi(fmt.Sprint(vals[2]))
 	if err := errors.Join(errs[:]...); err != nil {
-		return Guard{}, fmt.Errorf("guard %v: %w", vals, err)
+		return Guard{}, err
 	}
 	return g, nil
 }
@@ -381,7 +388,11 @@ func claimed(res any, p int32, epoch uint64) (Guard, error) {
 	if len(a) != 5 {
 		return Guard{}, fmt.Errorf("partition %d: unexpected claim answer %v", p, res)
 	}
-	return parseGuard(a[2:])
+	g, err := parseGuard(a[2:])
+	if err != nil {
+		return Guard{}, fmt.Errorf("partition %d: claim answer %v: %w", p, res, err)
+	}
+	return g, nil
 }
 
 // Set overwrites the totals of the given items (0 deletes the field) and then sets p's guard to

@@ -656,8 +656,8 @@ func TestSetCutShortLeavesNoGuard(t *testing.T) {
 	}
 	g := Guard{Epoch: 2, End: 50, Chunk: AllChunks}
 	mustNil(t, s.overwriteChunk(ctx, 0, g, "b", items[:ChunkItems], values))
-	if got, err := s.Guard(ctx, 0); got.Found || err != nil {
-		t.Errorf("guard after a rebuild's first chunk: got %+v, %v; want none", got, err)
+	if got, err := s.Guard(ctx, 0); got != (Guard{Pending: 2}) || err != nil {
+		t.Errorf("guard after a rebuild's first chunk: got %+v, %v; want none, epoch 2's rebuild pending", got, err)
 	}
 	if _, _, ready := read(t, s, items[0]); ready {
 		t.Error("ready after a rebuild's first chunk: got true; want false")
