@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -436,20 +437,26 @@ func TestRedisTotalsSurviveALossAnywhere(t *testing.T) {
 		}
 		flush()
 		flush()
-		views, ready := redisViewsReady(t, ctx, rdb, all)
-		if !ready {
-			t.Fatalf("round %d (redis lost its data: %v): got ready false two flushes later; want the totals rebuilt", round, lost)
-		}
-		for i, it := range all {
-			if views[i] != want[it] {
-				t.Fatalf("round %d (redis lost its data: %v): %s: got %d views in redis; want %d", round, lost, it, views[i], want[it])
-			}
-		}
+		checkWhole(t, ctx, rdb, all, want, fmt.Sprintf("round %d (redis lost its data: %v), two flushes later", round, lost))
 	}
 	if losses == 0 {
 		t.Fatal("got no round in which redis lost its data; want some (the armed call never came)")
 	}
 	t.Logf("%d of 12 rounds lost redis's data", losses)
+}
+
+// checkWhole fails t unless the "views" totals are marked whole and hold want's views of items.
+func checkWhole(t *testing.T, ctx context.Context, rdb *redis.Client, items []string, want map[string]int64, when string) {
+	t.Helper()
+	views, ready := redisViewsReady(t, ctx, rdb, items)
+	if !ready {
+		t.Fatalf("%s: got ready false; want the totals whole", when)
+	}
+	for i, it := range items {
+		if views[i] != want[it] {
+			t.Fatalf("%s: %s: got %d views in redis; want %d", when, it, views[i], want[it])
+		}
+	}
 }
 
 // redisViewsReady reads the views of items and the ready marker from the "views" totals.
@@ -666,3 +673,155 @@ func readTotals(ctx context.Context, rdb *redis.Client, items ...string) ([]int6
 	}
 	return res()
 }
+
+// The aggregator killed at any of its Redis calls (an apply's chunk, a claim, a rebuild's
+// chunk, a repair's), then the next owner claims its partitions: once that owner has flushed,
+// Redis's totals are whole again and equal the views counted. The kill stops the aggregator's
+// Redis calls there; the rest of its flush reaches ClickHouse, as a kill right after those
+// writes would leave it.
+func TestRedisTotalsSurviveAKillAnywhere(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	conn := openMigrated(t, ctx, "views_totals_kill_test")
+	rdb := freshRedis(t, ctx)
+	clock := time.Now().UTC().Truncate(time.Second)
+	now := func() time.Time { return clock }
+	ts := clock.UnixMilli()
+	const parts = 2
+	// Partition 0's 1,500 items make applies and rebuilds of two chunks (totals.ChunkItems).
+	items := [parts][]string{itemsOf(0, parts, "kill-", 1500), itemsOf(1, parts, "kill-", 200)}
+	all := append(slices.Clone(items[0]), items[1]...)
+	want := map[string]int64{}
+	var posted [parts]int64
+	// process gives a the records of partition p at offsets [from, to): an offset's record is
+	// always the same, so a replay from a checkpoint is what Kafka would replay.
+	process := func(a *Aggregator, p int, from, to int64) {
+		var offs []int64
+		var vals [][]byte
+		for off := from; off < to; off++ {
+			offs = append(offs, off)
+			vals = append(vals, view(items[p][off%int64(len(items[p]))], fmt.Sprintf("v%d-%d", p, off), ts))
+		}
+		processAt(a, int32(p), offs, vals)
+	}
+	post := func(a *Aggregator, p, n int) {
+		for off := posted[p]; off < posted[p]+int64(n); off++ {
+			want[items[p][off%int64(len(items[p]))]]++
+		}
+		process(a, p, posted[p], posted[p]+int64(n))
+		posted[p] += int64(n)
+	}
+	flush := func(a *Aggregator) {
+		t.Helper()
+		clock = clock.Add(time.Second) // a flush and a sketch interval: the totals check runs
+		if _, err := flushViews(a, ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(c *redis.Client) *Aggregator {
+		t.Helper()
+		a := New(Config{Window: 30 * time.Minute, Grace: 10 * time.Minute, FlushInterval: time.Second, SketchInterval: time.Second,
+			MaxBatch: 100_000, SketchIdle: time.Minute, Totals: totals.New(c, "views")}, conn, now, infra.Logger, prometheus.NewRegistry())
+		a.SetPartitions(parts)
+		resume, err := assignViews(a, ctx, []int32{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := range parts {
+			process(a, p, resume[int32(p)], posted[p]) // what the last owner had not flushed
+		}
+		return a
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	kills, calls := 0, int64(20)
+	const rounds = 6
+	for round := range rounds {
+		kill := &killSwitch{}
+		loss := &testinfra.RedisLoss{Lose: kill.kill}
+		c := redisclient.Open(infra.Redis.Addr())
+		c.AddHook(kill)
+		c.AddHook(loss)
+		loss.Arm(1 + rng.Int64N(calls))
+		a := claim(c)
+		post(a, 0, 1+rng.IntN(3000))
+		post(a, 1, 1+rng.IntN(300))
+		lose := rng.IntN(2) == 0
+		var snap map[string]string
+		if lose {
+			snap = dumpRedis(t, ctx, rdb)
+		}
+		flush(a)
+		if lose {
+			// Redis loses the flush's applies (a failover): the correction below rebuilds the
+			// partition over the guard left behind.
+			restoreRedis(t, ctx, rdb, snap)
+		}
+		if lose || rng.IntN(2) == 0 {
+			// A correction after undoing a zombie's batch, of some of partition 0's items.
+			if err := a.settleSketches(true); err != nil {
+				t.Fatal(err)
+			}
+			_ = a.fixTotals(ctx, heldPart(a, 0), items[0][:1+rng.IntN(len(items[0]))]) // fails once killed
+		}
+		post(a, 0, 1+rng.IntN(3000))
+		flush(a)
+		if err := a.settleSketches(true); err != nil {
+			t.Fatal(err)
+		}
+		dead, n := loss.Arm()
+		calls = max(n, 1)
+		if dead {
+			kills++
+		}
+		c.Close() // a is gone, killed or not
+
+		b := claim(rdb)
+		flush(b)
+		flush(b)
+		if err := b.settleSketches(true); err != nil {
+			t.Fatal(err)
+		}
+		checkWhole(t, ctx, rdb, all, want, fmt.Sprintf("round %d (killed: %v), after the next owner's flushes", round, dead))
+	}
+	if kills == 0 {
+		t.Fatal("got no round killed at a redis call; want some (the armed call never came)")
+	}
+	t.Logf("%d of %d rounds killed at a redis call", kills, rounds)
+}
+
+// killSwitch is a go-redis hook that refuses every call once kill was called: the calls of a
+// process that was killed never reach Redis.
+type killSwitch struct{ dead atomic.Bool }
+
+func (k *killSwitch) kill() { k.dead.Store(true) }
+
+func (k *killSwitch) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (k *killSwitch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if k.dead.Load() {
+			cmd.SetErr(killed{})
+			return killed{}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (k *killSwitch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if k.dead.Load() {
+			for _, c := range cmds {
+				c.SetErr(killed{})
+			}
+			return killed{}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// killed is the error of a call refused by a killSwitch.
+type killed struct{}
+
+func (killed) Error() string { return "the process was killed" }
