@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -738,31 +740,34 @@ func TestRedisTotalsSurviveAKillAnywhere(t *testing.T) {
 	kills, calls := 0, int64(20)
 	const rounds = 6
 	for round := range rounds {
-		kill := &killSwitch{}
+		// Every third round is killed at a random call; the others lose Redis's last applies
+		// first, so that a correction rebuilds the partition over the guard left behind, and
+		// every third is killed right after that rebuild's first chunk rather than at random.
+		lose, cut := round%3 != 0, round%3 == 2
+		kill := &killSwitch{atRebuild: cut}
 		loss := &testinfra.RedisLoss{Lose: kill.kill}
 		c := redisclient.Open(infra.Redis.Addr())
 		c.AddHook(kill)
 		c.AddHook(loss)
-		loss.Arm(1 + rng.Int64N(calls))
+		if !cut {
+			loss.Arm(1 + rng.Int64N(calls))
+		}
 		a := claim(c)
-		post(a, 0, 1+rng.IntN(3000))
+		post(a, 0, 1000+rng.IntN(2000)) // a rebuild of more than one chunk
 		post(a, 1, 1+rng.IntN(300))
-		lose := rng.IntN(2) == 0
 		var snap map[string]string
 		if lose {
 			snap = dumpRedis(t, ctx, rdb)
 		}
 		flush(a)
+		if err := a.settleSketches(true); err != nil { // its writes to Redis beside the loop too
+			t.Fatal(err)
+		}
 		if lose {
-			// Redis loses the flush's applies (a failover): the correction below rebuilds the
-			// partition over the guard left behind.
-			restoreRedis(t, ctx, rdb, snap)
+			restoreRedis(t, ctx, rdb, snap) // a failover to a replica the applies had not reached
 		}
 		if lose || rng.IntN(2) == 0 {
 			// A correction after undoing a zombie's batch, of some of partition 0's items.
-			if err := a.settleSketches(true); err != nil {
-				t.Fatal(err)
-			}
 			_ = a.fixTotals(ctx, heldPart(a, 0), items[0][:1+rng.IntN(len(items[0]))]) // fails once killed
 		}
 		post(a, 0, 1+rng.IntN(3000))
@@ -771,7 +776,10 @@ func TestRedisTotalsSurviveAKillAnywhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		dead, n := loss.Arm()
-		calls = max(n, 1)
+		if !cut {
+			calls = max(n, 1)
+		}
+		dead = dead || kill.dead.Load()
 		if dead {
 			kills++
 		}
@@ -791,9 +799,13 @@ func TestRedisTotalsSurviveAKillAnywhere(t *testing.T) {
 	t.Logf("%d of %d rounds killed at a redis call", kills, rounds)
 }
 
-// killSwitch is a go-redis hook that refuses every call once kill was called: the calls of a
-// process that was killed never reach Redis.
-type killSwitch struct{ dead atomic.Bool }
+// killSwitch is a go-redis hook that refuses every call once kill was called, or, with
+// atRebuild, once a rebuild's first chunk was written: the calls of a process that was killed
+// never reach Redis.
+type killSwitch struct {
+	dead      atomic.Bool
+	atRebuild bool
+}
 
 func (k *killSwitch) kill() { k.dead.Store(true) }
 
@@ -805,8 +817,26 @@ func (k *killSwitch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(killed{})
 			return killed{}
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if k.atRebuild && beginsRebuild(cmd) {
+			k.kill()
+		}
+		return err
 	}
+}
+
+// beginsRebuild reports whether cmd ran the first chunk of a totals rebuild: a script whose
+// second argument (after its keys) is a rebuild step beginning with "b" (totals.Store.Set).
+func beginsRebuild(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if name := strings.ToLower(fmt.Sprint(args[0])); len(args) < 3 || name != "evalsha" && name != "eval" {
+		return false
+	}
+	keys, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if i := 3 + keys + 1; err == nil && i < len(args) {
+		return strings.HasPrefix(fmt.Sprint(args[i]), "b")
+	}
+	return false
 }
 
 func (k *killSwitch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
