@@ -214,22 +214,21 @@ func (a *Aggregator) fixTotals(ctx context.Context, p *partition, items []string
 
 // rebuildTotals sets every item total and unique estimate of parts from ClickHouse's rollups,
 // with each partition's guard at its checkpoint, and marks the totals ready if every partition
-// has its guard (each partition's rebuild takes the marker away: totals.Store.Set). The rollups are made to hold every batch up to
-// the checkpoint first (a repair from the deltas, which compares before it writes): copying
-// rollups that lag and adding the later batches from the deltas would count twice whatever part
-// of those batches the rollups already hold (a repair just done, a rollup write that failed
-// halfway). Items map to partitions as the producer's partitioner maps their keys.
+// has its guard (each partition's rebuild takes the marker away: totals.Store.Set). The
+// rollups are made to hold every batch up to the checkpoint first (a repair from the deltas,
+// which compares before it writes): copying rollups that lag and adding the later batches from
+// the deltas would count twice whatever part of those batches the rollups already hold (a
+// repair just done, a rollup write that failed halfway). Items map to partitions as the
+// producer's partitioner maps their keys.
 func (a *Aggregator) rebuildTotals(ctx context.Context, parts []*partition) error {
 	if int(a.partitions.Load()) <= 0 {
 		return errors.New("rebuild redis totals: the views topic's partition count is unknown")
 	}
+	mine := map[int32]*partition{}
 	for _, p := range parts {
 		if err := a.reconcileWith(ctx, p, nil); err != nil {
 			return fmt.Errorf("rebuild redis totals of partition %d: roll up its batches: %w", p.id, err)
 		}
-	}
-	mine := map[int32]*partition{}
-	for _, p := range parts {
 		mine[p.id] = p
 	}
 	views := map[int32]map[string]int64{}
