@@ -128,16 +128,17 @@ type Engine[P Partition] struct {
 	mu    sync.Mutex
 	parts map[int32]P
 	// fenced holds the partitions dropped because a newer owner claimed them, until the group
-	// says what became of them; reclaim, those of them whose records the group still delivers
-	// here (Reclaims).
-	fenced, reclaim map[int32]bool
-	pace            *flushpace.Pace
-	m               metrics
+	// says what became of them; dropped, those of them not yet handed to the Source (Dropped);
+	// reclaim, those of them whose records the group still delivers here (Reclaims).
+	fenced, dropped, reclaim map[int32]bool
+	pace                     *flushpace.Pace
+	m                        metrics
 }
 
 // New returns the engine of rules, its metrics registered.
 func New[P Partition](c Config, rules Rules[P]) *Engine[P] {
-	e := &Engine[P]{c: c, rules: rules, parts: map[int32]P{}, fenced: map[int32]bool{}, reclaim: map[int32]bool{},
+	e := &Engine[P]{c: c, rules: rules, parts: map[int32]P{},
+		fenced: map[int32]bool{}, dropped: map[int32]bool{}, reclaim: map[int32]bool{},
 		pace: flushpace.New(c.FlushInterval, c.Now()), m: newMetrics(c.Metrics, c.Registry)}
 	e.writes = writes.New(writes.Config{Conn: c.Conn, Now: c.Now, Logger: c.Logger, Errors: e.m.flushErrors, Steps: c.StepSeconds})
 	return e
@@ -151,6 +152,7 @@ func (e *Engine[P]) Assign(ctx context.Context, ids []int32) (member.Resume, err
 	defer e.mu.Unlock()
 	for _, id := range ids {
 		delete(e.fenced, id)
+		delete(e.dropped, id)
 		delete(e.reclaim, id)
 	}
 	claimed, err := e.claim(ctx, ids)
@@ -249,6 +251,19 @@ func (e *Engine[P]) Reclaims() []int32 {
 	return ids
 }
 
+// Dropped returns, and forgets, the partitions dropped for a newer owner's claim since the last
+// call. Their records may all have been fetched already (the producers went quiet), and then no
+// record would ever make them a reclaim although the group still assigns them here: the caller
+// fetches them again from an earlier offset, which the client does only for partitions it still
+// consumes.
+func (e *Engine[P]) Dropped() []int32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(e.dropped))
+	clear(e.dropped)
+	return ids
+}
+
 // FlushDue reports whether the flush schedule says a flush is due or a partition's batch is
 // full.
 func (e *Engine[P]) FlushDue() bool {
@@ -308,6 +323,7 @@ func (e *Engine[P]) forget(ids []int32) {
 	for _, id := range ids {
 		delete(e.parts, id)
 		delete(e.fenced, id)
+		delete(e.dropped, id)
 		delete(e.reclaim, id)
 	}
 }
@@ -388,6 +404,7 @@ func (e *Engine[P]) CheckClaims(ctx context.Context, lists ...*[]P) error {
 					"partition", p.ID(), "epoch", p.Epoch(), "newest_epoch", newest)
 				delete(e.parts, p.ID())
 				e.fenced[p.ID()] = true
+				e.dropped[p.ID()] = true
 			}
 			return true
 		})

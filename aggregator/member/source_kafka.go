@@ -43,6 +43,10 @@ type Engine interface {
 	// Reclaims returns, and forgets, the partitions the engine dropped for a newer owner's claim
 	// whose records the group still delivers here: the Source claims them again.
 	Reclaims() []int32
+	// Dropped returns, and forgets, the partitions the engine dropped for a newer owner's claim
+	// since the last call: the Source fetches them again from their committed offset, so that
+	// their records reach Process (and make them reclaims) while the group assigns them here.
+	Dropped() []int32
 	// FlushDue reports whether a flush is due.
 	FlushDue() bool
 	// Flush writes what is due; FlushAll writes everything held. Both return the checkpoints
@@ -238,7 +242,29 @@ func (s *Source) step(ctx context.Context, fetches kgo.Fetches) error {
 		return err
 	}
 	s.commit(ctx, done)
+	s.refetch(s.engine.Dropped())
 	return nil
+}
+
+// refetch moves the fetch position of partitions ids of every topic back to the offset last
+// committed (the start without one). The client skips a partition it no longer consumes, so
+// only a partition the group still assigns here is fetched again: a fence check can drop it
+// after its last records were fetched, and with the producers quiet it would otherwise never be
+// claimed again. Called from the poll loop, while no rebalance runs.
+func (s *Source) refetch(ids []int32) {
+	if len(ids) == 0 {
+		return
+	}
+	committed := s.cl.CommittedOffsets()
+	at := make(map[string]map[int32]kgo.EpochOffset, len(s.c.Topics))
+	for _, topic := range s.c.Topics {
+		at[topic] = make(map[int32]kgo.EpochOffset, len(ids))
+		for _, id := range ids {
+			at[topic][id] = kgo.EpochOffset{Epoch: -1, Offset: max(committed[topic][id].Offset, 0)}
+		}
+	}
+	s.cl.SetOffsets(at)
+	s.logger.Info("fetching again partitions a newer owner claimed; claimed back if still assigned here", "partitions", ids)
 }
 
 // reclaim claims ids again (they were dropped for a newer owner's claim, yet the group still

@@ -8,7 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tallypipeline/tally/platform/kafka"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
 )
 
@@ -28,6 +30,7 @@ func (a assigned) Assign(_ context.Context, ids []int32) (Resume, error) {
 }
 func (assigned) Process(string, int32, []*kgo.Record)             {}
 func (assigned) Reclaims() []int32                                { return nil }
+func (assigned) Dropped() []int32                                 { return nil }
 func (assigned) FlushDue() bool                                   { return false }
 func (assigned) Flush(context.Context) (Offsets, error)           { return nil, nil }
 func (assigned) FlushAll(context.Context) (Offsets, error)        { return nil, nil }
@@ -77,5 +80,55 @@ func TestAdjustOffsetsWaitsForTheClient(t *testing.T) {
 	}
 	if ids := <-eng.ids; len(ids) != 1 || ids[0] != 0 {
 		t.Errorf("got partitions %v assigned; want [0]", ids)
+	}
+}
+
+// A partition whose records were all fetched is fetched again from its committed offset by
+// refetch (what the Source does with a partition its engine dropped for a newer owner's claim):
+// otherwise no record would reach the engine to make it a reclaim.
+func TestRefetchDeliversAPartitionAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const topic = "member-refetch-test"
+	prod := infra.Producer(t, topic, 1)
+	for i := range 3 {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte{byte('a' + i)}}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := kgo.NewClient(append(kafka.ClientOptions([]string{infra.Kafka.Addr()}, "test-refetch", infra.Logger, nil),
+		kgo.ConsumerGroup("member-refetch-test"), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	offsets := func(wait time.Duration) []int64 {
+		var got []int64
+		pctx, pcancel := context.WithTimeout(ctx, wait)
+		defer pcancel()
+		for len(got) < 3 && pctx.Err() == nil {
+			cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) { got = append(got, r.Offset) })
+		}
+		return got
+	}
+	if got := offsets(20 * time.Second); len(got) != 3 {
+		t.Fatalf("got offsets %v at the first fetch; want 0, 1, 2", got)
+	}
+	var commitErr error
+	cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{topic: {0: {Epoch: -1, Offset: 1}}},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+			commitErr = err
+		})
+	if commitErr != nil {
+		t.Fatal(commitErr)
+	}
+	if got := offsets(500 * time.Millisecond); len(got) != 0 {
+		t.Fatalf("got offsets %v with every record fetched; want none", got)
+	}
+	s := &Source{c: Config{Stream: "test", Topics: []string{topic}}, cl: cl, logger: infra.Logger}
+	s.refetch([]int32{0, 5}) // 5 is not consumed here: skipped
+	if got := offsets(20 * time.Second); len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Errorf("got offsets %v after refetch; want 1, 2 (from the committed offset)", got)
 	}
 }

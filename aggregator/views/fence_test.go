@@ -712,6 +712,7 @@ func TestDisplacedOwnerCannotChangeSketches(t *testing.T) {
 // A partition dropped for a newer owner's claim whose records the group still delivers (a
 // static member that rejoined keeps its assignment, with no revocation or loss) is handed back
 // for claiming again instead of being ignored for good; one the group revoked or lost is not.
+// The drop is reported once (Dropped), for the member to fetch the partition's records again.
 func TestFencedPartitionStillAssignedIsReclaimed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -745,6 +746,12 @@ func TestFencedPartitionStillAssignedIsReclaimed(t *testing.T) {
 				t.Fatal(err)
 			}
 			settle(t, old)
+			if got := old.Dropped(); len(got) != 1 || got[0] != part {
+				t.Fatalf("got dropped %v after the fence check; want [%d], for the member to fetch it again", got, part)
+			}
+			if got := old.Dropped(); len(got) != 0 {
+				t.Errorf("got dropped %v after taking them; want none", got)
+			}
 			tt.told(old, part)
 			processViews(old, part, item, 10, 10, clock)
 			got := old.Reclaims()
