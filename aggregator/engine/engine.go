@@ -243,24 +243,21 @@ func (e *Engine[P]) Process(topic string, id int32, recs []*kgo.Record) {
 // static member that rejoins keeps its assignment, with no revocation or loss): the caller
 // claims them again with Assign and seeks to the offsets it returns, or they would never be
 // counted again.
-func (e *Engine[P]) Reclaims() []int32 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ids := slices.Sorted(maps.Keys(e.reclaim))
-	clear(e.reclaim)
-	return ids
-}
+func (e *Engine[P]) Reclaims() []int32 { return e.take(e.reclaim) }
 
 // Dropped returns, and forgets, the partitions dropped for a newer owner's claim since the last
 // call. Their records may all have been fetched already (the producers went quiet), and then no
 // record would ever make them a reclaim although the group still assigns them here: the caller
 // fetches them again from an earlier offset, which the client does only for partitions it still
 // consumes.
-func (e *Engine[P]) Dropped() []int32 {
+func (e *Engine[P]) Dropped() []int32 { return e.take(e.dropped) }
+
+// take returns the partitions of set, sorted, and empties it.
+func (e *Engine[P]) take(set map[int32]bool) []int32 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ids := slices.Sorted(maps.Keys(e.dropped))
-	clear(e.dropped)
+	ids := slices.Sorted(maps.Keys(set))
+	clear(set)
 	return ids
 }
 

@@ -256,14 +256,14 @@ func (s *Source) refetch(ids []int32) {
 		return
 	}
 	committed := s.cl.CommittedOffsets()
-	at := make(map[string]map[int32]kgo.EpochOffset, len(s.c.Topics))
+	at := make(Offsets, len(s.c.Topics))
 	for _, topic := range s.c.Topics {
-		at[topic] = make(map[int32]kgo.EpochOffset, len(ids))
+		at[topic] = make(map[int32]int64, len(ids))
 		for _, id := range ids {
-			at[topic][id] = kgo.EpochOffset{Epoch: -1, Offset: max(committed[topic][id].Offset, 0)}
+			at[topic][id] = max(committed[topic][id].Offset, 0)
 		}
 	}
-	s.cl.SetOffsets(at)
+	s.cl.SetOffsets(epochOffsets(at))
 	s.logger.Info("fetching again partitions a newer owner claimed; claimed back if still assigned here", "partitions", ids)
 }
 
