@@ -129,13 +129,15 @@ type Store struct {
 	set   *redis.Script
 	claim *redis.Script
 	ready *redis.Script
+
+	uniqueRound int // estimates per pipeline of SetUnique: estimatesRound
 }
 
 // New returns the totals named name ("views"; later "clicks") in rdb.
 func New(rdb redis.UniversalClient, name string) *Store {
 	return &Store{rdb: rdb, base: prefix + "{" + name + "}:",
 		apply: redis.NewScript(applyScript), set: redis.NewScript(setScript),
-		claim: redis.NewScript(claimScript), ready: redis.NewScript(readyScript)}
+		claim: redis.NewScript(claimScript), ready: redis.NewScript(readyScript), uniqueRound: estimatesRound}
 }
 
 func bucket(item string) uint64 { return xxhash.Sum64String(item) % Buckets }
@@ -486,40 +488,63 @@ func setRefusal(code int64, p int32, g Guard, res any) error {
 	return nil
 }
 
-// SetUnique stores unique-viewer estimates, one pipeline for all. There is no guard: the newest
+// estimatesRound bounds the estimates one pipeline of SetUnique carries: every reply of a pipeline
+// must arrive within the client's read timeout, and a whole catalog's estimates in one pipeline
+// (a rebuild, a sketch write at a million items) did not.
+const estimatesRound = 8192
+
+// SetUnique stores unique-viewer estimates, one HSET (and one HDEL) per bucket, in pipelines of
+// at most the store's round of estimates each, one after another. There is no guard: the newest
 // estimate wins, and a replay writes estimates of supersets of the views it had seen. An
-// estimate of 0 deletes the field.
+// estimate of 0 deletes the field. A failed round leaves the rounds before it written: the
+// caller writes them all again.
 func (s *Store) SetUnique(ctx context.Context, estimates map[string]uint64) error {
-	if len(estimates) == 0 {
-		return nil
+	type edits struct {
+		set []any // item, estimate, ...
+		del []string
 	}
-	byBucket := map[uint64][]any{}
-	var del []struct {
-		b    uint64
-		item string
-	}
+	byBucket := map[uint64]*edits{}
 	for it, n := range estimates {
 		b := bucket(it)
-		if n == 0 {
-			del = append(del, struct {
-				b    uint64
-				item string
-			}{b, it})
-			continue
+		e := byBucket[b]
+		if e == nil {
+			e = &edits{}
+			byBucket[b] = e
 		}
-		byBucket[b] = append(byBucket[b], it, n)
+		if n == 0 {
+			e.del = append(e.del, it)
+		} else {
+			e.set = append(e.set, it, n)
+		}
 	}
 	pipe := s.rdb.Pipeline()
-	for b, pairs := range byBucket {
-		pipe.HSet(ctx, s.uniqueKey(b), pairs...)
+	queued := 0
+	exec := func() error {
+		if queued == 0 {
+			return nil
+		}
+		queued = 0
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("set unique estimates of %d items: %w", len(estimates), err)
+		}
+		return nil
 	}
-	for _, d := range del {
-		pipe.HDel(ctx, s.uniqueKey(d.b), d.item)
+	for b, e := range byBucket {
+		n := len(e.set)/2 + len(e.del)
+		if queued+n > s.uniqueRound {
+			if err := exec(); err != nil {
+				return err
+			}
+		}
+		if len(e.set) > 0 {
+			pipe.HSet(ctx, s.uniqueKey(b), e.set...)
+		}
+		if len(e.del) > 0 {
+			pipe.HDel(ctx, s.uniqueKey(b), e.del...)
+		}
+		queued += n
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("set unique estimates of %d items: %w", len(estimates), err)
-	}
-	return nil
+	return exec()
 }
 
 // MarkReadyIfComplete sets the ready marker when guards exist for all partitions

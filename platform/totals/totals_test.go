@@ -714,3 +714,95 @@ func TestSetLosesNothingMidway(t *testing.T) {
 		t.Errorf("guard fields after the rebuild: got %d; want 3 (no pending mark left)", n)
 	}
 }
+
+// pipelineFields records the estimates (HSET pairs, HDEL fields) each pipeline that carries any
+// holds (the connection's handshake is a pipeline too).
+type pipelineFields struct {
+	mu     sync.Mutex
+	rounds []int
+}
+
+func (h *pipelineFields) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipelineFields) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelineFields) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, c := range cmds {
+			switch c.Name() {
+			case "hset":
+				n += (len(c.Args()) - 2) / 2
+			case "hdel":
+				n += len(c.Args()) - 2
+			}
+		}
+		if n > 0 {
+			h.mu.Lock()
+			h.rounds = append(h.rounds, n)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// SetUnique writes a catalog's estimates in rounds of bounded size (every reply of one pipeline
+// must arrive within the client's read timeout), and every estimate lands, deletions included.
+func TestSetUniqueInRounds(t *testing.T) {
+	ctx := context.Background()
+	estimates := func(n int, v uint64) map[string]uint64 {
+		m := make(map[string]uint64, n)
+		for it := range many(n, 1) {
+			m[it] = v
+		}
+		return m
+	}
+	tests := []struct {
+		name       string
+		round      int
+		before     map[string]uint64
+		set        map[string]uint64
+		wantRounds int // at least
+	}{
+		{"a few estimates, one round", estimatesRound, nil, estimates(10, 3), 1},
+		{"a catalog in rounds", 100, nil, estimates(2500, 7), 25},
+		{"sets and deletions", 100, estimates(600, 2), func() map[string]uint64 {
+			m := estimates(600, 0)
+			for it := range estimates(300, 9) {
+				m[it] = 9
+			}
+			return m
+		}(), 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fresh(t)
+			mustNil(t, s.SetUnique(ctx, tt.before))
+			hooked := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+			defer hooked.Close()
+			h := &pipelineFields{}
+			hooked.AddHook(h)
+			s = New(hooked, "views")
+			s.uniqueRound = tt.round
+			mustNil(t, s.SetUnique(ctx, tt.set))
+			if len(h.rounds) < tt.wantRounds {
+				t.Errorf("got %d pipelines; want at least %d", len(h.rounds), tt.wantRounds)
+			}
+			total := 0
+			for i, n := range h.rounds {
+				if n > tt.round {
+					t.Errorf("pipeline %d: got %d estimates; want at most %d", i, n, tt.round)
+				}
+				total += n
+			}
+			if total != len(tt.set) {
+				t.Errorf("got %d estimates sent; want %d", total, len(tt.set))
+			}
+			items := slices.Sorted(maps.Keys(tt.set))
+			_, unique, _ := read(t, s, items...)
+			for i, it := range items {
+				if unique[i] != tt.set[it] {
+					t.Errorf("estimate of %s: got %d; want %d", it, unique[i], tt.set[it])
+				}
+			}
+		})
+	}
+}
