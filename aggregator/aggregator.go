@@ -26,6 +26,7 @@ import (
 	"github.com/tallypipeline/tally/aggregator/likes"
 	"github.com/tallypipeline/tally/aggregator/member"
 	"github.com/tallypipeline/tally/aggregator/views"
+	"github.com/tallypipeline/tally/likestate"
 	"github.com/tallypipeline/tally/platform/chclient"
 	"github.com/tallypipeline/tally/platform/cli"
 	"github.com/tallypipeline/tally/platform/config"
@@ -242,7 +243,8 @@ func (w *wiring) likes() lifecycle.Part {
 			if err != nil {
 				return err
 			}
-			loader, err = likes.New(likes.Config{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Group: likes.DefaultGroup,
+			loader, err = likes.New(likes.Config{
+				Log:           likestate.Log{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Group: likes.DefaultGroup},
 				FlushInterval: w.s.FlushInterval, MaxBatch: w.s.MaxBatch}, w.conn, w.e.Now, w.e.Logger, w.e.Registry)
 			if err != nil {
 				return err

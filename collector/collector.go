@@ -220,8 +220,9 @@ func (w *wiring) likes() lifecycle.Part {
 			if err != nil {
 				return err
 			}
-			applier, err = likes.NewApplier(likes.ApplierConfig{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes,
-				Group: likes.DefaultApplierGroup, InstanceID: likes.InstanceID(w.s.Addr), CheckEvery: time.Second},
+			applier, err = likes.NewApplier(likes.ApplierConfig{
+				Log:        likestate.Log{Brokers: cfg.Kafka.Brokers, Dial: dial, Topic: schemas.TopicLikes, Group: likes.DefaultApplierGroup},
+				InstanceID: likes.InstanceID(w.s.Addr), CheckEvery: time.Second},
 				w.likeStore, w.e.Logger, w.e.Registry)
 			if err != nil {
 				return err

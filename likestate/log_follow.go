@@ -16,13 +16,19 @@ import (
 // commitTimeout bounds the commit of a handled batch, which outlives a Stop.
 const commitTimeout = 10 * time.Second
 
+// Log names the likes log a reader follows and the consumer group it reads it in: each reader
+// of the log (the ClickHouse loader, the Redis applier) embeds it in its configuration.
+type Log struct {
+	Brokers []string
+	Dial    []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options
+	Topic   string    // schemas.TopicLikes in production; tests use their own
+	Group   string
+}
+
 // FollowConfig says which likes log a Follower reads, as which consumer-group member, and how
 // it hands the records over.
 type FollowConfig struct {
-	Brokers  []string
-	Dial     []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options
-	Topic    string    // schemas.TopicLikes in production; tests use their own
-	Group    string
+	Log
 	ClientID string    // names the reader to the brokers ("tally-likes-loader")
 	Client   []kgo.Opt // further client options: fetch wait, session timeouts, a static instance id
 	MaxBatch int       // most records handed over at once

@@ -93,7 +93,7 @@ func TestFollowerHandsOverEveryRecordOnce(t *testing.T) {
 			cl := infra.Producer(t, topic, 1)
 			values := append(likeValues(30), []byte("junk"), schemas.AppendLike(nil, schemas.Like{ItemID: "item", UserID: "", Liked: true}))
 			produceLikes(t, ctx, cl, topic, values)
-			cfg := FollowConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: topic, Group: topic, ClientID: "tally-likes-test",
+			cfg := FollowConfig{Log: Log{Brokers: []string{infra.Kafka.Addr()}, Topic: topic, Group: topic}, ClientID: "tally-likes-test",
 				MaxBatch: 7, Linger: tt.linger, Idle: 100 * time.Millisecond}
 
 			first := &followed{offsets: map[[2]int64]int{}}

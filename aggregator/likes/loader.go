@@ -33,10 +33,7 @@ const DefaultGroup = "tally-likes-loader"
 
 // Config says what the loader reads and how it batches.
 type Config struct {
-	Brokers       []string
-	Dial          []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options, added to every client's
-	Topic         string    // schemas.TopicLikes in production; tests use their own
-	Group         string
+	likestate.Log
 	FlushInterval time.Duration // longest wait for a batch to fill
 	MaxBatch      int           // most records in one insert
 }
@@ -67,7 +64,7 @@ func New(cfg Config, conn driver.Conn, now func() time.Time, logger *slog.Logger
 	// runs one statement at a time with a fixed cost each, so a busy topic must not turn into
 	// an insert per poll.
 	f, err := likestate.NewFollower(likestate.FollowConfig{
-		Brokers: cfg.Brokers, Dial: cfg.Dial, Topic: cfg.Topic, Group: cfg.Group, ClientID: "tally-likes-loader",
+		Log: cfg.Log, ClientID: "tally-likes-loader",
 		Client:   append(kafka.GroupTimeouts(10*time.Second), kgo.FetchMaxWait(100*time.Millisecond)),
 		MaxBatch: cfg.MaxBatch, Linger: cfg.FlushInterval, Idle: cfg.FlushInterval,
 	}, likestate.Handler{Handle: l.insertRetrying}, logger)

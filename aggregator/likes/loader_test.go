@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tallypipeline/tally/likestate"
 	"github.com/tallypipeline/tally/schemas"
 	"github.com/tallypipeline/tally/schemas/migrate"
 	"github.com/tallypipeline/tally/testsupport/testinfra"
@@ -95,7 +96,7 @@ func sameState(got, want map[[2]string]bool) string {
 
 func startLoader(t *testing.T, conn driver.Conn, topic, group string, reg prometheus.Registerer) *Loader {
 	t.Helper()
-	l, err := New(Config{Brokers: []string{infra.Kafka.Addr()}, Topic: topic, Group: group, FlushInterval: 100 * time.Millisecond, MaxBatch: 50},
+	l, err := New(Config{Log: likestate.Log{Brokers: []string{infra.Kafka.Addr()}, Topic: topic, Group: group}, FlushInterval: 100 * time.Millisecond, MaxBatch: 50},
 		conn, time.Now, infra.Logger, reg)
 	if err != nil {
 		t.Fatal(err)

@@ -106,13 +106,13 @@ func (f *fixture) oracle(t *testing.T, ctx context.Context) map[[2]string]record
 func (f *fixture) derive(t *testing.T, ctx context.Context, want map[[2]string]record) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	ap, err := likes.NewApplier(likes.ApplierConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: f.topic, Group: f.topic + "-applier",
+	ap, err := likes.NewApplier(likes.ApplierConfig{Log: likestate.Log{Brokers: []string{infra.Kafka.Addr()}, Topic: f.topic, Group: f.topic + "-applier"},
 		CheckEvery: 100 * time.Millisecond}, f.store, infra.Logger, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ap.Start()
-	ld, err := aggload.New(aggload.Config{Brokers: []string{infra.Kafka.Addr()}, Topic: f.topic, Group: f.topic + "-loader",
+	ld, err := aggload.New(aggload.Config{Log: likestate.Log{Brokers: []string{infra.Kafka.Addr()}, Topic: f.topic, Group: f.topic + "-loader"},
 		FlushInterval: 100 * time.Millisecond, MaxBatch: 1000}, f.conn, time.Now, infra.Logger, reg)
 	if err != nil {
 		t.Fatal(err)

@@ -211,7 +211,7 @@ func TestReadyCheckReuseEndsAtFirstFailure(t *testing.T) {
 func TestRebuildAfterFlushAll(t *testing.T) {
 	testinfra.VerifyNoLeaks(t)
 	e := newEnv(t, "flush")
-	second, err := NewApplier(ApplierConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-flush-2",
+	second, err := NewApplier(ApplierConfig{Log: likestate.Log{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-flush-2"},
 		CheckEvery: 200 * time.Millisecond}, e.store, testLogger(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

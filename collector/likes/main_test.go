@@ -71,7 +71,7 @@ func newEnv(t testing.TB, name string) *env {
 	NewHandler(HandlerOptions{Store: e.store, Producer: e.prod, Topic: e.topic, ProduceTimeout: 10 * time.Second, Now: time.Now, Logger: testLogger()}).Register(api.NewRouter(mux, reg))
 	e.srv = httptest.NewServer(mux)
 	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}, Timeout: 15 * time.Second}
-	e.applier, err = NewApplier(ApplierConfig{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-" + name,
+	e.applier, err = NewApplier(ApplierConfig{Log: likestate.Log{Brokers: []string{infra.Kafka.Addr()}, Topic: e.topic, Group: "applier-" + name},
 		CheckEvery: 200 * time.Millisecond}, e.store, testLogger(), reg)
 	if err != nil {
 		t.Fatal(err)

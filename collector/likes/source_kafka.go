@@ -22,10 +22,7 @@ const DefaultApplierGroup = "tally-likes-applier"
 
 // ApplierConfig says where the applier reads.
 type ApplierConfig struct {
-	Brokers []string
-	Dial    []kgo.Opt // connection options (TLS, SASL) from kafka.Security.Options, added to every client's
-	Topic   string    // schemas.TopicLikes in production; tests use their own
-	Group   string
+	likestate.Log
 	// InstanceID, if set, makes the applier a static group member: a process restarted with
 	// the same id takes its partitions back at once instead of after the session timeout.
 	InstanceID string
@@ -92,7 +89,7 @@ func NewApplier(cfg ApplierConfig, store *likestate.Store, logger *slog.Logger, 
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
 	f, err := likestate.NewFollower(likestate.FollowConfig{
-		Brokers: cfg.Brokers, Dial: cfg.Dial, Topic: cfg.Topic, Group: cfg.Group, ClientID: "tally-likes-applier",
+		Log: cfg.Log, ClientID: "tally-likes-applier",
 		Client: opts, MaxBatch: 5000, Idle: cfg.CheckEvery,
 	}, likestate.Handler{BeforePoll: a.checkReady, Handle: a.apply, AfterPoll: a.verifyMarks}, logger)
 	if err != nil {
