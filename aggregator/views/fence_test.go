@@ -204,6 +204,18 @@ func TestClaimDistrustsARacedSketchCheckpoint(t *testing.T) {
 }
 
 // rollupTotals returns item -> total per rollup table, and the deltas' total.
+// deltaDeletes counts the DELETEs of partition part's rows of view_deltas the engine ran (each a
+// mutation of the table).
+func deltaDeletes(t *testing.T, ctx context.Context, conn driver.Conn, part int32) int {
+	t.Helper()
+	var n uint64
+	if err := conn.QueryRow(ctx, `SELECT count() FROM system.mutations WHERE database = currentDatabase() AND table = 'view_deltas'
+		AND position(command, ?) > 0`, fmt.Sprintf("(partition = %d)", part)).Scan(&n); err != nil {
+		t.Fatalf("count the deletes of partition %d's deltas: %v", part, err)
+	}
+	return int(n)
+}
+
 func rollupTotals(t *testing.T, ctx context.Context, conn driver.Conn, item string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
@@ -486,6 +498,16 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 				}
 			}
 			checkRollups(t, ctx, conn, item, 100)
+			// Only a batch whose deltas landed is deleted (a DELETE is a mutation, about a second
+			// of the engine's even when it matches nothing), and once: the owner's next check
+			// repairs the rollups of the batch it undid again, and finds its marker gone.
+			wantDeletes := 0
+			if tt.slip == "commit" {
+				wantDeletes = 1
+			}
+			if got := deltaDeletes(t, ctx, conn, part); got != wantDeletes {
+				t.Errorf("got %d DELETEs of the partition's deltas; want %d", got, wantDeletes)
+			}
 			// The owner's successor resumes from the owner's checkpoints (deltas and sketches,
 			// once the owner wrote its sketches), not the zombie's.
 			clock = clock.Add(cfg.SketchInterval)
@@ -493,6 +515,10 @@ func TestZombieBatchesAreFencedOrUndone(t *testing.T) {
 				t.Fatal(err)
 			}
 			settle(t, owner)
+			if got := deltaDeletes(t, ctx, conn, part); got != wantDeletes {
+				t.Errorf("got %d DELETEs of the partition's deltas after the owner's next check; want %d", got, wantDeletes)
+			}
+			checkRollups(t, ctx, conn, item, 100)
 			next := New(Config{Owner: "next", Window: cfg.Window, Grace: cfg.Grace, FlushInterval: cfg.FlushInterval,
 				SketchInterval: cfg.SketchInterval, MaxBatch: cfg.MaxBatch, SketchIdle: cfg.SketchIdle}, conn, now, infra.Logger, prometheus.NewRegistry())
 			resume, err = assignViews(next, ctx, []int32{part})
