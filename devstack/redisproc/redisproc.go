@@ -29,6 +29,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tallypipeline/tally/devstack/loopback"
 )
 
 const (
@@ -115,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Proc, error) {
 		return nil, fmt.Errorf("start redis: create %s: %w", dir, err)
 	}
 	if port == 0 {
-		if port, err = freePort(); err != nil {
+		if port, err = loopback.FreePort(); err != nil {
 			return nil, fmt.Errorf("start redis: pick a port: %w", err)
 		}
 	}
@@ -274,13 +276,4 @@ func (p *Proc) launch(ctx context.Context) error {
 	p.mu.Unlock()
 	p.logger.Info("redis started", "addr", p.addr, "pid", cmd.Process.Pid, "log", p.logFile)
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

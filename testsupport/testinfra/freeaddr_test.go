@@ -4,12 +4,14 @@ import (
 	"net"
 	"strconv"
 	"testing"
+
+	"github.com/tallypipeline/tally/devstack/loopback"
 )
 
 // FreeAddr hands out distinct loopback addresses below the ephemeral range, each one a server
 // can bind.
 func TestFreeAddrBelowEphemeralRange(t *testing.T) {
-	lo, hi := belowEphemeral()
+	lo, hi := loopback.Range()
 	if lo >= hi || lo < 1024 {
 		t.Fatalf("got range [%d, %d); want a non-empty range above 1023", lo, hi)
 	}

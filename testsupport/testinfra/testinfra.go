@@ -10,18 +10,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tallypipeline/tally/devstack/chembed"
 	"github.com/tallypipeline/tally/devstack/kafkabroker"
+	"github.com/tallypipeline/tally/devstack/loopback"
 	"github.com/tallypipeline/tally/devstack/redisproc"
 )
 
@@ -104,44 +103,25 @@ func MustFreeAddr(t testing.TB) string {
 	return a
 }
 
-// FreeAddr returns a loopback host:port nothing listens on now, and never one it returned before
-// in this process. It picks at random below the kernel's ephemeral range: a port from inside it
-// (what listening on port 0 gives) may become the local end of any outgoing connection, of this
-// process or another, before the server the test starts binds it ("bind: address already in
-// use"), and the end-to-end tests open thousands of connections. Never handing a port out twice
-// keeps two servers of one test apart, whatever the kernel reuses.
+// FreeAddr returns a loopback host:port nothing listens on now, below the kernel's ephemeral
+// range (loopback.FreePort: a port inside it may be taken by any outgoing connection before the
+// server the test starts binds it), and never one it returned before in this process, so that
+// two servers of one test never collide.
 func FreeAddr() (string, error) {
-	lo, hi := belowEphemeral()
 	handedOut.mu.Lock()
 	defer handedOut.mu.Unlock()
 	for range 1000 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
-		if handedOut.addrs[addr] {
-			continue
-		}
-		l, err := net.Listen("tcp", addr)
+		port, err := loopback.FreePort()
 		if err != nil {
-			continue // in use
+			return "", err
 		}
-		l.Close()
-		handedOut.addrs[addr] = true
-		return addr, nil
-	}
-	return "", fmt.Errorf("no free loopback port in [%d, %d) after 1000 tries", lo, hi)
-}
-
-// belowEphemeral is the range FreeAddr picks from: the 16,384 ports below the first ephemeral
-// one (net.ipv4.ip_local_port_range; 32768, Linux's default, when it cannot be read).
-func belowEphemeral() (lo, hi int) {
-	hi = 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
-				hi = n
-			}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr, nil
 		}
 	}
-	return max(1024, hi-16384), hi
+	return "", fmt.Errorf("no loopback port left that was not handed out before (%d so far)", len(handedOut.addrs))
 }
 
 // handedOut is what FreeAddr returned so far; test support only.
