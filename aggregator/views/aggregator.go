@@ -377,12 +377,12 @@ func (a *Aggregator) reconcile(ctx context.Context, after map[*partition]int64) 
 }
 
 // deleteZombieDeltas deletes the deltas of p's zombie batches zs that are stored, and reports
-// whether there were any. A batch's
-// deltas land with its marker in one INSERT, so a batch whose marker is gone (undone at an
-// earlier check, or never written) has no rows left: looking for the markers reads the few
-// rows at the head of the sort key, where a DELETE, even one that matches nothing, is a
-// mutation costing the engine about a second, at every recheck of every zombie batch. The
-// rollups were corrected before, so no reader sees the batches counted once they are gone.
+// whether there were any. A batch's deltas land with its marker in one INSERT, so a batch whose
+// marker is gone (undone at an earlier check, or dropped by its statement) has no rows left:
+// looking for the markers reads the few rows at the head of the sort key, where a DELETE, even
+// one that matches nothing, is a mutation costing the engine about a second, at every recheck
+// of every zombie batch. The rollups were corrected before, so no reader sees the batches
+// counted once they are gone.
 func (a *Aggregator) deleteZombieDeltas(ctx context.Context, p *partition, zs []batchRef) (bool, error) {
 	terms := make([]string, len(zs))
 	for i, b := range zs {
