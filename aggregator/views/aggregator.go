@@ -386,7 +386,7 @@ func (a *Aggregator) reconcile(ctx context.Context, after map[*partition]int64) 
 func (a *Aggregator) deleteZombieDeltas(ctx context.Context, p *partition, zs []batchRef) (bool, error) {
 	terms := make([]string, len(zs))
 	for i, b := range zs {
-		terms[i] = fmt.Sprintf("(epoch = %d AND end_offset = %d)", b.epoch, b.end)
+		terms[i] = b.sql()
 	}
 	cond := strings.Join(terms, " OR ")
 	stored, err := a.deltas.Invalid(ctx, map[int32]string{p.id: cond})
@@ -452,19 +452,19 @@ func (a *Aggregator) reconcileWith(ctx context.Context, p *partition, zs []batch
 		if err != nil {
 			return err
 		}
-		found := false
+		first := false // a batch undone for the first time
 		for _, b := range zs {
 			if _, ok := p.undone[b]; !ok {
 				p.undone[b] = now
 				a.m.zombies.Inc()
-				found = true
+				first = true
 			}
 		}
 		if err := a.fixTotals(ctx, p, items); err != nil {
 			a.m.totalsErrors.Inc()
 			a.logger.Warn("correct redis totals after undoing zombie batches", "partition", p.id, "err", err)
 		}
-		if found || deleted {
+		if first || deleted {
 			a.logger.Warn("undid batches written by an aggregator after it lost the partition", "partition", p.id,
 				"batches", fmt.Sprint(zs), "items", len(items))
 		}

@@ -39,12 +39,17 @@ type batchRef struct {
 
 func (b batchRef) String() string { return fmt.Sprintf("epoch %d end %d", b.epoch, b.end) }
 
+// sql selects the batch's rows of a table of its partition.
+func (b batchRef) sql() string {
+	return fmt.Sprintf("(epoch = %d AND end_offset = %d)", b.epoch, b.end)
+}
+
 // itemsOf returns the distinct items of partition p's batches that end in (from, to], and of
 // the batches in extra.
 func (s *store) itemsOf(ctx context.Context, p int32, from, to int64, extra []batchRef) ([]string, error) {
 	cond := fmt.Sprintf("(end_offset > %d AND end_offset <= %d)", from, to)
 	for _, b := range extra {
-		cond += fmt.Sprintf(" OR (epoch = %d AND end_offset = %d)", b.epoch, b.end)
+		cond += " OR " + b.sql()
 	}
 	return s.strings(ctx, fmt.Sprintf(`SELECT DISTINCT item_id FROM batch_items WHERE partition = %d AND (%s)`, p, cond))
 }
